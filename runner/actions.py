@@ -1,0 +1,111 @@
+"""What the model asked for, parsed: a final answer, a tool call, or output it got wrong.
+
+Malformed output never raises out of here: it becomes an `invalid` action whose error the
+loop shows the model as an observation, so the model can correct itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ActionKind = Literal["final", "tool", "invalid"]
+
+# How much of a malformed output is kept for the model and the journal.
+_RAW_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    content: Any = None  # the answer of a final action
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    tokens: int = 0
+    cost: float = 0.0
+    error: str | None = None  # why an invalid action is invalid
+    raw: str | None = None  # a short repr of an invalid output, for the model and for audit
+
+    @property
+    def signature(self) -> tuple[str, str] | None:
+        """The repeat-detection key: tool name and its canonical (sorted-key) arguments."""
+        if self.kind != "tool" or self.tool is None:
+            return None
+        return (self.tool, canonical_json(self.args or {}))
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=False)
+
+
+def parse_action(output: object) -> Action:
+    """Turn whatever the model returned into an `Action`."""
+    if not isinstance(output, Mapping):
+        return _invalid(output, f"model output must be a dict, got {type(output).__name__}")
+    usage = parse_usage(output.get("usage", 0))
+    if isinstance(usage, str):
+        return _invalid(output, usage)
+    tokens, cost = usage
+    kind = output.get("type")
+    if kind == "final":
+        if "content" not in output:
+            return _invalid(output, "a final action needs 'content'", tokens, cost)
+        return Action("final", content=output["content"], tokens=tokens, cost=cost)
+    if kind != "tool":
+        return _invalid(output, f"'type' must be 'final' or 'tool', got {kind!r}", tokens, cost)
+    name = output.get("name")
+    if not isinstance(name, str):
+        return _invalid(output, f"tool 'name' must be a string, got {name!r}", tokens, cost)
+    args = output.get("args", {})
+    if not isinstance(args, Mapping) or not all(isinstance(key, str) for key in args):
+        return _invalid(output, "tool 'args' must be a JSON object", tokens, cost, name)
+    try:
+        # Round-tripping rejects NaN, infinities and values JSON cannot carry, and gives the
+        # tool exactly what a journal would give it back after a crash.
+        plain_args = json.loads(canonical_json(dict(args)))
+    except (TypeError, ValueError) as exc:
+        return _invalid(output, f"tool 'args' are not valid JSON: {exc}", tokens, cost, name)
+    return Action("tool", tool=name, args=plain_args, tokens=tokens, cost=cost)
+
+
+def parse_usage(usage: object) -> tuple[int, float] | str:
+    """`usage` is an int of tokens or a mapping with tokens and cost; else an error text."""
+    if usage is None:
+        return (0, 0.0)
+    if isinstance(usage, Mapping):
+        if "tokens" in usage:
+            tokens: object = usage["tokens"]
+        else:
+            tokens = _number(usage.get("input_tokens", 0)) + _number(usage.get("output_tokens", 0))
+        cost = usage.get("cost", 0.0)
+        if not _is_amount(tokens) or not _is_amount(cost):
+            return f"usage must hold non-negative numbers, got {dict(usage)!r}"
+        return (int(tokens), float(cost))  # type: ignore[arg-type]
+    if not _is_amount(usage):
+        return f"usage must be a non-negative number of tokens, got {usage!r}"
+    return (int(usage), 0.0)  # type: ignore[call-overload]
+
+
+def _number(value: object) -> float:
+    return float(value) if _is_amount(value) else math.nan  # type: ignore[arg-type]
+
+
+def _is_amount(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
+
+
+def _invalid(
+    output: object, error: str, tokens: int = 0, cost: float = 0.0, tool: str | None = None
+) -> Action:
+    raw = repr(output)
+    if len(raw) > _RAW_LIMIT:
+        raw = raw[:_RAW_LIMIT] + "..."
+    return Action("invalid", tool=tool, tokens=tokens, cost=cost, error=error, raw=raw)

@@ -1,0 +1,81 @@
+"""Stop reasons and the limits that produce them: one enum, one place."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class StopReason(StrEnum):
+    """Why a run stopped. Compares equal to the plain strings of seed 000."""
+
+    FINAL = "final"  # the model gave its answer
+    MAX_STEPS = "max_steps"  # the step cap was reached (or the scripted moves ran out)
+    TOKEN_BUDGET = "token_budget"  # the tokens spent went over max_tokens
+    REPEATED_CALL = "repeated_call"  # same tool, same args, more than max_repeats times
+    TOOL_ERRORS = "tool_errors"  # more than max_consecutive_errors failed steps in a row
+    TIME_BUDGET = "time_budget"  # the wall-clock deadline passed
+    COST_BUDGET = "cost_budget"  # the cost spent went over max_cost
+    CANCELLED = "cancelled"  # somebody asked the run to stop
+    MODEL_ERROR = "model_error"  # the model kept raising after its retries
+    CRASH_LOOP = "crash_loop"  # the run kept killing its worker and was given up
+
+
+# The budgets a wrap-up call may soften: the run is out of room, not misbehaving.
+WRAP_UP_REASONS = frozenset(
+    {StopReason.MAX_STEPS, StopReason.TOKEN_BUDGET, StopReason.COST_BUDGET, StopReason.TIME_BUDGET}
+)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Every limit of a run. `None` means unlimited where a limit is optional."""
+
+    max_steps: int = 8
+    max_tokens: int | None = 10_000
+    max_consecutive_errors: int | None = 2
+    max_repeats: int | None = 2
+    max_seconds: float | None = None
+    max_cost: float | None = None
+    model_retries: int = 2
+    retry_backoff: float = 0.5
+    tool_timeout: float | None = None
+    wrap_up: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("max_steps", self.max_steps, allow_none=False)
+        _check_int("max_tokens", self.max_tokens)
+        _check_int("max_consecutive_errors", self.max_consecutive_errors)
+        _check_int("max_repeats", self.max_repeats)
+        _check_int("model_retries", self.model_retries, allow_none=False)
+        _check_number("max_seconds", self.max_seconds)
+        _check_number("max_cost", self.max_cost)
+        _check_number("retry_backoff", self.retry_backoff, allow_none=False)
+        _check_number("tool_timeout", self.tool_timeout, positive=True)
+        if not isinstance(self.wrap_up, bool):
+            raise ValueError(f"wrap_up must be True or False, not {self.wrap_up!r}")
+
+    def as_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def _check_int(name: str, value: object, *, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be a whole number, not {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative, got {value}")
+
+
+def _check_number(
+    name: str, value: object, *, allow_none: bool = True, positive: bool = False
+) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, not {value!r}")
+    if math.isnan(value) or value < 0 or (positive and value == 0):
+        bound = "greater than zero" if positive else "zero or more"
+        raise ValueError(f"{name} must be {bound}, got {value}")

@@ -1,0 +1,39 @@
+"""The one exception family runner raises, each with a message a user can act on."""
+
+from __future__ import annotations
+
+
+class RunnerError(Exception):
+    """Base class of every error runner raises on purpose."""
+
+
+class RunNotFound(RunnerError):
+    """No run has this id (or no run id starts with this prefix)."""
+
+
+class AmbiguousRunId(RunnerError):
+    """A run id prefix matches more than one run."""
+
+
+class LeaseLost(RunnerError):
+    """Another worker claimed the run: this worker must stop writing at once."""
+
+
+class LeaseHeld(RunnerError):
+    """The run is being executed by a live worker."""
+
+
+class ReplayMismatch(RunnerError):
+    """The journal holds something other than what the loop expects at this point."""
+
+
+class AgentLoadError(RunnerError):
+    """An agent reference (`module:attr` or `path.py:attr`) cannot be loaded."""
+
+
+class SchemaOutOfDate(RunnerError):
+    """The database is not migrated to the revision this runner needs."""
+
+
+class DatabaseUnavailable(RunnerError):
+    """The database cannot be reached or opened."""

@@ -1,0 +1,136 @@
+"""The journal protocol the loop writes through, and the in-memory journal of `run_agent`.
+
+The loop records every decision as an `Entry` before it acts on it. A durable journal
+(`runner.store`) commits each `append` in one transaction; the memory journal keeps a list.
+On resume the loop replays `recorded()` instead of asking the model or re-running tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from runner.budgets import StopReason
+from runner.ids import new_run_id
+
+
+class EntryKind(StrEnum):
+    """What a journal row records."""
+
+    TASK = "task"  # the user's task: the transcript's first message
+    ACTION = "action"  # a tool call (or malformed output) that entered the transcript
+    OBSERVATION = "observation"  # a tool's result, or the error the model is shown
+    FINAL = "final"  # the model's answer
+    REFUSED = "refused"  # an action a stop rule refused: kept for audit, not in the transcript
+    WRAP_UP = "wrap_up"  # the note asking the model to answer now, its budget spent
+
+
+@dataclass(frozen=True)
+class Counters:
+    """A run's running totals, stored with every entry."""
+
+    steps: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    error_streak: int = 0
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: EntryKind
+    step: int
+    counters: Counters
+    content: Any = None  # task, answer, observation text, or the repr of malformed output
+    action_type: str | None = None  # final / tool / invalid, on action-position entries
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    is_error: bool = False
+    error: str | None = None  # why an action was malformed
+    idempotency_key: str | None = None
+    attempt: int = 1
+    tokens: int = 0  # what this model call reported spending
+    cost: float = 0.0
+
+    def message(self) -> dict[str, Any] | None:
+        """This entry as a transcript message (seed 000's shapes), or None if not shown."""
+        if self.kind in (EntryKind.TASK, EntryKind.WRAP_UP):
+            return {"role": "user", "content": self.content}
+        if self.kind is EntryKind.FINAL:
+            return {"role": "assistant", "content": self.content}
+        if self.kind is EntryKind.ACTION:
+            if self.action_type == "invalid":
+                return {"role": "assistant", "invalid": self.content}
+            return {"role": "assistant", "tool": self.tool, "args": self.args}
+        if self.kind is EntryKind.OBSERVATION:
+            return {
+                "role": "tool",
+                "name": self.tool,
+                "content": self.content,
+                "is_error": self.is_error,
+            }
+        return None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """How a run ended."""
+
+    reason: StopReason
+    output: Any = None
+    error: str | None = None
+    wrapped_up: bool = False
+
+
+class Journal(Protocol):
+    """Where the loop records a run. Every `append` is durable before the loop goes on."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    def recorded(self) -> Sequence[Entry]:
+        """Entries written before this process took the run over (empty for a new run)."""
+        ...
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        """Record `entry`; with `stop`, end the run in the same transaction."""
+        ...
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        """End the run without a new entry (cancelled, out of time, model error)."""
+        ...
+
+    def cancel_requested(self) -> bool:
+        """Whether somebody asked this run to stop (checked before each model call)."""
+        ...
+
+    def attempt(self, action: Entry) -> int:
+        """Which attempt re-running the pending call of `action` would be (2 or more)."""
+        ...
+
+
+@dataclass
+class MemoryJournal:
+    """The journal of `run_agent`: nothing survives the process, nothing is replayed."""
+
+    run_id: str = field(default_factory=new_run_id)
+    entries: list[Entry] = field(default_factory=list)
+    stop: Stop | None = None
+
+    def recorded(self) -> Sequence[Entry]:
+        return ()
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        self.entries.append(entry)
+        if stop is not None:
+            self.stop = stop
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        self.stop = stop
+
+    def cancel_requested(self) -> bool:
+        return False
+
+    def attempt(self, action: Entry) -> int:
+        return 2

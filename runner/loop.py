@@ -1,0 +1,453 @@
+"""The step machine: the one loop that every run, in memory or durable, goes through.
+
+For step n: check cancellation and the deadline, take the model's action (from the journal
+when a crash came after it was recorded, else from the model), record it, apply the stop
+rules in seed 000's order (tokens, cost, final, repeats), run the tool unless its outcome is
+recorded, record the observation, then apply the error-streak and step-cap rules.
+This module knows nothing of storage: it talks to a `Journal`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from runner.actions import Action, parse_action
+from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
+from runner.calls import CallTimedOut, invoke
+from runner.errors import ReplayMismatch
+from runner.journal import Counters, Entry, EntryKind, Journal, Stop
+from runner.result import AgentResult
+from runner.tools import (
+    KEY_PARAMETER,
+    NOT_APPLIED,
+    Tool,
+    ToolCall,
+    reset_current_call,
+    set_current_call,
+)
+
+Model = Callable[[list[dict[str, Any]]], Any]
+Cancel = Callable[[], bool] | threading.Event
+
+WRAP_UP_NOTE = (
+    "Your {budget} budget is spent. Do not call any more tools: "
+    'reply now with {{"type": "final", "content": ...}} holding your best answer.'
+)
+# A wrap-up call gets this long when the clock itself is what ran out.
+WRAP_UP_SECONDS = 30.0
+
+
+class _ModelFailed(Exception):
+    pass
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+@dataclass
+class _Replay:
+    """A cursor over the entries a previous process recorded."""
+
+    entries: Sequence[Entry]
+    position: int = 0
+
+    def take(self, step: int, kinds: tuple[EntryKind, ...]) -> Entry | None:
+        if self.position >= len(self.entries):
+            return None
+        entry = self.entries[self.position]
+        if entry.step != step or entry.kind not in kinds:
+            expected = "/".join(kinds)
+            raise ReplayMismatch(
+                f"journal entry {self.position} is {entry.kind} of step {entry.step}, "
+                f"but the loop expected {expected} of step {step}: the agent's budgets or "
+                "code changed since the run started"
+            )
+        self.position += 1
+        return entry
+
+
+def drive(
+    model: Model,
+    tools: Mapping[str, Tool],
+    task: str,
+    budgets: Budgets,
+    journal: Journal,
+    *,
+    deadline: float | None = None,
+    cancel: Cancel | None = None,
+) -> AgentResult:
+    """Run (or resume) one agent loop to its stop, recording everything in `journal`."""
+    return _Loop(model, tools, task, budgets, journal, deadline, cancel).run()
+
+
+class _Loop:
+    def __init__(
+        self,
+        model: Model,
+        tools: Mapping[str, Tool],
+        task: str,
+        budgets: Budgets,
+        journal: Journal,
+        deadline: float | None,
+        cancel: Cancel | None,
+    ) -> None:
+        self.model = model
+        self.tools = tools
+        self.task = task
+        self.budgets = budgets
+        self.journal = journal
+        self.deadline = deadline
+        self.cancel = cancel
+        self.replay = _Replay(journal.recorded())
+        self.transcript: list[dict[str, Any]] = []
+        self.counters = Counters()
+        self.calls: Counter[tuple[str, str]] = Counter()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> AgentResult:
+        if self.replay.take(0, (EntryKind.TASK,)) is None:
+            self.journal.append(Entry(EntryKind.TASK, 0, self.counters, content=self.task))
+        self.transcript.append({"role": "user", "content": self.task})
+        for step in range(1, self.budgets.max_steps + 1):
+            stop = self.step(step)
+            if stop is not None:
+                return self.result(stop)
+        # Only reached with max_steps == 0: a zero cap takes zero steps.
+        return self.end(StopReason.MAX_STEPS)
+
+    def step(self, step: int) -> Stop | None:
+        recorded = self.replay.take(
+            step, (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED)
+        )
+        if recorded is not None:
+            action = _action_of(recorded)
+        else:
+            early = self.check_before_model()
+            if early is not None:
+                return self.stop_now(early)
+            try:
+                action = parse_action(self.ask_model())
+            except _OutOfTime:
+                return self.stop_now(StopReason.TIME_BUDGET)
+            except _ModelFailed as failure:
+                return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
+
+        c = self.counters
+        counters = replace(c, steps=step, tokens=c.tokens + action.tokens, cost=c.cost + action.cost)
+        self.counters = counters
+        signature = action.signature
+        if signature is not None:
+            self.calls[signature] += 1
+        b = self.budgets
+
+        # The stop rules, in seed 000's order.
+        reason: StopReason | None = None
+        if b.max_tokens is not None and counters.tokens > b.max_tokens:
+            reason = StopReason.TOKEN_BUDGET
+        elif b.max_cost is not None and counters.cost > b.max_cost:
+            reason = StopReason.COST_BUDGET
+        elif action.kind == "final":
+            reason = StopReason.FINAL
+        elif signature is not None and b.max_repeats is not None:
+            if self.calls[signature] > b.max_repeats:
+                reason = StopReason.REPEATED_CALL
+
+        if reason is StopReason.FINAL:
+            entry = _action_entry(EntryKind.FINAL, step, counters, action)
+            stop = Stop(reason, output=action.content)
+            self.record(recorded, entry, stop)
+            self.show(entry)
+            return stop
+        if reason is not None:
+            entry = _action_entry(EntryKind.REFUSED, step, counters, action)
+            return self.stop_after(recorded, entry, reason)
+
+        key = f"{self.journal.run_id}-{step}"
+        entry = _action_entry(EntryKind.ACTION, step, counters, action, key=key)
+        self.record(recorded, entry, None)
+        self.show(entry)
+
+        observed = self.replay.take(step, (EntryKind.OBSERVATION,))
+        fresh = observed is None
+        if observed is None:
+            observed = self.observe(entry, action, pending=recorded is not None)
+        self.counters = observed.counters
+        reason = self.reason_after(observed)
+        if fresh:
+            # The stop (if any) is written with the observation: one commit for the step.
+            self.journal.append(observed, None if self.wraps_up(reason) else _stop_of(reason))
+        self.show(observed)
+        if reason is None:
+            return None
+        return self.wrap_up(reason) if self.wraps_up(reason) else Stop(reason)
+
+    def reason_after(self, observed: Entry) -> StopReason | None:
+        limit = self.budgets.max_consecutive_errors
+        if limit is not None and observed.counters.error_streak > limit:
+            return StopReason.TOOL_ERRORS
+        if observed.step == self.budgets.max_steps:
+            return StopReason.MAX_STEPS
+        return None
+
+    def wraps_up(self, reason: StopReason | None) -> bool:
+        return self.budgets.wrap_up and reason in WRAP_UP_REASONS
+
+    # -- the model ------------------------------------------------------------------------
+
+    def check_before_model(self) -> StopReason | None:
+        if self.cancelled():
+            return StopReason.CANCELLED
+        if self.deadline is not None and time.time() >= self.deadline:
+            return StopReason.TIME_BUDGET
+        return None
+
+    def cancelled(self) -> bool:
+        if isinstance(self.cancel, threading.Event):
+            if self.cancel.is_set():
+                return True
+        elif self.cancel is not None and self.cancel():
+            return True
+        return self.journal.cancel_requested()
+
+    def ask_model(self) -> Any:
+        """Call the model, retrying exceptions with backoff; never past the deadline."""
+        last: Exception | None = None
+        for attempt in range(self.budgets.model_retries + 1):
+            if attempt:
+                pause = self.budgets.retry_backoff * 2 ** (attempt - 1)
+                remaining = self.remaining()
+                if remaining is not None and remaining <= pause:
+                    raise _OutOfTime
+                time.sleep(pause)
+            remaining = self.remaining()
+            if remaining is not None and remaining <= 0:
+                raise _OutOfTime
+            try:
+                return invoke(self.model, (self.transcript,), {}, remaining)
+            except CallTimedOut:
+                raise _OutOfTime from None
+            except Exception as exc:
+                last = exc
+        raise _ModelFailed(_describe(last))
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.time()
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def observe(self, entry: Entry, action: Action, *, pending: bool) -> Entry:
+        """Run the tool (or settle a call a crash left pending) and record what it gave."""
+        attempt = 1
+        if action.kind == "invalid":
+            content, is_error = f"InvalidAction: {action.error}", True
+        elif pending and action.tool in self.tools:
+            attempt = self.journal.attempt(entry)
+            content, is_error, attempt = self.settle(entry, attempt)
+        else:
+            content, is_error = self.call_tool(entry, attempt)
+        c = self.counters
+        counters = replace(c, error_streak=c.error_streak + 1 if is_error else 0)
+        return Entry(
+            EntryKind.OBSERVATION,
+            entry.step,
+            counters,
+            content=content,
+            tool=action.tool,
+            is_error=is_error,
+            idempotency_key=entry.idempotency_key,
+            attempt=attempt,
+        )
+        return observed
+
+    def settle(self, entry: Entry, attempt: int) -> tuple[str, bool, int]:
+        """A crash left this call's outcome unknown: each tool says how to settle that."""
+        assert entry.tool is not None and entry.idempotency_key is not None
+        tool = self.tools[entry.tool]
+        if tool.reconcile is not None:
+            try:
+                outcome = tool.reconcile(entry.idempotency_key, dict(entry.args or {}))
+            except Exception as exc:
+                return (
+                    f"OutcomeUnknown: {entry.tool} was interrupted by a crash and its "
+                    f"reconcile hook failed ({_describe(exc)}); it may or may not have "
+                    "taken effect",
+                    True,
+                    attempt,
+                )
+            if outcome is not NOT_APPLIED:
+                return str(outcome), False, attempt
+            return (*self.call_tool(entry, attempt), attempt)
+        if tool.retry_safe:
+            return (*self.call_tool(entry, attempt), attempt)
+        return (
+            f"OutcomeUnknown: {entry.tool} was interrupted by a crash (key "
+            f"{entry.idempotency_key}); it may or may not have taken effect. Check before "
+            "calling it again.",
+            True,
+            attempt,
+        )
+
+    def call_tool(self, entry: Entry, attempt: int) -> tuple[str, bool]:
+        name, key = entry.tool, entry.idempotency_key
+        assert name is not None and key is not None
+        tool = self.tools.get(name)
+        if tool is None:
+            return f"LookupError: unknown tool {name}", True
+        kwargs = dict(entry.args or {})
+        if tool.takes_key:
+            if KEY_PARAMETER in kwargs:
+                return f"ValueError: {KEY_PARAMETER} is set by the runner, not the model", True
+            kwargs[KEY_PARAMETER] = key
+        limit = tool.timeout if tool.timeout is not None else self.budgets.tool_timeout
+        remaining = self.remaining()
+        by_deadline = remaining is not None and (limit is None or remaining < limit)
+        if by_deadline:
+            limit = remaining
+        if limit is not None and limit <= 0:
+            return f"TimeoutError: no time left in the run's budget to call {name}", True
+        token = set_current_call(ToolCall(self.journal.run_id, entry.step, attempt, key))
+        try:
+            return str(invoke(tool.fn, (), kwargs, limit)), False
+        except CallTimedOut:
+            if by_deadline:
+                return f"TimeoutError: {name} was still running at the run's deadline", True
+            return f"TimeoutError: {name} took longer than {limit:g}s", True
+        except Exception as exc:
+            return _describe(exc), True
+        finally:
+            reset_current_call(token)
+
+    # -- recording and stopping -----------------------------------------------------------
+
+    def record(self, recorded: Entry | None, entry: Entry, stop: Stop | None) -> None:
+        if recorded is None:
+            self.journal.append(entry, stop)
+        elif recorded.kind != entry.kind:
+            raise ReplayMismatch(
+                f"step {entry.step} was recorded as {recorded.kind} but now decides "
+                f"{entry.kind}: the agent's budgets or code changed since the run started"
+            )
+
+    def show(self, entry: Entry) -> None:
+        message = entry.message()
+        if message is not None:
+            self.transcript.append(message)
+
+    def stop_after(self, recorded: Entry | None, entry: Entry, reason: StopReason) -> Stop:
+        """Record a refused action and stop for `reason`, after a wrap-up if one is wanted."""
+        if self.wraps_up(reason):
+            self.record(recorded, entry, None)
+            return self.wrap_up(reason)
+        stop = Stop(reason)
+        self.record(recorded, entry, stop)
+        return stop
+
+    def stop_now(self, reason: StopReason, *, error: str | None = None) -> Stop:
+        """Stop before asking the model (cancelled, out of time, the model failing)."""
+        if self.wraps_up(reason):
+            return self.wrap_up(reason)
+        stop = Stop(reason, error=error)
+        self.journal.finish(stop, self.counters)
+        return stop
+
+    def end(self, reason: StopReason) -> AgentResult:
+        return self.result(self.stop_now(reason))
+
+    def wrap_up(self, reason: StopReason) -> Stop:
+        """One last model call, told that the budget is spent and it must answer now."""
+        step = self.counters.steps
+        note = self.replay.take(step, (EntryKind.WRAP_UP,))
+        if note is None:
+            note = Entry(
+                EntryKind.WRAP_UP, step, self.counters, content=WRAP_UP_NOTE.format(budget=reason)
+            )
+            self.journal.append(note)
+        self.show(note)
+        answer = self.replay.take(step, (EntryKind.FINAL, EntryKind.REFUSED))
+        if answer is None:
+            try:
+                limit = WRAP_UP_SECONDS if reason is StopReason.TIME_BUDGET else self.remaining()
+                if limit is not None and limit <= 0:
+                    limit = WRAP_UP_SECONDS
+                action = parse_action(invoke(self.model, (self.transcript,), {}, limit))
+            except Exception as exc:  # the run is over either way: keep the budget's reason
+                action = Action("invalid", error=_describe(exc))
+            c = self.counters
+            counters = replace(c, tokens=c.tokens + action.tokens, cost=c.cost + action.cost)
+            kind = EntryKind.FINAL if action.kind == "final" else EntryKind.REFUSED
+            answer = _action_entry(kind, step, counters, action)
+            wrapped = Stop(reason, output=action.content, wrapped_up=True)
+            self.journal.append(answer, wrapped if kind is EntryKind.FINAL else Stop(reason))
+        self.counters = answer.counters
+        if answer.kind is EntryKind.FINAL:
+            self.show(answer)
+            return Stop(reason, output=answer.content, wrapped_up=True)
+        return Stop(reason)
+
+    def result(self, stop: Stop) -> AgentResult:
+        c = self.counters
+        steps = self.budgets.max_steps if stop.reason is StopReason.MAX_STEPS else c.steps
+        return AgentResult(
+            stop_reason=stop.reason,
+            output=stop.output,
+            steps=steps,
+            transcript=self.transcript,
+            tokens=c.tokens,
+            cost=c.cost,
+            error=stop.error,
+            wrapped_up=stop.wrapped_up,
+            run_id=self.journal.run_id,
+        )
+
+
+def _action_entry(
+    kind: EntryKind, step: int, counters: Counters, action: Action, *, key: str | None = None
+) -> Entry:
+    content = action.content if action.kind == "final" else action.raw
+    return Entry(
+        kind,
+        step,
+        counters,
+        content=content,
+        action_type=action.kind,
+        tool=action.tool,
+        args=action.args,
+        is_error=action.kind == "invalid",
+        error=action.error,
+        idempotency_key=key if action.kind == "tool" else None,
+        tokens=action.tokens,
+        cost=action.cost,
+    )
+
+
+def _stop_of(reason: StopReason | None) -> Stop | None:
+    return None if reason is None else Stop(reason)
+
+
+def _action_of(entry: Entry) -> Action:
+    """The action a recorded entry holds, as the model first gave it."""
+    if entry.action_type == "final":
+        return Action("final", content=entry.content, tokens=entry.tokens, cost=entry.cost)
+    if entry.action_type == "tool":
+        return Action(
+            "tool", tool=entry.tool, args=entry.args, tokens=entry.tokens, cost=entry.cost
+        )
+    return Action(
+        "invalid",
+        tool=entry.tool,
+        error=entry.error,
+        raw=entry.content,
+        tokens=entry.tokens,
+        cost=entry.cost,
+    )
+
+
+def _describe(exc: BaseException | None) -> str:
+    return "unknown error" if exc is None else f"{type(exc).__name__}: {exc}"

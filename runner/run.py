@@ -1,0 +1,58 @@
+"""`run_agent`: seed 000's contract, on the one step machine with an in-memory journal."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from runner.budgets import Budgets
+from runner.journal import MemoryJournal
+from runner.loop import Cancel, Model, drive
+from runner.result import AgentResult
+from runner.tools import as_tools
+
+
+def run_agent(
+    model: Model,
+    tools: Mapping[str, Callable[..., Any]],
+    task: str,
+    max_steps: int = 8,
+    max_tokens: int | None = 10_000,
+    max_consecutive_errors: int | None = 2,
+    max_repeats: int | None = 2,
+    *,
+    max_seconds: float | None = None,
+    max_cost: float | None = None,
+    cancel: Cancel | None = None,
+    model_retries: int = 2,
+    retry_backoff: float = 0.5,
+    tool_timeout: float | None = None,
+    wrap_up: bool = False,
+) -> AgentResult:
+    """Run an agent loop in memory until it stops, and say why it stopped.
+
+    `model(transcript)` returns `{"type": "final", "content": ...}` or
+    `{"type": "tool", "name": ..., "args": {...}}`, optionally with `usage` (an int of tokens,
+    or a mapping with `tokens` and `cost`). Tool exceptions and malformed model output become
+    error observations. Budgets that are `None` are unlimited; invalid ones raise ValueError
+    before anything runs.
+    """
+    budgets = Budgets(
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_consecutive_errors=max_consecutive_errors,
+        max_repeats=max_repeats,
+        max_seconds=max_seconds,
+        max_cost=max_cost,
+        model_retries=model_retries,
+        retry_backoff=retry_backoff,
+        tool_timeout=tool_timeout,
+        wrap_up=wrap_up,
+    )
+    if not isinstance(task, str):
+        raise ValueError(f"task must be a string, not {type(task).__name__}")
+    deadline = None if max_seconds is None else time.time() + max_seconds
+    return drive(
+        model, as_tools(tools), task, budgets, MemoryJournal(), deadline=deadline, cancel=cancel
+    )
