@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class StopReason(StrEnum):
@@ -56,7 +57,7 @@ class Budgets:
         if not isinstance(self.wrap_up, bool):
             raise ValueError(f"wrap_up must be True or False, not {self.wrap_up!r}")
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 

@@ -12,7 +12,7 @@ from runner.budgets import StopReason
 class AgentResult:
     """How a run ended. The first four fields are seed 000's, in its order."""
 
-    stop_reason: StopReason
+    stop_reason: StopReason | None  # None only for a durable run that has not stopped yet
     output: Any
     steps: int
     transcript: list[dict[str, Any]] = field(default_factory=list)
@@ -21,3 +21,4 @@ class AgentResult:
     error: str | None = None  # the model's last exception text on a `model_error` stop
     wrapped_up: bool = False  # the output came from the opt-in last call after a budget stop
     run_id: str | None = None
+    status: str = "finished"  # a durable run read before it stopped: "queued" or "running"

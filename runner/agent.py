@@ -1,0 +1,120 @@
+"""Agents that a new process can rebuild from a reference: `module:attr` or `path.py:attr`."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from runner.budgets import Budgets
+from runner.errors import AgentLoadError
+from runner.loop import Model
+from runner.tools import Tool, as_tools
+
+
+class Agent:
+    """A model, its tools and its budgets, with a name and a release for the history."""
+
+    def __init__(
+        self,
+        model: Model,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        name: str | None = None,
+        release: str | None = None,
+        ref: str | None = None,
+        **budgets: Any,
+    ) -> None:
+        if not callable(model):
+            raise ValueError("an Agent's model must be callable")
+        self.model = model
+        self.tools: dict[str, Tool] = as_tools(tools or {})
+        self.name = name
+        self.release = release
+        self.budgets = with_budgets(budgets)
+        self.ref = ref
+        # Where the agent was made, so `reference()` can find the attribute holding it.
+        self._module: str | None = sys._getframe(1).f_globals.get("__name__")
+
+    def reference(self) -> str | None:
+        """How another process finds this agent: given, or the module attribute holding it."""
+        if self.ref is not None:
+            return self.ref
+        module = sys.modules.get(self._module or "")
+        if module is None:
+            return None
+        for attr, value in vars(module).items():
+            if value is self:
+                if self._module == "__main__" or self._module.startswith("runner_agent_file_"):
+                    path = getattr(module, "__file__", None)
+                    return f"{Path(path).resolve()}:{attr}" if path else None
+                return f"{self._module}:{attr}"
+        return None
+
+
+def with_budgets(overrides: Mapping[str, Any], base: Budgets | None = None) -> Budgets:
+    """`base` (or the defaults) with `overrides` applied; unknown names are a ValueError."""
+    fields = (base or Budgets()).as_dict()
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown budget {', '.join(unknown)}; known: {', '.join(fields)}")
+    fields.update(overrides)
+    return Budgets(**fields)
+
+
+def load_agent(ref: str) -> Agent:
+    """Import the Agent (or the zero-argument factory of one) that `ref` names."""
+    where, colon, attr = ref.rpartition(":")
+    if not colon or not where or not attr:
+        raise AgentLoadError(f"agent reference {ref!r} must look like module:attr or file.py:attr")
+    is_file = where.endswith(".py") or "/" in where
+    module = _load_file(where) if is_file else _import(where)
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise AgentLoadError(f"{where} has no attribute {attr!r}") from None
+    if not isinstance(value, Agent) and callable(value):
+        try:
+            value = value()
+        except Exception as exc:
+            raise AgentLoadError(f"{ref}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(value, Agent):
+        raise AgentLoadError(f"{ref} is a {type(value).__name__}, not a runner.Agent")
+    if value.ref is None:
+        # A file is recorded by its absolute path: a resume from another folder finds it.
+        value.ref = f"{Path(where).resolve()}:{attr}" if is_file else ref
+    return value
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise AgentLoadError(f"no module named {name!r} (is it on PYTHONPATH?)") from None
+        raise AgentLoadError(f"importing {name} failed: {exc}") from None
+    except Exception as exc:
+        raise AgentLoadError(f"importing {name} failed: {type(exc).__name__}: {exc}") from None
+
+
+def _load_file(path_text: str) -> Any:
+    path = Path(path_text).resolve()
+    if not path.is_file():
+        raise AgentLoadError(f"no such agent file: {path_text}")
+    name = "runner_agent_file_" + "".join(c if c.isalnum() else "_" for c in str(path))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise AgentLoadError(f"cannot load {path_text} as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise AgentLoadError(f"loading {path_text} failed: {type(exc).__name__}: {exc}") from None
+    return module

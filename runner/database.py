@@ -1,0 +1,180 @@
+"""Opening the database: the URL, the few per-dialect hooks, and the schema revision check.
+
+SQLite (the embedded default) gets WAL, `synchronous=FULL`, a busy timeout and
+`BEGIN IMMEDIATE` for every write transaction; PostgreSQL needs nothing but psycopg 3.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
+
+from runner.errors import DatabaseUnavailable, SchemaOutOfDate
+
+DEFAULT_URL = "sqlite:///runner.db"
+URL_VARIABLE = "RUNNER_DATABASE_URL"
+# `synchronous=FULL` is the default: a commit that survives only a process crash, not a
+# power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
+SYNCHRONOUS_MODES = ("full", "normal")
+BUSY_TIMEOUT_MS = 30_000
+# Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
+DEFERRED = "sqlite_deferred"
+
+
+def resolve_url(url: str | None) -> str:
+    return url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+
+
+def safe_url(url: str | URL) -> str:
+    """The URL with its password hidden, for messages."""
+    try:
+        parsed = url if isinstance(url, URL) else make_url(url)
+    except ArgumentError:
+        return "<unparseable database URL>"
+    return parsed.render_as_string(hide_password=True)
+
+
+def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
+    """An engine for `url` (or RUNNER_DATABASE_URL, or ./runner.db) with runner's hooks."""
+    text = resolve_url(url)
+    try:
+        parsed = make_url(text)
+    except ArgumentError:
+        raise DatabaseUnavailable(f"not a database URL: {safe_url(text)}") from None
+    if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    kwargs: dict[str, Any] = {}
+    if not pool:
+        kwargs["poolclass"] = NullPool
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            return _sqlite_engine(parsed, kwargs)
+        return create_engine(parsed, pool_pre_ping=True, **kwargs)
+    except (ArgumentError, ImportError) as exc:
+        raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
+
+
+def _sqlite_engine(url: URL, kwargs: dict[str, Any]) -> Engine:
+    synchronous = str(url.query.get("synchronous", "full")).lower()
+    if synchronous not in SYNCHRONOUS_MODES:
+        raise DatabaseUnavailable(
+            f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
+        )
+    url = url.difference_update_query(["synchronous"])
+    if url.database and url.database != ":memory:":
+        folder = Path(url.database).parent
+        if not folder.is_dir():
+            raise DatabaseUnavailable(f"no such folder for the SQLite file: {folder}")
+    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control from the sqlite3 module, so BEGIN IMMEDIATE is ours.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(connection: Connection) -> None:
+        # IMMEDIATE takes the write lock up front: two writers never deadlock upgrading a
+        # read lock, and a claim or a fenced write sees the latest committed state.
+        deferred = connection.get_execution_options().get(DEFERRED, False)
+        connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+# -- migrations -----------------------------------------------------------------------------
+
+
+def migrations_folder() -> Path:
+    """Where the Alembic scripts are: in the repo (`migrations/`) or in the installed wheel."""
+    return Path(str(resources.files("runner.migrations")))
+
+
+def alembic_config(url: str) -> Any:
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_folder()))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    config = alembic_config("sqlite://")
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None, "the migrations folder has no head revision"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply the migrations up to `revision` (`runner db upgrade`)."""
+    from alembic import command
+
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    from alembic import command
+
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Check the schema is at head; migrate a brand-new SQLite file, never anything else."""
+    try:
+        current = current_revision(engine)
+        if current is None and is_sqlite(engine) and not inspect(engine).get_table_names():
+            upgrade(engine)
+            return
+    except OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"cannot open {safe_url(engine.url)}: {_first_line(exc)}"
+        ) from None
+    except SQLAlchemyError as exc:
+        raise DatabaseUnavailable(
+            f"cannot read {safe_url(engine.url)}: {_first_line(exc)}"
+        ) from None
+    head = head_revision()
+    if current != head:
+        found = "no runner schema" if current is None else f"schema revision {current}"
+        raise SchemaOutOfDate(
+            f"{safe_url(engine.url)} has {found}, this runner needs {head}: "
+            "run `runner db upgrade` (with the same --db) first"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

@@ -1,0 +1,40 @@
+"""Named fault points: places where a test can have this process SIGKILLed.
+
+Arm with RUNNER_FAULT=name (the first time the point is reached) or name@N (the N-th time).
+Unarmed, a fault point is one set lookup: nothing in production pays for them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = frozenset(
+    {
+        "before_action_commit",
+        "after_action_commit",
+        "during_tool",
+        "after_tool_return",
+        "before_observation_commit",
+        "after_observation_commit",
+        "before_final_commit",
+        "after_final_commit",
+    }
+)
+
+_armed: dict[str, int] = {}
+_spec = os.environ.get("RUNNER_FAULT", "")
+if _spec:
+    _name, _, _count = _spec.partition("@")
+    if _name not in POINTS:
+        raise SystemExit(f"RUNNER_FAULT names no fault point: {_name!r} (known: {sorted(POINTS)})")
+    _armed[_name] = int(_count or 1)
+
+
+def fault(name: str) -> None:
+    """Kill this process right here if a test armed `name` (and it is its turn)."""
+    if name not in _armed:
+        return
+    _armed[name] -= 1
+    if _armed[name] <= 0:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,100 @@
+"""The schema, declared once: Alembic's target metadata and the store's tables.
+
+The schema is a public interface (users query it with plain SQL), so columns are named
+plainly and every status value is explained here and in the README.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+# none_as_null: a Python None is SQL NULL, not the JSON value `null`.
+Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"  # waiting for a worker: new, or released by a worker that shut down
+    RUNNING = "running"  # a worker holds (or held, until its lease expires) the run
+    FINISHED = "finished"  # stopped; stop_reason says why. Never runs again.
+
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(32), primary_key=True, comment="short, time-sortable run id"),
+    Column("agent", Text, nullable=True, comment="agent reference (module:attr, path.py:attr)"),
+    Column("agent_name", String(200), nullable=True, comment="the Agent's name"),
+    Column("release", String(200), nullable=True, comment="the Agent's release label"),
+    Column("task", Text, nullable=False),
+    Column("budgets", Json, nullable=False, comment="the run's budgets, as JSON"),
+    Column("status", String(16), nullable=False, comment="queued, running or finished"),
+    Column("stop_reason", String(32), nullable=True, comment="why a finished run stopped"),
+    Column("output", Text, nullable=True, comment="the answer (JSON text if output_format=json)"),
+    Column("output_format", String(8), nullable=True, comment="text or json"),
+    Column("error", Text, nullable=True, comment="the model's error on model_error, etc."),
+    Column("wrapped_up", Boolean, nullable=False, default=False),
+    Column("steps", Integer, nullable=False, default=0, comment="steps taken (final value)"),
+    Column("tokens", Integer, nullable=False, default=0, comment="tokens spent (final value)"),
+    Column("cost", Float, nullable=False, default=0.0, comment="cost spent (final value)"),
+    Column("resumes", Integer, nullable=False, default=0, comment="takeovers after a crash"),
+    Column("stalled_resumes", Integer, nullable=False, default=0, comment="in a row, no progress"),
+    Column("progress_seq", Integer, nullable=False, default=0, comment="entries at last claim"),
+    Column("deadline", DateTime(timezone=True), nullable=True, comment="wall-clock limit"),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("lease_owner", String(200), nullable=True, comment="host:pid:start of the worker"),
+    Column("lease_epoch", Integer, nullable=False, default=0, comment="fencing token"),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("leased_at", DateTime(timezone=True), nullable=True, comment="when the owner took it"),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Index("ix_runs_status_lease", "status", "lease_expires_at"),
+    Index("ix_runs_created_at", "created_at"),
+    comment="one row per run",
+)
+
+entries = Table(
+    "entries",
+    metadata,
+    Column("run_id", String(32), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False, comment="0, 1, 2, ..."),
+    Column("step", Integer, nullable=False),
+    Column("kind", String(16), nullable=False, comment="task/action/observation/final/..."),
+    Column("role", String(16), nullable=True, comment="user/assistant/tool; NULL if not shown"),
+    Column("content", Text, nullable=True),
+    Column("content_format", String(8), nullable=False, default="text", comment="text or json"),
+    Column("action_type", String(8), nullable=True, comment="final, tool or invalid"),
+    Column("tool", String(200), nullable=True),
+    Column("args", Json, nullable=True),
+    Column("is_error", Boolean, nullable=False, default=False),
+    Column("error", Text, nullable=True, comment="why a model output was invalid"),
+    Column("idempotency_key", String(80), nullable=True),
+    Column("attempt", Integer, nullable=False, default=1),
+    Column("usage_tokens", Integer, nullable=False, default=0, comment="this model call's"),
+    Column("usage_cost", Float, nullable=False, default=0.0, comment="this model call's"),
+    Column("steps", Integer, nullable=False, comment="the run's steps after this entry"),
+    Column("tokens", Integer, nullable=False, comment="the run's tokens after this entry"),
+    Column("cost", Float, nullable=False, comment="the run's cost after this entry"),
+    Column("error_streak", Integer, nullable=False, comment="failed steps in a row"),
+    Column("lease_epoch", Integer, nullable=False, comment="the lease that wrote this entry"),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    comment="the journal: one row per transcript entry, append-only",
+)

@@ -1,0 +1,105 @@
+"""The durable journal: the loop's writes as fenced SQL transactions, plus the heartbeat."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from runner import store
+from runner.errors import LeaseLost
+from runner.faults import fault
+from runner.journal import Counters, Entry, EntryKind, Stop
+
+Observer = Callable[[str, Entry], None]
+
+
+class SqlJournal:
+    """One run's journal while this worker holds its lease (epoch)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        claim: store.Claim,
+        *,
+        lease_seconds: float,
+        observer: Observer | None = None,
+    ) -> None:
+        self.engine = engine
+        self._run_id = claim.run.id
+        self.epoch = claim.epoch
+        self.lease_seconds = lease_seconds
+        self.observer = observer
+        journal = store.load_entries(engine, self._run_id)
+        self._recorded = [entry for entry, _ in journal]
+        self._action_epochs = {
+            entry.step: epoch for entry, epoch in journal if entry.kind is EntryKind.ACTION
+        }
+        self.seq = len(self._recorded)
+        self.lost = threading.Event()
+        self._stop_heartbeat = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    def recorded(self) -> Sequence[Entry]:
+        return self._recorded
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        self._check_lease()
+        name = "final" if entry.kind is EntryKind.FINAL else str(entry.kind)
+        fault(f"before_{name}_commit")
+        store.append_entry(
+            self.engine, self._run_id, self.epoch, self.seq, entry, stop, self.lease_seconds
+        )
+        self.seq += 1
+        # Committed before the tool runs: a crash now leaves a pending call, never a lost one.
+        fault(f"after_{name}_commit")
+        if self.observer is not None:
+            self.observer(self._run_id, entry)
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        self._check_lease()
+        store.finish_run(self.engine, self._run_id, self.epoch, stop, counters)
+
+    def cancel_requested(self) -> bool:
+        self._check_lease()
+        return store.cancel_requested(self.engine, self._run_id, self.epoch)
+
+    def attempt(self, action: Entry) -> int:
+        # Every claim bumps the epoch; each claim since the action was written is one more
+        # attempt at its tool call (the first was made by the worker that wrote it).
+        written_by = self._action_epochs.get(action.step, self.epoch)
+        return max(2, self.epoch - written_by + 1)
+
+    def _check_lease(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLost(f"run {self._run_id} was taken over by another worker")
+
+    # -- heartbeat ------------------------------------------------------------------------
+
+    def __enter__(self) -> SqlJournal:
+        self._heartbeat = threading.Thread(
+            target=self._beat, name=f"runner-heartbeat-{self._run_id}", daemon=True
+        )
+        self._heartbeat.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop_heartbeat.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+
+    def _beat(self) -> None:
+        """Renew the lease during slow model and tool calls, at a third of its length."""
+        while not self._stop_heartbeat.wait(self.lease_seconds / 3):
+            try:
+                if not store.renew_lease(self.engine, self._run_id, self.epoch, self.lease_seconds):
+                    self.lost.set()
+                    return
+            except SQLAlchemyError:
+                continue  # the database is away for a moment: the lease has slack for this
