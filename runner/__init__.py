@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from runner.agent import Agent
 from runner.budgets import Budgets, StopReason
 from runner.errors import (
     AgentLoadError,
@@ -19,8 +22,23 @@ from runner.run import run_agent
 from runner.scripted import agent_loop
 from runner.tools import NOT_APPLIED, Tool, ToolCall, current_call, tool
 
+if TYPE_CHECKING:
+    from runner.durable import Runner
+
+
+def __getattr__(name: str) -> Any:
+    # The durable Runner pulls in SQLAlchemy: import it only when asked for, so that
+    # `run_agent` users (and the loop) never load a database library.
+    if name == "Runner":
+        from runner.durable import Runner
+
+        return Runner
+    raise AttributeError(f"module 'runner' has no attribute {name!r}")
+
+
 __all__ = [
     "NOT_APPLIED",
+    "Agent",
     "AgentLoadError",
     "AgentResult",
     "AmbiguousRunId",
@@ -30,6 +48,7 @@ __all__ = [
     "LeaseLost",
     "ReplayMismatch",
     "RunNotFound",
+    "Runner",
     "RunnerError",
     "SchemaOutOfDate",
     "StopReason",

@@ -77,29 +77,40 @@ def parse_usage(usage: object) -> tuple[int, float] | str:
         return (0, 0.0)
     if isinstance(usage, Mapping):
         if "tokens" in usage:
-            tokens: object = usage["tokens"]
+            tokens = _tokens(usage["tokens"])
         else:
-            tokens = _number(usage.get("input_tokens", 0)) + _number(usage.get("output_tokens", 0))
-        cost = usage.get("cost", 0.0)
-        if not _is_amount(tokens) or not _is_amount(cost):
+            given = _tokens(usage.get("input_tokens", 0))
+            taken = _tokens(usage.get("output_tokens", 0))
+            tokens = None if given is None or taken is None else given + taken
+        cost = _cost(usage.get("cost", 0.0))
+        if tokens is None or cost is None:
             return f"usage must hold non-negative numbers, got {dict(usage)!r}"
-        return (int(tokens), float(cost))  # type: ignore[arg-type]
-    if not _is_amount(usage):
+        return (tokens, cost)
+    tokens = _tokens(usage)
+    if tokens is None:
         return f"usage must be a non-negative number of tokens, got {usage!r}"
-    return (int(usage), 0.0)  # type: ignore[call-overload]
+    return (tokens, 0.0)
 
 
-def _number(value: object) -> float:
-    return float(value) if _is_amount(value) else math.nan  # type: ignore[arg-type]
+def _tokens(value: object) -> int | None:
+    """A token count as the seed takes it (`int(usage)`), or None if it is not an amount."""
+    # An int is never passed through math.isfinite: a huge one would overflow a float,
+    # and the seed simply adds it (then stops for the token budget).
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return int(value)
 
 
-def _is_amount(value: object) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0
-    )
+def _cost(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    try:
+        cost = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return cost if math.isfinite(cost) else None
 
 
 def _invalid(

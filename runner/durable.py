@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from runner import store
@@ -173,6 +173,23 @@ class Runner:
             wrapped_up=run.wrapped_up,
             run_id=run.id,
             status=str(run.status),
+        )
+
+    def row(self, run_id: str) -> store.RunRow:
+        """The run's row as stored (lease holder, timestamps, budgets)."""
+        return store.find_run(self.engine, run_id)
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        stop_reason: str | None = None,
+        release: str | None = None,
+        limit: int = 20,
+    ) -> Sequence[store.RunRow]:
+        """Runs, newest first."""
+        return store.list_runs(
+            self.engine, status=status, stop_reason=stop_reason, release=release, limit=limit
         )
 
     def cancel(self, run_id: str) -> AgentResult:

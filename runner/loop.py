@@ -20,6 +20,7 @@ from runner.actions import Action, parse_action
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
 from runner.errors import ReplayMismatch
+from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
 from runner.result import AgentResult
 from runner.tools import (
@@ -123,9 +124,7 @@ class _Loop:
         return self.end(StopReason.MAX_STEPS)
 
     def step(self, step: int) -> Stop | None:
-        recorded = self.replay.take(
-            step, (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED)
-        )
+        recorded = self.replay.take(step, (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED))
         if recorded is not None:
             action = _action_of(recorded)
         else:
@@ -140,7 +139,9 @@ class _Loop:
                 return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
 
         c = self.counters
-        counters = replace(c, steps=step, tokens=c.tokens + action.tokens, cost=c.cost + action.cost)
+        counters = replace(
+            c, steps=step, tokens=c.tokens + action.tokens, cost=c.cost + action.cost
+        )
         self.counters = counters
         signature = action.signature
         if signature is not None:
@@ -155,9 +156,12 @@ class _Loop:
             reason = StopReason.COST_BUDGET
         elif action.kind == "final":
             reason = StopReason.FINAL
-        elif signature is not None and b.max_repeats is not None:
-            if self.calls[signature] > b.max_repeats:
-                reason = StopReason.REPEATED_CALL
+        elif (
+            signature is not None
+            and b.max_repeats is not None
+            and self.calls[signature] > b.max_repeats
+        ):
+            reason = StopReason.REPEATED_CALL
 
         if reason is StopReason.FINAL:
             entry = _action_entry(EntryKind.FINAL, step, counters, action)
@@ -264,7 +268,6 @@ class _Loop:
             idempotency_key=entry.idempotency_key,
             attempt=attempt,
         )
-        return observed
 
     def settle(self, entry: Entry, attempt: int) -> tuple[str, bool, int]:
         """A crash left this call's outcome unknown: each tool says how to settle that."""
@@ -314,7 +317,9 @@ class _Loop:
             return f"TimeoutError: no time left in the run's budget to call {name}", True
         token = set_current_call(ToolCall(self.journal.run_id, entry.step, attempt, key))
         try:
-            return str(invoke(tool.fn, (), kwargs, limit)), False
+            observation = str(invoke(tool.fn, (), kwargs, limit))
+            fault("after_tool_return")
+            return observation, False
         except CallTimedOut:
             if by_deadline:
                 return f"TimeoutError: {name} was still running at the run's deadline", True

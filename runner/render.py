@@ -1,0 +1,141 @@
+"""How runs look in a terminal and in JSON (for `show`, `list`, `run --json`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from runner.result import AgentResult
+from runner.store import RunRow
+
+_WIDTH = 100  # observation texts are cut to this in the terminal; --json has them whole
+
+
+def run_json(
+    result: AgentResult | None, row: RunRow | None = None, *, transcript: bool = False
+) -> dict[str, Any]:
+    """The machine-readable form of a run."""
+    data: dict[str, Any] = {}
+    if result is not None:
+        data.update(
+            id=result.run_id,
+            status=result.status,
+            stop_reason=result.stop_reason,
+            output=result.output,
+            steps=result.steps,
+            tokens=result.tokens,
+            cost=result.cost,
+            error=result.error,
+            wrapped_up=result.wrapped_up,
+        )
+    if row is not None:
+        if result is None:
+            data.update(
+                id=row.id,
+                status=row.status,
+                stop_reason=row.stop_reason,
+                output=row.output,
+                steps=row.steps,
+                tokens=row.tokens,
+                cost=row.cost,
+                error=row.error,
+                wrapped_up=row.wrapped_up,
+            )
+        data.update(
+            agent=row.agent,
+            agent_name=row.agent_name,
+            release=row.release,
+            task=row.task,
+            budgets=row.budgets,
+            resumes=row.resumes,
+            cancel_requested=row.cancel_requested,
+            worker=row.lease_owner,
+            worker_since=_iso(row.leased_at) if row.lease_owner else None,
+            lease_expires_at=_iso(row.lease_expires_at),
+            created_at=_iso(row.created_at),
+            finished_at=_iso(row.finished_at),
+        )
+    if transcript and result is not None:
+        data["transcript"] = result.transcript
+    return data
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat() if value is not None else None
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _cut(text: str, width: int = _WIDTH) -> str:
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def render_run(result: AgentResult, row: RunRow) -> str:
+    """A readable transcript with the run's header."""
+    lines = [
+        f"run       {row.id}",
+        f"agent     {row.agent or '-'}"
+        + (f"  ({row.agent_name}, release {row.release})" if row.agent_name else ""),
+        f"status    {row.status}" + (f": {row.stop_reason}" if row.stop_reason else ""),
+        f"counters  {result.steps} steps, {result.tokens} tokens, cost {result.cost:g}, "
+        f"{row.resumes} resumes",
+        f"created   {_when(row.created_at)} UTC"
+        + (f", finished {_when(row.finished_at)} UTC" if row.finished_at else ""),
+    ]
+    if row.lease_owner:
+        lines.append(f"worker    {row.lease_owner} since {_when(row.leased_at)} UTC")
+    if row.error:
+        lines.append(f"error     {row.error}")
+    lines.append("")
+    lines.extend(_message_line(message) for message in result.transcript)
+    return "\n".join(lines)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _message_line(message: dict[str, Any]) -> str:
+    role = message["role"]
+    if role == "user":
+        return f"user      {_cut(_text(message['content']))}"
+    if role == "tool":
+        mark = "error" if message["is_error"] else "ok"
+        return f"  <- {message['name']} [{mark}]  {_cut(_text(message['content']))}"
+    if "tool" in message:
+        return f"  -> {message['tool']}({_cut(json.dumps(message['args']), 80)})"
+    if "invalid" in message:
+        return f"  -> (invalid output) {_cut(_text(message['invalid']))}"
+    return f"answer    {_cut(_text(message['content']))}"
+
+
+def runs_table(rows: Sequence[RunRow]) -> str:
+    if not rows:
+        return "no runs"
+    header = ("ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "CREATED", "WORKER")
+    table = [header]
+    for row in rows:
+        worker = f"{row.lease_owner} since {_when(row.leased_at)}" if row.lease_owner else "-"
+        table.append(
+            (
+                row.id,
+                str(row.status),
+                str(row.stop_reason or "-"),
+                str(row.steps),
+                str(row.tokens),
+                row.agent_name or (row.agent or "-"),
+                row.release or "-",
+                _when(row.created_at),
+                worker,
+            )
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in table
+    )

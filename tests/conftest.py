@@ -1,0 +1,98 @@
+"""Shared fixtures: a fresh, migrated database per test, on SQLite and on PostgreSQL.
+
+PostgreSQL tests use RUNNER_TEST_POSTGRES_URL (default: the local server). They skip when
+no server answers, unless RUNNER_REQUIRE_POSTGRES=1 (as in CI), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from runner.database import open_engine, upgrade
+
+POSTGRES_URL = os.environ.get(
+    "RUNNER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REQUIRE_POSTGRES = os.environ.get("RUNNER_REQUIRE_POSTGRES") == "1"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="run long soak and stress tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: opt in with --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def _postgres_admin_url() -> str:
+    return make_url(POSTGRES_URL).render_as_string(hide_password=False)
+
+
+_postgres_checked: bool | None = None
+
+
+def postgres_available() -> bool:
+    global _postgres_checked
+    if _postgres_checked is None:
+        try:
+            engine = create_engine(_postgres_admin_url())
+            with engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+            engine.dispose()
+            _postgres_checked = True
+        except Exception:
+            _postgres_checked = False
+    return _postgres_checked
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A throwaway PostgreSQL database for this test session, migrated to head."""
+    if not postgres_available():
+        if REQUIRE_POSTGRES:
+            pytest.fail(f"PostgreSQL is required but does not answer at {POSTGRES_URL}")
+        pytest.skip("no PostgreSQL server answers (set RUNNER_TEST_POSTGRES_URL)")
+    name = f"runner_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(_postgres_admin_url(), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    engine = open_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty database: a new SQLite file, or the session's PostgreSQL emptied."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'runner.db'}"
+        engine = open_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield url
+        return
+    url = request.getfixturevalue("postgres_database")
+    engine = open_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("TRUNCATE runs, entries CASCADE"))
+    engine.dispose()
+    yield url
