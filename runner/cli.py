@@ -18,6 +18,7 @@ from runner.errors import RunnerError
 from runner.journal import Entry, EntryKind
 from runner.render import render_run, run_json, runs_table
 from runner.result import AgentResult
+from runner.worker import Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -137,6 +138,86 @@ def run(
         click.echo(f"run {chosen}", err=True)
         result = runner.resume(chosen)
     finish(result, as_json)
+
+
+@main.command()
+@click.argument("agent")
+@click.argument("task")
+@budget_options
+@click.option("--id", "run_id", default=None, help="Choose the run id (an existing one is kept).")
+@db_option
+@json_option
+@reports_errors
+def submit(
+    agent: str, task: str, run_id: str | None, url: str | None, as_json: bool, **budgets: Any
+) -> None:
+    """Queue AGENT on TASK for a worker and print the run id."""
+    with Runner(url) as runner:
+        chosen = runner.submit(agent, task, id=run_id, **budgets)
+        row = runner.row(chosen)
+    if as_json:
+        click.echo(json.dumps(run_json(None, row), default=str))
+    else:
+        click.echo(chosen)
+
+
+@main.command()
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs executed at once in this process.",
+)
+@click.option("--once", is_flag=True, help="Drain what is runnable now, then exit.")
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Seconds between looks at an empty queue.",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    help="Lease length in seconds; a heartbeat renews it.",
+)
+@click.option(
+    "--max-resumes",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Takeovers in a row without progress before a run stops with crash_loop.",
+)
+@db_option
+@reports_errors
+def worker(
+    concurrency: int,
+    once: bool,
+    poll: float,
+    lease_seconds: float,
+    max_resumes: int,
+    url: str | None,
+) -> None:
+    """Claim queued runs (and runs whose worker died) and execute them.
+
+    SIGTERM or SIGINT: finish the steps in flight, release the runs, exit 0. A second
+    signal exits at once and leaves the runs to lease expiry.
+    """
+    serving = Worker(
+        url,
+        concurrency=concurrency,
+        poll=poll,
+        lease_seconds=lease_seconds,
+        max_resumes=max_resumes,
+        once=once,
+        log=lambda line: click.echo(line, err=True),
+    )
+    serving.install_signal_handlers()
+    serving.serve()
 
 
 @main.command()

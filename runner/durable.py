@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -140,8 +141,10 @@ class Runner:
             )
         return load_agent(run.agent)
 
-    def execute(self, claim: store.Claim, agent: Agent) -> AgentResult:
-        """Drive a claimed run to its stop with the durable journal."""
+    def execute(
+        self, claim: store.Claim, agent: Agent, *, pause: threading.Event | None = None
+    ) -> AgentResult:
+        """Drive a claimed run to its stop with the durable journal (RunPaused if paused)."""
         run = claim.run
         budgets = Budgets(**run.budgets)
         deadline = run.deadline.timestamp() if run.deadline is not None else None
@@ -149,7 +152,15 @@ class Runner:
             self.engine, claim, lease_seconds=self.lease_seconds, observer=self.observer
         )
         with journal:
-            result = drive(agent.model, agent.tools, run.task, budgets, journal, deadline=deadline)
+            result = drive(
+                agent.model,
+                agent.tools,
+                run.task,
+                budgets,
+                journal,
+                deadline=deadline,
+                pause=pause,
+            )
         result.run_id = run.id
         return result
 

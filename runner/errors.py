@@ -37,3 +37,7 @@ class SchemaOutOfDate(RunnerError):
 
 class DatabaseUnavailable(RunnerError):
     """The database cannot be reached or opened."""
+
+
+class RunPaused(RunnerError):
+    """The run was asked to pause (its worker is shutting down): resume it later."""

@@ -19,7 +19,7 @@ from typing import Any
 from runner.actions import Action, parse_action
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
-from runner.errors import ReplayMismatch
+from runner.errors import ReplayMismatch, RunPaused
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
 from runner.result import AgentResult
@@ -82,9 +82,16 @@ def drive(
     *,
     deadline: float | None = None,
     cancel: Cancel | None = None,
+    pause: threading.Event | None = None,
 ) -> AgentResult:
-    """Run (or resume) one agent loop to its stop, recording everything in `journal`."""
-    return _Loop(model, tools, task, budgets, journal, deadline, cancel).run()
+    """Run (or resume) one agent loop to its stop, recording everything in `journal`.
+
+    When `pause` is set the loop raises RunPaused before its next model call, leaving the
+    run unfinished for a later resume (a worker shutting down gracefully).
+    """
+    loop = _Loop(model, tools, task, budgets, journal, deadline, cancel)
+    loop.pause = pause
+    return loop.run()
 
 
 class _Loop:
@@ -109,6 +116,7 @@ class _Loop:
         self.transcript: list[dict[str, Any]] = []
         self.counters = Counters()
         self.calls: Counter[tuple[str, str]] = Counter()
+        self.pause: threading.Event | None = None
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -206,6 +214,10 @@ class _Loop:
     # -- the model ------------------------------------------------------------------------
 
     def check_before_model(self) -> StopReason | None:
+        if self.pause is not None and self.pause.is_set():
+            raise RunPaused(
+                f"run {self.journal.run_id} paused before step {self.counters.steps + 1}"
+            )
         if self.cancelled():
             return StopReason.CANCELLED
         if self.deadline is not None and time.time() >= self.deadline:

@@ -8,7 +8,7 @@ one transaction, with the run's stop in the same transaction when the entry ends
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -361,15 +361,25 @@ def _take(
 
 
 def claim_next(
-    engine: Engine, *, owner: str, lease_seconds: float, max_resumes: int
+    engine: Engine,
+    *,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    skip_agents: Collection[str] = (),
 ) -> Claim | None:
-    """Take the oldest runnable run: queued, or running under a lease that expired."""
+    """Take the oldest runnable run: queued, or running under a lease that expired.
+
+    `skip_agents` leaves alone the runs of agents this worker cannot load right now.
+    """
     at = now()
     runnable = (runs.c.status == RunStatus.QUEUED) | (
         (runs.c.status == RunStatus.RUNNING)
         & ((runs.c.lease_expires_at.is_(None)) | (runs.c.lease_expires_at < at))
     )
     query = select(runs).where(runnable).order_by(runs.c.created_at, runs.c.id).limit(1)
+    if skip_agents:
+        query = query.where(runs.c.agent.not_in(list(skip_agents)))
     with engine.begin() as connection:
         if connection.dialect.name == "postgresql":
             query = query.with_for_update(skip_locked=True)
@@ -391,8 +401,10 @@ def renew_lease(engine: Engine, run_id: str, epoch: int, lease_seconds: float) -
     return result.rowcount == 1
 
 
-def release_run(engine: Engine, run_id: str, epoch: int) -> None:
-    """Give an unfinished run back to the queue at once (graceful shutdown)."""
+def release_run(engine: Engine, run_id: str, epoch: int, error: str | None = None) -> None:
+    """Give an unfinished run back to the queue at once (graceful shutdown, or an agent
+    that would not load: `error` says why, for `runner show`)."""
+    extra: dict[str, Any] = {} if error is None else {"error": error}
     with engine.begin() as connection:
         connection.execute(
             update(runs)
@@ -406,6 +418,7 @@ def release_run(engine: Engine, run_id: str, epoch: int) -> None:
                 lease_owner=None,
                 lease_expires_at=None,
                 updated_at=now(),
+                **extra,
             )
         )
 

@@ -1,0 +1,194 @@
+"""`runner worker`: a long-running process that claims runs and executes them.
+
+N runs at a time on threads (a run's model and tool calls block for seconds). Claims are
+atomic in the database (SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite), so any
+number of workers on any number of machines can share one queue. A worker that dies leaves
+its leases to expire; the next claimer resumes those runs by the step protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import FrameType
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from runner import store
+from runner.agent import Agent, load_agent
+from runner.database import safe_url
+from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
+from runner.errors import AgentLoadError, LeaseLost, RunnerError, RunPaused
+
+Log = Callable[[str], None]
+
+# Backoff after a database error or an agent that will not load: doubling, capped.
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 30.0
+
+
+class Worker:
+    """Claims runnable runs from one database and executes up to `concurrency` at once."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        concurrency: int = 1,
+        poll: float = 1.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_resumes: int = DEFAULT_MAX_RESUMES,
+        once: bool = False,
+        log: Log | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.runner = Runner(url, lease_seconds=lease_seconds, max_resumes=max_resumes)
+        self.concurrency = concurrency
+        self.poll = poll
+        self.once = once
+        self.log: Log = log or (lambda line: None)
+        # Set by the first SIGTERM/SIGINT: finish the steps in flight, release, exit.
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._active: dict[str, Future[None]] = {}
+        self._agents: dict[str, Agent] = {}
+        self._agent_backoff: dict[str, tuple[float, float]] = {}  # ref -> (until, delay)
+        self._db_backoff = 0.0
+        self.finished = 0
+
+    @property
+    def name(self) -> str:
+        return self.runner.owner
+
+    # -- the serving loop -----------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
+        self.log(f"worker {self.name} serving {safe_url(self.runner.engine.url)}")
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
+            while not self.stopping.is_set():
+                self._reap()
+                claimed = False
+                if len(self._active) < self.concurrency:
+                    claimed = self._claim_into(pool)
+                if claimed:
+                    continue
+                if self.once and not self._active:
+                    break
+                self._wake.clear()
+                self._wake.wait(self._db_backoff or self.poll)
+            # Graceful stop: each run pauses before its next model call and is released.
+            for future in list(self._active.values()):
+                future.result()
+            self._reap()
+        self.runner.close()
+        self.log(f"worker {self.name} stopped after finishing {self.finished} runs")
+
+    def _reap(self) -> None:
+        for run_id, future in list(self._active.items()):
+            if future.done():
+                del self._active[run_id]
+
+    def _claim_into(self, pool: ThreadPoolExecutor) -> bool:
+        now = time.monotonic()
+        skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
+        try:
+            claim = store.claim_next(
+                self.runner.engine,
+                owner=self.name,
+                lease_seconds=self.runner.lease_seconds,
+                max_resumes=self.runner.max_resumes,
+                skip_agents=skip,
+            )
+        except SQLAlchemyError as exc:
+            self._db_backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, self._db_backoff * 2))
+            self.log(f"database error, retrying in {self._db_backoff:g}s: {_first_line(exc)}")
+            return False
+        self._db_backoff = 0.0
+        if claim is None:
+            return False
+        run = claim.run
+        if claim.crash_loop:
+            self.log(f"run {run.id} stopped: crash_loop (it kept killing its workers)")
+            return True
+        future = pool.submit(self._execute, claim)
+        self._active[run.id] = future
+        future.add_done_callback(lambda _: self._wake.set())
+        return True
+
+    # -- one run --------------------------------------------------------------------------
+
+    def _execute(self, claim: store.Claim) -> None:
+        run = claim.run
+        try:
+            agent = self._agent(run.agent, run.id)
+        except AgentLoadError as exc:
+            self._release(claim, f"the worker could not load the agent: {exc}")
+            self.log(f"run {run.id} released: {exc}")
+            return
+        self.log(f"run {run.id} claimed (epoch {claim.epoch}, resumes {run.resumes})")
+        try:
+            result = self.runner.execute(claim, agent, pause=self.stopping)
+        except RunPaused:
+            self._release(claim, None)
+            self.log(f"run {run.id} released for another worker")
+            return
+        except LeaseLost as exc:
+            self.log(f"run {run.id} abandoned: {exc}")
+            return
+        except (RunnerError, SQLAlchemyError) as exc:
+            # The lease expires and another claim resumes the run from its journal.
+            self.log(f"run {run.id} interrupted: {_first_line(exc)}")
+            return
+        except Exception as exc:
+            self.log(f"run {run.id} interrupted by {type(exc).__name__}: {exc}")
+            return
+        self.finished += 1
+        self.log(f"run {run.id} finished: {result.stop_reason} after {result.steps} steps")
+
+    def _agent(self, ref: str | None, run_id: str) -> Agent:
+        if ref is None:
+            raise AgentLoadError(f"run {run_id} has no agent reference a worker can import")
+        agent = self._agents.get(ref)
+        if agent is None:
+            try:
+                agent = load_agent(ref)
+            except AgentLoadError:
+                _, delay = self._agent_backoff.get(ref, (0.0, FIRST_BACKOFF / 2))
+                delay = min(MAX_BACKOFF, delay * 2)
+                self._agent_backoff[ref] = (time.monotonic() + delay, delay)
+                raise
+            self._agent_backoff.pop(ref, None)
+            self._agents[ref] = agent
+        return agent
+
+    def _release(self, claim: store.Claim, error: str | None) -> None:
+        try:
+            store.release_run(self.runner.engine, claim.run.id, claim.epoch, error)
+        except SQLAlchemyError as exc:
+            self.log(f"run {claim.run.id} left to lease expiry: {_first_line(exc)}")
+
+    # -- signals --------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """First SIGTERM/SIGINT: stop gracefully. Second: exit at once (leases expire)."""
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            if self.stopping.is_set():
+                os._exit(128 + signum)
+            self.log(f"worker {self.name}: {signal.Signals(signum).name}, stopping gracefully")
+            self.stopping.set()
+            self._wake.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
