@@ -12,13 +12,16 @@ from functools import cache
 
 
 def _start_time(pid: int) -> str | None:
+    """The process's start time, or None if it does not exist or is a zombie."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
             # The command name (field 2) may hold spaces: split after its closing paren.
             fields = stat.read().rsplit(")", 1)[1].split()
-        return fields[19]  # field 22 of the file: start time in clock ticks since boot
-    except (OSError, IndexError):
+    except OSError:
         return None
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None  # a killed process not yet reaped by its parent is as dead as it gets
+    return fields[19]  # field 22 of the file: start time in clock ticks since boot
 
 
 def this_process() -> str:
