@@ -38,6 +38,11 @@ class SqlJournal:
             entry.step: epoch for entry, epoch in journal if entry.kind is EntryKind.ACTION
         }
         self.seq = len(self._recorded)
+        # Every write reports the run's cancel flag: the loop's check before each model call
+        # costs no query of its own.
+        self._cancel = claim.run.cancel_requested
+        # One connection for the run's writes: no pool checkout (or ping) per step.
+        self.connection = engine.connect()
         self.lost = threading.Event()
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -53,8 +58,8 @@ class SqlJournal:
         self._check_lease()
         name = "final" if entry.kind is EntryKind.FINAL else str(entry.kind)
         fault(f"before_{name}_commit")
-        store.append_entry(
-            self.engine, self._run_id, self.epoch, self.seq, entry, stop, self.lease_seconds
+        self._cancel = store.append_entry(
+            self.connection, self._run_id, self.epoch, self.seq, entry, stop, self.lease_seconds
         )
         self.seq += 1
         # Committed before the tool runs: a crash now leaves a pending call, never a lost one.
@@ -64,11 +69,11 @@ class SqlJournal:
 
     def finish(self, stop: Stop, counters: Counters) -> None:
         self._check_lease()
-        store.finish_run(self.engine, self._run_id, self.epoch, stop, counters)
+        store.finish_run(self.connection, self._run_id, self.epoch, stop, counters)
 
     def cancel_requested(self) -> bool:
         self._check_lease()
-        return store.cancel_requested(self.engine, self._run_id, self.epoch)
+        return self._cancel
 
     def attempt(self, action: Entry) -> int:
         # Every claim bumps the epoch; each claim since the action was written is one more
@@ -93,6 +98,7 @@ class SqlJournal:
         self._stop_heartbeat.set()
         if self._heartbeat is not None:
             self._heartbeat.join()
+        self.connection.close()
 
     def _beat(self) -> None:
         """Renew the lease during slow model and tool calls, at a third of its length."""

@@ -8,7 +8,8 @@ one transaction, with the run's stop in the same transaction when the entry ends
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -423,18 +424,6 @@ def release_run(engine: Engine, run_id: str, epoch: int, error: str | None = Non
         )
 
 
-def cancel_requested(engine: Engine, run_id: str, epoch: int) -> bool:
-    """Whether the run should stop; LeaseLost if another worker took it meanwhile."""
-    with engine.connect() as connection:
-        row = connection.execute(
-            select(runs.c.cancel_requested, runs.c.lease_epoch).where(runs.c.id == run_id)
-        ).first()
-        connection.rollback()
-    if row is None or row.lease_epoch != epoch:
-        raise LeaseLost(f"run {run_id} was taken over by another worker")
-    return bool(row.cancel_requested)
-
-
 def request_cancel(engine: Engine, run_id: str) -> RunRow:
     """Ask a run to stop. A queued run nobody holds stops at once; a held one at its next step."""
     at = now()
@@ -472,6 +461,11 @@ _ENTRY_COLUMNS = [column.name for column in entries.columns]
 
 
 def _fenced_insert(dialect: str) -> Insert:
+    """INSERT the entry only while the run's epoch is this worker's, in ONE statement.
+
+    It returns one row when written (with the run's cancel flag, read for free, so the loop
+    needs no query of its own to notice a cancel) and none when fenced out.
+    """
     values = [bindparam(f"v_{name}", type_=entries.c[name].type) for name in _ENTRY_COLUMNS]
     fence = (runs.c.id == bindparam("fence_run")) & (runs.c.lease_epoch == bindparam("fence_epoch"))
     if dialect == "postgresql":
@@ -481,34 +475,41 @@ def _fenced_insert(dialect: str) -> Insert:
             update(runs)
             .where(fence)
             .values(lease_expires_at=bindparam("fence_expiry"))
-            .returning(runs.c.id)
+            .returning(runs.c.cancel_requested)
             .cte("fenced")
         )
         source = select(*values).select_from(fenced)
-        # RETURNING, because psycopg reports no rowcount for an INSERT fed by a CTE.
         return (
             insert(entries)
             .from_select(_ENTRY_COLUMNS, source)
             .add_cte(fenced)
-            .returning(entries.c.seq)
+            .returning(entries.c.seq, select(fenced.c.cancel_requested).scalar_subquery())
         )
     source = select(*values).where(exists().where(fence))
-    return insert(entries).from_select(_ENTRY_COLUMNS, source)
+    flag = select(runs.c.cancel_requested).where(runs.c.id == bindparam("fence_run"))
+    return (
+        insert(entries)
+        .from_select(_ENTRY_COLUMNS, source)
+        .returning(entries.c.seq, flag.scalar_subquery())
+    )
 
 
 _FENCED_INSERTS = {name: _fenced_insert(name) for name in ("postgresql", "sqlite")}
 
 
 def append_entry(
-    engine: Engine,
+    bind: Engine | Connection,
     run_id: str,
     epoch: int,
     seq: int,
     entry: Entry,
     stop: Stop | None,
     lease_seconds: float,
-) -> None:
-    """One transaction: the entry (fenced by the epoch), and the run's end if `stop`."""
+) -> bool:
+    """One transaction: the entry (fenced by the epoch), and the run's end if `stop`.
+
+    Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
+    """
     at = now()
     params = {f"v_{k}": v for k, v in _entry_row(run_id, seq, epoch, entry, at).items()}
     params.update(
@@ -516,19 +517,32 @@ def append_entry(
         fence_epoch=epoch,
         fence_expiry=at + timedelta(seconds=lease_seconds),
     )
-    with engine.begin() as connection:
+    with _transaction(bind) as connection:
         statement = _FENCED_INSERTS.get(connection.dialect.name, _FENCED_INSERTS["sqlite"])
-        result = connection.execute(statement, params)
-        written = len(result.all()) if result.returns_rows else result.rowcount
-        if written != 1:
+        written = connection.execute(statement, params).first()
+        if written is None:
             raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
         if stop is not None:
             _finish(connection, run_id, epoch, stop, entry.counters, at)
+    return bool(written[1])
 
 
-def finish_run(engine: Engine, run_id: str, epoch: int, stop: Stop, counters: Counters) -> None:
-    with engine.begin() as connection:
+def finish_run(
+    bind: Engine | Connection, run_id: str, epoch: int, stop: Stop, counters: Counters
+) -> None:
+    with _transaction(bind) as connection:
         _finish(connection, run_id, epoch, stop, counters, now())
+
+
+@contextmanager
+def _transaction(bind: Engine | Connection) -> Iterator[Connection]:
+    """A transaction on `bind`: a journal passes its own connection (no pool checkout)."""
+    if isinstance(bind, Connection):
+        with bind.begin():
+            yield bind
+    else:
+        with bind.begin() as connection:
+            yield connection
 
 
 def _finish(
