@@ -13,8 +13,7 @@ import contextvars
 import inspect
 import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, wait
 from typing import Any
 
 
@@ -26,6 +25,10 @@ def invoke(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
 ) -> Any:
     """Call `fn(*args, **kwargs)`, await it if async, give up after `timeout` seconds."""
+    if timeout is not None and timeout >= threading.TIMEOUT_MAX:
+        # Longer than a lock can wait (an infinite budget, or a far deadline) would raise
+        # OverflowError in the wait: it is no limit at all in practice.
+        timeout = None
     if _is_async(fn):
         return _await(fn(*args, **kwargs), timeout)
     if timeout is None:
@@ -57,10 +60,7 @@ def _in_thread(
             future.set_exception(exc)
 
     threading.Thread(target=target, name="runner-call", daemon=True).start()
-    try:
-        return future.result(timeout=max(timeout, 0.0))
-    except FutureTimeout:
-        raise CallTimedOut(f"no result after {timeout:g}s") from None
+    return _result(future, timeout, cancel=False)
 
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -88,9 +88,46 @@ def _await(awaitable: Any, timeout: float | None) -> Any:
         return await awaitable
 
     coroutine: Coroutine[Any, Any, Any] = in_callers_context()
-    future = asyncio.run_coroutine_threadsafe(coroutine, _background_loop())
+    loop = _background_loop()
+    private = _on_loop(loop)
+    if private:
+        # Called from an async model or tool (a nested run_agent): waiting here for the
+        # shared loop would block the very loop that must run the call. Use a loop of its own.
+        loop = asyncio.new_event_loop()
+        nested = threading.Thread(target=_serve_once, args=(loop,), name="runner-async-nested")
+        nested.daemon = True
+        nested.start()
     try:
-        return future.result(timeout=None if timeout is None else max(timeout, 0.0))
-    except FutureTimeout:
-        future.cancel()
-        raise CallTimedOut(f"no result after {timeout:g}s") from None
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        return _result(future, timeout, cancel=True)
+    finally:
+        if private:
+            loop.call_soon_threadsafe(loop.stop)
+
+
+def _serve_once(loop: asyncio.AbstractEventLoop) -> None:
+    """Run a private loop until stopped, then close it (it serves one nested call)."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _result(future: Future[Any], timeout: float | None, *, cancel: bool) -> Any:
+    """The call's result, or CallTimedOut once `timeout` passes (cancelling an async call)."""
+    # Waiting apart from taking the result matters: `future.result(timeout)` raises the
+    # builtin TimeoutError on a timeout, the very exception a call itself raises when its
+    # own socket times out, which must reach the caller as that call's error.
+    done, _ = wait([future], timeout=None if timeout is None else max(timeout, 0.0))
+    if not done:
+        if cancel:  # never a thread's future: its late set_result would then raise
+            future.cancel()
+        raise CallTimedOut(f"no result after {timeout:g}s")
+    return future.result()

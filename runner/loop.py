@@ -128,8 +128,11 @@ class _Loop:
             stop = self.step(step)
             if stop is not None:
                 return self.result(stop)
-        # Only reached with max_steps == 0: a zero cap takes zero steps.
-        return self.end(StopReason.MAX_STEPS)
+        # Only reached with max_steps == 0: a zero cap takes zero steps, and makes no
+        # model call at all (not even a wrap-up).
+        stop = Stop(StopReason.MAX_STEPS)
+        self.journal.finish(stop, self.counters)
+        return self.result(stop)
 
     def step(self, step: int) -> Stop | None:
         recorded = self.replay.take(step, (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED))
@@ -373,9 +376,6 @@ class _Loop:
         stop = Stop(reason, error=error)
         self.journal.finish(stop, self.counters)
         return stop
-
-    def end(self, reason: StopReason) -> AgentResult:
-        return self.result(self.stop_now(reason))
 
     def wrap_up(self, reason: StopReason) -> Stop:
         """One last model call, told that the budget is spent and it must answer now."""
