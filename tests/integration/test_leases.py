@@ -1,0 +1,334 @@
+"""Leases and fencing: one worker at a time per run, takeovers fence the old holder out, a
+dead local owner frees its lease at once, and the heartbeat keeps a slow run's lease."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason, store
+from runner.journal import Counters, Stop
+from runner.owner import this_process
+from runner.schema import runs
+from runner.sqljournal import SqlJournal
+
+from .support import (
+    DEAD_OWNER,
+    TOOLS,
+    Counting,
+    Transcript,
+    count_entries,
+    died_with,
+    entry_rows,
+    observations,
+    solver,
+    task_entry,
+    tool_action,
+)
+
+ANOTHER_HOST = "another-host.example:4242:123"
+
+
+def slowly(model: Any, seconds: float) -> Any:
+    def slow(transcript: Transcript) -> Any:
+        time.sleep(seconds)
+        return model(transcript)
+
+    return slow
+
+
+def queued(engine: Any, run_id: str) -> None:
+    assert store.create_run(
+        engine, run_id=run_id, agent=None, agent_name=None, release=None, task="2+3?", budgets={}
+    )
+
+
+def expire(engine: Any, run_id: str) -> None:
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    with engine.begin() as connection:
+        connection.execute(update(runs).where(runs.c.id == run_id).values(lease_expires_at=past))
+
+
+# -- one worker at a time -----------------------------------------------------------------------
+
+
+def test_resumes_started_together_let_exactly_one_proceed(db_url: str) -> None:
+    model = Counting(slowly(solver, 0.2))
+    agent = Agent(model, TOOLS)
+    with Runner(db_url) as setup:
+        queued(setup.engine, "race")
+    start = threading.Barrier(3)
+    outcomes: list[Any] = []
+    lock = threading.Lock()
+
+    def resume() -> None:
+        with Runner(db_url) as runner:
+            start.wait(10)
+            try:
+                outcome: Any = runner.resume("race", agent=agent)
+            except LeaseHeld as exc:
+                outcome = exc
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=resume) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+
+    results = [o for o in outcomes if not isinstance(o, LeaseHeld)]
+    refused = [o for o in outcomes if isinstance(o, LeaseHeld)]
+    assert len(results) == 1 and len(refused) == 2
+    assert (results[0].stop_reason, results[0].output, results[0].steps) == ("final", "5", 2)
+    assert "steal" in str(refused[0])
+    assert model.calls == 2  # nobody else asked the model anything
+    with Runner(db_url) as check:
+        rows = entry_rows(check.engine, "race")
+        run = check.row("race")
+    assert [r["kind"] for r in rows] == ["task", "action", "observation", "final"]
+    assert {r["lease_epoch"] for r in rows} == {1}
+    assert (run.lease_epoch, run.resumes) == (1, 0)
+
+
+def test_steal_takes_over_and_the_old_holder_is_fenced(db_url: str) -> None:
+    in_step_two, go_on = threading.Event(), threading.Event()
+
+    def old_model(transcript: Transcript) -> dict[str, Any]:
+        if not observations(transcript):
+            return {"type": "tool", "name": "add", "args": {"a": 2, "b": 3}}
+        in_step_two.set()
+        assert go_on.wait(10)
+        return {"type": "final", "content": "from the old holder"}
+
+    def new_model(transcript: Transcript) -> dict[str, Any]:
+        return {"type": "final", "content": f"from the thief, after {observations(transcript)}"}
+
+    outcome: list[Any] = []
+
+    def old_holder() -> None:
+        with Runner(db_url) as runner:
+            try:
+                outcome.append(runner.run(Agent(old_model, TOOLS), "2+3?", id="stolen"))
+            except LeaseLost as exc:
+                outcome.append(exc)
+
+    thread = threading.Thread(target=old_holder)
+    thread.start()
+    try:
+        assert in_step_two.wait(10)
+        with Runner(db_url) as thief:
+            with pytest.raises(LeaseHeld, match="steal"):
+                thief.resume("stolen", agent=Agent(new_model, TOOLS))
+            counted = Counting(new_model)
+            result = thief.resume("stolen", agent=Agent(counted, TOOLS), steal=True)
+            written = count_entries(thief.engine, "stolen")
+    finally:
+        go_on.set()
+        thread.join(10)
+
+    assert not thread.is_alive()
+    (old,) = outcome
+    assert isinstance(old, LeaseLost)
+    assert counted.calls == 1  # step 1 was the old holder's, replayed
+    assert result.stop_reason == "final"
+    assert str(result.output).startswith("from the thief")
+    with Runner(db_url) as check:
+        rows = entry_rows(check.engine, "stolen")
+        run = check.row("stolen")
+    # The old holder's answer was refused: nothing it tried after the steal is in the table.
+    assert len(rows) == written == 4
+    assert [(r["kind"], r["lease_epoch"]) for r in rows] == [
+        ("task", 1),
+        ("action", 1),
+        ("observation", 1),
+        ("final", 2),
+    ]
+    assert "old holder" not in str([r["content"] for r in rows])
+    assert (run.output, run.lease_epoch, run.resumes) == (result.output, 2, 1)
+
+
+def test_a_zombie_journal_writes_nothing(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        engine = runner.engine
+        queued(engine, "z")
+        first = store.claim_run(engine, "z", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3)
+        with SqlJournal(engine, first, lease_seconds=30) as zombie:
+            zombie.append(task_entry("2+3?"))
+            # The zombie stalls past its lease: another worker claims the run.
+            expire(engine, "z")
+            second = store.claim_next(engine, owner="worker-2:1:1", lease_seconds=30, max_resumes=3)
+            assert second is not None and second.run.id == "z"
+            assert second.epoch == first.epoch + 1
+
+            before = count_entries(engine, "z")
+            action = tool_action("z", 1, "add", {"a": 2, "b": 3}, Counters())
+            with pytest.raises(LeaseLost):
+                zombie.append(action)
+            with pytest.raises(LeaseLost):
+                zombie.finish(Stop(StopReason.FINAL, output="zombie"), Counters(steps=1))
+            assert count_entries(engine, "z") == before == 1
+            run = runner.row("z")
+            assert (run.status, run.output, run.lease_owner) == ("running", None, "worker-2:1:1")
+
+        # The new holder writes at the very seq the zombie was refused.
+        with SqlJournal(engine, second, lease_seconds=30) as holder:
+            holder.append(action)
+        rows = entry_rows(engine, "z")
+    assert [(r["seq"], r["lease_epoch"]) for r in rows] == [(0, 1), (1, 2)]
+
+
+def test_the_heartbeat_of_a_fenced_journal_notices(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        engine = runner.engine
+        queued(engine, "hb")
+        first = store.claim_run(engine, "hb", owner=ANOTHER_HOST, lease_seconds=0.3, max_resumes=3)
+        with SqlJournal(engine, first, lease_seconds=0.3) as zombie:
+            store.claim_run(
+                engine, "hb", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
+            )
+            deadline = time.monotonic() + 5
+            while not zombie.lost.is_set() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert zombie.lost.is_set()
+            with pytest.raises(LeaseLost):
+                zombie.append(task_entry("2+3?"))
+        assert count_entries(engine, "hb") == 0
+
+
+# -- whose lease is live --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("owner", "expired", "free"),
+    [
+        pytest.param(DEAD_OWNER, False, True, id="dead-local-process"),
+        pytest.param(f"{socket.gethostname()}:{os.getpid()}:0", False, True, id="recycled-pid"),
+        pytest.param(this_process(), False, False, id="live-local-process"),
+        pytest.param(ANOTHER_HOST, False, False, id="other-host-live"),
+        pytest.param(ANOTHER_HOST, True, True, id="other-host-expired"),
+        pytest.param(this_process(), True, True, id="live-local-expired"),
+    ],
+)
+def test_who_may_take_a_lease(db_url: str, owner: str, expired: bool, free: bool) -> None:
+    with Runner(db_url) as runner:
+        engine = runner.engine
+        queued(engine, "l")
+        store.claim_run(engine, "l", owner=owner, lease_seconds=3600, max_resumes=3)
+        if expired:
+            expire(engine, "l")
+        if free:
+            claim = store.claim_run(engine, "l", owner="next:1:1", lease_seconds=60, max_resumes=3)
+            assert (claim.epoch, claim.run.lease_owner) == (2, "next:1:1")
+        else:
+            with pytest.raises(LeaseHeld):
+                store.claim_run(engine, "l", owner="next:1:1", lease_seconds=60, max_resumes=3)
+            assert runner.row("l").lease_owner == owner
+
+
+def test_a_dead_local_owner_frees_the_run_at_once(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        action = tool_action("dead", 1, "add", {"a": 2, "b": 3}, Counters())
+        died_with(runner.engine, "dead", "2+3?", [action])  # its lease runs for an hour
+        assert runner.row("dead").lease_expires_at > datetime.now(UTC) + timedelta(minutes=59)
+        result = runner.resume("dead", agent=Agent(solver, TOOLS))  # no steal needed
+    assert (result.stop_reason, result.steps) == ("final", 2)
+
+
+# -- the heartbeat ------------------------------------------------------------------------------
+
+
+def test_the_heartbeat_keeps_the_lease_during_a_slow_tool(db_url: str) -> None:
+    tool_started, tool_done = threading.Event(), threading.Event()
+
+    def slow_add(a: int, b: int) -> int:
+        tool_started.set()
+        time.sleep(1.5)
+        tool_done.set()
+        return a + b
+
+    outcome: list[Any] = []
+
+    def work() -> None:
+        with Runner(db_url, lease_seconds=0.6) as runner:
+            outcome.append(runner.run(Agent(solver, {"add": slow_add}), "2+3?", id="slow"))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    claims: list[Any] = []
+    refusals = 0
+    expiries: list[datetime] = []
+    try:
+        assert tool_started.wait(10)
+        started = datetime.now(UTC)
+        with Runner(db_url) as other:
+            while not tool_done.is_set():
+                row = other.row("slow")
+                assert row.lease_expires_at is not None
+                expiries.append(row.lease_expires_at)
+                # Any other worker, by expiry or by resume, finds the run taken.
+                claims.append(
+                    store.claim_next(
+                        other.engine, owner="rival:1:1", lease_seconds=30, max_resumes=3
+                    )
+                )
+                try:
+                    taken = store.claim_run(
+                        other.engine, "slow", owner="rival:1:1", lease_seconds=30, max_resumes=3
+                    )
+                except LeaseHeld:
+                    refusals += 1
+                else:
+                    # Only a run that finished meanwhile (the tool just returned) is given.
+                    assert taken.run.status == "finished"
+                    assert tool_done.is_set()
+                time.sleep(0.1)
+    finally:
+        thread.join(10)
+
+    assert not thread.is_alive()
+    (result,) = outcome
+    assert (result.stop_reason, result.output) == ("final", "5")
+    assert claims and all(claim is None for claim in claims)
+    assert refusals >= len(claims) - 1 and refusals >= 5
+    # The lease was 0.6 s and the tool took 1.5 s: it held only because it was renewed.
+    assert expiries[-1] > started + timedelta(seconds=0.9)
+    assert len(set(expiries)) >= 3
+    with Runner(db_url) as check:
+        run = check.row("slow")
+        epochs = {r["lease_epoch"] for r in entry_rows(check.engine, "slow")}
+    assert epochs == {1}
+    assert (run.lease_owner, run.lease_expires_at) == (None, None)
+
+
+def test_a_heartbeat_never_renews_a_finished_run(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        result = runner.run(Agent(solver, TOOLS), "2+3?", id="done")
+        run = runner.row("done")
+        # A heartbeat that fires after the final commit (before the journal closes) finds
+        # its epoch still current: it must not give the finished run a lease again.
+        renewed = store.renew_lease(runner.engine, "done", run.lease_epoch, 30)
+        after = runner.row("done")
+    assert result.stop_reason == "final"
+    assert renewed is False
+    assert (after.lease_owner, after.lease_expires_at) == (None, None)
+
+
+def test_renewing_with_a_stale_epoch_fails(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        queued(runner.engine, "r")
+        first = store.claim_run(
+            runner.engine, "r", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3
+        )
+        assert store.renew_lease(runner.engine, "r", first.epoch, 30) is True
+        store.claim_run(
+            runner.engine, "r", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
+        )
+        assert store.renew_lease(runner.engine, "r", first.epoch, 30) is False
