@@ -39,7 +39,13 @@ class Runner:
     ) -> None:
         self.url = resolve_url(url)
         self.engine = open_engine(self.url)
-        ensure_schema(self.engine)
+        try:
+            ensure_schema(self.engine)
+        except BaseException:
+            # No caller holds this Runner to close it: release the pooled connection the
+            # check opened, or it leaks (a ResourceWarning) on an unmigrated database.
+            self.engine.dispose()
+            raise
         self.lease_seconds = lease_seconds
         self.max_resumes = max_resumes
         self.observer = observer
@@ -82,7 +88,8 @@ class Runner:
     ) -> str:
         if not isinstance(task, str):
             raise ValueError(f"task must be a string, not {type(task).__name__}")
-        chosen = with_budgets({k: v for k, v in budgets.items() if v is not None}, agent.budgets)
+        # As in run_agent, a budget given as None is unlimited; one not given is the agent's.
+        chosen = with_budgets(budgets, agent.budgets)
         if run_id is None:
             run_id = new_run_id()
         elif not RUN_ID_PATTERN.fullmatch(run_id):

@@ -432,3 +432,17 @@ def test_the_deadline_starts_when_a_worker_first_takes_the_run(db_url: str) -> N
     assert row.deadline is not None and row.leased_at is not None
     assert abs((row.deadline - row.leased_at).total_seconds() - 60) < 0.05
     assert (row.deadline - row.created_at).total_seconds() > 60.15
+
+
+def test_a_budget_given_as_none_is_unlimited_and_one_not_given_is_the_agents(
+    db_url: str,
+) -> None:
+    def spender(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"type": "final", "content": "done", "usage": 50_000}
+
+    agent = Agent(spender, {}, max_tokens=100)
+    with Runner(db_url) as runner:
+        assert runner.run(agent, "t").stop_reason == "token_budget"
+        unlimited = runner.run(agent, "t", max_tokens=None)
+        assert unlimited.stop_reason == "final"
+        assert runner.row(unlimited.run_id or "").budgets["max_tokens"] is None
