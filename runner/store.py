@@ -20,6 +20,7 @@ from sqlalchemy import (
     Engine,
     Insert,
     bindparam,
+    case,
     exists,
     func,
     insert,
@@ -465,7 +466,7 @@ def release_run(engine: Engine, run_id: str, epoch: int, error: str | None = Non
 
 
 def request_cancel(engine: Engine, run_id: str) -> RunRow:
-    """Ask a run to stop. A queued run nobody holds stops at once; a held one at its next step."""
+    """Ask a run to stop: at its next step while a live worker holds it, else at once."""
     at = now()
     with engine.begin() as connection:
         row = _lock_run(connection, run_id)
@@ -475,8 +476,15 @@ def request_cancel(engine: Engine, run_id: str) -> RunRow:
         if run.status is RunStatus.FINISHED:
             return run
         values: dict[str, Any] = {"cancel_requested": True, "updated_at": at}
-        if run.status is RunStatus.QUEUED and run.lease_owner is None:
-            values.update(_stopped_here(connection, run.id, StopReason.CANCELLED, at))
+        if not run.lease_is_live(at):
+            # Queued, or its worker died: nobody will reach a next step to stop before. A
+            # new epoch fences out a worker that only seemed dead (say, a paused machine).
+            values.update(
+                _stopped_here(connection, run.id, StopReason.CANCELLED, at),
+                lease_owner=None,
+                lease_expires_at=None,
+                lease_epoch=run.lease_epoch + 1,
+            )
         connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
         return RunRow.of(connection.execute(select(runs).where(runs.c.id == run.id)).one())
 
@@ -497,10 +505,16 @@ def _fenced_insert(dialect: str) -> Insert:
     if dialect == "postgresql":
         # Renew the lease and lock the run row in the same statement: a claimer's UPDATE
         # waits for this commit, and this INSERT inserts nothing once the epoch moved.
+        # The lease is renewed once a third of it is spent (the heartbeat's pace), else set
+        # to itself: an UPDATE that changes no indexed column is HOT, so a long run does not
+        # add index entries (about 1 KB a step) to the runs table with every write.
+        expiry = runs.c.lease_expires_at
+        due = expiry.is_(None) | (expiry < bindparam("fence_renew_after", type_=expiry.type))
+        renewed = case((due, bindparam("fence_expiry", type_=expiry.type)), else_=expiry)
         fenced = (
             update(runs)
             .where(fence)
-            .values(lease_expires_at=bindparam("fence_expiry"))
+            .values(lease_expires_at=renewed)
             .returning(runs.c.cancel_requested)
             .cte("fenced")
         )
@@ -595,6 +609,7 @@ def append_entry(
         fence_run=run_id,
         fence_epoch=epoch,
         fence_expiry=at + timedelta(seconds=lease_seconds),
+        fence_renew_after=at + timedelta(seconds=lease_seconds * 2 / 3),
     )
     with _transaction(bind) as connection:
         rendered = _rendered(connection.dialect)

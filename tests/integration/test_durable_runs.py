@@ -293,17 +293,21 @@ def test_cancel_of_a_queued_run_finishes_it_at_once(db_url: str) -> None:
     assert again.stop_reason == "cancelled"
 
 
-def test_a_run_cancelled_while_its_worker_was_dead_stops_when_resumed(db_url: str) -> None:
+def test_a_run_cancelled_while_its_worker_was_dead_stops_at_once(db_url: str) -> None:
     with Runner(db_url) as runner:
         first = tool_action("orphan", 1, "add", {"a": 2, "b": 3}, Counters(), tokens=3)
         died_with(runner.engine, "orphan", "2+3?", [first, observation(first, "5")])
-        assert runner.cancel("orphan").status == "running"  # nobody may hold it: a worker will
+        epoch = runner.row("orphan").lease_epoch
+        cancelled = runner.cancel("orphan")  # nobody holds it live: no step will come
+        row = runner.row("orphan")
         model = Counting(solver)
         result = runner.resume("orphan", agent=Agent(model, TOOLS))
-        stored = runner.get("orphan")
     assert model.calls == 0
-    assert (result.stop_reason, result.steps, result.tokens) == ("cancelled", 1, 3)
-    assert fields(stored) == fields(result)
+    assert (cancelled.status, cancelled.stop_reason) == ("finished", "cancelled")
+    assert (cancelled.steps, cancelled.tokens) == (1, 3)
+    # A new epoch fences out the worker, should it only have seemed dead.
+    assert row.lease_epoch == epoch + 1 and row.lease_owner is None
+    assert fields(result) == fields(cancelled)
 
 
 def test_cancel_of_a_finished_run_changes_nothing(db_url: str) -> None:
