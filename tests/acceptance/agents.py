@@ -1,0 +1,199 @@
+"""Agents for the acceptance tests: scripted models and tools that keep ledgers of their own.
+
+The runner's database says what the runner believes happened; these ledgers, kept outside
+it, say what really happened: every model call and every tool invocation, written before
+the process can be killed. Referenced as `tests/acceptance/agents.py:NAME` (or `agents:NAME`
+with this folder on PYTHONPATH).
+
+Environment, read at call time so one process can serve several tests:
+- RUNNER_TEST_LEDGER: the folder of the ledgers (each test has its own tmp dir).
+- RUNNER_TEST_TOOL_SLEEP: seconds every tool call sleeps (to kill runs at random moments).
+- RUNNER_TEST_GATE: a file path; every tool call waits until it exists (to hold a run still).
+
+Ledgers in that folder:
+- model_calls.log: `task step pid` per model call. The task is the run's label: the tests
+  start runs with `--id X` and task `X`, so it is the run id.
+- calls.log: `tool run_id step attempt key pid` per tool invocation, written when the tool
+  starts its work.
+- effects.db: the key-aware tool's effects, one row per idempotency key (UNIQUE): a second
+  call with a key it has seen changes nothing and returns the first call's result.
+- notices.log: `run_id step attempt pid` per effect of the non-idempotent tool.
+
+Every tool calls `runner.faults.fault("during_tool")` after its effect, so RUNNER_FAULT=
+during_tool@N kills the process inside the N-th tool call, its effect done but unrecorded.
+
+The plan of the scripted model, one tool call per step, repeated for each round:
+  deposit(amount)           key-aware: takes `idempotency_key`, applies its effect once per key
+  square(x=<balance>)       declared idempotent: a pure function, safe to run again
+  notify(text)              plain, neither: after a crash inside it the runner must not run it
+                            again, and the model sees an OutcomeUnknown error instead
+then a final answer. The answer depends only on the deposit and square observations, never
+on notify's (which may be OutcomeUnknown after a crash), so a crashed and resumed run must
+answer exactly what an uncrashed one does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runner import Agent, current_call, tool
+from runner.faults import fault
+
+LEDGER_VARIABLE = "RUNNER_TEST_LEDGER"
+SLEEP_VARIABLE = "RUNNER_TEST_TOOL_SLEEP"
+GATE_VARIABLE = "RUNNER_TEST_GATE"
+
+AMOUNTS = (5, 7, 11, 13)
+TOKENS_PER_CALL = 10
+COST_PER_CALL = 0.001
+GATE_TIMEOUT = 60.0
+
+
+def ledger_folder() -> Path:
+    folder = os.environ.get(LEDGER_VARIABLE)
+    if not folder:
+        raise RuntimeError(f"set {LEDGER_VARIABLE} to the folder for the test ledgers")
+    return Path(folder)
+
+
+def _append(name: str, *fields: object) -> None:
+    # One short write to a file opened for appending: it reaches the file (the page cache)
+    # before the call returns, so a SIGKILL right after cannot lose it.
+    line = "\t".join(str(field) for field in fields) + "\n"
+    with open(ledger_folder() / name, "a", encoding="utf-8") as ledger:
+        ledger.write(line)
+
+
+def _before_work(name: str) -> tuple[str, int, int, str]:
+    """Wait at the gate and sleep as the test asks, then log the invocation."""
+    gate = os.environ.get(GATE_VARIABLE)
+    if gate:
+        give_up = time.monotonic() + GATE_TIMEOUT
+        while not Path(gate).exists():
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"the test never opened the gate {gate}")
+            time.sleep(0.02)
+    pause = float(os.environ.get(SLEEP_VARIABLE, "0") or 0)
+    if pause:
+        time.sleep(pause)
+    call = current_call()
+    if call is None:
+        raise RuntimeError("a tool ran outside a runner tool call")
+    key = call.idempotency_key
+    _append("calls.log", name, call.run_id, call.step, call.attempt, key, os.getpid())
+    return call.run_id, call.step, call.attempt, call.idempotency_key
+
+
+def deposit(amount: int, idempotency_key: str) -> str:
+    """Add `amount` to this run's balance once per key; return the balance after it."""
+    run_id, step, _attempt, _key = _before_work("deposit")
+    path = ledger_folder() / "effects.db"
+    with contextlib.closing(sqlite3.connect(path, timeout=30, isolation_level=None)) as db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, run_id TEXT NOT NULL, "
+            "step INTEGER NOT NULL, amount INTEGER NOT NULL, balance INTEGER NOT NULL)"
+        )
+        db.execute("BEGIN IMMEDIATE")
+        seen = db.execute(
+            "SELECT balance FROM effects WHERE key = ?", (idempotency_key,)
+        ).fetchone()
+        if seen is not None:
+            balance = int(seen[0])
+        else:
+            (before,) = db.execute(
+                "SELECT COALESCE(SUM(amount), 0) FROM effects WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            balance = int(before) + amount
+            db.execute(
+                "INSERT INTO effects (key, run_id, step, amount, balance) VALUES (?, ?, ?, ?, ?)",
+                (idempotency_key, run_id, step, amount, balance),
+            )
+        db.execute("COMMIT")
+    fault("during_tool")
+    return str(balance)
+
+
+@tool(idempotent=True)
+def square(x: str) -> str:
+    """A pure function of its argument: running it twice is harmless."""
+    _before_work("square")
+    result = str(int(x) ** 2)
+    fault("during_tool")
+    return result
+
+
+def notify(text: str) -> str:
+    """Send a notice: a side effect with no key, which must never happen twice for a step."""
+    run_id, step, attempt, _key = _before_work("notify")
+    _append("notices.log", run_id, step, attempt, os.getpid())
+    fault("during_tool")
+    return "sent"
+
+
+def broken(n: int) -> str:
+    raise ValueError(f"broken tool called with {n}")
+
+
+TOOLS: dict[str, Callable[..., Any]] = {"deposit": deposit, "square": square, "notify": notify}
+
+
+def _usage() -> dict[str, Any]:
+    return {"tokens": TOKENS_PER_CALL, "cost": COST_PER_CALL}
+
+
+def _log_model_call(transcript: list[dict[str, Any]]) -> int:
+    """Log (run label, step) and return the step: one more than the actions so far."""
+    step = 1 + sum(1 for message in transcript if message["role"] == "assistant")
+    _append("model_calls.log", transcript[0]["content"], step, os.getpid())
+    return step
+
+
+def planned_model(rounds: int) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+    """The scripted model: `rounds` x (deposit, square, notify), then the final answer."""
+
+    def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        step = _log_model_call(transcript)
+        observations = [m["content"] for m in transcript if m["role"] == "tool"]
+        index = step - 1
+        if index >= 3 * rounds:
+            # Only deposits (balances) and squares count: notify's observation is ignored.
+            balance = observations[3 * (rounds - 1)]
+            squares = [observations[3 * r + 1] for r in range(rounds)]
+            answer = f"balance {balance}; squares {', '.join(squares)}"
+            return {"type": "final", "content": answer, "usage": _usage()}
+        round_, phase = divmod(index, 3)
+        if phase == 0:
+            call = {"name": "deposit", "args": {"amount": AMOUNTS[round_]}}
+        elif phase == 1:
+            call = {"name": "square", "args": {"x": observations[-1]}}
+        else:
+            call = {"name": "notify", "args": {"text": f"round {round_ + 1} done"}}
+        return {"type": "tool", **call, "usage": _usage()}
+
+    return model
+
+
+def broken_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Calls the failing tool with new arguments every step (never a repeat)."""
+    step = _log_model_call(transcript)
+    return {"type": "tool", "name": "broken", "args": {"n": step}, "usage": _usage()}
+
+
+# 7 steps: 2 rounds, then the answer "balance 12; squares 25, 144".
+ledgered = Agent(planned_model(2), TOOLS, name="ledgered", release="r1")
+ANSWERS = {"ledgered": "balance 12; squares 25, 144"}
+
+# 13 steps, for killing at random moments (with RUNNER_TEST_TOOL_SLEEP set).
+long = Agent(planned_model(4), TOOLS, name="long", release="r2", max_steps=16)
+ANSWERS["long"] = "balance 36; squares 25, 144, 529, 1296"
+
+# Every tool call fails: stops with tool_errors (after 3 steps with the default budget).
+failing = Agent(broken_model, {"broken": broken}, name="failing", release="r3")
+
+not_an_agent = 42
