@@ -154,10 +154,10 @@ def downgrade(engine: Engine, revision: str) -> None:
 def ensure_schema(engine: Engine) -> None:
     """Check the schema is at head; migrate a brand-new SQLite file, never anything else."""
     try:
+        if is_sqlite(engine):
+            if _migrate_if_fresh(engine):
+                return
         current = current_revision(engine)
-        if current is None and is_sqlite(engine) and not inspect(engine).get_table_names():
-            upgrade(engine)
-            return
     except OperationalError as exc:
         raise DatabaseUnavailable(
             f"cannot open {safe_url(engine.url)}: {_first_line(exc)}"
@@ -173,6 +173,26 @@ def ensure_schema(engine: Engine) -> None:
             f"{safe_url(engine.url)} has {found}, this runner needs {head}: "
             "run `runner db upgrade` (with the same --db) first"
         )
+
+
+def _migrate_if_fresh(engine: Engine) -> bool:
+    """Migrate an empty SQLite file; True if this call did. Safe when processes race.
+
+    The look and the migration share one BEGIN IMMEDIATE transaction: a second process
+    waits for the first to commit, then finds the schema in place and leaves it alone.
+    """
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.begin() as connection:
+        if MigrationContext.configure(connection).get_current_revision() is not None:
+            return False
+        if inspect(connection).get_table_names():
+            return False  # someone else's tables: never migrate what runner did not create
+        config = alembic_config(engine.url.render_as_string(hide_password=False))
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+    return True
 
 
 def _first_line(exc: BaseException) -> str:
