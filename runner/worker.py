@@ -3,7 +3,10 @@
 N runs at a time on threads (a run's model and tool calls block for seconds). Claims are
 atomic in the database (SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite), so any
 number of workers on any number of machines can share one queue. A worker that dies leaves
-its leases to expire; the next claimer resumes those runs by the step protocol.
+its leases to expire; the next claimer resumes those runs by the step protocol. A run taken
+over without having recorded anything since its last takeover is a suspect (it may be what
+kills its workers): it runs alone until it records an entry, so it takes no neighbour down
+with it, and no innocent neighbour is counted towards crash_loop.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from runner.agent import Agent, load_agent
 from runner.database import safe_url
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import AgentLoadError, LeaseLost, RunnerError, RunPaused
+from runner.journal import Entry
 
 Log = Callable[[str], None]
 
@@ -47,7 +51,9 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        self.runner = Runner(url, lease_seconds=lease_seconds, max_resumes=max_resumes)
+        self.runner = Runner(
+            url, lease_seconds=lease_seconds, max_resumes=max_resumes, observer=self._progressed
+        )
         self.concurrency = concurrency
         self.poll = poll
         self.once = once
@@ -56,6 +62,10 @@ class Worker:
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._active: dict[str, Future[None]] = {}
+        # Suspects (taken over with no new journal entry since their previous claim) run
+        # with no other run beside them until they write one: if a suspect kills this
+        # worker, no innocent run dies with it and gets counted towards crash_loop.
+        self._alone: set[str] = set()
         self._agents: dict[str, Agent] = {}
         self._agent_backoff: dict[str, tuple[float, float]] = {}  # ref -> (until, delay)
         self._db_backoff = 0.0
@@ -93,8 +103,17 @@ class Worker:
         for run_id, future in list(self._active.items()):
             if future.done():
                 del self._active[run_id]
+                self._alone.discard(run_id)
+
+    def _progressed(self, run_id: str, _entry: Entry) -> None:
+        # Called on the run's thread after each journal commit.
+        if run_id in self._alone:
+            self._alone.discard(run_id)
+            self._wake.set()
 
     def _claim_into(self, pool: ThreadPoolExecutor) -> bool:
+        if self._alone:
+            return False
         now = time.monotonic()
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
@@ -104,6 +123,7 @@ class Worker:
                 lease_seconds=self.runner.lease_seconds,
                 max_resumes=self.runner.max_resumes,
                 skip_agents=skip,
+                suspects=not self._active,
             )
         except SQLAlchemyError as exc:
             self._db_backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, self._db_backoff * 2))
@@ -116,6 +136,12 @@ class Worker:
         if claim.crash_loop:
             self.log(f"run {run.id} stopped: crash_loop (it kept killing its workers)")
             return True
+        if claim.stalled:
+            self.log(
+                f"run {run.id} was taken over {claim.stalled} time(s) in a row without "
+                "progress: running it alone until it records an entry"
+            )
+            self._alone.add(run.id)  # before it starts, so its first entry is seen
         future = pool.submit(self._execute, claim)
         self._active[run.id] = future
         future.add_done_callback(lambda _: self._wake.set())
