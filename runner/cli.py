@@ -18,7 +18,7 @@ from runner.errors import RunnerError
 from runner.journal import Entry, EntryKind
 from runner.render import render_run, run_json, runs_table
 from runner.result import AgentResult
-from runner.worker import Worker
+from runner.worker import Worker, start_worker
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,6 +57,11 @@ def budget_options(fn: F) -> F:
     ):
         fn = click.option(flag, type=kind, default=None, help=text + " Default: the agent's.")(fn)
     return fn
+
+
+def given(budgets: dict[str, Any]) -> dict[str, Any]:
+    """The budget flags the user set: the others keep the agent's own budgets."""
+    return {name: value for name, value in budgets.items() if value is not None}
 
 
 def reports_errors(fn: F) -> F:
@@ -111,7 +116,39 @@ def finish(result: AgentResult, as_json: bool) -> None:
     sys.exit(EXIT_FINAL if result.stop_reason == StopReason.FINAL else EXIT_STOPPED)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """A group whose usage errors are one line on stderr, like every other error of runner.
+
+    Click prints a usage error after the command's usage and a hint (three lines and a
+    blank one); the issue wants every error as one line, so the hint joins the message.
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+
+def _one_line(exc: click.UsageError) -> click.UsageError:
+    if exc.ctx is None or isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
+        return exc  # already one line, or `runner` alone, which prints the help
+    return click.UsageError(f"{exc.format_message()} (see '{exc.ctx.command_path} --help')")
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="durable-runner", prog_name="runner")
 def main() -> None:
     """runner: durable, resumable LLM agent loops with named stop reasons."""
@@ -134,7 +171,7 @@ def run(
     `runner resume ID`. Exit code 0 for a final answer, 3 for any other stop.
     """
     with Runner(url, observer=None if as_json else progress) as runner:
-        chosen = runner.submit(agent, task, id=run_id, **budgets)
+        chosen = runner.submit(agent, task, id=run_id, **given(budgets))
         click.echo(f"run {chosen}", err=True)
         result = runner.resume(chosen)
     finish(result, as_json)
@@ -153,7 +190,7 @@ def submit(
 ) -> None:
     """Queue AGENT on TASK for a worker and print the run id."""
     with Runner(url) as runner:
-        chosen = runner.submit(agent, task, id=run_id, **budgets)
+        chosen = runner.submit(agent, task, id=run_id, **given(budgets))
         row = runner.row(chosen)
     if as_json:
         click.echo(json.dumps(run_json(None, row), default=str))
@@ -207,17 +244,25 @@ def worker(
     SIGTERM or SIGINT: finish the steps in flight, release the runs, exit 0. A second
     signal exits at once and leaves the runs to lease expiry.
     """
-    serving = Worker(
-        url,
-        concurrency=concurrency,
-        poll=poll,
-        lease_seconds=lease_seconds,
-        max_resumes=max_resumes,
-        once=once,
-        log=lambda line: click.echo(line, err=True),
+    serving = start_worker(
+        lambda: Worker(
+            url,
+            concurrency=concurrency,
+            poll=poll,
+            lease_seconds=lease_seconds,
+            max_resumes=max_resumes,
+            once=once,
+            log=log_line,
+        ),
+        log=log_line,
+        wait=not once,
     )
     serving.install_signal_handlers()
     serving.serve()
+
+
+def log_line(line: str) -> None:
+    click.echo(line, err=True)
 
 
 @main.command()
@@ -304,3 +349,10 @@ def db_upgrade(url: str | None) -> None:
     finally:
         engine.dispose()
     click.echo(f"{safe_url(engine.url)} is at the latest schema revision")
+
+
+# The history commands live in their own module; they use the options defined above.
+from runner.cli_history import export, prune, sql, stats  # noqa: E402
+
+for _command in (sql, stats, export, prune):
+    main.add_command(_command)

@@ -154,9 +154,8 @@ def downgrade(engine: Engine, revision: str) -> None:
 def ensure_schema(engine: Engine) -> None:
     """Check the schema is at head; migrate a brand-new SQLite file, never anything else."""
     try:
-        if is_sqlite(engine):
-            if _migrate_if_fresh(engine):
-                return
+        if is_sqlite(engine) and _migrate_if_fresh(engine):
+            return
         current = current_revision(engine)
     except OperationalError as exc:
         raise DatabaseUnavailable(

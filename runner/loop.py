@@ -117,6 +117,9 @@ class _Loop:
         self.counters = Counters()
         self.calls: Counter[tuple[str, str]] = Counter()
         self.pause: threading.Event | None = None
+        # Whether each tool takes an idempotency key, read once per run: inspecting a
+        # signature costs more than the rest of an in-memory step.
+        self.takes_key_by_tool: dict[str, bool] = {}
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -150,8 +153,11 @@ class _Loop:
                 return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
 
         c = self.counters
-        counters = replace(
-            c, steps=step, tokens=c.tokens + action.tokens, cost=c.cost + action.cost
+        counters = Counters(
+            steps=step,
+            tokens=c.tokens + action.tokens,
+            cost=c.cost + action.cost,
+            error_streak=c.error_streak,
         )
         self.counters = counters
         signature = action.signature
@@ -272,7 +278,8 @@ class _Loop:
         else:
             content, is_error = self.call_tool(entry, attempt)
         c = self.counters
-        counters = replace(c, error_streak=c.error_streak + 1 if is_error else 0)
+        streak = c.error_streak + 1 if is_error else 0
+        counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
         return Entry(
             EntryKind.OBSERVATION,
             entry.step,
@@ -319,7 +326,10 @@ class _Loop:
         if tool is None:
             return f"LookupError: unknown tool {name}", True
         kwargs = dict(entry.args or {})
-        if tool.takes_key:
+        takes_key = self.takes_key_by_tool.get(name)
+        if takes_key is None:
+            takes_key = self.takes_key_by_tool[name] = tool.takes_key
+        if takes_key:
             if KEY_PARAMETER in kwargs:
                 return f"ValueError: {KEY_PARAMETER} is set by the runner, not the model", True
             kwargs[KEY_PARAMETER] = key

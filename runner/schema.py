@@ -68,6 +68,13 @@ runs = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     Index("ix_runs_created_at", "created_at"),
+    # For the history (migration 0002): `runner list --release/--stop-reason` read the newest
+    # rows of one value, not the whole table, and `runner prune` takes each batch of old
+    # finished runs without a sort. Few on purpose: on PostgreSQL every step's UPDATE of
+    # the lease writes to each index of runs.
+    Index("ix_runs_release_created_at", "release", "created_at"),
+    Index("ix_runs_stop_reason_created_at", "stop_reason", "created_at"),
+    Index("ix_runs_status_finished_at", "status", "finished_at"),
     comment="one row per run",
 )
 

@@ -25,7 +25,13 @@ from runner import store
 from runner.agent import Agent, load_agent
 from runner.database import safe_url
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
-from runner.errors import AgentLoadError, LeaseLost, RunnerError, RunPaused
+from runner.errors import (
+    AgentLoadError,
+    DatabaseUnavailable,
+    LeaseLost,
+    RunnerError,
+    RunPaused,
+)
 from runner.journal import Entry
 
 Log = Callable[[str], None]
@@ -213,6 +219,24 @@ class Worker:
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
+
+
+def start_worker(make: Callable[[], Worker], *, log: Log, wait: bool) -> Worker:
+    """Make a worker; with `wait`, keep trying while the database cannot be reached.
+
+    A worker started before its database (a machine booting, a failover) waits for it
+    instead of exiting. A schema at the wrong revision is not waited for: it is an error.
+    """
+    delay = FIRST_BACKOFF
+    while True:
+        try:
+            return make()
+        except DatabaseUnavailable as exc:
+            if not wait:
+                raise
+            log(f"database unavailable, retrying in {delay:g}s: {exc}")
+            time.sleep(delay)
+            delay = min(MAX_BACKOFF, delay * 2)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,45 @@
+"""A worker started before its database waits for it; one told not to wait fails at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runner import worker
+from runner.errors import DatabaseUnavailable, SchemaOutOfDate
+
+
+def flaky(failures: int, error: Exception) -> Any:
+    calls = {"n": 0}
+
+    def make() -> Any:
+        calls["n"] += 1
+        if calls["n"] <= failures:
+            raise error
+        return "a worker"
+
+    return make, calls
+
+
+def test_waits_while_the_database_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker, "FIRST_BACKOFF", 0.01)
+    make, calls = flaky(3, DatabaseUnavailable("cannot open x"))
+    lines: list[str] = []
+    assert worker.start_worker(make, log=lines.append, wait=True) == "a worker"
+    assert calls["n"] == 4
+    assert len(lines) == 3 and all("database unavailable" in line for line in lines)
+
+
+def test_without_wait_the_first_failure_is_final() -> None:
+    make, calls = flaky(1, DatabaseUnavailable("cannot open x"))
+    with pytest.raises(DatabaseUnavailable):
+        worker.start_worker(make, log=lambda _: None, wait=False)
+    assert calls["n"] == 1
+
+
+def test_a_schema_at_the_wrong_revision_is_not_waited_for() -> None:
+    make, calls = flaky(1, SchemaOutOfDate("run runner db upgrade"))
+    with pytest.raises(SchemaOutOfDate):
+        worker.start_worker(make, log=lambda _: None, wait=True)
+    assert calls["n"] == 1
