@@ -32,6 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from runner.budgets import StopReason
+from runner.database import DEFERRED
 from runner.errors import AmbiguousRunId, LeaseHeld, LeaseLost, RunNotFound
 from runner.journal import Counters, Entry, EntryKind, Stop
 from runner.owner import is_dead
@@ -180,6 +181,14 @@ def entry_of(row: Any) -> Entry:
     )
 
 
+@contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    """A connection for reads only: on SQLite a plain (DEFERRED) BEGIN, so a reader never
+    takes the write lock that every BEGIN IMMEDIATE of the journal and the claims wait on."""
+    with engine.connect() as connection:
+        yield connection.execution_options(**{DEFERRED: True})
+
+
 # -- creating and finding runs --------------------------------------------------------------
 
 
@@ -225,7 +234,7 @@ def create_run(
 
 
 def get_run(engine: Engine, run_id: str) -> RunRow:
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         row = connection.execute(select(runs).where(runs.c.id == run_id)).first()
     if row is None:
         raise RunNotFound(f"no run with id {run_id}")
@@ -234,7 +243,7 @@ def get_run(engine: Engine, run_id: str) -> RunRow:
 
 def find_run(engine: Engine, prefix: str) -> RunRow:
     """The run whose id is `prefix`, or the only one whose id starts with it."""
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         exact = connection.execute(select(runs).where(runs.c.id == prefix)).first()
         if exact is not None:
             return RunRow.of(exact)
@@ -254,7 +263,7 @@ def find_run(engine: Engine, prefix: str) -> RunRow:
 
 def load_entries(engine: Engine, run_id: str) -> list[tuple[Entry, int]]:
     """A run's journal in order, each entry with the lease epoch that wrote it."""
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         rows = connection.execute(
             select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq)
         )
@@ -689,5 +698,5 @@ def list_runs(
         query = query.where(runs.c.stop_reason == stop_reason)
     if release:
         query = query.where(runs.c.release == release)
-    with engine.connect() as connection:
+    with reading(engine) as connection:
         return [RunRow.of(row) for row in connection.execute(query)]
