@@ -22,12 +22,13 @@ from sqlalchemy import (
     Table,
     Text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = MetaData()
 
-# none_as_null: a Python None is SQL NULL, not the JSON value `null`.
-Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+# Plain JSON, not JSONB, on PostgreSQL: it keeps the text exactly as written, so arguments
+# come back as the tool first got them (JSONB rewrites 1.5e17 as an integer and refuses
+# a NUL). none_as_null: a Python None is SQL NULL, not the JSON value `null`.
+Json = JSON(none_as_null=True)
 
 
 class RunStatus(StrEnum):

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -39,7 +38,7 @@ def upgrade() -> None:
         sa.Column("task", sa.Text(), nullable=False),
         sa.Column(
             "budgets",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+            sa.JSON(),
             nullable=False,
             comment="the run's budgets, as JSON",
         ),
@@ -116,7 +115,7 @@ def upgrade() -> None:
         sa.Column("tool", sa.String(length=200), nullable=True),
         sa.Column(
             "args",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
+            sa.JSON(),
             nullable=True,
         ),
         sa.Column("is_error", sa.Boolean(), nullable=False),
