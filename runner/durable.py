@@ -88,6 +88,9 @@ class Runner:
     ) -> str:
         if not isinstance(task, str):
             raise ValueError(f"task must be a string, not {type(task).__name__}")
+        if "\x00" in task:
+            # runs.task is plain text for SQL users, and PostgreSQL's text holds no NUL.
+            raise ValueError("task must not contain a NUL character")
         # As in run_agent, a budget given as None is unlimited; one not given is the agent's.
         chosen = with_budgets(budgets, agent.budgets)
         if run_id is None:

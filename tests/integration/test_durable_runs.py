@@ -450,3 +450,10 @@ def test_a_budget_given_as_none_is_unlimited_and_one_not_given_is_the_agents(
         unlimited = runner.run(agent, "t", max_tokens=None)
         assert unlimited.stop_reason == "final"
         assert runner.row(unlimited.run_id or "").budgets["max_tokens"] is None
+
+
+def test_a_task_with_a_nul_character_is_refused_before_anything_is_stored(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        with pytest.raises(ValueError, match="NUL"):
+            runner.run(Agent(solver, TOOLS), "2+3?\x00")
+        assert runner.list() == []
