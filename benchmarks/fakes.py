@@ -1,0 +1,66 @@
+"""A zero-cost model and tools for the benchmarks, importable by reference (workers load it).
+
+The task says how long the run is: "200" makes 199 tool calls and then answers, 200 steps in
+all, each tool call `echo` with a short observation; "200:1024" does the same with `read`,
+whose observations are 1,024 bytes of text (a stand-in for a page or a file an agent reads).
+The model looks only at the transcript's length, so a step costs the loop nothing but its
+own bookkeeping; every call has new arguments, so no repeat rule fires.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runner import Agent
+
+# Budgets that never stop a benchmark run before its answer.
+UNLIMITED: dict[str, Any] = {
+    "max_steps": 1_000_000,
+    "max_tokens": None,
+    "max_consecutive_errors": None,
+    "max_repeats": None,
+}
+
+_WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "runner"]
+
+
+def task(steps: int, observation_bytes: int = 0) -> str:
+    return f"{steps}:{observation_bytes}" if observation_bytes else str(steps)
+
+
+def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    steps, _, size = str(transcript[0]["content"]).partition(":")
+    done = (len(transcript) - 1) // 2  # the task, then an action and an observation a step
+    if done >= int(steps) - 1:
+        return {"type": "final", "content": f"done after {done} tool calls"}
+    if size:
+        return {"type": "tool", "name": "read", "args": {"path": f"docs/{done}.md", "n": int(size)}}
+    return {"type": "tool", "name": "echo", "args": {"i": done}}
+
+
+def echo(i: int) -> str:
+    return f"echo {i}"
+
+
+def read(path: str, n: int) -> str:
+    """`n` bytes of plain text that differs from call to call."""
+    head = f"{path}: "
+    words, length, k = [head], len(head), len(path)
+    while length < n:
+        word = _WORDS[k % len(_WORDS)]
+        words.append(word)
+        length += len(word) + 1
+        k += 7
+    return " ".join(words)[:n]
+
+
+def tools() -> dict[str, Any]:
+    return {"echo": echo, "read": read}
+
+
+def make_agent() -> Agent:
+    return Agent(model, tools(), name="bench", ref=REF, **UNLIMITED)
+
+
+REF = f"{Path(__file__).resolve()}:make_agent"

@@ -1,0 +1,205 @@
+"""Step overhead: what durability costs a step, measured against the two-commit floor.
+
+    .venv/bin/python benchmarks/step_overhead.py [--steps 200] [--repeats 7] [--json out.json]
+
+One 200-step run (199 tool calls, then the answer) with a zero-cost model and tool, timed:
+in memory (`run_agent`), and durable (`Runner.run`) on SQLite with the default settings,
+with `?synchronous=full` and with `?synchronous=normal`, and on PostgreSQL. In the same
+process, right after each durable run, the floor: as many commits as that run made (counted
+with SQLAlchemy's commit event), each one INSERT of one of the rows the run wrote into a
+table with the entries table's columns and primary key, through plain SQLAlchemy Core on an
+engine opened with the same settings, over one connection. Both are reported per step of
+the run, and the durable time as a ratio to its floor (per repetition, then the median);
+"(durable - memory) / floor" is the overhead durability adds to a step (the durable step
+less the same step in memory) over the floor. The last column is this process's CPU time
+per step (the database server's is not in it): on a busy machine it shows what the wall
+times cannot, where the client's time goes.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from itertools import cycle, islice
+from typing import Any
+
+import common
+import fakes
+from sqlalchemy import Engine, event, insert, text
+
+from runner import Runner, run_agent
+from runner.ids import new_run_id
+
+SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+SQLITE = {
+    "sqlite": ("sqlite (default)", ""),
+    "sqlite-full": ("sqlite ?synchronous=full", "?synchronous=full"),
+    "sqlite-normal": ("sqlite ?synchronous=normal", "?synchronous=normal"),
+}
+DATABASES = [*SQLITE, "postgresql"]
+
+
+class Clock:
+    """Wall time and this process's CPU time, read together."""
+
+    def __init__(self) -> None:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+
+    def since(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def in_memory(steps: int) -> tuple[float, float]:
+    clock = Clock()
+    result = run_agent(fakes.model, fakes.tools(), fakes.task(steps), **fakes.UNLIMITED)
+    elapsed = clock.since()
+    assert result.stop_reason == "final" and result.steps == steps, result
+    return elapsed
+
+
+def durable(runner: Runner, steps: int) -> tuple[tuple[float, float], int, str]:
+    """One run: its (wall, cpu) time, how many commits it made, its id."""
+    commits = 0
+
+    def on_commit(_connection: Any) -> None:
+        nonlocal commits
+        commits += 1
+
+    event.listen(runner.engine, "commit", on_commit)
+    try:
+        clock = Clock()
+        result = runner.run(fakes.make_agent(), fakes.task(steps))
+        elapsed = clock.since()
+    finally:
+        event.remove(runner.engine, "commit", on_commit)
+    assert result.stop_reason == "final" and result.steps == steps, result
+    assert result.run_id is not None
+    return elapsed, commits, result.run_id
+
+
+def floor(
+    engine: Engine, table: Any, rows: list[dict[str, Any]], commits: int
+) -> tuple[float, float]:
+    """`commits` single-row INSERT commits of the run's own rows (cycled) on one connection."""
+    run_id = new_run_id()  # same length as the run's id: the same bytes, a new key
+    batch = [
+        {**row, "run_id": run_id, "seq": seq}
+        for seq, row in enumerate(islice(cycle(rows), commits))
+    ]
+    statement = insert(table)
+    with engine.connect() as connection:
+        clock = Clock()
+        for row in batch:
+            with connection.begin():
+                connection.execute(statement, row)
+        return clock.since()
+
+
+def synchronous_of(engine: Engine) -> str:
+    with engine.connect() as connection:
+        value = connection.exec_driver_sql("PRAGMA synchronous").scalar_one()
+    return SYNCHRONOUS.get(int(value), str(value))
+
+
+def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
+    runner = Runner(url, lease_seconds=600)  # no heartbeat commit lands inside a run
+    table = common.create_floor(runner.engine)
+    settings = synchronous_of(runner.engine) if runner.engine.dialect.name == "sqlite" else ""
+    # Warm up (caches, the pool, the file); its rows and commit count make the floor's work.
+    _, commits, run_id = durable(runner, steps)
+    rows = common.entry_rows(runner.engine, run_id)
+    kinds = ("memory", "durable", "floor")
+    samples: dict[str, list[float]] = {k: [] for k in (*kinds, *(f"{k}_cpu" for k in kinds))}
+    samples["ratio"] = []
+    samples["overhead_ratio"] = []
+    commit_counts = {commits}
+    try:
+        for repeat in range(repeats):
+            gc.collect()
+            timed = {"memory": in_memory(steps)}
+            # Alternate which goes first, so a slow spell of the machine hits both alike.
+            if repeat % 2 == 0:
+                timed["durable"], made, _ = durable(runner, steps)
+                timed["floor"] = floor(runner.engine, table, rows, commits)
+            else:
+                timed["floor"] = floor(runner.engine, table, rows, commits)
+                timed["durable"], made, _ = durable(runner, steps)
+            commit_counts.add(made)
+            for kind, (wall, cpu) in timed.items():
+                samples[kind].append(wall / steps * 1e6)
+                samples[f"{kind}_cpu"].append(cpu / steps * 1e6)
+            samples["ratio"].append(timed["durable"][0] / timed["floor"][0])
+            overhead = timed["durable"][0] - timed["memory"][0]
+            samples["overhead_ratio"].append(overhead / timed["floor"][0])
+    finally:
+        with runner.engine.begin() as connection:
+            connection.execute(text("DROP TABLE bench_floor"))
+        runner.close()
+    return {
+        "database": name,
+        "synchronous": settings,
+        "steps": steps,
+        "commits_per_run": sorted(commit_counts),
+        "us_per_step": {k: common.spread(v) for k, v in samples.items() if "ratio" not in k},
+        "ratio_to_floor": common.spread(samples["ratio"]),
+        "overhead_ratio_to_floor": common.spread(samples["overhead_ratio"]),
+        "samples": samples,
+    }
+
+
+def main() -> None:
+    p = common.parser(__doc__)
+    p.add_argument("--steps", type=int, default=200, help="steps per run (default 200)")
+    p.add_argument("--repeats", type=int, default=7, help="repetitions (default 7, at least 5)")
+    p.add_argument(
+        "--only", action="append", choices=DATABASES, help="measure only this database (repeatable)"
+    )
+    options = p.parse_args()
+    postgres = common.postgres_url_or_none(options)
+    chosen = set(options.only or DATABASES)
+    results = []
+    with common.scratch_folder(options.dir) as folder:
+        for key, (name, query) in SQLITE.items():
+            if key in chosen:
+                url = common.sqlite_url(folder, key, query)
+                results.append(measure(name, url, options.steps, options.repeats))
+    if postgres is not None and "postgresql" in chosen:
+        with common.scratch_postgres(postgres) as url:
+            results.append(measure("postgresql", url, options.steps, options.repeats))
+
+    rows = []
+    for r in results:
+        us = r["us_per_step"]
+        rows.append(
+            [
+                r["database"] + (f" [{r['synchronous']}]" if r["synchronous"] else ""),
+                "/".join(map(str, r["commits_per_run"])),
+                common.fmt_spread(us["memory"], 1),
+                common.fmt_spread(us["durable"]),
+                common.fmt_spread(us["floor"]),
+                common.fmt_spread(r["ratio_to_floor"], 2),
+                common.fmt_spread(r["overhead_ratio_to_floor"], 2),
+                f"{us['durable_cpu']['median']:.0f} / {us['floor_cpu']['median']:.0f}",
+            ]
+        )
+    common.print_table(
+        f"step overhead: {options.steps}-step run, zero-cost model and tool, "
+        f"median (min-max) of {options.repeats}",
+        [
+            "database",
+            "commits",
+            "in memory us/step",
+            "durable us/step",
+            "floor us/step",
+            "durable / floor",
+            "(durable - memory) / floor",
+            "CPU us/step durable / floor",
+        ],
+        rows,
+    )
+    common.write_json(options.json, "step_overhead", options, results)
+
+
+if __name__ == "__main__":
+    main()
