@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ActionKind = Literal["final", "tool", "invalid"]
@@ -28,13 +28,15 @@ class Action:
     cost: float = 0.0
     error: str | None = None  # why an invalid action is invalid
     raw: str | None = None  # a short repr of an invalid output, for the model and for audit
+    # The sorted-key JSON of `args`, when parsing already made it (saves a second dumps).
+    canonical_args: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def signature(self) -> tuple[str, str] | None:
         """The repeat-detection key: tool name and its canonical (sorted-key) arguments."""
         if self.kind != "tool" or self.tool is None:
             return None
-        return (self.tool, canonical_json(self.args or {}))
+        return (self.tool, self.canonical_args or canonical_json(self.args or {}))
 
 
 def canonical_json(value: Any) -> str:
@@ -65,10 +67,13 @@ def parse_action(output: object) -> Action:
     try:
         # Round-tripping rejects NaN, infinities and values JSON cannot carry, and gives the
         # tool exactly what a journal would give it back after a crash.
-        plain_args = json.loads(canonical_json(dict(args)))
+        canonical = canonical_json(dict(args))
+        plain_args = json.loads(canonical)
     except (TypeError, ValueError) as exc:
         return _invalid(output, f"tool 'args' are not valid JSON: {exc}", tokens, cost, name)
-    return Action("tool", tool=name, args=plain_args, tokens=tokens, cost=cost)
+    return Action(
+        "tool", tool=name, args=plain_args, tokens=tokens, cost=cost, canonical_args=canonical
+    )
 
 
 def parse_usage(usage: object) -> tuple[int, float] | str:

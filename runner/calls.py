@@ -9,9 +9,11 @@ caller is itself inside an event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import threading
+import weakref
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, wait
 from typing import Any
@@ -37,11 +39,23 @@ def invoke(
     return _in_thread(fn, args, kwargs, timeout)
 
 
+# Whether a callable is async, remembered: inspecting it costs more than the rest of an
+# in-memory step, and a run calls the same model and tools over and over.
+_async: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def _is_async(fn: Callable[..., Any]) -> bool:
+    try:
+        return _async[fn]
+    except (KeyError, TypeError):  # TypeError: an object that takes no weak reference
+        pass
     inner = getattr(fn, "fn", fn)  # a runner Tool wraps the user's callable
-    return inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(
+    found = inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(
         getattr(inner, "__call__", None)  # noqa: B004 - an object whose __call__ is async
     )
+    with contextlib.suppress(TypeError):
+        _async[fn] = found
+    return found
 
 
 def _in_thread(

@@ -27,7 +27,7 @@ class EntryKind(StrEnum):
     WRAP_UP = "wrap_up"  # the note asking the model to answer now, its budget spent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Counters:
     """A run's running totals, stored with every entry."""
 
@@ -37,7 +37,7 @@ class Counters:
     error_streak: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     kind: EntryKind
     step: int
