@@ -34,7 +34,7 @@ import common
 import fakes
 from sqlalchemy import insert
 
-from runner import Agent, Runner, store
+from runner import Agent, Runner, leases, store
 from runner.budgets import Budgets
 from runner.database import open_engine
 from runner.ids import new_run_id
@@ -92,10 +92,10 @@ def crashed_run(url: str, count: int) -> str:
         task=fakes.task(1_000_000),
         budgets=Budgets(**fakes.UNLIMITED).as_dict(),
     )
-    claim = store.claim_run(engine, run_id, owner=DEAD_OWNER, lease_seconds=3600, max_resumes=3)
+    claim = leases.claim_run(engine, run_id, owner=DEAD_OWNER, lease_seconds=3600, max_resumes=3)
     at = store.now()
     rows = [
-        store._entry_row(run_id, seq, claim.epoch, entry, at)  # the rows the store writes
+        store.entry_row(run_id, seq, claim.epoch, entry, at)  # the rows the store writes
         for seq, entry in enumerate(journal(run_id, count))
     ]
     with engine.begin() as connection:

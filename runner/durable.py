@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from runner import store
+from runner import leases, store
 from runner.agent import Agent, load_agent, with_budgets
 from runner.budgets import Budgets
 from runner.database import ensure_schema, open_engine, resolve_url
@@ -125,7 +125,7 @@ class Runner:
         run = store.find_run(self.engine, run_id)
         if run.status is RunStatus.FINISHED:
             return self.get(run.id)
-        claim = store.claim_run(
+        claim = leases.claim_run(
             self.engine,
             run.id,
             owner=self.owner,
@@ -138,7 +138,7 @@ class Runner:
         try:
             loaded = self._agent(agent) if agent is not None else self._stored_agent(claim.run)
         except RunnerError:
-            store.release_run(self.engine, run.id, claim.epoch)
+            leases.release_run(self.engine, run.id, claim.epoch)
             raise
         return self.execute(claim, loaded)
 
@@ -152,7 +152,7 @@ class Runner:
         return load_agent(run.agent)
 
     def execute(
-        self, claim: store.Claim, agent: Agent, *, pause: threading.Event | None = None
+        self, claim: leases.Claim, agent: Agent, *, pause: threading.Event | None = None
     ) -> AgentResult:
         """Drive a claimed run to its stop with the durable journal (RunPaused if paused)."""
         run = claim.run

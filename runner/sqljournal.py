@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from runner import store
+from runner import fencing, leases, store
 from runner.errors import LeaseLost
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Stop
@@ -22,7 +22,7 @@ class SqlJournal:
     def __init__(
         self,
         engine: Engine,
-        claim: store.Claim,
+        claim: leases.Claim,
         *,
         lease_seconds: float,
         observer: Observer | None = None,
@@ -58,7 +58,7 @@ class SqlJournal:
         self._check_lease()
         name = "final" if entry.kind is EntryKind.FINAL else str(entry.kind)
         fault(f"before_{name}_commit")
-        self._cancel = store.append_entry(
+        self._cancel = fencing.append_entry(
             self.connection, self._run_id, self.epoch, self.seq, entry, stop, self.lease_seconds
         )
         self.seq += 1
@@ -69,7 +69,7 @@ class SqlJournal:
 
     def finish(self, stop: Stop, counters: Counters) -> None:
         self._check_lease()
-        store.finish_run(self.connection, self._run_id, self.epoch, stop, counters)
+        fencing.finish_run(self.connection, self._run_id, self.epoch, stop, counters)
 
     def cancel_requested(self) -> bool:
         self._check_lease()
@@ -104,7 +104,9 @@ class SqlJournal:
         """Renew the lease during slow model and tool calls, at a third of its length."""
         while not self._stop_heartbeat.wait(self.lease_seconds / 3):
             try:
-                if not store.renew_lease(self.engine, self._run_id, self.epoch, self.lease_seconds):
+                if not leases.renew_lease(
+                    self.engine, self._run_id, self.epoch, self.lease_seconds
+                ):
                     self.lost.set()
                     return
             except SQLAlchemyError:

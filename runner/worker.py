@@ -21,7 +21,7 @@ from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from runner import store
+from runner import leases
 from runner.agent import Agent, load_agent
 from runner.database import safe_url
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
@@ -123,7 +123,7 @@ class Worker:
         now = time.monotonic()
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
-            claim = store.claim_next(
+            claim = leases.claim_next(
                 self.runner.engine,
                 owner=self.name,
                 lease_seconds=self.runner.lease_seconds,
@@ -155,7 +155,7 @@ class Worker:
 
     # -- one run --------------------------------------------------------------------------
 
-    def _execute(self, claim: store.Claim) -> None:
+    def _execute(self, claim: leases.Claim) -> None:
         run = claim.run
         try:
             agent = self._agent(run.agent, run.id)
@@ -199,9 +199,9 @@ class Worker:
             self._agents[ref] = agent
         return agent
 
-    def _release(self, claim: store.Claim, error: str | None) -> None:
+    def _release(self, claim: leases.Claim, error: str | None) -> None:
         try:
-            store.release_run(self.runner.engine, claim.run.id, claim.epoch, error)
+            leases.release_run(self.runner.engine, claim.run.id, claim.epoch, error)
         except SQLAlchemyError as exc:
             self.log(f"run {claim.run.id} left to lease expiry: {_first_line(exc)}")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text, update
 
-from runner import store
+from runner import fencing, leases, store
 from runner.budgets import Budgets
 from runner.journal import Counters, Entry, EntryKind
 from runner.result import AgentResult
@@ -241,7 +241,7 @@ def died_with(
         task=task,
         budgets=(budgets or Budgets()).as_dict(),
     )
-    claim = store.claim_run(engine, run_id, owner=DEAD_OWNER, lease_seconds=3600, max_resumes=3)
+    claim = leases.claim_run(engine, run_id, owner=DEAD_OWNER, lease_seconds=3600, max_resumes=3)
     for seq, entry in enumerate([task_entry(task), *entries]):
-        store.append_entry(engine, run_id, claim.epoch, seq, entry, None, 3600)
+        fencing.append_entry(engine, run_id, claim.epoch, seq, entry, None, 3600)
     return claim.epoch

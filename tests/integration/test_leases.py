@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason, store
+from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason, leases, store
 from runner.journal import Counters, Stop
 from runner.owner import this_process
 from runner.schema import runs
@@ -159,12 +159,14 @@ def test_a_zombie_journal_writes_nothing(db_url: str) -> None:
     with Runner(db_url) as runner:
         engine = runner.engine
         queued(engine, "z")
-        first = store.claim_run(engine, "z", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3)
+        first = leases.claim_run(engine, "z", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3)
         with SqlJournal(engine, first, lease_seconds=30) as zombie:
             zombie.append(task_entry("2+3?"))
             # The zombie stalls past its lease: another worker claims the run.
             expire(engine, "z")
-            second = store.claim_next(engine, owner="worker-2:1:1", lease_seconds=30, max_resumes=3)
+            second = leases.claim_next(
+                engine, owner="worker-2:1:1", lease_seconds=30, max_resumes=3
+            )
             assert second is not None and second.run.id == "z"
             assert second.epoch == first.epoch + 1
 
@@ -189,9 +191,9 @@ def test_the_heartbeat_of_a_fenced_journal_notices(db_url: str) -> None:
     with Runner(db_url) as runner:
         engine = runner.engine
         queued(engine, "hb")
-        first = store.claim_run(engine, "hb", owner=ANOTHER_HOST, lease_seconds=0.3, max_resumes=3)
+        first = leases.claim_run(engine, "hb", owner=ANOTHER_HOST, lease_seconds=0.3, max_resumes=3)
         with SqlJournal(engine, first, lease_seconds=0.3) as zombie:
-            store.claim_run(
+            leases.claim_run(
                 engine, "hb", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
             )
             deadline = time.monotonic() + 5
@@ -221,15 +223,15 @@ def test_who_may_take_a_lease(db_url: str, owner: str, expired: bool, free: bool
     with Runner(db_url) as runner:
         engine = runner.engine
         queued(engine, "l")
-        store.claim_run(engine, "l", owner=owner, lease_seconds=3600, max_resumes=3)
+        leases.claim_run(engine, "l", owner=owner, lease_seconds=3600, max_resumes=3)
         if expired:
             expire(engine, "l")
         if free:
-            claim = store.claim_run(engine, "l", owner="next:1:1", lease_seconds=60, max_resumes=3)
+            claim = leases.claim_run(engine, "l", owner="next:1:1", lease_seconds=60, max_resumes=3)
             assert (claim.epoch, claim.run.lease_owner) == (2, "next:1:1")
         else:
             with pytest.raises(LeaseHeld):
-                store.claim_run(engine, "l", owner="next:1:1", lease_seconds=60, max_resumes=3)
+                leases.claim_run(engine, "l", owner="next:1:1", lease_seconds=60, max_resumes=3)
             assert runner.row("l").lease_owner == owner
 
 
@@ -275,12 +277,12 @@ def test_the_heartbeat_keeps_the_lease_during_a_slow_tool(db_url: str) -> None:
                 expiries.append(row.lease_expires_at)
                 # Any other worker, by expiry or by resume, finds the run taken.
                 claims.append(
-                    store.claim_next(
+                    leases.claim_next(
                         other.engine, owner="rival:1:1", lease_seconds=30, max_resumes=3
                     )
                 )
                 try:
-                    taken = store.claim_run(
+                    taken = leases.claim_run(
                         other.engine, "slow", owner="rival:1:1", lease_seconds=30, max_resumes=3
                     )
                 except LeaseHeld:
@@ -314,7 +316,7 @@ def test_a_heartbeat_never_renews_a_finished_run(db_url: str) -> None:
         run = runner.row("done")
         # A heartbeat that fires after the final commit (before the journal closes) finds
         # its epoch still current: it must not give the finished run a lease again.
-        renewed = store.renew_lease(runner.engine, "done", run.lease_epoch, 30)
+        renewed = leases.renew_lease(runner.engine, "done", run.lease_epoch, 30)
         after = runner.row("done")
     assert result.stop_reason == "final"
     assert renewed is False
@@ -324,11 +326,11 @@ def test_a_heartbeat_never_renews_a_finished_run(db_url: str) -> None:
 def test_renewing_with_a_stale_epoch_fails(db_url: str) -> None:
     with Runner(db_url) as runner:
         queued(runner.engine, "r")
-        first = store.claim_run(
+        first = leases.claim_run(
             runner.engine, "r", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3
         )
-        assert store.renew_lease(runner.engine, "r", first.epoch, 30) is True
-        store.claim_run(
+        assert leases.renew_lease(runner.engine, "r", first.epoch, 30) is True
+        leases.claim_run(
             runner.engine, "r", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
         )
-        assert store.renew_lease(runner.engine, "r", first.epoch, 30) is False
+        assert leases.renew_lease(runner.engine, "r", first.epoch, 30) is False

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from runner import NOT_APPLIED, Agent, Runner, ToolCall, current_call, run_agent, store, tool
+from runner import (
+    NOT_APPLIED,
+    Agent,
+    Runner,
+    ToolCall,
+    current_call,
+    leases,
+    run_agent,
+    tool,
+)
 from runner.budgets import Budgets
 from runner.journal import Counters
 
@@ -432,11 +441,11 @@ def test_a_released_run_is_not_a_takeover(db_url: str) -> None:
         pending(runner.engine, "calm", "anything", {})
         engine = runner.engine
         for _ in range(4):
-            claim = store.claim_run(
+            claim = leases.claim_run(
                 engine, "calm", owner=DEAD_OWNER, lease_seconds=60, max_resumes=1
             )
             assert not claim.crash_loop
-            store.release_run(engine, "calm", claim.epoch)
+            leases.release_run(engine, "calm", claim.epoch)
         run = runner.row("calm")
     # Only the first claim took over from the worker that died; the others were handed back.
     assert run.resumes == 1

@@ -12,16 +12,20 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner import store
+from runner import fencing, leases, store
 from runner.budgets import StopReason
 from runner.database import open_engine
 from runner.journal import Counters, Entry, EntryKind, Stop
 from runner.owner import this_process
 
 text = st.text(alphabet=st.characters(codec=None), max_size=40)
-scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.floats(
-    allow_nan=False, allow_infinity=False
-) | text
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | text
+)
 values = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
@@ -47,7 +51,7 @@ def test_entries_and_output_round_trip(
         store.create_run(
             engine, run_id=run_id, agent=None, agent_name=None, release=None, task="t", budgets={}
         )
-        claim = store.claim_run(
+        claim = leases.claim_run(
             engine, run_id, owner=this_process(), lease_seconds=60, max_resumes=3
         )
         written = [
@@ -66,7 +70,7 @@ def test_entries_and_output_round_trip(
         ]
         for seq, entry in enumerate(written):
             stop = Stop(StopReason.FINAL, output=output) if seq == len(written) - 1 else None
-            store.append_entry(engine, run_id, claim.epoch, seq, entry, stop, 60)
+            fencing.append_entry(engine, run_id, claim.epoch, seq, entry, stop, 60)
         assert [entry for entry, _ in store.load_entries(engine, run_id)] == written
         assert store.get_run(engine, run_id).output == output
     finally:

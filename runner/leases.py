@@ -1,0 +1,193 @@
+"""Leases: which worker executes a run, fenced by an epoch that every claim bumps.
+
+A worker claims a run with one atomic UPDATE (under BEGIN IMMEDIATE on SQLite, with
+FOR UPDATE SKIP LOCKED on PostgreSQL for the queue), renews it with a heartbeat, and gives it
+back at once on a graceful stop. An expired lease is how a crashed worker's run is found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, select, update
+
+from runner.budgets import StopReason
+from runner.errors import LeaseHeld, RunNotFound
+from runner.schema import RunStatus, entries, runs
+from runner.store import RunRow, lock_run, now, stopped_values
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A lease this worker now holds: write with `epoch` until told otherwise."""
+
+    run: RunRow
+    epoch: int
+    next_seq: int
+    crash_loop: bool  # the run was given up: it kept killing its workers
+    # Takeovers in a row that found no new journal entry: more than 0 makes the run a
+    # suspect of killing its workers, which a worker runs alone until it progresses.
+    stalled: int = 0
+
+
+def claim_run(
+    engine: Engine,
+    run_id: str,
+    *,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    steal: bool = False,
+) -> Claim:
+    """Take the lease of one run (`runner resume`): refuse while a live worker holds it."""
+    with engine.begin() as connection:
+        row = lock_run(connection, run_id)
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id}")
+        run = RunRow.of(row)
+        at = now()
+        if run.status is not RunStatus.FINISHED and not steal and run.lease_is_live(at):
+            raise LeaseHeld(
+                f"run {run.id} is being executed by {run.lease_owner} (lease until "
+                f"{run.lease_expires_at:%H:%M:%S} UTC); pass --steal to take it over"
+            )
+        if run.status is RunStatus.FINISHED:
+            return Claim(run, run.lease_epoch, 0, crash_loop=False)
+        return _take(connection, row, owner, lease_seconds, max_resumes, at)
+
+
+def _take(
+    connection: Connection,
+    row: Any,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    at: datetime,
+) -> Claim:
+    """Bump the epoch and take the lease, in the caller's transaction (row already locked)."""
+    run = RunRow.of(row)
+    m = row._mapping
+    recorded = _recorded(connection, run.id)
+    takeover = m["lease_owner"] is not None  # the last holder never let go: it crashed
+    resumes, stalled = m["resumes"], m["stalled_resumes"]
+    if takeover:
+        resumes += 1
+        stalled = stalled + 1 if recorded == m["progress_seq"] else 0
+    epoch = m["lease_epoch"] + 1
+    deadline = m["deadline"]
+    max_seconds = run.budgets.get("max_seconds")
+    if deadline is None and max_seconds is not None:
+        deadline = at + timedelta(seconds=float(max_seconds))
+    values: dict[str, Any] = {
+        "status": RunStatus.RUNNING,
+        "lease_owner": owner,
+        "lease_epoch": epoch,
+        "lease_expires_at": at + timedelta(seconds=lease_seconds),
+        "leased_at": at,
+        "resumes": resumes,
+        "stalled_resumes": stalled,
+        "progress_seq": recorded,
+        "deadline": deadline,
+        "updated_at": at,
+    }
+    crash_loop = stalled > max_resumes
+    if crash_loop:
+        values.update(
+            stopped_values(connection, run.id, StopReason.CRASH_LOOP, at),
+            error=f"the run was resumed {stalled} times in a row without progress",
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
+    fresh = connection.execute(select(runs).where(runs.c.id == run.id)).one()
+    return Claim(RunRow.of(fresh), epoch, recorded, crash_loop=crash_loop, stalled=stalled)
+
+
+def _recorded(connection: Connection, run_id: str) -> int:
+    return connection.execute(
+        select(func.count()).select_from(entries).where(entries.c.run_id == run_id)
+    ).scalar_one()
+
+
+def _stalls(connection: Connection, row: Any) -> bool:
+    """Whether taking `row` over would count as a takeover without progress."""
+    m = row._mapping
+    return m["lease_owner"] is not None and _recorded(connection, m["id"]) == m["progress_seq"]
+
+
+def claim_next(
+    engine: Engine,
+    *,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    skip_agents: Collection[str] = (),
+    suspects: bool = True,
+) -> Claim | None:
+    """Take the oldest runnable run: queued, or running under a lease that expired.
+
+    `skip_agents` leaves alone the runs of agents this worker cannot load right now.
+    `suspects=False` (a worker that has runs in flight) takes nothing when the oldest
+    runnable run is a suspect, one whose last worker died before it wrote anything: if it
+    kills this worker too, the runs beside it would die without progress and be counted
+    against them. Taking nothing, rather than the next run, lets busy workers drain so an
+    idle one takes the suspect instead of it waiting behind the whole queue.
+    """
+    at = now()
+    runnable = (runs.c.status == RunStatus.QUEUED) | (
+        (runs.c.status == RunStatus.RUNNING)
+        & ((runs.c.lease_expires_at.is_(None)) | (runs.c.lease_expires_at < at))
+    )
+    query = select(runs).where(runnable).order_by(runs.c.created_at, runs.c.id).limit(1)
+    if skip_agents:
+        query = query.where(runs.c.agent.not_in(list(skip_agents)))
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        row = connection.execute(query).first()
+        if row is None or (not suspects and _stalls(connection, row)):
+            return None
+        return _take(connection, row, owner, lease_seconds, max_resumes, at)
+
+
+def renew_lease(engine: Engine, run_id: str, epoch: int, lease_seconds: float) -> bool:
+    """The heartbeat: extend the lease; False once another worker has taken the run."""
+    at = now()
+    with engine.begin() as connection:
+        result = connection.execute(
+            update(runs)
+            # Only a running run: a beat that fires between the final commit and the
+            # heartbeat's stop keeps the epoch, and must not give a finished run a lease.
+            .where(
+                runs.c.id == run_id,
+                runs.c.lease_epoch == epoch,
+                runs.c.status == RunStatus.RUNNING,
+            )
+            .values(lease_expires_at=at + timedelta(seconds=lease_seconds))
+        )
+    return result.rowcount == 1
+
+
+def release_run(engine: Engine, run_id: str, epoch: int, error: str | None = None) -> None:
+    """Give an unfinished run back to the queue at once (graceful shutdown, or an agent
+    that would not load: `error` says why, for `runner show`)."""
+    extra: dict[str, Any] = {} if error is None else {"error": error}
+    with engine.begin() as connection:
+        connection.execute(
+            update(runs)
+            .where(
+                runs.c.id == run_id,
+                runs.c.lease_epoch == epoch,
+                runs.c.status == RunStatus.RUNNING,
+            )
+            .values(
+                status=RunStatus.QUEUED,
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=now(),
+                **extra,
+            )
+        )
