@@ -69,3 +69,33 @@ def test_make_demo_recipe_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "35"
     assert "step 3  final" in done.stderr
+
+
+def test_history_commands_run_as_written(tmp_path: Path) -> None:
+    """The `console` block of run-history commands, in a scratch folder with a few runs."""
+    env = {**os.environ, "RUNNER_DATABASE_URL": f"sqlite:///{tmp_path / 'history.db'}"}
+    env["PATH"] = f"{BIN}:{env['PATH']}"
+    agent = ROOT / "examples" / "calculator.py"
+    for task in ("What is (1 + 2) * 3?", "What is 4?"):
+        seeded = run_line(f"runner run {agent}:agent {shlex.quote(task)}", env)
+        assert seeded.returncode in (0, 3), seeded.stderr
+    commands = [
+        line.split("  #")[0].strip()
+        for block in blocks("console")
+        for line in block.splitlines()
+        if line.strip()
+    ]
+    assert any(c.startswith("runner stats") for c in commands)
+    for command in commands:
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+    exported = (tmp_path / "runs.jsonl").read_text().splitlines()
+    assert len(exported) == 2
