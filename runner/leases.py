@@ -16,8 +16,9 @@ from sqlalchemy import Connection, Engine, func, select, update
 
 from runner.budgets import StopReason
 from runner.errors import LeaseHeld, RunNotFound
+from runner.owner import is_dead, local_prefix
 from runner.schema import RunStatus, entries, runs
-from runner.store import RunRow, lock_run, now, stopped_values
+from runner.store import RunRow, lock_run, now, starts_with, stopped_values
 
 
 @dataclass(frozen=True)
@@ -148,9 +149,50 @@ def claim_next(
         if connection.dialect.name == "postgresql":
             query = query.with_for_update(skip_locked=True)
         row = connection.execute(query).first()
+        if row is None:
+            row = _orphan_here(connection, at, skip_agents)
         if row is None or (not suspects and _stalls(connection, row)):
             return None
         return _take(connection, row, owner, lease_seconds, max_resumes, at)
+
+
+# How many live leases held on this host one claim looks through for a dead holder.
+_ORPHAN_SCAN = 50
+
+
+def _orphan_here(connection: Connection, at: datetime, skip_agents: Collection[str]) -> Any:
+    """A run whose lease has not expired but whose holder, a process on this host, is dead.
+
+    A worker SIGKILLed on this machine leaves its runs to a sibling at once, not after the
+    lease: the same test `runner resume` makes. Candidates are read without locks, then the
+    one found is locked only if its lease is still the dead process's.
+    """
+    query = (
+        select(runs.c.id, runs.c.lease_owner, runs.c.lease_epoch)
+        .where(
+            runs.c.status == RunStatus.RUNNING,
+            runs.c.lease_expires_at >= at,
+            starts_with(runs.c.lease_owner, local_prefix()),
+        )
+        .order_by(runs.c.created_at, runs.c.id)
+        .limit(_ORPHAN_SCAN)
+    )
+    if skip_agents:
+        query = query.where(runs.c.agent.not_in(list(skip_agents)))
+    for candidate in connection.execute(query).all():
+        if not is_dead(candidate.lease_owner):
+            continue
+        still = select(runs).where(
+            runs.c.id == candidate.id,
+            runs.c.lease_owner == candidate.lease_owner,
+            runs.c.lease_epoch == candidate.lease_epoch,
+        )
+        if connection.dialect.name == "postgresql":
+            still = still.with_for_update(skip_locked=True)
+        row = connection.execute(still).first()
+        if row is not None:
+            return row
+    return None
 
 
 def renew_lease(engine: Engine, run_id: str, epoch: int, lease_seconds: float) -> bool:

@@ -34,6 +34,11 @@ def _owner_of(pid: int) -> str:
     return f"{socket.gethostname()}:{pid}:{_start_time(pid) or '?'}"
 
 
+def local_prefix() -> str:
+    """How the lease owners of this host's processes begin."""
+    return f"{socket.gethostname()}:"
+
+
 def is_dead(owner: str) -> bool:
     """True when `owner` was a process on this host that no longer exists."""
     try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.budgets import StopReason
@@ -231,6 +231,13 @@ def create_run(
     return True
 
 
+def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+    """`column LIKE 'prefix%'`, with the prefix's own % and _ taken literally (and fast: an
+    index on the column serves it, where a function of the column would not)."""
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return column.like(escaped + "%", escape="\\")
+
+
 def get_run(engine: Engine, run_id: str) -> RunRow:
     with reading(engine) as connection:
         row = connection.execute(select(runs).where(runs.c.id == run_id)).first()
@@ -245,10 +252,9 @@ def find_run(engine: Engine, prefix: str) -> RunRow:
         exact = connection.execute(select(runs).where(runs.c.id == prefix)).first()
         if exact is not None:
             return RunRow.of(exact)
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         # SQLite's LIKE ignores ASCII case, PostgreSQL's does not: the substr test keeps a
         # prefix as case-sensitive as the ids it abbreviates, on both.
-        starts = runs.c.id.like(escaped + "%", escape="\\") & (
+        starts = starts_with(runs.c.id, prefix) & (
             func.substr(runs.c.id, 1, len(prefix)) == prefix
         )
         rows = connection.execute(select(runs).where(starts).limit(2)).all()

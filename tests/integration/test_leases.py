@@ -244,6 +244,25 @@ def test_a_dead_local_owner_frees_the_run_at_once(db_url: str) -> None:
     assert (result.stop_reason, result.steps) == ("final", 2)
 
 
+def test_a_worker_takes_a_dead_local_workers_run_at_once(db_url: str) -> None:
+    """claim_next: a live lease whose holder died on this host is taken, others are not."""
+    with Runner(db_url) as runner:
+        engine = runner.engine
+        for run_id, holder in (("held-here", runner.owner), ("held-away", ANOTHER_HOST)):
+            queued(engine, run_id)
+            leases.claim_run(engine, run_id, owner=holder, lease_seconds=3600, max_resumes=3)
+        action = tool_action("dead", 1, "add", {"a": 2, "b": 3}, Counters())
+        died_with(runner.engine, "dead", "2+3?", [action])  # a lease for an hour
+        before = runner.row("dead")
+        claim = leases.claim_next(engine, owner="sibling:1:1", lease_seconds=30, max_resumes=3)
+        assert claim is not None and claim.run.id == "dead"
+        assert claim.epoch == before.lease_epoch + 1
+        assert claim.run.lease_owner == "sibling:1:1" and claim.run.resumes == before.resumes + 1
+        # The live holders, here and on another host, keep their runs.
+        again = leases.claim_next(engine, owner="sibling:1:1", lease_seconds=30, max_resumes=3)
+        assert again is None
+
+
 # -- the heartbeat ------------------------------------------------------------------------------
 
 
