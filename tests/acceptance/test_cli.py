@@ -612,3 +612,13 @@ def test_usage_errors_exit_2(args: list[str], ledger: Path) -> None:
     result = invoke(ledger, *args)
     assert result.exit_code == 2
     one_line_error(result.stderr)
+
+
+def test_python_dash_m_runner_is_the_runner_command() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "submit" in done.stdout and "worker" in done.stdout
