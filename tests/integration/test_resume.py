@@ -450,3 +450,27 @@ def test_a_released_run_is_not_a_takeover(db_url: str) -> None:
     # Only the first claim took over from the worker that died; the others were handed back.
     assert run.resumes == 1
     assert (run.status, run.lease_owner) == ("queued", None)
+
+
+def test_a_journal_the_code_no_longer_agrees_with_is_a_replay_mismatch(db_url: str) -> None:
+    """Replay checks each recorded decision against what the loop decides now."""
+    from runner import ReplayMismatch
+    from runner.journal import Entry, EntryKind
+
+    # Recorded as an answer by code that let 50 tokens through; the stored budget of 10
+    # tokens makes the loop refuse that same action now.
+    answered = Entry(
+        EntryKind.FINAL,
+        1,
+        Counters(steps=1, tokens=50),
+        content="5",
+        action_type="final",
+        tokens=50,
+    )
+    model = Counting(solver)
+    with Runner(db_url) as runner:
+        died_with(runner.engine, "mm", "2+3?", [answered], Budgets(max_tokens=10))
+        with pytest.raises(ReplayMismatch, match="step 1 was recorded as final"):
+            runner.resume("mm", agent=Agent(model, TOOLS))
+        assert runner.get("mm").status == "running"  # nothing was written over the journal
+    assert model.calls == 0
