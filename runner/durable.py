@@ -13,7 +13,7 @@ from runner.budgets import Budgets
 from runner.database import ensure_schema, open_engine, resolve_url
 from runner.errors import AgentLoadError, RunnerError
 from runner.ids import new_run_id
-from runner.journal import Entry
+from runner.journal import Counters, Entry
 from runner.loop import drive
 from runner.owner import this_process
 from runner.result import AgentResult
@@ -181,15 +181,17 @@ class Runner:
         run = store.find_run(self.engine, run_id)
         journal = store.load_entries(self.engine, run.id)
         transcript = [m for entry, _ in journal if (m := entry.message()) is not None]
-        counters = journal[-1][0].counters if journal else None
-        finished = run.status is RunStatus.FINISHED
+        # A finished run stores its final counters; an unfinished one has them in its journal.
+        counters = Counters(run.steps, run.tokens, run.cost)
+        if run.status is not RunStatus.FINISHED and journal:
+            counters = journal[-1][0].counters
         return AgentResult(
             stop_reason=run.stop_reason,
             output=run.output,
-            steps=run.steps if finished or counters is None else counters.steps,
+            steps=counters.steps,
             transcript=transcript,
-            tokens=run.tokens if finished or counters is None else counters.tokens,
-            cost=run.cost if finished or counters is None else counters.cost,
+            tokens=counters.tokens,
+            cost=counters.cost,
             error=run.error,
             wrapped_up=run.wrapped_up,
             run_id=run.id,

@@ -13,36 +13,21 @@ from runner.store import RunRow
 _WIDTH = 100  # observation texts are cut to this in the terminal; --json has them whole
 
 
+# The fields an AgentResult and a RunRow share, under the same names.
+_OUTCOME = ("status", "stop_reason", "output", "steps", "tokens", "cost", "error", "wrapped_up")
+
+
 def run_json(
     result: AgentResult | None, row: RunRow | None = None, *, transcript: bool = False
 ) -> dict[str, Any]:
     """The machine-readable form of a run."""
     data: dict[str, Any] = {}
-    if result is not None:
-        data.update(
-            id=result.run_id,
-            status=result.status,
-            stop_reason=result.stop_reason,
-            output=result.output,
-            steps=result.steps,
-            tokens=result.tokens,
-            cost=result.cost,
-            error=result.error,
-            wrapped_up=result.wrapped_up,
-        )
+    # How the run ended (or stands): from the result when there is one, else from the row.
+    source = result if result is not None else row
+    if source is not None:
+        data["id"] = result.run_id if result is not None else row.id if row else None
+        data.update({name: getattr(source, name) for name in _OUTCOME})
     if row is not None:
-        if result is None:
-            data.update(
-                id=row.id,
-                status=row.status,
-                stop_reason=row.stop_reason,
-                output=row.output,
-                steps=row.steps,
-                tokens=row.tokens,
-                cost=row.cost,
-                error=row.error,
-                wrapped_up=row.wrapped_up,
-            )
         data.update(
             agent=row.agent,
             agent_name=row.agent_name,
