@@ -7,6 +7,8 @@ SQLite (the embedded default) gets WAL, `synchronous=FULL`, a busy timeout and
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ URL_VARIABLE = "RUNNER_DATABASE_URL"
 # power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
 SYNCHRONOUS_MODES = ("full", "normal")
 BUSY_TIMEOUT_MS = 30_000
+WAL_SWITCH_RETRY_SECONDS = 0.005
 # Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
 DEFERRED = "sqlite_deferred"
 
@@ -78,8 +81,8 @@ def _sqlite_engine(url: URL, kwargs: dict[str, Any]) -> Engine:
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control from the sqlite3 module, so BEGIN IMMEDIATE is ours.
         dbapi_connection.isolation_level = None
+        _enable_wal(dbapi_connection)
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
@@ -93,6 +96,26 @@ def _sqlite_engine(url: URL, kwargs: dict[str, Any]) -> Engine:
         connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
 
     return engine
+
+
+def _enable_wal(dbapi_connection: Any) -> None:
+    """Switch the file to WAL, waiting out other connections doing the same.
+
+    On a brand-new file several connections may race to leave rollback mode; SQLite
+    answers the losers "database is locked" at once, without its busy handler (waiting
+    could deadlock), so the wait happens here, bounded like the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            (mode,) = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
+            if mode != "wal":
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(WAL_SWITCH_RETRY_SECONDS)
 
 
 def is_sqlite(engine: Engine) -> bool:
