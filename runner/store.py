@@ -254,9 +254,7 @@ def find_run(engine: Engine, prefix: str) -> RunRow:
             return RunRow.of(exact)
         # SQLite's LIKE ignores ASCII case, PostgreSQL's does not: the substr test keeps a
         # prefix as case-sensitive as the ids it abbreviates, on both.
-        starts = starts_with(runs.c.id, prefix) & (
-            func.substr(runs.c.id, 1, len(prefix)) == prefix
-        )
+        starts = starts_with(runs.c.id, prefix) & (func.substr(runs.c.id, 1, len(prefix)) == prefix)
         rows = connection.execute(select(runs).where(starts).limit(2)).all()
     if not rows:
         raise RunNotFound(f"no run with id {prefix}")

@@ -11,6 +11,7 @@ with it, and no innocent neighbour is counted towards crash_loop.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -210,12 +211,16 @@ class Worker:
     def install_signal_handlers(self) -> None:
         """First SIGTERM/SIGINT: stop gracefully. Second: exit at once (leases expire)."""
 
+        # Python may run this handler again inside itself when a second signal lands
+        # mid-handler; next() on a counter is one C call, so exactly one call sees 0.
+        signals_seen = itertools.count()
+
         def handle(signum: int, _frame: FrameType | None) -> None:
-            if self.stopping.is_set():
+            if next(signals_seen) > 0:
                 os._exit(128 + signum)
-            self.log(f"worker {self.name}: {signal.Signals(signum).name}, stopping gracefully")
             self.stopping.set()
             self._wake.set()
+            self.log(f"worker {self.name}: {signal.Signals(signum).name}, stopping gracefully")
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)

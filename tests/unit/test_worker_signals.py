@@ -1,0 +1,42 @@
+"""A worker's second SIGTERM exits at once, even one that lands while the first is handled."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+# The log call of the first signal's handler sends the second signal: Python runs the
+# handler again inside itself, the moment a naive "already stopping?" check gets wrong.
+SIGNAL_INSIDE_THE_HANDLER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from runner.worker import Worker
+
+    lines = []
+
+    def log(line):
+        lines.append(line)
+        if "stopping gracefully" in line and len(lines) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    worker = Worker(sys.argv[1], log=log)
+    worker.install_signal_handlers()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    print(lines)
+    """
+)
+
+
+def test_a_second_signal_during_the_first_handler_exits_at_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runner.db'}"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_INSIDE_THE_HANDLER, url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stdout + done.stderr
