@@ -454,18 +454,18 @@ def test_second_signal_exits_at_once_leaving_the_run_to_be_taken_over(cluster: C
     (run_id,) = cluster.submit("slow")
     wait_for(lambda: cluster.in_tool(first.pid), 30, cluster.logs)
 
-    started = time.monotonic()
     first.signal(signal.SIGTERM)
     wait_for(lambda: "stopping gracefully" in first.log(), 10, first.log)
     first.signal(signal.SIGTERM)
     assert first.wait(10) == 128 + signal.SIGTERM, first.log()
-    assert time.monotonic() - started < 4  # the 5 s tool call was not waited for
 
     left = cluster.row(run_id)
     assert left.status is RunStatus.RUNNING and f":{first.pid}:" in (left.lease_owner or "")
     assert left.lease_expires_at is not None
     kinds = [entry.kind for entry, _ in load_entries(cluster.runner.engine, run_id)]
-    assert kinds == [EntryKind.TASK, EntryKind.ACTION]  # the call is pending
+    # The call is pending: the 5 s tool call was not waited for (a graceful stop would have
+    # recorded its observation before releasing).
+    assert kinds == [EntryKind.TASK, EntryKind.ACTION]
 
     second = cluster.start(lease=2, slow=0.1)
     row = cluster.wait_finished([run_id], timeout=30)[run_id]
