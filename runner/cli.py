@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from runner.budgets import StopReason
 from runner.database import URL_VARIABLE, open_engine, resolve_url, safe_url, upgrade
-from runner.durable import Runner
+from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import RunnerError
 from runner.journal import Entry, EntryKind
 from runner.render import render_run, run_json, runs_table
@@ -218,14 +218,14 @@ def submit(
     "--lease",
     "lease_seconds",
     type=click.FloatRange(min=0.1),
-    default=30.0,
+    default=DEFAULT_LEASE_SECONDS,
     show_default=True,
     help="Lease length in seconds; a heartbeat renews it.",
 )
 @click.option(
     "--max-resumes",
     type=click.IntRange(min=0),
-    default=3,
+    default=DEFAULT_MAX_RESUMES,
     show_default=True,
     help="Takeovers in a row without progress before a run stops with crash_loop.",
 )
