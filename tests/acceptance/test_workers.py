@@ -360,8 +360,17 @@ def test_sigkilled_worker_runs_are_finished_by_the_others(cluster: Cluster) -> N
         assert worker.stop() == 0, worker.log()
 
     assert_outcomes(cluster, rows, ids)  # among others: no key-aware effect doubled
+    asked_by: dict[str, set[int]] = {}
+    for call in cluster.model_calls():
+        asked_by.setdefault(call["run"], set()).add(call["pid"])
     for run_id in ids:
-        assert cluster.finished_lines(run_id) == 1, cluster.logs()
+        # Finished once. A run the victim finished alone, just before the kill, may have
+        # lost its log line to it (the line follows the commit); no run is logged twice.
+        finished_by_victim = (
+            run_id not in held and rows[run_id].resumes == 0 and asked_by[run_id] == {victim.pid}
+        )
+        lines = cluster.finished_lines(run_id)
+        assert lines == 1 or (lines == 0 and finished_by_victim), cluster.logs()
     for run_id in held:
         assert rows[run_id].resumes == 1, rows[run_id]  # taken over after its lease expired
         assert f"run {run_id} finished" not in victim.log()
