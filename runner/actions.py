@@ -10,9 +10,17 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
-ActionKind = Literal["final", "tool", "invalid"]
+
+class ActionKind(StrEnum):
+    """What a model's output asked for, as stored in `entries.action_type`."""
+
+    FINAL = "final"  # an answer: the run ends
+    TOOL = "tool"  # a tool call
+    INVALID = "invalid"  # output the loop could not use: the model is shown why
+
 
 # How much of a malformed output is kept for the model and the journal.
 _RAW_LIMIT = 500
@@ -34,7 +42,7 @@ class Action:
     @property
     def signature(self) -> tuple[str, str] | None:
         """The repeat-detection key: tool name and its canonical (sorted-key) arguments."""
-        if self.kind != "tool" or self.tool is None:
+        if self.kind is not ActionKind.TOOL or self.tool is None:
             return None
         return (self.tool, self.canonical_args or canonical_json(self.args or {}))
 
@@ -55,7 +63,7 @@ def parse_action(output: object) -> Action:
     if kind == "final":
         if "content" not in output:
             return _invalid(output, "a final action needs 'content'", tokens, cost)
-        return Action("final", content=output["content"], tokens=tokens, cost=cost)
+        return Action(ActionKind.FINAL, content=output["content"], tokens=tokens, cost=cost)
     if kind != "tool":
         return _invalid(output, f"'type' must be 'final' or 'tool', got {kind!r}", tokens, cost)
     name = output.get("name")
@@ -72,7 +80,12 @@ def parse_action(output: object) -> Action:
     except (TypeError, ValueError) as exc:
         return _invalid(output, f"tool 'args' are not valid JSON: {exc}", tokens, cost, name)
     return Action(
-        "tool", tool=name, args=plain_args, tokens=tokens, cost=cost, canonical_args=canonical
+        ActionKind.TOOL,
+        tool=name,
+        args=plain_args,
+        tokens=tokens,
+        cost=cost,
+        canonical_args=canonical,
     )
 
 
@@ -124,4 +137,4 @@ def _invalid(
     raw = repr(output)
     if len(raw) > _RAW_LIMIT:
         raw = raw[:_RAW_LIMIT] + "..."
-    return Action("invalid", tool=tool, tokens=tokens, cost=cost, error=error, raw=raw)
+    return Action(ActionKind.INVALID, tool=tool, tokens=tokens, cost=cost, error=error, raw=raw)

@@ -17,8 +17,8 @@ from runner.journal import Counters, Entry
 from runner.loop import drive
 from runner.owner import this_process
 from runner.result import AgentResult
-from runner.schema import RunStatus
 from runner.sqljournal import SqlJournal
+from runner.status import RunStatus
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 DEFAULT_LEASE_SECONDS = 30.0

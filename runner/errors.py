@@ -41,3 +41,9 @@ class DatabaseUnavailable(RunnerError):
 
 class RunPaused(RunnerError):
     """The run was asked to pause (its worker is shutting down): resume it later."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (a driver's own message, under SQLAlchemy's)."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -22,7 +22,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from runner.errors import LeaseLost
 from runner.journal import Counters, Entry, Stop
-from runner.schema import RunStatus, entries, runs
+from runner.schema import entries, runs
+from runner.status import RunStatus
 from runner.store import encode, entry_row, now
 
 _ENTRY_COLUMNS = [column.name for column in entries.columns]

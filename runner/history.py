@@ -39,7 +39,8 @@ from sqlalchemy.engine import make_url
 
 from runner.database import DEFERRED, open_engine, resolve_url, safe_url
 from runner.errors import DatabaseUnavailable, RunnerError
-from runner.schema import RunStatus, entries, runs
+from runner.schema import entries, runs
+from runner.status import RunStatus
 from runner.store import decode
 
 

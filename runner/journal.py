@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from runner.actions import ActionKind
 from runner.budgets import StopReason
 from runner.ids import new_run_id
 
@@ -43,7 +44,7 @@ class Entry:
     step: int
     counters: Counters
     content: Any = None  # task, answer, observation text, or the repr of malformed output
-    action_type: str | None = None  # final / tool / invalid, on action-position entries
+    action_type: ActionKind | None = None  # on action-position entries
     tool: str | None = None
     args: dict[str, Any] | None = None
     is_error: bool = False
@@ -60,7 +61,7 @@ class Entry:
         if self.kind is EntryKind.FINAL:
             return {"role": "assistant", "content": self.content}
         if self.kind is EntryKind.ACTION:
-            if self.action_type == "invalid":
+            if self.action_type is ActionKind.INVALID:
                 return {"role": "assistant", "invalid": self.content}
             return {"role": "assistant", "tool": self.tool, "args": self.args}
         if self.kind is EntryKind.OBSERVATION:

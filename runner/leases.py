@@ -17,7 +17,8 @@ from sqlalchemy import Connection, Engine, func, select, update
 from runner.budgets import StopReason
 from runner.errors import LeaseHeld, RunNotFound
 from runner.owner import is_dead, local_prefix
-from runner.schema import RunStatus, entries, runs
+from runner.schema import entries, runs
+from runner.status import RunStatus
 from runner.store import RunRow, lock_run, now, starts_with, stopped_values
 
 

@@ -10,15 +10,16 @@ This module knows nothing of storage: it talks to a `Journal`.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.actions import Action, parse_action
+from runner.actions import Action, ActionKind, parse_action
+from runner.backoff import Backoff
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
+from runner.clock import SYSTEM, Clock
 from runner.errors import ReplayMismatch, RunPaused
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
@@ -41,6 +42,10 @@ WRAP_UP_NOTE = (
 )
 # A wrap-up call gets this long when the clock itself is what ran out.
 WRAP_UP_SECONDS = 30.0
+
+
+# What a step's first entry may be: a call, an answer, or an action a stop rule refused.
+_ACTION_KINDS = (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED)
 
 
 class _ModelFailed(Exception):
@@ -83,13 +88,15 @@ def drive(
     deadline: float | None = None,
     cancel: Cancel | None = None,
     pause: threading.Event | None = None,
+    clock: Clock = SYSTEM,
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
     When `pause` is set the loop raises RunPaused before its next model call, leaving the
-    run unfinished for a later resume (a worker shutting down gracefully).
+    run unfinished for a later resume (a worker shutting down gracefully). `deadline` is
+    in seconds since the epoch on `clock`, which also paces the model's retries.
     """
-    loop = _Loop(model, tools, task, budgets, journal, deadline, cancel)
+    loop = _Loop(model, tools, task, budgets, journal, deadline, cancel, clock)
     loop.pause = pause
     return loop.run()
 
@@ -104,6 +111,7 @@ class _Loop:
         journal: Journal,
         deadline: float | None,
         cancel: Cancel | None,
+        clock: Clock,
     ) -> None:
         self.model = model
         self.tools = tools
@@ -112,6 +120,7 @@ class _Loop:
         self.journal = journal
         self.deadline = deadline
         self.cancel = cancel
+        self.clock = clock
         self.replay = _Replay(journal.recorded())
         self.transcript: list[dict[str, Any]] = []
         self.counters = Counters()
@@ -138,60 +147,74 @@ class _Loop:
         return self.result(stop)
 
     def step(self, step: int) -> Stop | None:
-        recorded = self.replay.take(step, (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED))
+        """One step: the action (replayed or asked for), the stop rules, then the tool."""
+        recorded = self.replay.take(step, _ACTION_KINDS)
         if recorded is not None:
             action = _action_of(recorded)
         else:
-            early = self.check_before_model()
-            if early is not None:
-                return self.stop_now(early)
-            try:
-                action = parse_action(self.ask_model())
-            except _OutOfTime:
-                return self.stop_now(StopReason.TIME_BUDGET)
-            except _ModelFailed as failure:
-                return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
+            asked = self.next_action()
+            if isinstance(asked, Stop):
+                return asked
+            action = asked
+        self.count(step, action)
+        reason = self.stop_rule(action)
+        if reason is StopReason.FINAL:
+            return self.answer(recorded, step, action)
+        if reason is not None:
+            refused = _action_entry(EntryKind.REFUSED, step, self.counters, action)
+            return self.stop_after(recorded, refused, reason)
+        return self.act(recorded, step, action)
 
+    def next_action(self) -> Action | Stop:
+        """The model's next action, unless the run must stop before it is asked."""
+        early = self.check_before_model()
+        if early is not None:
+            return self.stop_now(early)
+        try:
+            return parse_action(self.ask_model())
+        except _OutOfTime:
+            return self.stop_now(StopReason.TIME_BUDGET)
+        except _ModelFailed as failure:
+            return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
+
+    def count(self, step: int, action: Action) -> None:
+        """Charge the step and its usage, and count the call's signature for repeats."""
         c = self.counters
-        counters = Counters(
+        self.counters = Counters(
             steps=step,
             tokens=c.tokens + action.tokens,
             cost=c.cost + action.cost,
             error_streak=c.error_streak,
         )
-        self.counters = counters
+        if action.signature is not None:
+            self.calls[action.signature] += 1
+
+    def stop_rule(self, action: Action) -> StopReason | None:
+        """The stop rules before a tool runs, in seed 000's order."""
+        b, c = self.budgets, self.counters
+        if b.max_tokens is not None and c.tokens > b.max_tokens:
+            return StopReason.TOKEN_BUDGET
+        if b.max_cost is not None and c.cost > b.max_cost:
+            return StopReason.COST_BUDGET
+        if action.kind is ActionKind.FINAL:
+            return StopReason.FINAL
         signature = action.signature
-        if signature is not None:
-            self.calls[signature] += 1
-        b = self.budgets
+        if signature is None or b.max_repeats is None:
+            return None
+        return StopReason.REPEATED_CALL if self.calls[signature] > b.max_repeats else None
 
-        # The stop rules, in seed 000's order.
-        reason: StopReason | None = None
-        if b.max_tokens is not None and counters.tokens > b.max_tokens:
-            reason = StopReason.TOKEN_BUDGET
-        elif b.max_cost is not None and counters.cost > b.max_cost:
-            reason = StopReason.COST_BUDGET
-        elif action.kind == "final":
-            reason = StopReason.FINAL
-        elif (
-            signature is not None
-            and b.max_repeats is not None
-            and self.calls[signature] > b.max_repeats
-        ):
-            reason = StopReason.REPEATED_CALL
+    def answer(self, recorded: Entry | None, step: int, action: Action) -> Stop:
+        """The model answered: record the answer and the run's end in one write."""
+        entry = _action_entry(EntryKind.FINAL, step, self.counters, action)
+        stop = Stop(StopReason.FINAL, output=action.content)
+        self.record(recorded, entry, stop)
+        self.show(entry)
+        return stop
 
-        if reason is StopReason.FINAL:
-            entry = _action_entry(EntryKind.FINAL, step, counters, action)
-            stop = Stop(reason, output=action.content)
-            self.record(recorded, entry, stop)
-            self.show(entry)
-            return stop
-        if reason is not None:
-            entry = _action_entry(EntryKind.REFUSED, step, counters, action)
-            return self.stop_after(recorded, entry, reason)
-
+    def act(self, recorded: Entry | None, step: int, action: Action) -> Stop | None:
+        """Record the call, run it (unless its outcome is recorded), record what it gave."""
         key = f"{self.journal.run_id}-{step}"
-        entry = _action_entry(EntryKind.ACTION, step, counters, action, key=key)
+        entry = _action_entry(EntryKind.ACTION, step, self.counters, action, key=key)
         self.record(recorded, entry, None)
         self.show(entry)
 
@@ -229,7 +252,7 @@ class _Loop:
             )
         if self.cancelled():
             return StopReason.CANCELLED
-        if self.deadline is not None and time.time() >= self.deadline:
+        if self.deadline is not None and self.clock.time() >= self.deadline:
             return StopReason.TIME_BUDGET
         return None
 
@@ -244,13 +267,14 @@ class _Loop:
     def ask_model(self) -> Any:
         """Call the model, retrying exceptions with backoff; never past the deadline."""
         last: Exception | None = None
+        backoff = Backoff(self.budgets.retry_backoff)
         for attempt in range(self.budgets.model_retries + 1):
             if attempt:
-                pause = self.budgets.retry_backoff * 2 ** (attempt - 1)
+                pause = backoff.next()
                 remaining = self.remaining()
                 if remaining is not None and remaining <= pause:
                     raise _OutOfTime
-                time.sleep(pause)
+                self.clock.sleep(pause)
             remaining = self.remaining()
             if remaining is not None and remaining <= 0:
                 raise _OutOfTime
@@ -263,14 +287,14 @@ class _Loop:
         raise _ModelFailed(_describe(last))
 
     def remaining(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.time()
+        return None if self.deadline is None else self.deadline - self.clock.time()
 
     # -- tools ----------------------------------------------------------------------------
 
     def observe(self, entry: Entry, action: Action, *, pending: bool) -> Entry:
         """Run the tool (or settle a call a crash left pending) and record what it gave."""
         attempt = 1
-        if action.kind == "invalid":
+        if action.kind is ActionKind.INVALID:
             content, is_error = f"InvalidAction: {action.error}", True
         elif pending and action.tool in self.tools:
             attempt = self.journal.attempt(entry)
@@ -405,10 +429,10 @@ class _Loop:
                     limit = WRAP_UP_SECONDS
                 action = parse_action(invoke(self.model, (self.transcript,), {}, limit))
             except Exception as exc:  # the run is over either way: keep the budget's reason
-                action = Action("invalid", error=_describe(exc))
+                action = Action(ActionKind.INVALID, error=_describe(exc))
             c = self.counters
             counters = replace(c, tokens=c.tokens + action.tokens, cost=c.cost + action.cost)
-            kind = EntryKind.FINAL if action.kind == "final" else EntryKind.REFUSED
+            kind = EntryKind.FINAL if action.kind is ActionKind.FINAL else EntryKind.REFUSED
             answer = _action_entry(kind, step, counters, action)
             wrapped = Stop(reason, output=action.content, wrapped_up=True)
             self.journal.append(answer, wrapped if kind is EntryKind.FINAL else Stop(reason))
@@ -437,7 +461,7 @@ class _Loop:
 def _action_entry(
     kind: EntryKind, step: int, counters: Counters, action: Action, *, key: str | None = None
 ) -> Entry:
-    content = action.content if action.kind == "final" else action.raw
+    content = action.content if action.kind is ActionKind.FINAL else action.raw
     return Entry(
         kind,
         step,
@@ -446,9 +470,9 @@ def _action_entry(
         action_type=action.kind,
         tool=action.tool,
         args=action.args,
-        is_error=action.kind == "invalid",
+        is_error=action.kind is ActionKind.INVALID,
         error=action.error,
-        idempotency_key=key if action.kind == "tool" else None,
+        idempotency_key=key if action.kind is ActionKind.TOOL else None,
         tokens=action.tokens,
         cost=action.cost,
     )
@@ -460,14 +484,14 @@ def _stop_of(reason: StopReason | None) -> Stop | None:
 
 def _action_of(entry: Entry) -> Action:
     """The action a recorded entry holds, as the model first gave it."""
-    if entry.action_type == "final":
-        return Action("final", content=entry.content, tokens=entry.tokens, cost=entry.cost)
-    if entry.action_type == "tool":
+    if entry.action_type is ActionKind.FINAL:
+        return Action(ActionKind.FINAL, content=entry.content, tokens=entry.tokens, cost=entry.cost)
+    if entry.action_type is ActionKind.TOOL:
         return Action(
-            "tool", tool=entry.tool, args=entry.args, tokens=entry.tokens, cost=entry.cost
+            ActionKind.TOOL, tool=entry.tool, args=entry.args, tokens=entry.tokens, cost=entry.cost
         )
     return Action(
-        "invalid",
+        ActionKind.INVALID,
         tool=entry.tool,
         error=entry.error,
         raw=entry.content,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from runner.budgets import Budgets
+from runner.clock import SYSTEM, Clock
 from runner.journal import MemoryJournal
 from runner.loop import Cancel, Model, drive
 from runner.result import AgentResult
@@ -29,6 +29,7 @@ def run_agent(
     retry_backoff: float = 0.5,
     tool_timeout: float | None = None,
     wrap_up: bool = False,
+    clock: Clock = SYSTEM,
 ) -> AgentResult:
     """Run an agent loop in memory until it stops, and say why it stopped.
 
@@ -36,7 +37,7 @@ def run_agent(
     `{"type": "tool", "name": ..., "args": {...}}`, optionally with `usage` (an int of tokens,
     or a mapping with `tokens` and `cost`). Tool exceptions and malformed model output become
     error observations. Budgets that are `None` are unlimited; invalid ones raise ValueError
-    before anything runs.
+    before anything runs. `clock` measures `max_seconds` and paces the model's retries.
     """
     budgets = Budgets(
         max_steps=max_steps,
@@ -52,7 +53,14 @@ def run_agent(
     )
     if not isinstance(task, str):
         raise ValueError(f"task must be a string, not {type(task).__name__}")
-    deadline = None if max_seconds is None else time.time() + max_seconds
+    deadline = None if max_seconds is None else clock.time() + max_seconds
     return drive(
-        model, as_tools(tools), task, budgets, MemoryJournal(), deadline=deadline, cancel=cancel
+        model,
+        as_tools(tools),
+        task,
+        budgets,
+        MemoryJournal(),
+        deadline=deadline,
+        cancel=cancel,
+        clock=clock,
     )

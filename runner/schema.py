@@ -6,8 +6,6 @@ plainly and every status value is explained here and in the README.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -29,12 +27,6 @@ metadata = MetaData()
 # come back as the tool first got them (JSONB rewrites 1.5e17 as an integer and refuses
 # a NUL). none_as_null: a Python None is SQL NULL, not the JSON value `null`.
 Json = JSON(none_as_null=True)
-
-
-class RunStatus(StrEnum):
-    QUEUED = "queued"  # waiting for a worker: new, or released by a worker that shut down
-    RUNNING = "running"  # a worker holds (or held, until its lease expires) the run
-    FINISHED = "finished"  # stopped; stop_reason says why. Never runs again.
 
 
 runs = Table(

@@ -15,12 +15,14 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from runner.actions import ActionKind
 from runner.budgets import StopReason
 from runner.database import DEFERRED
 from runner.errors import AmbiguousRunId, RunNotFound
 from runner.journal import Counters, Entry, EntryKind
 from runner.owner import is_dead
-from runner.schema import RunStatus, entries, runs
+from runner.schema import entries, runs
+from runner.status import RunStatus
 
 
 def now() -> datetime:
@@ -167,7 +169,7 @@ def entry_of(row: Any) -> Entry:
         step=m["step"],
         counters=Counters(m["steps"], m["tokens"], m["cost"], m["error_streak"]),
         content=decode(m["content"], m["content_format"]),
-        action_type=m["action_type"],
+        action_type=ActionKind(m["action_type"]) if m["action_type"] else None,
         tool=m["tool"],
         args=m["args"],
         is_error=bool(m["is_error"]),

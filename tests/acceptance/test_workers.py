@@ -30,7 +30,7 @@ from runner import Agent
 from runner.database import open_engine, upgrade
 from runner.durable import Runner
 from runner.journal import EntryKind
-from runner.schema import RunStatus
+from runner.status import RunStatus
 from runner.store import RunRow, load_entries
 
 RUNNER = Path(sys.executable).parent / "runner"

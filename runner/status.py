@@ -1,0 +1,13 @@
+"""Where a run stands: one enum the core, the store and every face share."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """A run's status, as stored in `runs.status`. Compares equal to its plain string."""
+
+    QUEUED = "queued"  # waiting for a worker: new, or released by a worker that shut down
+    RUNNING = "running"  # a worker holds (or held, until its lease expires) the run
+    FINISHED = "finished"  # stopped; stop_reason says why. Never runs again.
