@@ -18,6 +18,7 @@ from runner.errors import RunnerError
 from runner.journal import Entry, EntryKind
 from runner.render import render_run, run_json, runs_table
 from runner.result import AgentResult
+from runner.status import RunStatus
 from runner.worker import Worker, start_worker
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -312,7 +313,12 @@ def list_(
 ) -> None:
     """List runs, newest first."""
     with Runner(url) as runner:
-        rows = runner.list(status=status, stop_reason=stop_reason, release=release, limit=limit)
+        rows = runner.list(
+            status=RunStatus(status) if status else None,
+            stop_reason=StopReason(stop_reason) if stop_reason else None,
+            release=release,
+            limit=limit,
+        )
     if as_json:
         click.echo(json.dumps([run_json(None, row) for row in rows], default=str))
     else:

@@ -1,34 +1,24 @@
-"""Opening the database: the URL, the few per-dialect hooks, and the schema revision check.
-
-SQLite (the embedded default) gets WAL, `synchronous=FULL`, a busy timeout and
-`BEGIN IMMEDIATE` for every write transaction; PostgreSQL needs nothing but psycopg 3.
-"""
+"""Opening the database: the URL, the engine (set up by its backend), the migrations and
+the schema revision check."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
-import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy import Engine, inspect
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from runner.errors import DatabaseUnavailable, SchemaOutOfDate
+from runner.backend import DEFERRED as DEFERRED  # until history reads through the backend
+from runner.backend import backend_for
+from runner.errors import DatabaseUnavailable, SchemaOutOfDate, first_line
 
 DEFAULT_URL = "sqlite:///runner.db"
 URL_VARIABLE = "RUNNER_DATABASE_URL"
-# `synchronous=FULL` is the default: a commit that survives only a process crash, not a
-# power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
-SYNCHRONOUS_MODES = ("full", "normal")
-BUSY_TIMEOUT_MS = 30_000
-WAL_SWITCH_RETRY_SECONDS = 0.005
-# Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
-DEFERRED = "sqlite_deferred"
 
 
 def resolve_url(url: str | None) -> str:
@@ -57,69 +47,9 @@ def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
     if not pool:
         kwargs["poolclass"] = NullPool
     try:
-        if parsed.get_backend_name() == "sqlite":
-            return _sqlite_engine(parsed, kwargs)
-        return create_engine(parsed, pool_pre_ping=True, **kwargs)
+        return backend_for(parsed.get_backend_name()).create_engine(parsed, kwargs)
     except (ArgumentError, ImportError) as exc:
         raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
-
-
-def _sqlite_engine(url: URL, kwargs: dict[str, Any]) -> Engine:
-    synchronous = str(url.query.get("synchronous", "full")).lower()
-    if synchronous not in SYNCHRONOUS_MODES:
-        raise DatabaseUnavailable(
-            f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
-        )
-    url = url.difference_update_query(["synchronous"])
-    if url.database and url.database != ":memory:":
-        folder = Path(url.database).parent
-        if not folder.is_dir():
-            raise DatabaseUnavailable(f"no such folder for the SQLite file: {folder}")
-    engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}, **kwargs)
-
-    @event.listens_for(engine, "connect")
-    def on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Take transaction control from the sqlite3 module, so BEGIN IMMEDIATE is ours.
-        dbapi_connection.isolation_level = None
-        _enable_wal(dbapi_connection)
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def on_begin(connection: Connection) -> None:
-        # IMMEDIATE takes the write lock up front: two writers never deadlock upgrading a
-        # read lock, and a claim or a fenced write sees the latest committed state.
-        deferred = connection.get_execution_options().get(DEFERRED, False)
-        connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
-
-    return engine
-
-
-def _enable_wal(dbapi_connection: Any) -> None:
-    """Switch the file to WAL, waiting out other connections doing the same.
-
-    On a brand-new file several connections may race to leave rollback mode; SQLite
-    answers the losers "database is locked" at once, without its busy handler (waiting
-    could deadlock), so the wait happens here, bounded like the busy timeout.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    while True:
-        try:
-            (mode,) = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
-            if mode != "wal":
-                dbapi_connection.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(WAL_SWITCH_RETRY_SECONDS)
-
-
-def is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
 
 
 # -- migrations -----------------------------------------------------------------------------
@@ -177,16 +107,17 @@ def downgrade(engine: Engine, revision: str) -> None:
 def ensure_schema(engine: Engine) -> None:
     """Check the schema is at head; migrate a brand-new SQLite file, never anything else."""
     try:
-        if is_sqlite(engine) and _migrate_if_fresh(engine):
+        fresh = backend_for(engine.dialect.name).migrates_fresh_files
+        if fresh and _migrate_if_fresh(engine):
             return
         current = current_revision(engine)
     except OperationalError as exc:
         raise DatabaseUnavailable(
-            f"cannot open {safe_url(engine.url)}: {_first_line(exc)}"
+            f"cannot open {safe_url(engine.url)}: {first_line(exc)}"
         ) from None
     except SQLAlchemyError as exc:
         raise DatabaseUnavailable(
-            f"cannot read {safe_url(engine.url)}: {_first_line(exc)}"
+            f"cannot read {safe_url(engine.url)}: {first_line(exc)}"
         ) from None
     head = head_revision()
     if current != head:
@@ -215,8 +146,3 @@ def _migrate_if_fresh(engine: Engine) -> bool:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
     return True
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc)
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

@@ -9,7 +9,9 @@ from typing import Any
 
 from runner import leases, store
 from runner.agent import Agent, load_agent, with_budgets
-from runner.budgets import Budgets
+from runner.backend import backend_for
+from runner.budgets import Budgets, StopReason
+from runner.clock import Clock
 from runner.database import ensure_schema, open_engine, resolve_url
 from runner.errors import AgentLoadError, RunnerError
 from runner.ids import new_run_id
@@ -36,6 +38,8 @@ class Runner:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_resumes: int = DEFAULT_MAX_RESUMES,
         observer: Callable[[str, Entry], None] | None = None,
+        clock: Clock | None = None,
+        heartbeat_seconds: float | None = None,
     ) -> None:
         self.url = resolve_url(url)
         self.engine = open_engine(self.url)
@@ -49,7 +53,12 @@ class Runner:
         self.lease_seconds = lease_seconds
         self.max_resumes = max_resumes
         self.observer = observer
+        self.heartbeat_seconds = heartbeat_seconds
         self.owner = this_process()
+        # Leases and deadlines are compared across machines: on the database's clock.
+        self.clock = (
+            clock if clock is not None else backend_for(self.engine.dialect.name).clock(self.engine)
+        )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -105,6 +114,7 @@ class Runner:
             release=agent.release,
             task=task,
             budgets=chosen.as_dict(),
+            clock=self.clock,
         )
         return run_id
 
@@ -132,13 +142,14 @@ class Runner:
             lease_seconds=self.lease_seconds,
             max_resumes=self.max_resumes,
             steal=steal,
+            clock=self.clock,
         )
         if claim.run.status is RunStatus.FINISHED:
             return self.get(run.id)
         try:
             loaded = self._agent(agent) if agent is not None else self._stored_agent(claim.run)
         except RunnerError:
-            leases.release_run(self.engine, run.id, claim.epoch)
+            leases.release_run(self.engine, run.id, claim.epoch, clock=self.clock)
             raise
         return self.execute(claim, loaded)
 
@@ -159,7 +170,12 @@ class Runner:
         budgets = Budgets(**run.budgets)
         deadline = run.deadline.timestamp() if run.deadline is not None else None
         journal = SqlJournal(
-            self.engine, claim, lease_seconds=self.lease_seconds, observer=self.observer
+            self.engine,
+            claim,
+            lease_seconds=self.lease_seconds,
+            observer=self.observer,
+            clock=self.clock,
+            heartbeat_seconds=self.heartbeat_seconds,
         )
         with journal:
             result = drive(
@@ -170,6 +186,7 @@ class Runner:
                 journal,
                 deadline=deadline,
                 pause=pause,
+                clock=self.clock,
             )
         result.run_id = run.id
         return result
@@ -205,8 +222,8 @@ class Runner:
     def list(
         self,
         *,
-        status: str | None = None,
-        stop_reason: str | None = None,
+        status: RunStatus | None = None,
+        stop_reason: StopReason | None = None,
         release: str | None = None,
         limit: int = 20,
     ) -> Sequence[store.RunRow]:
@@ -218,5 +235,5 @@ class Runner:
     def cancel(self, run_id: str) -> AgentResult:
         """Ask the run to stop before its next step (at once if no worker holds it)."""
         run = store.find_run(self.engine, run_id)
-        store.request_cancel(self.engine, run.id)
+        store.request_cancel(self.engine, run.id, clock=self.clock)
         return self.get(run.id)

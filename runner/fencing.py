@@ -1,9 +1,9 @@
 """The journal's writes: one fenced statement per entry, one transaction per write.
 
 The write path is the floor: a journal write is one INSERT that succeeds only while the
-run's lease epoch is this worker's (on PostgreSQL a data-modifying CTE that also renews the
-lease and takes the run's row lock), committed in one transaction, with the run's stop in
-the same transaction when the entry ends the run.
+run's lease epoch is this worker's (the statement itself is each backend's: on PostgreSQL a
+data-modifying CTE that also renews the lease and takes the run's row lock), committed in
+one transaction, with the run's stop in the same transaction when the entry ends the run.
 """
 
 from __future__ import annotations
@@ -16,60 +16,17 @@ from operator import itemgetter
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, Engine, Insert, bindparam, case, insert, select, update
+from sqlalchemy import Connection, Engine, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from runner.backend import backend_for
+from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import LeaseLost
 from runner.journal import Counters, Entry, Stop
-from runner.schema import entries, runs
+from runner.schema import runs
 from runner.status import RunStatus
-from runner.store import encode, entry_row, now
-
-_ENTRY_COLUMNS = [column.name for column in entries.columns]
-
-
-def _fenced_insert(dialect: str) -> Insert:
-    """INSERT the entry only while the run's epoch is this worker's, in ONE statement.
-
-    It returns one row when written (with the run's cancel flag, read for free, so the loop
-    needs no query of its own to notice a cancel) and none when fenced out. The entry's
-    values are bound by column name, the fence's as `fence_*`.
-    """
-    values = [bindparam(name, type_=entries.c[name].type) for name in _ENTRY_COLUMNS]
-    fence = (runs.c.id == bindparam("fence_run")) & (runs.c.lease_epoch == bindparam("fence_epoch"))
-    if dialect == "postgresql":
-        # Renew the lease and lock the run row in the same statement: a claimer's UPDATE
-        # waits for this commit, and this INSERT inserts nothing once the epoch moved.
-        # The lease is renewed once a third of it is spent (the heartbeat's pace), else set
-        # to itself: an UPDATE that changes no indexed column is HOT, so a long run does not
-        # add index entries (about 1 KB a step) to the runs table with every write.
-        expiry = runs.c.lease_expires_at
-        due = expiry.is_(None) | (expiry < bindparam("fence_renew_after", type_=expiry.type))
-        renewed = case((due, bindparam("fence_expiry", type_=expiry.type)), else_=expiry)
-        fenced = (
-            update(runs)
-            .where(fence)
-            .values(lease_expires_at=renewed)
-            .returning(runs.c.cancel_requested)
-            .cte("fenced")
-        )
-        source = select(*values).select_from(fenced)
-        return (
-            insert(entries)
-            .from_select(_ENTRY_COLUMNS, source)
-            .add_cte(fenced)
-            .returning(entries.c.seq, select(fenced.c.cancel_requested).scalar_subquery())
-        )
-    # SELECT ... FROM runs WHERE <fence> rather than WHERE EXISTS (<fence>): the same one row
-    # or none, but SQLite runs it with RETURNING for about 10 us less a write.
-    source = select(*values).select_from(runs).where(fence)
-    flag = select(runs.c.cancel_requested).where(runs.c.id == bindparam("fence_run"))
-    return (
-        insert(entries)
-        .from_select(_ENTRY_COLUMNS, source)
-        .returning(entries.c.seq, flag.scalar_subquery())
-    )
+from runner.store import encode, entry_row
 
 
 @dataclass(frozen=True)
@@ -95,7 +52,7 @@ class _Rendered:
 
 
 def _render(dialect: Dialect) -> _Rendered:
-    compiled = _fenced_insert(dialect.name).compile(dialect=dialect)
+    compiled = backend_for(dialect.name).fenced_insert().compile(dialect=dialect)
     assert isinstance(compiled, SQLCompiler)
     order = None
     if compiled.positional:
@@ -127,12 +84,13 @@ def append_entry(
     entry: Entry,
     stop: Stop | None,
     lease_seconds: float,
+    clock: Clock = SYSTEM,
 ) -> bool:
     """One transaction: the entry (fenced by the epoch), and the run's end if `stop`.
 
     Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
     """
-    at = now()
+    at = utc_now(clock)
     values = entry_row(run_id, seq, epoch, entry, at)
     values.update(
         fence_run=run_id,
@@ -151,10 +109,15 @@ def append_entry(
 
 
 def finish_run(
-    bind: Engine | Connection, run_id: str, epoch: int, stop: Stop, counters: Counters
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    stop: Stop,
+    counters: Counters,
+    clock: Clock = SYSTEM,
 ) -> None:
     with _transaction(bind) as connection:
-        _finish(connection, run_id, epoch, stop, counters, now())
+        _finish(connection, run_id, epoch, stop, counters, utc_now(clock))
 
 
 @contextmanager

@@ -39,7 +39,7 @@ from sqlalchemy.engine import make_url
 
 from runner.database import DEFERRED, open_engine, resolve_url, safe_url
 from runner.errors import DatabaseUnavailable, RunnerError
-from runner.schema import entries, runs
+from runner.schema import UtcDateTime, entries, runs
 from runner.status import RunStatus
 from runner.store import decode
 
@@ -455,7 +455,7 @@ def _as_json(columns: Any, skip: str | None = None) -> Callable[[Any], dict[str,
     """A fast row-to-JSON converter for a table: only timestamps need converting, and the
     text of content/output is decoded when its format says it is JSON."""
     names = [c.name for c in columns]
-    stamps = [i for i, c in enumerate(columns) if isinstance(c.type, DateTime)]
+    stamps = [i for i, c in enumerate(columns) if isinstance(c.type, DateTime | UtcDateTime)]
     decoded = [
         (names.index(text), names.index(text + "_format"))
         for text in ("content", "output")

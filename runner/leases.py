@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Connection, Engine, Row, func, select, update
 
 from runner.budgets import StopReason
+from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import LeaseHeld, RunNotFound
 from runner.owner import is_dead, local_prefix
 from runner.schema import entries, runs
 from runner.status import RunStatus
-from runner.store import RunRow, lock_run, now, starts_with, stopped_values
+from runner.store import RunRow, lock_run, starts_with, stopped_values
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ def claim_run(
     lease_seconds: float,
     max_resumes: int,
     steal: bool = False,
+    clock: Clock = SYSTEM,
 ) -> Claim:
     """Take the lease of one run (`runner resume`): refuse while a live worker holds it."""
     with engine.begin() as connection:
@@ -50,7 +52,7 @@ def claim_run(
         if row is None:
             raise RunNotFound(f"no run with id {run_id}")
         run = RunRow.of(row)
-        at = now()
+        at = utc_now(clock)
         if run.status is not RunStatus.FINISHED and not steal and run.lease_is_live(at):
             raise LeaseHeld(
                 f"run {run.id} is being executed by {run.lease_owner} (lease until "
@@ -63,7 +65,7 @@ def claim_run(
 
 def _take(
     connection: Connection,
-    row: Any,
+    row: Row[Any],
     owner: str,
     lease_seconds: float,
     max_resumes: int,
@@ -114,7 +116,7 @@ def _recorded(connection: Connection, run_id: str) -> int:
     ).scalar_one()
 
 
-def _stalls(connection: Connection, row: Any) -> bool:
+def _stalls(connection: Connection, row: Row[Any]) -> bool:
     """Whether taking `row` over would count as a takeover without progress."""
     m = row._mapping
     return m["lease_owner"] is not None and _recorded(connection, m["id"]) == m["progress_seq"]
@@ -128,6 +130,7 @@ def claim_next(
     max_resumes: int,
     skip_agents: Collection[str] = (),
     suspects: bool = True,
+    clock: Clock = SYSTEM,
 ) -> Claim | None:
     """Take the oldest runnable run: queued, or running under a lease that expired.
 
@@ -138,17 +141,21 @@ def claim_next(
     against them. Taking nothing, rather than the next run, lets busy workers drain so an
     idle one takes the suspect instead of it waiting behind the whole queue.
     """
-    at = now()
+    at = utc_now(clock)
     runnable = (runs.c.status == RunStatus.QUEUED) | (
         (runs.c.status == RunStatus.RUNNING)
         & ((runs.c.lease_expires_at.is_(None)) | (runs.c.lease_expires_at < at))
     )
-    query = select(runs).where(runnable).order_by(runs.c.created_at, runs.c.id).limit(1)
+    query = (
+        select(runs)
+        .where(runnable)
+        .order_by(runs.c.created_at, runs.c.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)  # SQLite: dropped; BEGIN IMMEDIATE serialises
+    )
     if skip_agents:
         query = query.where(runs.c.agent.not_in(list(skip_agents)))
     with engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            query = query.with_for_update(skip_locked=True)
         row = connection.execute(query).first()
         if row is None:
             row = _orphan_here(connection, at, skip_agents)
@@ -161,7 +168,9 @@ def claim_next(
 _ORPHAN_SCAN = 50
 
 
-def _orphan_here(connection: Connection, at: datetime, skip_agents: Collection[str]) -> Any:
+def _orphan_here(
+    connection: Connection, at: datetime, skip_agents: Collection[str]
+) -> Row[Any] | None:
     """A run whose lease has not expired but whose holder, a process on this host, is dead.
 
     A worker SIGKILLed on this machine leaves its runs to a sibling at once, not after the
@@ -183,22 +192,26 @@ def _orphan_here(connection: Connection, at: datetime, skip_agents: Collection[s
     for candidate in connection.execute(query).all():
         if not is_dead(candidate.lease_owner):
             continue
-        still = select(runs).where(
-            runs.c.id == candidate.id,
-            runs.c.lease_owner == candidate.lease_owner,
-            runs.c.lease_epoch == candidate.lease_epoch,
+        still = (
+            select(runs)
+            .where(
+                runs.c.id == candidate.id,
+                runs.c.lease_owner == candidate.lease_owner,
+                runs.c.lease_epoch == candidate.lease_epoch,
+            )
+            .with_for_update(skip_locked=True)
         )
-        if connection.dialect.name == "postgresql":
-            still = still.with_for_update(skip_locked=True)
         row = connection.execute(still).first()
         if row is not None:
             return row
     return None
 
 
-def renew_lease(engine: Engine, run_id: str, epoch: int, lease_seconds: float) -> bool:
+def renew_lease(
+    engine: Engine, run_id: str, epoch: int, lease_seconds: float, clock: Clock = SYSTEM
+) -> bool:
     """The heartbeat: extend the lease; False once another worker has taken the run."""
-    at = now()
+    at = utc_now(clock)
     with engine.begin() as connection:
         result = connection.execute(
             update(runs)
@@ -214,7 +227,13 @@ def renew_lease(engine: Engine, run_id: str, epoch: int, lease_seconds: float) -
     return result.rowcount == 1
 
 
-def release_run(engine: Engine, run_id: str, epoch: int, error: str | None = None) -> None:
+def release_run(
+    engine: Engine,
+    run_id: str,
+    epoch: int,
+    error: str | None = None,
+    clock: Clock = SYSTEM,
+) -> None:
     """Give an unfinished run back to the queue at once (graceful shutdown, or an agent
     that would not load: `error` says why, for `runner show`)."""
     extra: dict[str, Any] = {} if error is None else {"error": error}
@@ -230,7 +249,7 @@ def release_run(engine: Engine, run_id: str, epoch: int, error: str | None = Non
                 status=RunStatus.QUEUED,
                 lease_owner=None,
                 lease_expires_at=None,
-                updated_at=now(),
+                updated_at=utc_now(clock),
                 **extra,
             )
         )

@@ -6,6 +6,9 @@ plainly and every status value is explained here and in the README.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     Boolean,
@@ -19,7 +22,9 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
 )
+from sqlalchemy.engine import Dialect
 
 metadata = MetaData()
 
@@ -27,6 +32,34 @@ metadata = MetaData()
 # come back as the tool first got them (JSONB rewrites 1.5e17 as an integer and refuses
 # a NUL). none_as_null: a Python None is SQL NULL, not the JSON value `null`.
 Json = JSON(none_as_null=True)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp with time zone, always given back aware and in UTC.
+
+    SQLite keeps no zone (it hands back naive values, written in UTC); PostgreSQL's
+    timestamptz comes back in the session's zone. Both become UTC here, once.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"a naive datetime cannot be stored as UTC: {value!r}")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+Timestamp = UtcDateTime()
 
 
 runs = Table(
@@ -50,15 +83,15 @@ runs = Table(
     Column("resumes", Integer, nullable=False, default=0, comment="takeovers after a crash"),
     Column("stalled_resumes", Integer, nullable=False, default=0, comment="in a row, no progress"),
     Column("progress_seq", Integer, nullable=False, default=0, comment="entries at last claim"),
-    Column("deadline", DateTime(timezone=True), nullable=True, comment="wall-clock limit"),
+    Column("deadline", Timestamp, nullable=True, comment="wall-clock limit"),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     Column("lease_owner", String(200), nullable=True, comment="host:pid:start of the worker"),
     Column("lease_epoch", Integer, nullable=False, default=0, comment="fencing token"),
-    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
-    Column("leased_at", DateTime(timezone=True), nullable=True, comment="when the owner took it"),
-    Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("updated_at", DateTime(timezone=True), nullable=False),
-    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Column("lease_expires_at", Timestamp, nullable=True),
+    Column("leased_at", Timestamp, nullable=True, comment="when the owner took it"),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    Column("finished_at", Timestamp, nullable=True),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     Index("ix_runs_created_at", "created_at"),
     # For the history (migration 0002): `runner list --release/--stop-reason` read the newest
@@ -95,6 +128,6 @@ entries = Table(
     Column("cost", Float, nullable=False, comment="the run's cost after this entry"),
     Column("error_streak", Integer, nullable=False, comment="failed steps in a row"),
     Column("lease_epoch", Integer, nullable=False, comment="the lease that wrote this entry"),
-    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("created_at", Timestamp, nullable=False),
     comment="the journal: one row per transcript entry, append-only",
 )

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from runner import fencing, leases, store
+from runner.clock import SYSTEM, Clock
 from runner.errors import LeaseLost
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Stop
@@ -26,8 +27,13 @@ class SqlJournal:
         *,
         lease_seconds: float,
         observer: Observer | None = None,
+        clock: Clock = SYSTEM,
+        heartbeat_seconds: float | None = None,
     ) -> None:
         self.engine = engine
+        self.clock = clock
+        # Real seconds between beats (a third of the lease unless a test wants it faster).
+        self.heartbeat_seconds = heartbeat_seconds or lease_seconds / 3
         self._run_id = claim.run.id
         self.epoch = claim.epoch
         self.lease_seconds = lease_seconds
@@ -59,7 +65,14 @@ class SqlJournal:
         name = "final" if entry.kind is EntryKind.FINAL else str(entry.kind)
         fault(f"before_{name}_commit")
         self._cancel = fencing.append_entry(
-            self.connection, self._run_id, self.epoch, self.seq, entry, stop, self.lease_seconds
+            self.connection,
+            self._run_id,
+            self.epoch,
+            self.seq,
+            entry,
+            stop,
+            self.lease_seconds,
+            self.clock,
         )
         self.seq += 1
         # Committed before the tool runs: a crash now leaves a pending call, never a lost one.
@@ -69,7 +82,7 @@ class SqlJournal:
 
     def finish(self, stop: Stop, counters: Counters) -> None:
         self._check_lease()
-        fencing.finish_run(self.connection, self._run_id, self.epoch, stop, counters)
+        fencing.finish_run(self.connection, self._run_id, self.epoch, stop, counters, self.clock)
 
     def cancel_requested(self) -> bool:
         self._check_lease()
@@ -102,12 +115,19 @@ class SqlJournal:
 
     def _beat(self) -> None:
         """Renew the lease during slow model and tool calls, at a third of its length."""
-        while not self._stop_heartbeat.wait(self.lease_seconds / 3):
-            try:
-                if not leases.renew_lease(
-                    self.engine, self._run_id, self.epoch, self.lease_seconds
-                ):
-                    self.lost.set()
-                    return
-            except SQLAlchemyError:
-                continue  # the database is away for a moment: the lease has slack for this
+        while not self._stop_heartbeat.wait(self.heartbeat_seconds):
+            if not self.beat():
+                return
+
+    def beat(self) -> bool:
+        """Renew the lease once; False (and the journal marked lost) once another worker took
+        the run. A database error keeps the lease as it was: it has slack for a blip."""
+        try:
+            renewed = leases.renew_lease(
+                self.engine, self._run_id, self.epoch, self.lease_seconds, self.clock
+            )
+        except SQLAlchemyError:
+            return True
+        if not renewed:
+            self.lost.set()
+        return renewed

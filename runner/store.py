@@ -1,6 +1,7 @@
 """Runs as stored: their values, and the short named queries that create, find, list and
 cancel them. Claims and leases are in `runner.leases`, the journal's fenced writes in
-`runner.fencing`; all of runner's SQL is in these three modules.
+`runner.fencing`, the history's reads in `runner.history`; what differs between SQLite and
+PostgreSQL is in `runner.backend`.
 """
 
 from __future__ import annotations
@@ -9,32 +10,21 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Row, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.actions import ActionKind
+from runner.backend import backend_for
 from runner.budgets import StopReason
-from runner.database import DEFERRED
+from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import AmbiguousRunId, RunNotFound
 from runner.journal import Counters, Entry, EntryKind
 from runner.owner import is_dead
 from runner.schema import entries, runs
 from runner.status import RunStatus
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    # SQLite hands datetimes back naive; they were written in UTC.
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
-
 
 # -- values in and out ----------------------------------------------------------------------
 
@@ -97,7 +87,7 @@ class RunRow:
     finished_at: datetime | None
 
     @classmethod
-    def of(cls, row: Any) -> RunRow:
+    def of(cls, row: Row[Any]) -> RunRow:
         m = row._mapping
         return cls(
             id=m["id"],
@@ -115,15 +105,15 @@ class RunRow:
             tokens=m["tokens"],
             cost=m["cost"],
             resumes=m["resumes"],
-            deadline=_aware(m["deadline"]),
+            deadline=m["deadline"],
             cancel_requested=bool(m["cancel_requested"]),
             lease_owner=m["lease_owner"],
             lease_epoch=m["lease_epoch"],
-            lease_expires_at=_aware(m["lease_expires_at"]),
-            leased_at=_aware(m["leased_at"]),
-            created_at=_aware(m["created_at"]) or now(),
-            updated_at=_aware(m["updated_at"]) or now(),
-            finished_at=_aware(m["finished_at"]),
+            lease_expires_at=m["lease_expires_at"],
+            leased_at=m["leased_at"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            finished_at=m["finished_at"],
         )
 
     def lease_is_live(self, at: datetime) -> bool:
@@ -162,7 +152,7 @@ def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> 
     }
 
 
-def entry_of(row: Any) -> Entry:
+def entry_of(row: Row[Any]) -> Entry:
     m = row._mapping
     return Entry(
         kind=EntryKind(m["kind"]),
@@ -183,10 +173,9 @@ def entry_of(row: Any) -> Entry:
 
 @contextmanager
 def reading(engine: Engine) -> Iterator[Connection]:
-    """A connection for reads only: on SQLite a plain (DEFERRED) BEGIN, so a reader never
-    takes the write lock that every BEGIN IMMEDIATE of the journal and the claims wait on."""
+    """A connection for reads only (on SQLite one that never waits for the write lock)."""
     with engine.connect() as connection:
-        yield connection.execution_options(**{DEFERRED: True})
+        yield connection.execution_options(**backend_for(engine.dialect.name).read_options())
 
 
 # -- creating and finding runs --------------------------------------------------------------
@@ -201,9 +190,10 @@ def create_run(
     release: str | None,
     task: str,
     budgets: dict[str, Any],
+    clock: Clock = SYSTEM,
 ) -> bool:
     """Insert a queued run; False (and nothing written) when the id exists already."""
-    at = now()
+    at = utc_now(clock)
     try:
         with engine.begin() as connection:
             connection.execute(
@@ -274,11 +264,10 @@ def load_entries(engine: Engine, run_id: str) -> list[tuple[Entry, int]]:
         return [(entry_of(row), row.lease_epoch) for row in rows]
 
 
-def lock_run(connection: Connection, run_id: str) -> Any:
-    query = select(runs).where(runs.c.id == run_id)
-    if connection.dialect.name == "postgresql":
-        query = query.with_for_update()
-    return connection.execute(query).first()
+def lock_run(connection: Connection, run_id: str) -> Row[Any] | None:
+    """The run's row, locked until the transaction ends (SQLite's BEGIN IMMEDIATE already
+    holds the whole file; its compiler drops FOR UPDATE)."""
+    return connection.execute(select(runs).where(runs.c.id == run_id).with_for_update()).first()
 
 
 def stopped_values(
@@ -302,9 +291,9 @@ def stopped_values(
     }
 
 
-def request_cancel(engine: Engine, run_id: str) -> RunRow:
+def request_cancel(engine: Engine, run_id: str, clock: Clock = SYSTEM) -> RunRow:
     """Ask a run to stop: at its next step while a live worker holds it, else at once."""
-    at = now()
+    at = utc_now(clock)
     with engine.begin() as connection:
         row = lock_run(connection, run_id)
         if row is None:
@@ -332,8 +321,8 @@ def request_cancel(engine: Engine, run_id: str) -> RunRow:
 def list_runs(
     engine: Engine,
     *,
-    status: str | None = None,
-    stop_reason: str | None = None,
+    status: RunStatus | None = None,
+    stop_reason: StopReason | None = None,
     release: str | None = None,
     limit: int = 20,
 ) -> Sequence[RunRow]:

@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from runner import leases
 from runner.agent import Agent, load_agent
+from runner.backoff import Backoff
 from runner.database import safe_url
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import (
@@ -32,6 +33,7 @@ from runner.errors import (
     LeaseLost,
     RunnerError,
     RunPaused,
+    first_line,
 )
 from runner.journal import Entry
 
@@ -74,8 +76,10 @@ class Worker:
         # worker, no innocent run dies with it and gets counted towards crash_loop.
         self._alone: set[str] = set()
         self._agents: dict[str, Agent] = {}
-        self._agent_backoff: dict[str, tuple[float, float]] = {}  # ref -> (until, delay)
-        self._db_backoff = 0.0
+        # An agent that will not load is skipped until its backoff passes: ref -> (until, wait).
+        self._agent_backoff: dict[str, tuple[float, Backoff]] = {}
+        self._db_backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
+        self._db_wait = 0.0
         self.finished = 0
 
     @property
@@ -98,7 +102,7 @@ class Worker:
                 if self.once and not self._active:
                     break
                 self._wake.clear()
-                self._wake.wait(self._db_backoff or self.poll)
+                self._wake.wait(self._db_wait or self.poll)
             # Graceful stop: each run pauses before its next model call and is released.
             for future in list(self._active.values()):
                 future.result()
@@ -131,12 +135,14 @@ class Worker:
                 max_resumes=self.runner.max_resumes,
                 skip_agents=skip,
                 suspects=not self._active,
+                clock=self.runner.clock,
             )
         except SQLAlchemyError as exc:
-            self._db_backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, self._db_backoff * 2))
-            self.log(f"database error, retrying in {self._db_backoff:g}s: {_first_line(exc)}")
+            self._db_wait = self._db_backoff.next()
+            self.log(f"database error, retrying in {self._db_wait:g}s: {first_line(exc)}")
             return False
-        self._db_backoff = 0.0
+        self._db_backoff.reset()
+        self._db_wait = 0.0
         if claim is None:
             return False
         run = claim.run
@@ -176,7 +182,7 @@ class Worker:
             return
         except (RunnerError, SQLAlchemyError) as exc:
             # The lease expires and another claim resumes the run from its journal.
-            self.log(f"run {run.id} interrupted: {_first_line(exc)}")
+            self.log(f"run {run.id} interrupted: {first_line(exc)}")
             return
         except Exception as exc:
             self.log(f"run {run.id} interrupted by {type(exc).__name__}: {exc}")
@@ -192,9 +198,9 @@ class Worker:
             try:
                 agent = load_agent(ref)
             except AgentLoadError:
-                _, delay = self._agent_backoff.get(ref, (0.0, FIRST_BACKOFF / 2))
-                delay = min(MAX_BACKOFF, delay * 2)
-                self._agent_backoff[ref] = (time.monotonic() + delay, delay)
+                fresh = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
+                _, backoff = self._agent_backoff.get(ref, (0.0, fresh))
+                self._agent_backoff[ref] = (time.monotonic() + backoff.next(), backoff)
                 raise
             self._agent_backoff.pop(ref, None)
             self._agents[ref] = agent
@@ -202,9 +208,11 @@ class Worker:
 
     def _release(self, claim: leases.Claim, error: str | None) -> None:
         try:
-            leases.release_run(self.runner.engine, claim.run.id, claim.epoch, error)
+            leases.release_run(
+                self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
+            )
         except SQLAlchemyError as exc:
-            self.log(f"run {claim.run.id} left to lease expiry: {_first_line(exc)}")
+            self.log(f"run {claim.run.id} left to lease expiry: {first_line(exc)}")
 
     # -- signals --------------------------------------------------------------------------
 
@@ -232,18 +240,13 @@ def start_worker(make: Callable[[], Worker], *, log: Log, wait: bool) -> Worker:
     A worker started before its database (a machine booting, a failover) waits for it
     instead of exiting. A schema at the wrong revision is not waited for: it is an error.
     """
-    delay = FIRST_BACKOFF
+    backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
     while True:
         try:
             return make()
         except DatabaseUnavailable as exc:
             if not wait:
                 raise
+            delay = backoff.next()
             log(f"database unavailable, retrying in {delay:g}s: {exc}")
             time.sleep(delay)
-            delay = min(MAX_BACKOFF, delay * 2)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import update
 
 from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason, leases, store
+from runner.clock import ManualClock, utc_now
 from runner.journal import Counters, Stop
 from runner.owner import this_process
 from runner.schema import runs
@@ -191,17 +192,19 @@ def test_the_heartbeat_of_a_fenced_journal_notices(db_url: str) -> None:
     with Runner(db_url) as runner:
         engine = runner.engine
         queued(engine, "hb")
-        first = leases.claim_run(engine, "hb", owner=ANOTHER_HOST, lease_seconds=0.3, max_resumes=3)
-        with SqlJournal(engine, first, lease_seconds=0.3) as zombie:
+        first = leases.claim_run(engine, "hb", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3)
+        zombie = SqlJournal(engine, first, lease_seconds=30)
+        try:
+            assert zombie.beat() and not zombie.lost.is_set()
             leases.claim_run(
                 engine, "hb", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
             )
-            deadline = time.monotonic() + 5
-            while not zombie.lost.is_set() and time.monotonic() < deadline:
-                time.sleep(0.02)
+            assert not zombie.beat()
             assert zombie.lost.is_set()
             with pytest.raises(LeaseLost):
                 zombie.append(task_entry("2+3?"))
+        finally:
+            zombie.connection.close()
         assert count_entries(engine, "hb") == 0
 
 
@@ -267,64 +270,56 @@ def test_a_worker_takes_a_dead_local_workers_run_at_once(db_url: str) -> None:
 
 
 def test_the_heartbeat_keeps_the_lease_during_a_slow_tool(db_url: str) -> None:
-    tool_started, tool_done = threading.Event(), threading.Event()
+    """A tool that runs past its lease keeps the run: the heartbeat renewed it. Time is a
+    ManualClock that the tool moves on; only the beats run on real (fast) time."""
+    clock = ManualClock()
+    lease = 30.0
+    rival_claims: list[Any] = []
 
-    def slow_add(a: int, b: int) -> int:
-        tool_started.set()
-        time.sleep(1.5)
-        tool_done.set()
-        return a + b
+    with Runner(db_url, lease_seconds=lease, clock=clock, heartbeat_seconds=0.01) as runner:
 
-    outcome: list[Any] = []
+        def renewed_past(moment: datetime) -> bool:
+            expiry = runner.row("slow").lease_expires_at
+            return expiry is not None and expiry > moment
 
-    def work() -> None:
-        with Runner(db_url, lease_seconds=0.6) as runner:
-            outcome.append(runner.run(Agent(solver, {"add": slow_add}), "2+3?", id="slow"))
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    claims: list[Any] = []
-    refusals = 0
-    expiries: list[datetime] = []
-    try:
-        assert tool_started.wait(10)
-        started = datetime.now(UTC)
-        with Runner(db_url) as other:
-            while not tool_done.is_set():
-                row = other.row("slow")
-                assert row.lease_expires_at is not None
-                expiries.append(row.lease_expires_at)
-                # Any other worker, by expiry or by resume, finds the run taken.
-                claims.append(
+        def slow_add(a: int, b: int) -> int:
+            first_expiry = runner.row("slow").lease_expires_at
+            assert first_expiry is not None
+            for _ in range(3):  # 3 x 25 s: well past the first 30 s lease
+                clock.advance(25)
+                now = utc_now(clock)
+                # Wait for a beat (an event, not an expiry): the lease moves past now.
+                deadline = time.monotonic() + 10
+                while not renewed_past(now + timedelta(seconds=lease - 1)):
+                    assert time.monotonic() < deadline, "the heartbeat never renewed"
+                    time.sleep(0.005)
+                rival_claims.append(
                     leases.claim_next(
-                        other.engine, owner="rival:1:1", lease_seconds=30, max_resumes=3
+                        runner.engine,
+                        owner="rival:1:1",
+                        lease_seconds=30,
+                        max_resumes=3,
+                        clock=clock,
                     )
                 )
-                try:
-                    taken = leases.claim_run(
-                        other.engine, "slow", owner="rival:1:1", lease_seconds=30, max_resumes=3
+                with pytest.raises(LeaseHeld):
+                    leases.claim_run(
+                        runner.engine,
+                        "slow",
+                        owner="rival:1:1",
+                        lease_seconds=30,
+                        max_resumes=3,
+                        clock=clock,
                     )
-                except LeaseHeld:
-                    refusals += 1
-                else:
-                    # Only a run that finished meanwhile (the tool just returned) is given.
-                    assert taken.run.status == "finished"
-                    assert tool_done.is_set()
-                time.sleep(0.1)
-    finally:
-        thread.join(10)
+            assert utc_now(clock) > first_expiry + timedelta(seconds=40)
+            return a + b
 
-    assert not thread.is_alive()
-    (result,) = outcome
+        result = runner.run(Agent(solver, {"add": slow_add}), "2+3?", id="slow")
+        run = runner.row("slow")
+        epochs = {r["lease_epoch"] for r in entry_rows(runner.engine, "slow")}
+
     assert (result.stop_reason, result.output) == ("final", "5")
-    assert claims and all(claim is None for claim in claims)
-    assert refusals >= len(claims) - 1 and refusals >= 5
-    # The lease was 0.6 s and the tool took 1.5 s: it held only because it was renewed.
-    assert expiries[-1] > started + timedelta(seconds=0.9)
-    assert len(set(expiries)) >= 3
-    with Runner(db_url) as check:
-        run = check.row("slow")
-        epochs = {r["lease_epoch"] for r in entry_rows(check.engine, "slow")}
+    assert rival_claims == [None, None, None]
     assert epochs == {1}
     assert (run.lease_owner, run.lease_expires_at) == (None, None)
 

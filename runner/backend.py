@@ -1,0 +1,261 @@
+"""Every difference between SQLite and PostgreSQL, in one object chosen from the URL.
+
+The rest of the store writes portable SQLAlchemy; where the two databases truly differ
+(how an engine is set up, how a write transaction begins, the fenced journal write, plain
+and snapshot reads, whose clock leases are measured on) it asks `backend_for(...)`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, Insert, bindparam, case, create_engine, event, insert, select, update
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from runner.clock import SYSTEM, Clock
+from runner.errors import DatabaseUnavailable
+from runner.schema import entries, runs
+
+# `synchronous=FULL` is the default: a commit that survives only a process crash, not a
+# power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
+SYNCHRONOUS_MODES = ("full", "normal")
+BUSY_TIMEOUT_MS = 30_000
+WAL_SWITCH_RETRY_SECONDS = 0.005
+# Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
+DEFERRED = "sqlite_deferred"
+
+ENTRY_COLUMNS = [column.name for column in entries.columns]
+
+
+class Backend:
+    """What one database needs done its own way. Subclasses hold the two real ones."""
+
+    name: str
+    # Whether `runner` may migrate a brand-new, empty database by itself on first use.
+    migrates_fresh_files = False
+
+    def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
+        raise NotImplementedError
+
+    def fenced_insert(self) -> Insert:
+        """INSERT an entry only while the run's epoch is this worker's, in ONE statement.
+
+        It returns one row when written (with the run's cancel flag, read for free, so the
+        loop needs no query of its own to notice a cancel) and none when fenced out. The
+        entry's values are bound by column name, the fence's as `fence_*`.
+        """
+        raise NotImplementedError
+
+    def read_options(self) -> dict[str, Any]:
+        """Execution options for a connection that only reads."""
+        return {}
+
+    def snapshot_options(self) -> dict[str, Any]:
+        """Execution options for a transaction whose reads all see one snapshot."""
+        return {}
+
+    def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
+        """The clock leases are measured on: one that every worker of this database shares."""
+        return base
+
+
+def _entry_values() -> list[Any]:
+    return [bindparam(name, type_=entries.c[name].type) for name in ENTRY_COLUMNS]
+
+
+def _fence() -> Any:
+    return (runs.c.id == bindparam("fence_run")) & (runs.c.lease_epoch == bindparam("fence_epoch"))
+
+
+class SqliteBackend(Backend):
+    """The embedded default: WAL, `synchronous=FULL`, a busy timeout, BEGIN IMMEDIATE."""
+
+    name = "sqlite"
+    migrates_fresh_files = True
+
+    def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
+        synchronous = str(url.query.get("synchronous", "full")).lower()
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise DatabaseUnavailable(
+                f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
+            )
+        url = url.difference_update_query(["synchronous"])
+        if url.database and url.database != ":memory:":
+            folder = Path(url.database).parent
+            if not folder.is_dir():
+                raise DatabaseUnavailable(f"no such folder for the SQLite file: {folder}")
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take transaction control from the sqlite3 module, so BEGIN IMMEDIATE is ours.
+            dbapi_connection.isolation_level = None
+            _enable_wal(dbapi_connection)
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def on_begin(connection: Connection) -> None:
+            # IMMEDIATE takes the write lock up front: two writers never deadlock upgrading a
+            # read lock, and a claim or a fenced write sees the latest committed state.
+            deferred = connection.get_execution_options().get(DEFERRED, False)
+            connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+        return engine
+
+    def fenced_insert(self) -> Insert:
+        # SELECT ... FROM runs WHERE <fence> rather than WHERE EXISTS (<fence>): the same one
+        # row or none, but SQLite runs it with RETURNING for about 10 us less a write.
+        source = select(*_entry_values()).select_from(runs).where(_fence())
+        flag = select(runs.c.cancel_requested).where(runs.c.id == bindparam("fence_run"))
+        return (
+            insert(entries)
+            .from_select(ENTRY_COLUMNS, source)
+            .returning(entries.c.seq, flag.scalar_subquery())
+        )
+
+    def read_options(self) -> dict[str, Any]:
+        # A plain (DEFERRED) BEGIN: a reader never takes the write lock that every
+        # BEGIN IMMEDIATE of the journal and the claims wait on.
+        return {DEFERRED: True}
+
+    def snapshot_options(self) -> dict[str, Any]:
+        return {DEFERRED: True}  # a read transaction in WAL mode is one snapshot
+
+    # clock: every process using a SQLite file runs on this machine, on its clock.
+
+
+class PostgresBackend(Backend):
+    """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
+
+    name = "postgresql"
+
+    def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
+        return create_engine(url, pool_pre_ping=True, **kwargs)
+
+    def fenced_insert(self) -> Insert:
+        # Renew the lease and lock the run row in the same statement: a claimer's UPDATE
+        # waits for this commit, and this INSERT inserts nothing once the epoch moved.
+        # The lease is renewed once a third of it is spent (the heartbeat's pace), else set
+        # to itself: an UPDATE that changes no indexed column is HOT, so a long run does not
+        # add index entries (about 1 KB a step) to the runs table with every write.
+        expiry = runs.c.lease_expires_at
+        due = expiry.is_(None) | (expiry < bindparam("fence_renew_after", type_=expiry.type))
+        renewed = case((due, bindparam("fence_expiry", type_=expiry.type)), else_=expiry)
+        fenced = (
+            update(runs)
+            .where(_fence())
+            .values(lease_expires_at=renewed)
+            .returning(runs.c.cancel_requested)
+            .cte("fenced")
+        )
+        source = select(*_entry_values()).select_from(fenced)
+        return (
+            insert(entries)
+            .from_select(ENTRY_COLUMNS, source)
+            .add_cte(fenced)
+            .returning(entries.c.seq, select(fenced.c.cancel_requested).scalar_subquery())
+        )
+
+    def snapshot_options(self) -> dict[str, Any]:
+        return {"isolation_level": "REPEATABLE READ"}
+
+    def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
+        clock = DatabaseClock(engine, base)
+        clock.time()  # measured now, while the caller is connecting anyway
+        return clock
+
+
+_BACKENDS: dict[str, Backend] = {"sqlite": SqliteBackend(), "postgresql": PostgresBackend()}
+
+
+def backend_for(dialect: str) -> Backend:
+    """The backend of a dialect name (`engine.dialect.name`, `url.get_backend_name()`)."""
+    try:
+        return _BACKENDS[dialect]
+    except KeyError:
+        raise DatabaseUnavailable(
+            f"runner stores runs in SQLite or PostgreSQL, not {dialect}"
+        ) from None
+
+
+def _enable_wal(dbapi_connection: Any) -> None:
+    """Switch the file to WAL, waiting out other connections doing the same.
+
+    On a brand-new file several connections may race to leave rollback mode; SQLite
+    answers the losers "database is locked" at once, without its busy handler (waiting
+    could deadlock), so the wait happens here, bounded like the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            (mode,) = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
+            if mode != "wal":
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(WAL_SWITCH_RETRY_SECONDS)
+
+
+class DatabaseClock:
+    """The database server's clock, read through this machine's.
+
+    Leases are compared across machines, so they must be measured on one clock: the
+    server's. Asking it on every write would cost a round trip, so the offset between the
+    two clocks is measured once and again every `refresh` seconds; a machine whose clock is
+    a minute ahead then still writes the server's time. A failed refresh keeps the last
+    offset (the database is away for a moment; the writes that follow will say so).
+    """
+
+    def __init__(self, engine: Engine, base: Clock = SYSTEM, *, refresh: float = 60.0) -> None:
+        self.engine = engine
+        self.base = base
+        self.refresh = refresh
+        self._offset: float | None = None
+        self._measured_at = 0.0
+        self._lock = threading.Lock()
+
+    def time(self) -> float:
+        now = self.base.time()
+        if self._offset is None or abs(now - self._measured_at) > self.refresh:
+            self._measure(now)
+        assert self._offset is not None
+        return now + self._offset
+
+    def sleep(self, seconds: float) -> None:
+        self.base.sleep(seconds)
+
+    @property
+    def offset(self) -> float | None:
+        """Seconds the server's clock is ahead of this machine's (None until measured)."""
+        return self._offset
+
+    def _measure(self, now: float) -> None:
+        with self._lock:
+            if self._offset is not None and abs(now - self._measured_at) <= self.refresh:
+                return  # another thread measured meanwhile
+            try:
+                with self.engine.connect() as connection:
+                    before = self.base.time()
+                    server: datetime = connection.exec_driver_sql(
+                        "SELECT clock_timestamp()"
+                    ).scalar_one()
+                    after = self.base.time()
+            except SQLAlchemyError:
+                if self._offset is None:
+                    raise
+                return
+            middle = (before + after) / 2
+            self._offset = server.astimezone(UTC).timestamp() - middle
+            self._measured_at = after

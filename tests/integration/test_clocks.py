@@ -1,0 +1,82 @@
+"""Leases are measured on the database's clock: a worker whose own clock is wrong neither
+steals live runs nor hands out leases that others read as expired."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from runner import Runner, leases, store
+from runner.backend import DatabaseClock, backend_for
+from runner.clock import SYSTEM, ManualClock, utc_now
+
+SKEW = 60.0  # seconds this "machine" is ahead of the database server
+
+
+class Skewed:
+    """The system clock, `SKEW` seconds fast."""
+
+    def time(self) -> float:
+        return SYSTEM.time() + SKEW
+
+    def sleep(self, seconds: float) -> None:
+        SYSTEM.sleep(seconds)
+
+
+def queued(runner: Runner, run_id: str) -> None:
+    assert store.create_run(
+        runner.engine,
+        run_id=run_id,
+        agent=None,
+        agent_name=None,
+        release=None,
+        task="t",
+        budgets={},
+        clock=runner.clock,
+    )
+
+
+@pytest.mark.postgres
+def test_a_fast_worker_clock_reads_the_servers_time(postgres_database: str) -> None:
+    with Runner(postgres_database) as runner:
+        clock = backend_for("postgresql").clock(runner.engine, base=Skewed())
+        assert isinstance(clock, DatabaseClock)
+        assert clock.offset is not None and abs(clock.offset + SKEW) < 5
+        assert abs(clock.time() - SYSTEM.time()) < 5
+
+
+@pytest.mark.postgres
+def test_a_fast_worker_does_not_steal_live_runs(postgres_database: str) -> None:
+    with Runner(postgres_database) as honest:
+        for n in range(4):
+            queued(honest, f"live-{n}")
+            leases.claim_run(
+                honest.engine, f"live-{n}", owner="honest:1:1", lease_seconds=30, max_resumes=3
+            )
+        fast = backend_for("postgresql").clock(honest.engine, base=Skewed())
+        claim = leases.claim_next(
+            honest.engine, owner="fast:1:1", lease_seconds=30, max_resumes=3, clock=fast
+        )
+        assert claim is None
+        # The same worker on its own wrong clock would have taken one: the test can fail.
+        wrong = leases.claim_next(
+            honest.engine, owner="fast:1:1", lease_seconds=30, max_resumes=3, clock=Skewed()
+        )
+        assert wrong is not None
+
+
+def test_sqlite_leases_are_on_this_machines_clock(tmp_path: object) -> None:
+    url = f"sqlite:///{tmp_path}/clock.db"
+    with Runner(url) as runner:
+        assert runner.clock is SYSTEM
+
+
+def test_a_runner_takes_the_clock_it_is_given(db_url: str) -> None:
+    clock = ManualClock()
+    with Runner(db_url, clock=clock) as runner:
+        queued(runner, "manual")
+        row = runner.row("manual")
+    assert row.created_at == utc_now(clock)
+    assert row.created_at.tzinfo is UTC
+    assert row.created_at != datetime.now(UTC)
