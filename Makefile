@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test lint
+.PHONY: install demo test unit lint
 
 $(BIN)/runner: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,16 @@ install: $(BIN)/runner
 demo: install
 	$(BIN)/runner run examples/calculator.py:agent "What is (2 + 3) * 7?"
 
+# The whole suite, spread over every core (pytest-xdist): each worker process gets its own
+# PostgreSQL database and its own temporary folders.
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy --strict runner
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
+
+# The fast layer alone: no database, no subprocess; seconds.
+unit: install
+	$(BIN)/python -m pytest tests/unit -q
 
 lint: install
 	$(BIN)/ruff check .

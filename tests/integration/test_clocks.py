@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import text
 
 from runner import Runner, leases, store
 from runner.backend import DatabaseClock, backend_for
 from runner.clock import SYSTEM, ManualClock, utc_now
+from runner.database import open_engine
 
 SKEW = 60.0  # seconds this "machine" is ahead of the database server
 
@@ -22,6 +24,16 @@ class Skewed:
 
     def sleep(self, seconds: float) -> None:
         SYSTEM.sleep(seconds)
+
+
+@pytest.fixture
+def pg_url(postgres_database: str) -> str:
+    """The session's PostgreSQL database, emptied of other tests' runs."""
+    engine = open_engine(postgres_database)
+    with engine.begin() as connection:
+        connection.execute(text("TRUNCATE runs, entries CASCADE"))
+    engine.dispose()
+    return postgres_database
 
 
 def queued(runner: Runner, run_id: str) -> None:
@@ -38,8 +50,8 @@ def queued(runner: Runner, run_id: str) -> None:
 
 
 @pytest.mark.postgres
-def test_a_fast_worker_clock_reads_the_servers_time(postgres_database: str) -> None:
-    with Runner(postgres_database) as runner:
+def test_a_fast_worker_clock_reads_the_servers_time(pg_url: str) -> None:
+    with Runner(pg_url) as runner:
         clock = backend_for("postgresql").clock(runner.engine, base=Skewed())
         assert isinstance(clock, DatabaseClock)
         assert clock.offset is not None and abs(clock.offset + SKEW) < 5
@@ -47,8 +59,8 @@ def test_a_fast_worker_clock_reads_the_servers_time(postgres_database: str) -> N
 
 
 @pytest.mark.postgres
-def test_a_fast_worker_does_not_steal_live_runs(postgres_database: str) -> None:
-    with Runner(postgres_database) as honest:
+def test_a_fast_worker_does_not_steal_live_runs(pg_url: str) -> None:
+    with Runner(pg_url) as honest:
         for n in range(4):
             queued(honest, f"live-{n}")
             leases.claim_run(
