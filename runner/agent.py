@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -100,21 +101,38 @@ def _import(name: str) -> Any:
         raise AgentLoadError(f"importing {name} failed: {type(exc).__name__}: {exc}") from None
 
 
+# One lock per agent file. A module must be in sys.modules while its code runs, as import
+# does it (a dataclass in the file looks its module up there), so without the lock a second
+# thread would take the half-run module and find no agent in it. Reentrant: a file may load
+# itself while it runs, and then gets the half-run module as a circular import would.
+_file_locks: dict[Path, threading.RLock] = {}
+_file_locks_lock = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.RLock:
+    with _file_locks_lock:
+        return _file_locks.setdefault(path, threading.RLock())
+
+
 def _load_file(path_text: str) -> Any:
     path = Path(path_text).resolve()
     if not path.is_file():
         raise AgentLoadError(f"no such agent file: {path_text}")
     name = "runner_agent_file_" + "".join(c if c.isalnum() else "_" for c in str(path))
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise AgentLoadError(f"cannot load {path_text} as Python")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[name]
-        raise AgentLoadError(f"loading {path_text} failed: {type(exc).__name__}: {exc}") from None
-    return module
+    with _file_lock(path):
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise AgentLoadError(f"cannot load {path_text} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            # Nothing left behind: the next load runs the file again from the start.
+            del sys.modules[name]
+            raise AgentLoadError(
+                f"loading {path_text} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        return module

@@ -594,6 +594,43 @@ def test_unloadable_agent_records_an_error_and_the_worker_keeps_serving(
     assert json.loads(as_json.stdout)["error"] == bad.error
 
 
+SLOW_IMPORT = """\
+import time
+
+from runner import Agent
+
+time.sleep(1)  # a slow import: a client built, heavy libraries loaded
+
+
+def model(transcript):
+    return {"type": "final", "content": "loaded"}
+
+
+agent = Agent(model)
+"""
+
+
+def test_runs_started_together_all_load_a_slow_agent_file(cluster: Cluster) -> None:
+    # Every run of the batch starts while the first one is still executing the agent file:
+    # none may find it half-loaded ("has no attribute 'agent'") and be released for it.
+    path = cluster.folder / "slow_import.py"
+    path.write_text(SLOW_IMPORT)
+    ids = [f"slow-import-{i}" for i in range(8)]
+    for run_id in ids:
+        cluster.runner.submit(f"{path}:agent", "go", id=run_id)
+
+    worker = cluster.start("--once", "--concurrency", "8", lease=30, serving=False)
+    assert worker.wait(60) == 0, worker.log()
+    rows = cluster.rows()
+    assert "has no attribute" not in worker.log()
+    assert "released" not in worker.log()
+    for run_id in ids:
+        row = rows[run_id]
+        assert (str(row.stop_reason), row.output, row.error) == ("final", "loaded", None), row
+        assert row.lease_epoch == 1  # claimed once: never released and claimed again
+    assert "stopped after finishing 8 runs" in worker.log()
+
+
 def test_list_and_show_name_the_worker_holding_a_run(cluster: Cluster) -> None:
     before = datetime.now(UTC) - timedelta(seconds=1)
     worker = cluster.start(lease=30, slow=4)  # held for 8 s: time to look at it

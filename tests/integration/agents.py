@@ -3,6 +3,7 @@ because the loader imports this file by its path, outside any package."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +27,55 @@ def solver(transcript: list[dict[str, Any]]) -> dict[str, Any]:
 solver_agent = Agent(solver, {"add": add}, name="solver", release="r1")
 
 SOLVER_REF = f"{Path(__file__).resolve()}:solver_agent"
+
+
+class Gate:
+    """A model that holds each call until the test opens it, so a test can keep a run in
+    flight, in its model call, for exactly as long as it needs: no sleeping.
+
+    A call is named by the run's task and the step it decides (1: add 2 and 3, 2: answer).
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._entered: set[tuple[str, int]] = set()
+        self._opened: set[tuple[str, int]] = set()
+        self._all_open = False
+
+    def __call__(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        seen = [m for m in transcript if m["role"] == "tool"]
+        call = (str(transcript[0]["content"]), len(seen) + 1)
+        with self._changed:
+            self._entered.add(call)
+            self._changed.notify_all()
+            if not self._changed.wait_for(lambda: self._all_open or call in self._opened, 30):
+                raise RuntimeError(f"the test never opened the model call {call}")
+        if not seen:
+            return {"type": "tool", "name": "add", "args": {"a": 2, "b": 3}}
+        return {"type": "final", "content": seen[-1]["content"]}
+
+    def entered(self, task: str, step: int) -> bool:
+        """Wait until the run with `task` is in its model call for `step`."""
+        with self._changed:
+            return self._changed.wait_for(lambda: (task, step) in self._entered, 30)
+
+    def open(self, task: str, *steps: int) -> None:
+        with self._changed:
+            self._opened.update((task, step) for step in steps)
+            self._changed.notify_all()
+
+    def reset(self) -> None:
+        with self._changed:
+            self._entered.clear()
+            self._opened.clear()
+            self._all_open = False
+
+    def open_all(self) -> None:
+        with self._changed:
+            self._all_open = True
+            self._changed.notify_all()
+
+
+gated_agent = Agent(Gate(), {"add": add}, name="gated")
+
+GATED_REF = f"{Path(__file__).resolve()}:gated_agent"

@@ -8,10 +8,11 @@ import socket
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import create_engine, update
 
 from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason, leases, store
 from runner.clock import ManualClock, utc_now
@@ -52,9 +53,12 @@ def queued(engine: Any, run_id: str) -> None:
 
 
 def expire(engine: Any, run_id: str) -> None:
-    past = datetime.now(UTC) - timedelta(seconds=5)
+    set_expiry(engine, run_id, datetime.now(UTC) - timedelta(seconds=5))
+
+
+def set_expiry(engine: Any, run_id: str, at: datetime) -> None:
     with engine.begin() as connection:
-        connection.execute(update(runs).where(runs.c.id == run_id).values(lease_expires_at=past))
+        connection.execute(update(runs).where(runs.c.id == run_id).values(lease_expires_at=at))
 
 
 # -- one worker at a time -----------------------------------------------------------------------
@@ -322,6 +326,89 @@ def test_the_heartbeat_keeps_the_lease_during_a_slow_tool(db_url: str) -> None:
     assert rival_claims == [None, None, None]
     assert epochs == {1}
     assert (run.lease_owner, run.lease_expires_at) == (None, None)
+
+
+def test_a_database_blip_in_the_heartbeat_keeps_the_lease(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first two beats fail with a real driver error (a database file that cannot be
+    # opened), well inside the lease; the third renews it. A slow, non-idempotent tool call
+    # is in flight throughout: it must end with its own observation, not OutcomeUnknown.
+    unreachable = create_engine(f"sqlite:///{tmp_path / 'gone' / 'runner.db'}")
+    renew_lease = leases.renew_lease
+    beats: list[str] = []
+    recovered = threading.Event()
+
+    def blipping_renew(engine: Any, run_id: str, epoch: int, lease_seconds: float) -> bool:
+        if len(beats) < 2:
+            beats.append("failed")
+            return renew_lease(unreachable, run_id, epoch, lease_seconds)  # raises
+        kept = renew_lease(engine, run_id, epoch, lease_seconds)
+        beats.append(f"renewed: {kept}")
+        recovered.set()
+        return kept
+
+    monkeypatch.setattr(leases, "renew_lease", blipping_renew)
+
+    def transfer(amount: int) -> str:
+        # Returns once the heartbeat has come through the blip, however slow the machine.
+        if not recovered.wait(20):
+            raise RuntimeError(f"the heartbeat never renewed the lease: {beats}")
+        return f"sent {amount}"
+
+    def model(transcript: Transcript) -> dict[str, Any]:
+        seen = observations(transcript)
+        if not seen:
+            return {"type": "tool", "name": "transfer", "args": {"amount": 5}}
+        return {"type": "final", "content": seen[-1]["content"]}
+
+    try:
+        with Runner(db_url, lease_seconds=0.6) as runner:
+            result = runner.run(Agent(model, {"transfer": transfer}), "pay", id="blip")
+            rows = entry_rows(runner.engine, "blip")
+            run = runner.row("blip")
+    finally:
+        unreachable.dispose()
+
+    assert beats[:3] == ["failed", "failed", "renewed: True"]
+    assert (result.stop_reason, result.output) == ("final", "sent 5")
+    (observed,) = [r for r in rows if r["kind"] == "observation"]
+    assert (observed["content"], bool(observed["is_error"]), observed["attempt"]) == (
+        "sent 5",
+        False,
+        1,
+    )
+    assert {r["lease_epoch"] for r in rows} == {1}  # never lost, never taken over
+    assert (run.lease_epoch, run.resumes) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_journal_write_renews_the_lease_on_postgres(db_url: str) -> None:
+    # The fenced insert's CTE renews the lease once a third of it is spent, so a run that
+    # writes often needs no heartbeat commit. The journal is not entered: no heartbeat runs.
+    with Runner(db_url) as runner:
+        engine = runner.engine
+        queued(engine, "w")
+        claim = leases.claim_run(engine, "w", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3)
+        journal = SqlJournal(engine, claim, lease_seconds=30)
+        try:
+            # 25 s of a 30 s lease spent: this write is due to renew it.
+            set_expiry(engine, "w", datetime.now(UTC) + timedelta(seconds=5))
+            before_write = datetime.now(UTC)
+            journal.append(task_entry("2+3?"))
+            renewed = runner.row("w").lease_expires_at
+
+            # Far from spent: the write leaves the expiry as it is (a HOT update).
+            far = datetime.now(UTC) + timedelta(hours=1)
+            set_expiry(engine, "w", far)
+            journal.append(tool_action("w", 1, "add", {"a": 2, "b": 3}, Counters()))
+            untouched = runner.row("w").lease_expires_at
+        finally:
+            journal.connection.close()
+    assert renewed is not None and renewed >= before_write + timedelta(seconds=30)
+    assert untouched == far
 
 
 def test_a_heartbeat_never_renews_a_finished_run(db_url: str) -> None:
