@@ -339,11 +339,11 @@ def test_a_database_blip_in_the_heartbeat_keeps_the_lease(
     beats: list[str] = []
     recovered = threading.Event()
 
-    def blipping_renew(engine: Any, run_id: str, epoch: int, lease_seconds: float) -> bool:
+    def blipping_renew(engine: Any, run_id: str, epoch: int, *rest: Any) -> bool:
         if len(beats) < 2:
             beats.append("failed")
-            return renew_lease(unreachable, run_id, epoch, lease_seconds)  # raises
-        kept = renew_lease(engine, run_id, epoch, lease_seconds)
+            return renew_lease(unreachable, run_id, epoch, *rest)  # raises
+        kept = renew_lease(engine, run_id, epoch, *rest)
         beats.append(f"renewed: {kept}")
         recovered.set()
         return kept
