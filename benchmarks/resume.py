@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -39,10 +38,11 @@ from runner.budgets import Budgets
 from runner.database import open_engine
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry, EntryKind
+from runner.owner import owner_name
 from runner.schema import entries
 
 # A process of this host that does not exist: its lease is free at once.
-DEAD_OWNER = f"{socket.gethostname()}:999999:1"
+DEAD_OWNER = owner_name(999999, "1")
 
 
 def journal(run_id: str, count: int) -> list[Entry]:

@@ -1,7 +1,11 @@
-"""Who holds a lease: `host:pid:start`, and whether that process still exists.
+"""Who holds a lease: `host:pid:start:space`, and whether that process surely no longer exists.
 
-The process start time (from /proc) guards against a recycled pid: a new process with the
-same pid is not the owner that took the lease.
+`start` (the process's start time, from /proc) guards against a recycled pid. `space` names
+the PID namespace and the boot the pid belongs to: two containers that share a hostname (host
+networking) see different processes under the same pid, and a machine that rebooted reuses
+them all. A process is called dead only when its host, PID namespace and boot are this
+process's own and the pid with that start time is gone; whenever that cannot be told, the
+answer is "not dead", and the lease's expiry decides.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import os
 import socket
 from functools import cache
+
+UNKNOWN = "?"
 
 
 def _start_time(pid: int) -> str | None:
@@ -24,6 +30,26 @@ def _start_time(pid: int) -> str | None:
     return fields[19]  # field 22 of the file: start time in clock ticks since boot
 
 
+@cache
+def process_space() -> str:
+    """This process's PID namespace and boot, as `<namespace inode>.<boot id prefix>`."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            boot_id = boot.read().strip()
+    except OSError:
+        return UNKNOWN
+    inode = namespace.partition("[")[2].rstrip("]")
+    if not inode.isdigit() or not boot_id:
+        return UNKNOWN
+    return f"{inode}.{boot_id.replace('-', '')[:12]}"
+
+
+def owner_name(pid: int, start: str | None) -> str:
+    """The lease owner name of process `pid` of this host, namespace and boot."""
+    return f"{socket.gethostname()}:{pid}:{start or UNKNOWN}:{process_space()}"
+
+
 def this_process() -> str:
     """The lease owner name of this process (recomputed after a fork changes the pid)."""
     return _owner_of(os.getpid())
@@ -31,7 +57,7 @@ def this_process() -> str:
 
 @cache
 def _owner_of(pid: int) -> str:
-    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or '?'}"
+    return owner_name(pid, _start_time(pid))
 
 
 def local_prefix() -> str:
@@ -40,15 +66,17 @@ def local_prefix() -> str:
 
 
 def is_dead(owner: str) -> bool:
-    """True when `owner` was a process on this host that no longer exists."""
+    """True only when `owner` surely was a process that no longer exists."""
     try:
-        host, pid_text, start = owner.rsplit(":", 2)
+        host, pid_text, start, space = owner.rsplit(":", 3)
         pid = int(pid_text)
     except ValueError:
-        return False
+        return False  # not a name this runner writes: only the lease can tell
     if host != socket.gethostname():
         return False  # another machine's process: only its lease expiry can tell
-    if start != "?":
+    if space == UNKNOWN or space != process_space():
+        return False  # another container or another boot: its pids are not ours to read
+    if start != UNKNOWN:
         return _start_time(pid) != start
     try:
         os.kill(pid, 0)

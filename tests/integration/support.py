@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -12,6 +11,7 @@ from sqlalchemy import Engine, text, update
 from runner import fencing, leases, store
 from runner.budgets import Budgets
 from runner.journal import Counters, Entry, EntryKind
+from runner.owner import owner_name
 from runner.result import AgentResult
 from runner.schema import runs
 
@@ -20,7 +20,7 @@ Model = Callable[[Transcript], Any]
 
 # A process of this host that does not exist: its pid is unused and its start time wrong,
 # so `runner.owner.is_dead` calls its lease free at once, whatever the expiry says.
-DEAD_OWNER = f"{socket.gethostname()}:999999:1"
+DEAD_OWNER = owner_name(999999, "1")
 
 
 class Crash(BaseException):

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, update
 from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason, leases, store
 from runner.clock import ManualClock, utc_now
 from runner.journal import Counters, Stop
-from runner.owner import this_process
+from runner.owner import owner_name, this_process
 from runner.schema import runs
 from runner.sqljournal import SqlJournal
 
@@ -219,7 +219,22 @@ def test_the_heartbeat_of_a_fenced_journal_notices(db_url: str) -> None:
     ("owner", "expired", "free"),
     [
         pytest.param(DEAD_OWNER, False, True, id="dead-local-process"),
-        pytest.param(f"{socket.gethostname()}:{os.getpid()}:0", False, True, id="recycled-pid"),
+        pytest.param(owner_name(os.getpid(), "0"), False, True, id="recycled-pid"),
+        # A dead-looking pid of another PID namespace (a container sharing this hostname)
+        # or of an earlier boot: not ours to judge, so only its lease expiry frees it.
+        pytest.param(
+            f"{socket.gethostname()}:999999:1:4026530000.000000000000",
+            False,
+            False,
+            id="other-pid-namespace",
+        ),
+        pytest.param(f"{socket.gethostname()}:999999:1", False, False, id="no-namespace-given"),
+        pytest.param(
+            f"{socket.gethostname()}:999999:1:4026530000.000000000000",
+            True,
+            True,
+            id="other-pid-namespace-expired",
+        ),
         pytest.param(this_process(), False, False, id="live-local-process"),
         pytest.param(ANOTHER_HOST, False, False, id="other-host-live"),
         pytest.param(ANOTHER_HOST, True, True, id="other-host-expired"),
