@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -24,6 +25,9 @@ class ActionKind(StrEnum):
 
 # How much of a malformed output is kept for the model and the journal.
 _RAW_LIMIT = 500
+# The longest tool name (the providers' own limits are shorter; the journal's column holds
+# this many characters).
+MAX_TOOL_NAME = 200
 
 
 @dataclass(frozen=True)
@@ -63,12 +67,20 @@ def parse_action(output: object) -> Action:
     if kind == "final":
         if "content" not in output:
             return _invalid(output, "a final action needs 'content'", tokens, cost)
-        return Action(ActionKind.FINAL, content=output["content"], tokens=tokens, cost=cost)
+        content = _answer(output["content"])
+        if isinstance(content, _Unusable):
+            return _invalid(output, content.why, tokens, cost)
+        return Action(ActionKind.FINAL, content=content, tokens=tokens, cost=cost)
     if kind != "tool":
-        return _invalid(output, f"'type' must be 'final' or 'tool', got {kind!r}", tokens, cost)
+        return _invalid(
+            output, f"'type' must be 'final' or 'tool', got {_shown(kind)}", tokens, cost
+        )
     name = output.get("name")
     if not isinstance(name, str):
-        return _invalid(output, f"tool 'name' must be a string, got {name!r}", tokens, cost)
+        return _invalid(output, f"tool 'name' must be a string, got {_shown(name)}", tokens, cost)
+    bad_name = _unusable_name(name)
+    if bad_name is not None:
+        return _invalid(output, bad_name, tokens, cost)
     args = output.get("args", {})
     if not isinstance(args, Mapping) or not all(isinstance(key, str) for key in args):
         return _invalid(output, "tool 'args' must be a JSON object", tokens, cost, name)
@@ -77,8 +89,11 @@ def parse_action(output: object) -> Action:
         # tool exactly what a journal would give it back after a crash.
         canonical = canonical_json(dict(args))
         plain_args = json.loads(canonical)
+    except RecursionError:
+        return _invalid(output, "tool 'args' are nested too deeply", tokens, cost, name)
     except (TypeError, ValueError) as exc:
-        return _invalid(output, f"tool 'args' are not valid JSON: {exc}", tokens, cost, name)
+        why = _cut(f"tool 'args' are not valid JSON: {exc}")
+        return _invalid(output, why, tokens, cost, name)
     return Action(
         ActionKind.TOOL,
         tool=name,
@@ -102,11 +117,11 @@ def parse_usage(usage: object) -> tuple[int, float] | str:
             tokens = None if given is None or taken is None else given + taken
         cost = _cost(usage.get("cost", 0.0))
         if tokens is None or cost is None:
-            return f"usage must hold non-negative numbers, got {dict(usage)!r}"
+            return f"usage must hold non-negative numbers, got {_shown(dict(usage))}"
         return (tokens, cost)
     tokens = _tokens(usage)
     if tokens is None:
-        return f"usage must be a non-negative number of tokens, got {usage!r}"
+        return f"usage must be a non-negative number of tokens, got {_shown(usage)}"
     return (tokens, 0.0)
 
 
@@ -134,7 +149,63 @@ def _cost(value: object) -> float | None:
 def _invalid(
     output: object, error: str, tokens: int = 0, cost: float = 0.0, tool: str | None = None
 ) -> Action:
-    raw = repr(output)
-    if len(raw) > _RAW_LIMIT:
-        raw = raw[:_RAW_LIMIT] + "..."
+    raw = _shown(output)
     return Action(ActionKind.INVALID, tool=tool, tokens=tokens, cost=cost, error=error, raw=raw)
+
+
+@dataclass(frozen=True)
+class _Unusable:
+    why: str
+
+
+def _answer(content: object) -> object:
+    """The answer as the journal gives it back: text as it is, anything else as JSON data.
+
+    A value JSON cannot carry (bytes, an object, NaN, nesting past the interpreter's
+    limit) would come back from the journal as something else, so it is refused here and
+    the model is told why. The model's own object is kept when the journal gives back an
+    equal one (seed 000 returns the content as given); a tuple becomes a list, in memory too.
+    """
+    if isinstance(content, str) or content is None:
+        return content
+    try:
+        kept = json.loads(json.dumps(content, allow_nan=False))
+    except RecursionError:
+        return _Unusable("a final answer is nested too deeply to be kept")
+    except (TypeError, ValueError) as exc:
+        return _Unusable(_cut(f"a final answer must be text or JSON data: {exc}"))
+    return content if kept == content else kept
+
+
+def _unusable_name(name: str) -> str | None:
+    """Why a tool name cannot be kept in the journal, or None when it can."""
+    if len(name) > MAX_TOOL_NAME:
+        return f"tool 'name' is {len(name)} characters long; at most {MAX_TOOL_NAME} are allowed"
+    if "\x00" in name:
+        return "tool 'name' must not contain a NUL character"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "tool 'name' is not valid Unicode text (it holds a lone surrogate)"
+    return None
+
+
+def _shown(value: object) -> str:
+    """A short repr for the model and the journal, whatever the value (safe on deep data)."""
+    try:
+        text = repr(value)
+    except RecursionError:
+        text = _SHALLOW.repr(value)
+    except Exception as exc:  # a __repr__ of the model's own that raises
+        text = f"<{type(value).__name__} whose repr failed: {type(exc).__name__}>"
+    return _cut(text)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _RAW_LIMIT else text[:_RAW_LIMIT] + "..."
+
+
+_SHALLOW = reprlib.Repr()
+_SHALLOW.maxlevel = 20
+_SHALLOW.maxstring = _RAW_LIMIT
+_SHALLOW.maxother = _RAW_LIMIT

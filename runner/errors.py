@@ -39,8 +39,18 @@ class DatabaseUnavailable(RunnerError):
     """The database cannot be reached or opened."""
 
 
+class EntryRefused(RunnerError):
+    """The database refused a journal entry for good (not a blip): the run was stopped."""
+
+
 class RunPaused(RunnerError):
     """The run was asked to pause (its worker is shutting down): resume it later."""
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: first line of the message`, naming the driver's own error under SQLAlchemy's."""
+    inner = getattr(exc, "orig", None) or exc
+    return f"{type(inner).__name__}: {first_line(exc)}"
 
 
 def first_line(exc: BaseException) -> str:

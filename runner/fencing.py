@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, Engine, update
+from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -24,9 +24,9 @@ from runner.backend import backend_for
 from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import LeaseLost
 from runner.journal import Counters, Entry, Stop
-from runner.schema import runs
+from runner.schema import entries, runs
 from runner.status import RunStatus
-from runner.store import encode, entry_row
+from runner.store import amount, counter, encode, entry_row, plain_text
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,20 @@ def append_entry(
     return bool(written[1])
 
 
+def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> bool | None:
+    """After a write whose answer was lost: the run's cancel flag if entry `seq` is there,
+    written under `epoch`, else None."""
+    with _transaction(connection) as c:
+        row = c.execute(
+            select(entries.c.lease_epoch, runs.c.cancel_requested)
+            .join(runs, runs.c.id == entries.c.run_id)
+            .where(entries.c.run_id == run_id, entries.c.seq == seq)
+        ).first()
+    if row is None or row.lease_epoch != epoch:
+        return None
+    return bool(row.cancel_requested)
+
+
 def finish_run(
     bind: Engine | Connection,
     run_id: str,
@@ -148,11 +162,11 @@ def _finish(
             stop_reason=str(stop.reason),
             output=output,
             output_format=fmt,
-            error=stop.error,
+            error=plain_text(stop.error),
             wrapped_up=stop.wrapped_up,
-            steps=counters.steps,
-            tokens=counters.tokens,
-            cost=counters.cost,
+            steps=counter(counters.steps),
+            tokens=counter(counters.tokens),
+            cost=amount(counters.cost),
             lease_owner=None,
             lease_expires_at=None,
             updated_at=at,

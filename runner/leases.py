@@ -20,7 +20,7 @@ from runner.errors import LeaseHeld, RunNotFound
 from runner.owner import is_dead, local_prefix
 from runner.schema import entries, runs
 from runner.status import RunStatus
-from runner.store import RunRow, lock_run, starts_with, stopped_values
+from runner.store import RunRow, lock_run, plain_text, starts_with, stopped_values
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def release_run(
 ) -> None:
     """Give an unfinished run back to the queue at once (graceful shutdown, or an agent
     that would not load: `error` says why, for `runner show`)."""
-    extra: dict[str, Any] = {} if error is None else {"error": error}
+    extra: dict[str, Any] = {} if error is None else {"error": plain_text(error)}
     with engine.begin() as connection:
         connection.execute(
             update(runs)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -61,6 +62,11 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 Timestamp = UtcDateTime()
 
+# Steps and tokens: 64-bit on both (SQLite's INTEGER already is; revision 0003 widened them
+# on PostgreSQL). The store saturates them at COUNTER_MAX, so no sum overflows a column.
+Counter = BigInteger().with_variant(Integer(), "sqlite")
+COUNTER_MAX = 2**63 - 1
+
 
 runs = Table(
     "runs",
@@ -77,8 +83,8 @@ runs = Table(
     Column("output_format", String(8), nullable=True, comment="text or json"),
     Column("error", Text, nullable=True, comment="the model's error on model_error, etc."),
     Column("wrapped_up", Boolean, nullable=False, default=False),
-    Column("steps", Integer, nullable=False, default=0, comment="steps taken (final value)"),
-    Column("tokens", Integer, nullable=False, default=0, comment="tokens spent (final value)"),
+    Column("steps", Counter, nullable=False, default=0, comment="steps taken (final value)"),
+    Column("tokens", Counter, nullable=False, default=0, comment="tokens spent (final value)"),
     Column("cost", Float, nullable=False, default=0.0, comment="cost spent (final value)"),
     Column("resumes", Integer, nullable=False, default=0, comment="takeovers after a crash"),
     Column("stalled_resumes", Integer, nullable=False, default=0, comment="in a row, no progress"),
@@ -121,10 +127,10 @@ entries = Table(
     Column("error", Text, nullable=True, comment="why a model output was invalid"),
     Column("idempotency_key", String(80), nullable=True),
     Column("attempt", Integer, nullable=False, default=1),
-    Column("usage_tokens", Integer, nullable=False, default=0, comment="this model call's"),
+    Column("usage_tokens", Counter, nullable=False, default=0, comment="this model call's"),
     Column("usage_cost", Float, nullable=False, default=0.0, comment="this model call's"),
-    Column("steps", Integer, nullable=False, comment="the run's steps after this entry"),
-    Column("tokens", Integer, nullable=False, comment="the run's tokens after this entry"),
+    Column("steps", Counter, nullable=False, comment="the run's steps after this entry"),
+    Column("tokens", Counter, nullable=False, comment="the run's tokens after this entry"),
     Column("cost", Float, nullable=False, comment="the run's cost after this entry"),
     Column("error_streak", Integer, nullable=False, comment="failed steps in a row"),
     Column("lease_epoch", Integer, nullable=False, comment="the lease that wrote this entry"),

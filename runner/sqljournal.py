@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from runner import fencing, leases, store
+from runner.backoff import Backoff
+from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock
-from runner.errors import LeaseLost
+from runner.errors import EntryRefused, LeaseLost, describe
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Stop
+from runner.storage_errors import refused, transient
 
 Observer = Callable[[str, Entry], None]
+
+# A write that failed on a lost connection is tried again after these waits (doubling).
+WRITE_RETRY_FIRST = 0.05
+WRITE_RETRY_CAP = 2.0
 
 
 class SqlJournal:
@@ -50,6 +59,9 @@ class SqlJournal:
         # One connection for the run's writes: no pool checkout (or ping) per step.
         self.connection = engine.connect()
         self.lost = threading.Event()
+        # When the lease was last surely renewed: a write that failed on a lost connection is
+        # tried again only while the lease lasts.
+        self._renewed_at = clock.time()
         self._stop_heartbeat = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -64,21 +76,84 @@ class SqlJournal:
         self._check_lease()
         name = "final" if entry.kind is EntryKind.FINAL else str(entry.kind)
         fault(f"before_{name}_commit")
-        self._cancel = fencing.append_entry(
-            self.connection,
-            self._run_id,
-            self.epoch,
-            self.seq,
-            entry,
-            stop,
-            self.lease_seconds,
-            self.clock,
-        )
+        self._cancel = self._write(entry, stop)
         self.seq += 1
         # Committed before the tool runs: a crash now leaves a pending call, never a lost one.
         fault(f"after_{name}_commit")
         if self.observer is not None:
             self.observer(self._run_id, entry)
+
+    def _write(self, entry: Entry, stop: Stop | None) -> bool:
+        """Commit one entry; on a lost connection, try again while the lease lasts.
+
+        A tool's result is worth keeping: dropping it on a short outage would turn a call
+        that ran into OutcomeUnknown. A value the database refuses (not a blip: retrying
+        cannot fix it) ends the run with the reason recorded, instead of leaving it to be
+        taken over, asked the same question, and refused again until crash_loop.
+        """
+        backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP)
+        retried = False
+        while True:
+            try:
+                if self.connection.closed:  # closed after a lost connection: open anew
+                    self.connection = self.engine.connect()
+                cancel = fencing.append_entry(
+                    self.connection,
+                    self._run_id,
+                    self.epoch,
+                    self.seq,
+                    entry,
+                    stop,
+                    self.lease_seconds,
+                    self.clock,
+                )
+            except LeaseLost:
+                raise
+            except IntegrityError:
+                # A retry of a write whose commit did happen (only its answer was lost).
+                written = fencing.entry_written(self.connection, self._run_id, self.seq, self.epoch)
+                if not retried or written is None:
+                    raise
+                cancel = written
+            except Exception as exc:
+                if refused(exc):
+                    self._give_up(entry, exc)
+                if not transient(exc) or not self._lease_has(backoff.current * 2 + 1):
+                    raise
+                self._disconnect()
+                self.clock.sleep(backoff.next())
+                retried = True
+                continue
+            if self.engine.dialect.name == "postgresql":
+                # The write renewed the lease if a third of it was spent.
+                self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
+            return cancel
+
+    def _lease_has(self, seconds: float) -> bool:
+        """Whether the lease surely lasts `seconds` more (with a margin for clock error)."""
+        until = self._renewed_at + self.lease_seconds * 0.9
+        return self.clock.time() + seconds < until
+
+    def _disconnect(self) -> None:
+        with contextlib.suppress(SQLAlchemyError):  # already broken: the pool discards it
+            self.connection.close()
+
+    def _give_up(self, entry: Entry, exc: BaseException) -> NoReturn:
+        what = (
+            "the model's output" if entry.kind is not EntryKind.OBSERVATION else "a tool's result"
+        )
+        error = f"{what} at step {entry.step} could not be journaled: {describe(exc)}"
+        self._disconnect()  # the failed statement may have left the connection unusable
+        self.connection = self.engine.connect()
+        fencing.finish_run(
+            self.connection,
+            self._run_id,
+            self.epoch,
+            Stop(StopReason.MODEL_ERROR, error=error),
+            entry.counters,
+            self.clock,
+        )
+        raise EntryRefused(f"run {self._run_id} stopped: {error}") from None
 
     def finish(self, stop: Stop, counters: Counters) -> None:
         self._check_lease()
@@ -123,6 +198,7 @@ class SqlJournal:
         """Renew the lease once; False (and the journal marked lost) once another worker took
         the run. A database error keeps the lease as it was: it has slack for a blip."""
         try:
+            started = self.clock.time()
             renewed = leases.renew_lease(
                 self.engine, self._run_id, self.epoch, self.lease_seconds, self.clock
             )
@@ -130,4 +206,6 @@ class SqlJournal:
             return True
         if not renewed:
             self.lost.set()
+        else:
+            self._renewed_at = max(self._renewed_at, started)
         return renewed

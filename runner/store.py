@@ -7,6 +7,7 @@ PostgreSQL is in `runner.backend`.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import AmbiguousRunId, RunNotFound
 from runner.journal import Counters, Entry, EntryKind
 from runner.owner import is_dead
-from runner.schema import entries, runs
+from runner.schema import COUNTER_MAX, entries, runs
 from runner.status import RunStatus
 
 # -- values in and out ----------------------------------------------------------------------
@@ -55,6 +56,25 @@ def _storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def plain_text(text: str | None) -> str | None:
+    """A message (an error's text) as a text column can hold it: NUL and lone surrogates
+    written as escapes. Messages are for people; unlike content, they need not round-trip."""
+    if text is None or _storable(text):
+        return text
+    escaped = text.replace("\x00", "\\x00")
+    return escaped.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def counter(value: int) -> int:
+    """A count as a column holds it: seed 000 adds any usage, the columns stop at 2**63-1."""
+    return value if value <= COUNTER_MAX else COUNTER_MAX
+
+
+def amount(value: float) -> float:
+    """A cost as a column holds it (a sum of finite costs may overflow to infinity)."""
+    return value if value <= sys.float_info.max else sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -138,14 +158,14 @@ def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> 
         "tool": entry.tool,
         "args": entry.args,
         "is_error": entry.is_error,
-        "error": entry.error,
+        "error": plain_text(entry.error),
         "idempotency_key": entry.idempotency_key,
         "attempt": entry.attempt,
-        "usage_tokens": entry.tokens,
-        "usage_cost": entry.cost,
-        "steps": c.steps,
-        "tokens": c.tokens,
-        "cost": c.cost,
+        "usage_tokens": counter(entry.tokens),
+        "usage_cost": amount(entry.cost),
+        "steps": counter(c.steps),
+        "tokens": counter(c.tokens),
+        "cost": amount(c.cost),
         "error_streak": c.error_streak,
         "lease_epoch": epoch,
         "created_at": at,
