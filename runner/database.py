@@ -118,6 +118,19 @@ def _enable_wal(dbapi_connection: Any) -> None:
             time.sleep(WAL_SWITCH_RETRY_SECONDS)
 
 
+def connect(url: str | None = None) -> Engine:
+    """An engine for `url` whose schema is at runner's revision (see `ensure_schema`)."""
+    engine = open_engine(url)
+    try:
+        ensure_schema(engine)
+    except BaseException:
+        # No caller holds the engine to close it: release the pooled connection the check
+        # opened, or it leaks (a ResourceWarning) on an unmigrated database.
+        engine.dispose()
+        raise
+    return engine
+
+
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
@@ -163,6 +176,16 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def upgrade_database(url: str | None = None) -> str:
+    """Migrate the database at `url` to the latest revision; its URL, password hidden."""
+    engine = open_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    return safe_url(engine.url)
 
 
 def downgrade(engine: Engine, revision: str) -> None:

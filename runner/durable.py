@@ -10,7 +10,7 @@ from typing import Any
 from runner import leases, store
 from runner.agent import Agent, load_agent, with_budgets
 from runner.budgets import Budgets
-from runner.database import ensure_schema, open_engine, resolve_url
+from runner.database import connect, resolve_url
 from runner.errors import AgentLoadError, RunnerError
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry
@@ -38,14 +38,7 @@ class Runner:
         observer: Callable[[str, Entry], None] | None = None,
     ) -> None:
         self.url = resolve_url(url)
-        self.engine = open_engine(self.url)
-        try:
-            ensure_schema(self.engine)
-        except BaseException:
-            # No caller holds this Runner to close it: release the pooled connection the
-            # check opened, or it leaks (a ResourceWarning) on an unmigrated database.
-            self.engine.dispose()
-            raise
+        self.engine = connect(self.url)
         self.lease_seconds = lease_seconds
         self.max_resumes = max_resumes
         self.observer = observer
