@@ -39,5 +39,9 @@ class DatabaseUnavailable(RunnerError):
     """The database cannot be reached or opened."""
 
 
+class QueryFailed(RunnerError):
+    """The database rejected a `runner sql` query (a write, or an error in the SQL)."""
+
+
 class RunPaused(RunnerError):
     """The run was asked to pause (its worker is shutting down): resume it later."""

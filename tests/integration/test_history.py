@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select, text
 
-from runner import Agent, store, tool
+from runner import Agent, QueryFailed, store, tool
 from runner.database import open_engine, upgrade
 from runner.durable import Runner
 from runner.history import (
-    QueryFailed,
     export_runs,
     parse_moment,
     prune_runs,
