@@ -18,10 +18,9 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
+from runner.defaults import DEFAULT_URL, URL_VARIABLE
 from runner.errors import DatabaseUnavailable, SchemaOutOfDate
 
-DEFAULT_URL = "sqlite:///runner.db"
-URL_VARIABLE = "RUNNER_DATABASE_URL"
 # `synchronous=FULL` is the default: a commit that survives only a process crash, not a
 # power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
 SYNCHRONOUS_MODES = ("full", "normal")

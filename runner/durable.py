@@ -11,6 +11,8 @@ from runner import leases, store
 from runner.agent import Agent, load_agent, with_budgets
 from runner.budgets import Budgets
 from runner.database import connect, resolve_url
+from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re-exported
+from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
 from runner.errors import AgentLoadError, RunnerError
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry
@@ -21,9 +23,6 @@ from runner.schema import RunStatus
 from runner.sqljournal import SqlJournal
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
-DEFAULT_LEASE_SECONDS = 30.0
-# How many takeovers in a row without a new journal entry before a run stops with crash_loop.
-DEFAULT_MAX_RESUMES = 3
 
 
 class Runner:
