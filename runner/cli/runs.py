@@ -107,10 +107,22 @@ def show(run_id: str, url: str | None, as_json: bool) -> None:
 
 
 @click.command(name="list")
-@click.option("--status", type=click.Choice(["queued", "running", "finished"]), default=None)
-@click.option("--stop-reason", type=click.Choice([r.value for r in StopReason]), default=None)
+@click.option(
+    "--status",
+    type=click.Choice(["queued", "running", "finished"]),
+    default=None,
+    help="Only runs with this status.",
+)
+@click.option(
+    "--stop-reason",
+    type=click.Choice([r.value for r in StopReason]),
+    default=None,
+    help="Only runs that stopped for this reason.",
+)
 @click.option("--release", default=None, help="Only runs of this release.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Most runs listed."
+)
 @db_option
 @json_option
 def list_(
