@@ -1,6 +1,8 @@
 """Runs as stored: their values, and the short named queries that create, find, list and
 cancel them. Claims and leases are in `runner.leases`, the journal's fenced writes in
-`runner.fencing`; all of runner's SQL is in these three modules.
+`runner.fencing`, opening and migrating the database in `runner.database`, and the reads,
+export and prune of the run history in the `runner.history` package: all of runner's SQL
+is in these modules.
 """
 
 from __future__ import annotations
