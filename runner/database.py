@@ -118,7 +118,8 @@ def _enable_wal(dbapi_connection: Any) -> None:
 
 
 def connect(url: str | None = None) -> Engine:
-    """An engine for `url` whose schema is at runner's revision (see `ensure_schema`)."""
+    """An engine for `url` whose schema is at head: a brand-new SQLite file is migrated,
+    any other database must have been upgraded (`ensure_schema`)."""
     engine = open_engine(url)
     try:
         ensure_schema(engine)

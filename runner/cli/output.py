@@ -106,7 +106,8 @@ def table(
 def _console() -> Console:
     from rich.console import Console
 
-    # Asked of stdout itself: a terminal (or FORCE_COLOR) gets styles, anything else none.
+    # Asked of stdout itself (rich honours NO_COLOR, FORCE_COLOR and TERM=dumb); click.echo
+    # strips any style again from what is not a terminal.
     terminal = Console(file=sys.stdout).is_terminal
     return Console(
         width=_UNBOUNDED,
