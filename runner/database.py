@@ -13,12 +13,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from runner.backend import DEFERRED as DEFERRED  # until history reads through the backend
 from runner.backend import backend_for
+from runner.defaults import DEFAULT_URL, URL_VARIABLE
 from runner.errors import DatabaseUnavailable, SchemaOutOfDate, first_line
-
-DEFAULT_URL = "sqlite:///runner.db"
-URL_VARIABLE = "RUNNER_DATABASE_URL"
 
 
 def resolve_url(url: str | None) -> str:
@@ -50,6 +47,20 @@ def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
         return backend_for(parsed.get_backend_name()).create_engine(parsed, kwargs)
     except (ArgumentError, ImportError) as exc:
         raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
+
+
+def connect(url: str | None = None) -> Engine:
+    """An engine for `url` whose schema is at head: a brand-new SQLite file is migrated,
+    any other database must have been upgraded (`ensure_schema`)."""
+    engine = open_engine(url)
+    try:
+        ensure_schema(engine)
+    except BaseException:
+        # No caller holds the engine to close it: release the pooled connection the check
+        # opened, or it leaks (a ResourceWarning) on an unmigrated database.
+        engine.dispose()
+        raise
+    return engine
 
 
 # -- migrations -----------------------------------------------------------------------------
@@ -93,6 +104,16 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def upgrade_database(url: str | None = None) -> str:
+    """Migrate the database at `url` to the latest revision; its URL, password hidden."""
+    engine = open_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    return safe_url(engine.url)
 
 
 def downgrade(engine: Engine, revision: str) -> None:

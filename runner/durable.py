@@ -12,7 +12,9 @@ from runner.agent import Agent, load_agent, with_budgets
 from runner.backend import backend_for
 from runner.budgets import Budgets, StopReason
 from runner.clock import Clock
-from runner.database import ensure_schema, open_engine, resolve_url
+from runner.database import connect, resolve_url
+from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re-exported
+from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
 from runner.errors import AgentLoadError, RunnerError
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry
@@ -23,9 +25,6 @@ from runner.sqljournal import SqlJournal
 from runner.status import RunStatus
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
-DEFAULT_LEASE_SECONDS = 30.0
-# How many takeovers in a row without a new journal entry before a run stops with crash_loop.
-DEFAULT_MAX_RESUMES = 3
 
 
 class Runner:
@@ -42,14 +41,7 @@ class Runner:
         heartbeat_seconds: float | None = None,
     ) -> None:
         self.url = resolve_url(url)
-        self.engine = open_engine(self.url)
-        try:
-            ensure_schema(self.engine)
-        except BaseException:
-            # No caller holds this Runner to close it: release the pooled connection the
-            # check opened, or it leaks (a ResourceWarning) on an unmigrated database.
-            self.engine.dispose()
-            raise
+        self.engine = connect(self.url)
         self.lease_seconds = lease_seconds
         self.max_resumes = max_resumes
         self.observer = observer

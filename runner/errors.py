@@ -43,6 +43,10 @@ class EntryRefused(RunnerError):
     """The database refused a journal entry for good (not a blip): the run was stopped."""
 
 
+class QueryFailed(RunnerError):
+    """The database rejected a `runner sql` query (a write, or an error in the SQL)."""
+
+
 class RunPaused(RunnerError):
     """The run was asked to pause (its worker is shutting down): resume it later."""
 

@@ -1,7 +1,8 @@
 """Runs as stored: their values, and the short named queries that create, find, list and
 cancel them. Claims and leases are in `runner.leases`, the journal's fenced writes in
-`runner.fencing`, the history's reads in `runner.history`; what differs between SQLite and
-PostgreSQL is in `runner.backend`.
+`runner.fencing`, opening and migrating the database in `runner.database`, the reads,
+export and prune of the run history in the `runner.history` package; what differs between
+SQLite and PostgreSQL is in `runner.backend`. All of runner's SQL is in these modules.
 """
 
 from __future__ import annotations

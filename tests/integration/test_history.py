@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select, text
 
-from runner import Agent, store, tool
+from runner import Agent, QueryFailed, store, tool
+from runner.cli.output import render_run
 from runner.database import open_engine, upgrade
 from runner.durable import Runner
 from runner.history import (
-    QueryFailed,
     export_runs,
     parse_moment,
     prune_runs,
@@ -33,7 +33,6 @@ from runner.history import (
     stop_reason_stats,
 )
 from runner.journal import Counters, Entry, EntryKind
-from runner.render import render_run
 from runner.schema import entries, runs
 
 DOCS = Path(__file__).resolve().parents[2] / "README.md"

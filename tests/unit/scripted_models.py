@@ -7,6 +7,7 @@ from typing import Any
 
 Transcript = list[dict[str, Any]]
 
+
 class Model:
     """A model that calls `search` with a fresh argument each step; counts its calls."""
 

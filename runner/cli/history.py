@@ -1,0 +1,182 @@
+"""The history commands: `runner sql`, `stats`, `export` and `prune`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import IO, TYPE_CHECKING, Any
+
+import click
+
+from runner.cli import output
+from runner.cli.options import MOMENT, db_option, json_option
+
+if TYPE_CHECKING:
+    from runner.history import By
+
+# The history loads SQLAlchemy, which `runner --help` does without: each command imports it.
+
+
+@click.command()
+@click.argument("query", metavar="SQL")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row.")
+@json_option
+@db_option
+def sql(query: str, as_csv: bool, as_json: bool, url: str | None) -> None:
+    """Run one SQL statement read-only and print its rows.
+
+    The database refuses any write: SQLite is opened read-only, PostgreSQL runs the
+    statement in a READ ONLY transaction. The tables and the views `run_summary` and
+    `tool_calls` are documented in the README.
+    """
+    from runner.history import read_only_query
+
+    if as_csv and as_json:
+        raise click.UsageError("choose one of --csv and --json")
+    with read_only_query(url, query) as result:
+        if as_csv:
+            output.query_csv(result.columns, result.rows)
+        elif as_json:
+            output.query_json(result.columns, result.rows)
+        else:
+            output.line(output.query_table(result.columns, result.rows))
+
+
+@click.command()
+@click.option(
+    "--by",
+    type=click.Choice(["release", "agent", "day"]),
+    default="release",
+    show_default=True,
+    help="Group runs by the agent's release, the agent, or the day they were created (UTC).",
+)
+@click.option(
+    "--since",
+    type=MOMENT,
+    default=None,
+    help="Only runs created since then: 2026-11-01, 2026-11-01T12:00 (UTC), or an age: 7d, 12h.",
+)
+@click.option("--agent", "agent_name", default=None, help="Only runs of this agent (its name).")
+@click.option(
+    "--min-rise",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Flag a stop reason whose share rose by at least this many percentage points.",
+)
+@json_option
+@db_option
+def stats(
+    by: By,
+    since: datetime | None,
+    agent_name: str | None,
+    min_rise: float,
+    as_json: bool,
+    url: str | None,
+) -> None:
+    """Print the stop-reason distribution of finished runs, per release, agent or day.
+
+    Each group is compared with the previous one (the agent's previous release, or the
+    previous day): a reason other than final whose share rose by --min-rise points or more,
+    more than chance explains (one-sided Fisher exact test, p < 0.05), is flagged with ^.
+    A rise of max_steps or repeated_call after a release is often the first sign of a
+    regression.
+    """
+    from runner.history import History
+
+    with History(url) as history:
+        groups = history.stats(by=by, since=since, agent_name=agent_name, min_rise=min_rise)
+    if as_json:
+        output.print_json(output.stats_json(by, since, min_rise, groups))
+    else:
+        output.line(output.stats_table(by, groups, min_rise))
+
+
+@click.command()
+@click.option("--since", type=MOMENT, default=None, help="Only runs created since then.")
+@click.option(
+    "--run",
+    "run_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only this run (a unique id prefix works); repeat for more.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "path",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    show_default=True,
+    help="Write to this file instead of standard output.",
+)
+@db_option
+def export(since: datetime | None, run_ids: tuple[str, ...], path: str, url: str | None) -> None:
+    """Write runs with their journals as JSON Lines, one run per line, oldest first.
+
+    Each line is a run's row (every column of `runs`) plus "entries": its journal rows in
+    order (every column of `entries`; content and output decoded when stored as JSON).
+    Streams: memory stays flat however large the history.
+    """
+    from runner.history import History
+
+    with History(url) as history, _opened_on_first_write(path) as write:
+        done = history.export(write, since=since, run_ids=run_ids)
+    output.line(f"exported {done.runs} runs, {done.entries} entries", err=True)
+
+
+@contextmanager
+def _opened_on_first_write(path: str) -> Iterator[Callable[[str], object]]:
+    """A write function for `path` ("-": stdout) that opens it only when first used, or at
+    the end: an export refused before it writes (an unknown run id) leaves the file as it
+    was, and an export of no runs still leaves an empty file."""
+    opened: list[IO[Any]] = []
+
+    def write(text: str) -> object:
+        if not opened:
+            opened.append(click.open_file(path, "w", encoding="utf-8"))
+        return opened[0].write(text)
+
+    try:
+        yield write
+        if not opened:
+            write("")
+    finally:
+        if opened:
+            opened[0].close()
+
+
+@click.command()
+@click.option(
+    "--finished-before",
+    type=MOMENT,
+    required=True,
+    help="Delete the runs that finished before then: 2026-01-01, or an age such as 90d.",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Runs deleted per transaction.",
+)
+@json_option
+@db_option
+def prune(
+    finished_before: datetime, dry_run: bool, batch_size: int, as_json: bool, url: str | None
+) -> None:
+    """Delete finished runs, with their journals, that finished before a date.
+
+    Retention is your choice, so nothing is pruned unless you ask. Queued and running runs
+    are never touched. Export first (`runner export`) to keep a copy.
+    """
+    from runner.history import History
+
+    with History(url) as history:
+        pruned = history.prune(finished_before, dry_run=dry_run, batch_size=batch_size)
+    if as_json:
+        output.print_json(output.pruned_json(pruned, finished_before, dry_run))
+    else:
+        output.line(output.pruned_line(pruned, finished_before, dry_run))

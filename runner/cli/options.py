@@ -1,0 +1,70 @@
+"""The options several commands share, and the DATE parameter type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+
+from runner.defaults import URL_VARIABLE
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def db_option(fn: F) -> F:
+    return click.option(
+        "--db",
+        "url",
+        envvar=URL_VARIABLE,
+        default=None,
+        metavar="URL",
+        help=f"Database URL (default: ${URL_VARIABLE}, else sqlite:///runner.db).",
+    )(fn)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def budget_options(fn: F) -> F:
+    whole = click.IntRange(min=0)
+    amount = click.FloatRange(min=0)
+    for flag, kind, text in reversed(
+        [
+            ("--max-steps", whole, "Most steps (model calls) the run may take."),
+            ("--max-tokens", whole, "Most tokens the run may spend."),
+            ("--max-consecutive-errors", whole, "Most failed steps in a row."),
+            ("--max-repeats", whole, "Most times one identical tool call may be made."),
+            ("--max-seconds", amount, "Wall-clock budget of the run."),
+            ("--max-cost", amount, "Most cost the run may spend."),
+        ]
+    ):
+        fn = click.option(flag, type=kind, default=None, help=text + " Default: the agent's.")(fn)
+    return fn
+
+
+def given(budgets: dict[str, Any]) -> dict[str, Any]:
+    """The budget flags the user set: the others keep the agent's own budgets."""
+    return {name: value for name, value in budgets.items() if value is not None}
+
+
+class Moment(click.ParamType):  # type: ignore[type-arg]
+    """A date, a UTC time, or an age such as 7d (see runner.history.parse_moment)."""
+
+    name = "DATE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        # Imported here: the history loads SQLAlchemy, which `runner --help` does without.
+        from runner.history import parse_moment
+
+        try:
+            return parse_moment(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+MOMENT = Moment()

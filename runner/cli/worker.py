@@ -1,0 +1,78 @@
+"""`runner worker`: the command that serves the queue (the worker itself is runner.worker)."""
+
+from __future__ import annotations
+
+import click
+
+from runner.cli import output
+from runner.cli.options import db_option
+from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
+
+
+@click.command()
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs executed at once in this process.",
+)
+@click.option("--once", is_flag=True, help="Drain what is runnable now, then exit.")
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Seconds between looks at an empty queue.",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_LEASE_SECONDS,
+    show_default=True,
+    help="Lease length in seconds; a heartbeat renews it.",
+)
+@click.option(
+    "--max-resumes",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_RESUMES,
+    show_default=True,
+    help="Takeovers in a row without progress before a run stops with crash_loop.",
+)
+@db_option
+def worker(
+    concurrency: int,
+    once: bool,
+    poll: float,
+    lease_seconds: float,
+    max_resumes: int,
+    url: str | None,
+) -> None:
+    """Claim queued runs (and runs whose worker died) and execute them.
+
+    SIGTERM or SIGINT: finish the steps in flight, release the runs, exit 0. A second
+    signal exits at once and leaves the runs to lease expiry.
+    """
+    # Imported here: the worker loads SQLAlchemy, which `runner --help` does without.
+    from runner.worker import Worker, start_worker
+
+    serving = start_worker(
+        lambda: Worker(
+            url,
+            concurrency=concurrency,
+            poll=poll,
+            lease_seconds=lease_seconds,
+            max_resumes=max_resumes,
+            once=once,
+            log=log_line,
+        ),
+        log=log_line,
+        wait=not once,
+    )
+    serving.install_signal_handlers()
+    serving.serve()
+
+
+def log_line(line: str) -> None:
+    output.line(line, err=True)

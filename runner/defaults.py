@@ -1,0 +1,13 @@
+"""The defaults a user meets in `runner --help`: where the database is, how long a lease
+lasts, how many takeovers a run survives.
+
+Constants alone, so that the CLI can show them without loading a database library.
+"""
+
+from __future__ import annotations
+
+DEFAULT_URL = "sqlite:///runner.db"
+URL_VARIABLE = "RUNNER_DATABASE_URL"
+DEFAULT_LEASE_SECONDS = 30.0
+# How many takeovers in a row without a new journal entry before a run stops with crash_loop.
+DEFAULT_MAX_RESUMES = 3

@@ -1,0 +1,84 @@
+"""The run history: read-only SQL, the stop-reason distribution, export and prune.
+
+Every function reads the tables and the views of migration 0002 (`run_summary`,
+`tool_calls`); the README documents them for the users who query them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from runner import store
+from runner.database import connect
+from runner.history.archive import Exported, Pruned, export_runs, prune_runs
+from runner.history.moments import parse_moment
+from runner.history.query import QueryResult, read_only_query
+from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
+from runner.history.values import plain
+
+
+class History:
+    """The history of runs in one database: its statistics, export and prune."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.engine = connect(url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def stats(
+        self,
+        *,
+        by: By = "release",
+        since: datetime | None = None,
+        agent_name: str | None = None,
+        min_rise: float = 5.0,
+    ) -> list[Group]:
+        """The stop-reason distribution of finished runs per group (see stop_reason_stats)."""
+        return stop_reason_stats(
+            self.engine, by=by, since=since, agent_name=agent_name, min_rise=min_rise
+        )
+
+    def export(
+        self,
+        write: Callable[[str], object],
+        *,
+        since: datetime | None = None,
+        run_ids: Sequence[str] = (),
+    ) -> Exported:
+        """Write runs with their journals as JSON Lines (see export_runs). Each of `run_ids`
+        may be a unique prefix; all are found before anything is written."""
+        ids = [store.find_run(self.engine, prefix).id for prefix in run_ids]
+        return export_runs(self.engine, write, since=since, run_ids=ids)
+
+    def prune(
+        self, finished_before: datetime, *, dry_run: bool = False, batch_size: int = 200
+    ) -> Pruned:
+        """Delete the runs that finished before a moment, with their journals (see
+        prune_runs)."""
+        return prune_runs(self.engine, finished_before, dry_run=dry_run, batch_size=batch_size)
+
+
+__all__ = [
+    "By",
+    "Exported",
+    "Group",
+    "History",
+    "Pruned",
+    "QueryResult",
+    "Rise",
+    "Share",
+    "export_runs",
+    "parse_moment",
+    "plain",
+    "prune_runs",
+    "read_only_query",
+    "stop_reason_stats",
+]

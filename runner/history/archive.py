@@ -1,0 +1,170 @@
+"""Export (streamed JSON Lines of runs with their journals) and prune (delete old runs)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, select
+
+from runner.backend import backend_for
+from runner.errors import RunnerError
+from runner.history.values import plain
+from runner.schema import UtcDateTime, entries, runs
+from runner.status import RunStatus
+from runner.store import decode
+
+# -- export (`runner export`) ----------------------------------------------------------------
+
+_EXPORT_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Exported:
+    runs: int
+    entries: int
+
+
+def export_runs(
+    engine: Engine,
+    write: Callable[[str], object],
+    *,
+    since: datetime | None = None,
+    run_ids: Sequence[str] = (),
+) -> Exported:
+    """Write runs, each with its journal, as JSON Lines: one run per line, oldest first.
+
+    Memory stays bounded whatever the history's size: runs and entries come from two
+    cursors read in step (server-side on PostgreSQL), and a run's line is written entry by
+    entry. Both cursors read one snapshot, so a run written meanwhile is wholly in or out.
+    """
+    chosen = select(runs.c.id)
+    if since is not None:
+        chosen = chosen.where(runs.c.created_at >= since.astimezone(UTC))
+    if run_ids:
+        chosen = chosen.where(runs.c.id.in_(list(run_ids)))
+    options: dict[str, Any] = {
+        "yield_per": _EXPORT_BATCH,
+        **backend_for(engine.dialect.name).snapshot_options(),
+    }
+    n_runs = n_entries = 0
+    with engine.connect().execution_options(**options) as connection, connection.begin():
+        run_rows = connection.execute(select(runs).where(runs.c.id.in_(chosen)).order_by(runs.c.id))
+        entry_rows = iter(
+            connection.execute(
+                select(entries)
+                .where(entries.c.run_id.in_(chosen))
+                .order_by(entries.c.run_id, entries.c.seq)
+            )
+        )
+        pending = next(entry_rows, None)
+        for run in run_rows:
+            head = _dumps(_run_json(run))
+            # The run's fields, then its entries streamed into the same JSON object.
+            write(head[:-1] + ',"entries":[')
+            first = True
+            while pending is not None and pending.run_id == run.id:
+                write(("" if first else ",") + _dumps(_entry_json(pending)))
+                first = False
+                n_entries += 1
+                pending = next(entry_rows, None)
+            write("]}\n")
+            n_runs += 1
+        if pending is not None:
+            raise RunnerError(f"export read an entry of run {pending.run_id} out of order")
+    return Exported(n_runs, n_entries)
+
+
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_dumps = _encoder.encode
+
+
+def _as_json(columns: Any, skip: str | None = None) -> Callable[[Any], dict[str, Any]]:
+    """A fast row-to-JSON converter for a table: only timestamps need converting, and the
+    text of content/output is decoded when its format says it is JSON."""
+    names = [c.name for c in columns]
+    stamps = [i for i, c in enumerate(columns) if isinstance(c.type, UtcDateTime)]
+    decoded = [
+        (names.index(text), names.index(text + "_format"))
+        for text in ("content", "output")
+        if text in names
+    ]
+    keep = [i for i, name in enumerate(names) if name != skip]
+
+    def convert(row: Any) -> dict[str, Any]:
+        values = list(row)
+        for i in stamps:
+            if values[i] is not None:
+                values[i] = plain(values[i])
+        for i, fmt in decoded:
+            values[i] = decode(values[i], values[fmt])
+        return {names[i]: values[i] for i in keep}
+
+    return convert
+
+
+_run_json = _as_json(runs.columns)
+_entry_json = _as_json(entries.columns, skip="run_id")
+
+
+# -- prune (`runner prune`) ------------------------------------------------------------------
+
+
+@dataclass
+class Pruned:
+    """What prune removed (or, on a dry run, would remove)."""
+
+    runs: int = 0
+    entries: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+
+def prune_runs(
+    engine: Engine,
+    finished_before: datetime,
+    *,
+    dry_run: bool = False,
+    batch_size: int = 200,
+) -> Pruned:
+    """Delete the runs that finished before a moment, with their journals, in batches.
+
+    Each batch is its own short transaction (other writers wait for one batch, never for
+    the whole prune). A queued or running run is never touched, however old.
+    """
+    cutoff = finished_before.astimezone(UTC)
+    old = (runs.c.status == RunStatus.FINISHED) & (runs.c.finished_at < cutoff)
+    pruned = Pruned()
+    if dry_run:
+        reads = backend_for(engine.dialect.name).read_options()
+        with engine.connect().execution_options(**reads) as connection:
+            for reason, n in connection.execute(
+                select(runs.c.stop_reason, func.count()).where(old).group_by(runs.c.stop_reason)
+            ):
+                pruned.reasons[reason or "-"] += n
+                pruned.runs += n
+            pruned.entries = connection.execute(
+                select(func.count())
+                .select_from(entries)
+                .where(entries.c.run_id.in_(select(runs.c.id).where(old)))
+            ).scalar_one()
+        return pruned
+    while True:
+        with engine.begin() as connection:
+            batch = connection.execute(
+                select(runs.c.id, runs.c.stop_reason)
+                .where(old)
+                .order_by(runs.c.finished_at)
+                .limit(batch_size)
+            ).all()
+            if not batch:
+                return pruned
+            ids = [row.id for row in batch]
+            pruned.entries += connection.execute(
+                delete(entries).where(entries.c.run_id.in_(ids))
+            ).rowcount
+            pruned.runs += connection.execute(delete(runs).where(runs.c.id.in_(ids), old)).rowcount
+            pruned.reasons.update(row.stop_reason or "-" for row in batch)

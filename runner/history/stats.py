@@ -1,0 +1,196 @@
+"""The stop-reason distribution of finished runs (`runner stats`), with rises flagged.
+
+Read from the `run_summary` view of migration 0002.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import pairwise
+from typing import Any, Literal
+
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Engine,
+    Float,
+    Integer,
+    String,
+    column,
+    func,
+    select,
+    table,
+)
+
+from runner.backend import backend_for
+from runner.schema import Timestamp
+from runner.status import RunStatus
+
+# The view as SQLAlchemy sees it: declared here, created by migration 0002.
+run_summary = table(
+    "run_summary",
+    column("id", String),
+    column("agent_name", String),
+    column("release", String),
+    column("status", String),
+    column("stop_reason", String),
+    column("steps", Integer),
+    column("tokens", Integer),
+    column("cost", Float),
+    column("resumes", Integer),
+    column("wrapped_up", Boolean),
+    column("created_at", Timestamp),
+    column("finished_at", Timestamp),
+    column("duration_seconds", Float),
+    column("day", String),
+)
+
+
+By = Literal["release", "agent", "day"]
+# A rise is flagged only when chance alone would produce it less than 5% of the time.
+P_FLAG = 0.05
+
+
+@dataclass(frozen=True)
+class Share:
+    stop_reason: str
+    count: int
+    percent: float
+
+
+@dataclass(frozen=True)
+class Rise:
+    """A non-final stop reason whose share rose against the previous group."""
+
+    stop_reason: str
+    percent: float
+    previous_percent: float
+    points: float
+    p_value: float  # one-sided Fisher exact test: the chance of a rise this large by luck
+
+
+@dataclass
+class Group:
+    """One release (of one agent), one agent or one day, with its finished runs' reasons."""
+
+    label: str
+    agent_name: str | None
+    release: str | None
+    day: str | None
+    runs: int
+    first_run_at: datetime | None
+    shares: list[Share]
+    previous: str | None = None
+    rises: list[Rise] = field(default_factory=list)
+
+
+def stop_reason_stats(
+    engine: Engine,
+    *,
+    by: By = "release",
+    since: datetime | None = None,
+    agent_name: str | None = None,
+    min_rise: float = 5.0,
+) -> list[Group]:
+    """The stop-reason distribution of finished runs per group, oldest group first.
+
+    A group is compared with the one before it: the previous release of the same agent,
+    or the previous day with runs. A reason other than `final` is flagged when its share
+    rose by at least `min_rise` points and chance alone would explain it less than 5% of the
+    time (a one-sided Fisher exact test, sound for small groups too). Agents are not
+    compared with each other.
+    """
+    v = run_summary.c
+    keys: Sequence[ColumnElement[Any]] = {
+        "release": [v.agent_name, v.release],
+        "agent": [v.agent_name],
+        "day": [v.day],
+    }[by]
+    query = (
+        select(*keys, v.stop_reason, func.count().label("n"), func.min(v.created_at))
+        .where(v.status == RunStatus.FINISHED)
+        .group_by(*keys, v.stop_reason)
+    )
+    if since is not None:
+        query = query.where(v.created_at >= since.astimezone(UTC))
+    if agent_name is not None:
+        query = query.where(v.agent_name == agent_name)
+    reads = backend_for(engine.dialect.name).read_options()
+    with engine.connect().execution_options(**reads) as connection:
+        rows = connection.execute(query).all()
+
+    grouped: dict[tuple[Any, ...], list[Any]] = {}
+    for row in rows:
+        grouped.setdefault(tuple(row[: len(keys)]), []).append(row)
+    groups = [_group(by, key, found) for key, found in grouped.items()]
+    if by == "day":
+        groups.sort(key=lambda g: g.day or "")
+        _compare(groups, min_rise)
+    elif by == "release":
+        groups.sort(key=lambda g: (g.agent_name or "", g.first_run_at or datetime.min))
+        for name in dict.fromkeys(g.agent_name for g in groups):
+            _compare([g for g in groups if g.agent_name == name], min_rise)
+    else:
+        groups.sort(key=lambda g: g.agent_name or "")
+    return groups
+
+
+def _group(by: By, key: tuple[Any, ...], rows: list[Any]) -> Group:
+    total = sum(row.n for row in rows)
+    counts = sorted(((row.stop_reason or "-", row.n) for row in rows), key=lambda c: (-c[1], c[0]))
+    firsts = [row[-1] for row in rows if row[-1] is not None]
+    agent = key[0] if by != "day" else None
+    release = key[1] if by == "release" else None
+    day = key[0] if by == "day" else None
+    if by == "release":
+        label = f"{agent or '-'} {release or '-'}"
+    else:
+        label = str((agent if by == "agent" else day) or "-")
+    return Group(
+        label=label,
+        agent_name=agent,
+        release=release,
+        day=day,
+        runs=total,
+        first_run_at=min(firsts) if firsts else None,
+        shares=[Share(reason, n, 100.0 * n / total) for reason, n in counts],
+    )
+
+
+def _compare(ordered: Sequence[Group], min_rise: float) -> None:
+    for previous, group in pairwise(ordered):
+        group.previous = previous.label
+        before = {s.stop_reason: s.count for s in previous.shares}
+        for share in group.shares:
+            if share.stop_reason == "final":
+                continue  # more answers is not a regression
+            was = before.get(share.stop_reason, 0)
+            points = share.percent - 100.0 * was / previous.runs
+            if points < min_rise:
+                continue
+            p_value = _p_rise(was, previous.runs, share.count, group.runs)
+            if p_value < P_FLAG:
+                group.rises.append(
+                    Rise(share.stop_reason, share.percent, share.percent - points, points, p_value)
+                )
+
+
+def _p_rise(x1: int, n1: int, x2: int, n2: int) -> float:
+    """The chance that the second group gets x2 or more of the x1 + x2 cases when both
+    groups share one rate (the upper tail of the hypergeometric distribution)."""
+    cases, total = x1 + x2, n1 + n2
+    base = _log_comb(total, n2)
+    tail = 0.0
+    for x in range(x2, min(cases, n2) + 1):
+        term = math.exp(_log_comb(cases, x) + _log_comb(total - cases, n2 - x) - base)
+        tail += term
+        if term < tail * 1e-12:  # past the mode the terms only shrink
+            break
+    return min(1.0, tail)
+
+
+def _log_comb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)

@@ -1,0 +1,101 @@
+"""The one way out (runner.cli.output): table layout, values as text, and styles only on a
+terminal."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from runner.cli import output
+
+
+@pytest.fixture(autouse=True)
+def plain_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "20")  # no table may be wrapped to the terminal's width
+
+
+def test_columns_are_two_spaces_apart_and_lines_end_without_spaces() -> None:
+    shown = output.table(["release", "runs", "x"], [["1.0", "20", ""], ["1.10", "5", "a"]])
+    assert shown.splitlines() == ["release  runs  x", "1.0      20", "1.10     5     a"]
+
+
+def test_right_aligned_cells_under_a_left_or_a_right_header() -> None:
+    rows = [["a", "1000"], ["b", "7"]]
+    assert output.table(["k", "n"], rows, right=[1]) == "k  n\na  1000\nb     7"
+    assert output.table(["k", "n"], rows, right=[1], right_headers=[1]) == (
+        "k     n\na  1000\nb     7"
+    )
+
+
+def test_a_wide_table_is_never_wrapped_nor_cut() -> None:
+    wide = "w" * 300
+    shown = output.table(["a", "b"], [[wide, "end"]])
+    assert shown.splitlines()[1] == f"{wide}  end"
+
+
+def test_cells_are_text_not_markup() -> None:
+    shown = output.table(["a"], [["[bold]x[/bold] :smile:"], ["tab\there"]])
+    assert shown.splitlines()[1:] == ["[bold]x[/bold] :smile:", "tab here"]
+
+
+def test_no_escape_codes_when_stdout_is_not_a_terminal() -> None:
+    # pytest captures stdout: like a pipe, a file or click's CliRunner.
+    assert "\x1b" not in output.table(["a", "b"], [["1", "2"]])
+
+
+def test_a_terminal_gets_a_bold_header_and_plain_cells(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich's way to say: this is a terminal
+    shown = output.table(["a", "b"], [["1", "2"]]).splitlines()
+    assert shown[0] == "\x1b[1ma\x1b[0m  \x1b[1mb\x1b[0m"
+    assert shown[1] == "1  2"
+
+
+def test_a_dumb_terminal_gets_no_styles_and_the_whole_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "dumb")
+    wide = "w" * 300
+    assert output.table(["a", "b"], [[wide, "end"]]) == f"a{' ' * 301}b\n{wide}  end"
+
+
+def test_values_as_text() -> None:
+    moment = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+    assert [
+        output.text(v)
+        for v in ("é", None, True, 0.1 + 0.2, 7, {"city": "Zürich"}, [1], moment, b"\x00\xff")
+    ] == [
+        "é",
+        "null",
+        "true",
+        "0.3",
+        "7",
+        '{"city": "Zürich"}',
+        "[1]",
+        "2026-11-02 09:30:00+00:00",
+        "00ff",
+    ]
+    assert output.text(0.1 + 0.2, exact=True) == "0.30000000000000004"
+
+
+def test_cut_keeps_one_line_of_at_most_the_width() -> None:
+    assert output.cut("a\r\nb", 10) == "a  b"
+    assert output.cut("x" * 11, 10) == "x" * 7 + "..."
+    assert output.cut("x" * 10, 10) == "x" * 10
+
+
+def test_query_table_aligns_numbers_and_counts_rows() -> None:
+    assert output.query_table([], iter([])) == "(no result rows)"
+    assert output.query_table(["n"], iter([])) == "n\n(0 rows)"
+    rows = iter([("a", 1, None), ("bb", None, 2.5), ("c", 300, True)])
+    assert output.query_table(["t", "n", "f"], rows).splitlines() == [
+        "t   n    f",
+        "a     1",
+        "bb        2.5",
+        "c   300  true",
+        "(3 rows)",
+    ]
