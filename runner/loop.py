@@ -19,7 +19,7 @@ from typing import Any
 from runner.actions import Action, parse_action
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
-from runner.errors import ReplayMismatch, RunPaused
+from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
 from runner.result import AgentResult
@@ -41,6 +41,9 @@ WRAP_UP_NOTE = (
 )
 # A wrap-up call gets this long when the clock itself is what ran out.
 WRAP_UP_SECONDS = 30.0
+
+# Waits between model retries go through this name, so a test can see them without waiting.
+sleep = time.sleep
 
 
 class _ModelFailed(Exception):
@@ -247,10 +250,12 @@ class _Loop:
         for attempt in range(self.budgets.model_retries + 1):
             if attempt:
                 pause = self.budgets.retry_backoff * 2 ** (attempt - 1)
+                if isinstance(last, ModelRetryable) and last.retry_after is not None:
+                    pause = max(pause, last.retry_after)  # the provider said when to return
                 remaining = self.remaining()
                 if remaining is not None and remaining <= pause:
                     raise _OutOfTime
-                time.sleep(pause)
+                sleep(pause)
             remaining = self.remaining()
             if remaining is not None and remaining <= 0:
                 raise _OutOfTime
@@ -258,6 +263,8 @@ class _Loop:
                 return invoke(self.model, (self.transcript,), {}, remaining)
             except CallTimedOut:
                 raise _OutOfTime from None
+            except ModelFatal as exc:
+                raise _ModelFailed(_describe(exc)) from None
             except Exception as exc:
                 last = exc
         raise _ModelFailed(_describe(last))
