@@ -170,6 +170,7 @@ class Runner:
                 journal,
                 deadline=deadline,
                 pause=pause,
+                context=agent.context,
             )
         result.run_id = run.id
         return result

@@ -19,6 +19,7 @@ from typing import Any
 from runner.actions import Action, parse_action
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
+from runner.context import Context
 from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
@@ -86,14 +87,17 @@ def drive(
     deadline: float | None = None,
     cancel: Cancel | None = None,
     pause: threading.Event | None = None,
+    context: Context | None = None,
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
     When `pause` is set the loop raises RunPaused before its next model call, leaving the
-    run unfinished for a later resume (a worker shutting down gracefully).
+    run unfinished for a later resume (a worker shutting down gracefully). `context` maps
+    the transcript to what the model is sent; the journal and the result keep it whole.
     """
     loop = _Loop(model, tools, task, budgets, journal, deadline, cancel)
     loop.pause = pause
+    loop.context = context
     return loop.run()
 
 
@@ -120,6 +124,7 @@ class _Loop:
         self.counters = Counters()
         self.calls: Counter[tuple[str, str]] = Counter()
         self.pause: threading.Event | None = None
+        self.context: Context | None = None
         # Whether each tool takes an idempotency key, read once per run: inspecting a
         # signature costs more than the rest of an in-memory step.
         self.takes_key_by_tool: dict[str, bool] = {}
@@ -246,6 +251,10 @@ class _Loop:
 
     def ask_model(self) -> Any:
         """Call the model, retrying exceptions with backoff; never past the deadline."""
+        try:
+            shown = self.shown()
+        except Exception as exc:  # the same transcript would fail the same way again
+            raise _ModelFailed(f"context: {_describe(exc)}") from None
         last: Exception | None = None
         for attempt in range(self.budgets.model_retries + 1):
             if attempt:
@@ -260,7 +269,7 @@ class _Loop:
             if remaining is not None and remaining <= 0:
                 raise _OutOfTime
             try:
-                return invoke(self.model, (self.transcript,), {}, remaining)
+                return invoke(self.model, (shown,), {}, remaining)
             except CallTimedOut:
                 raise _OutOfTime from None
             except ModelFatal as exc:
@@ -268,6 +277,10 @@ class _Loop:
             except Exception as exc:
                 last = exc
         raise _ModelFailed(_describe(last))
+
+    def shown(self) -> list[dict[str, Any]]:
+        """What the model is sent: the transcript, through the agent's context function."""
+        return self.transcript if self.context is None else self.context(self.transcript)
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.time()
@@ -410,7 +423,7 @@ class _Loop:
                 limit = WRAP_UP_SECONDS if reason is StopReason.TIME_BUDGET else self.remaining()
                 if limit is not None and limit <= 0:
                     limit = WRAP_UP_SECONDS
-                action = parse_action(invoke(self.model, (self.transcript,), {}, limit))
+                action = parse_action(invoke(self.model, (self.shown(),), {}, limit))
             except Exception as exc:  # the run is over either way: keep the budget's reason
                 action = Action("invalid", error=_describe(exc))
             c = self.counters

@@ -6,7 +6,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runner.agent import bind_tools
 from runner.budgets import Budgets
+from runner.context import Context
 from runner.journal import MemoryJournal
 from runner.loop import Cancel, Model, drive
 from runner.result import AgentResult
@@ -29,6 +31,7 @@ def run_agent(
     retry_backoff: float = 0.5,
     tool_timeout: float | None = None,
     wrap_up: bool = False,
+    context: Context | None = None,
 ) -> AgentResult:
     """Run an agent loop in memory until it stops, and say why it stopped.
 
@@ -36,7 +39,8 @@ def run_agent(
     `{"type": "tool", "name": ..., "args": {...}}`, optionally with `usage` (an int of tokens,
     or a mapping with `tokens` and `cost`). Tool exceptions and malformed model output become
     error observations. Budgets that are `None` are unlimited; invalid ones raise ValueError
-    before anything runs.
+    before anything runs. `context` maps the transcript to what the model is sent (see
+    `runner.context`); the result's transcript stays whole.
     """
     budgets = Budgets(
         max_steps=max_steps,
@@ -53,6 +57,14 @@ def run_agent(
     if not isinstance(task, str):
         raise ValueError(f"task must be a string, not {type(task).__name__}")
     deadline = None if max_seconds is None else time.time() + max_seconds
+    tool_set = as_tools(tools)
     return drive(
-        model, as_tools(tools), task, budgets, MemoryJournal(), deadline=deadline, cancel=cancel
+        bind_tools(model, tool_set),
+        tool_set,
+        task,
+        budgets,
+        MemoryJournal(),
+        deadline=deadline,
+        cancel=cancel,
+        context=context,
     )
