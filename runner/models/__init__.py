@@ -1,0 +1,1 @@
+"""Model adapters: provider APIs as ordinary model callables (their SDKs imported lazily)."""
