@@ -16,6 +16,8 @@ ActionKind = Literal["final", "tool", "invalid"]
 
 # How much of a malformed output is kept for the model and the journal.
 _RAW_LIMIT = 500
+# The loop runs one call per step for now; an adapter may already return several.
+_SEVERAL_CALLS = "several tool calls in one response are not supported yet: call one tool at a time"
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,15 @@ def parse_action(output: object) -> Action:
         if "content" not in output:
             return _invalid(output, "a final action needs 'content'", tokens, cost)
         return Action("final", content=output["content"], tokens=tokens, cost=cost)
+    if kind == "invalid" and isinstance(output.get("error"), str):
+        # A model adapter's word on a response it could not turn into an action (a refusal,
+        # an empty reply): the model is shown that, not a complaint about 'type'.
+        return _invalid(output, output["error"], tokens, cost)
     if kind != "tool":
         return _invalid(output, f"'type' must be 'final' or 'tool', got {kind!r}", tokens, cost)
     name = output.get("name")
+    if name is None and "calls" in output:
+        return _invalid(output, _SEVERAL_CALLS, tokens, cost)
     if not isinstance(name, str):
         return _invalid(output, f"tool 'name' must be a string, got {name!r}", tokens, cost)
     args = output.get("args", {})
