@@ -49,3 +49,30 @@ def test_a_refusal_is_an_observation_the_model_sees_not_a_crash() -> None:
     result = run_agent(model, {}, "task")
     assert result.stop_reason == "final"
     assert result.output == "InvalidAction: the model refused: I cannot help with that"
+
+
+class Binding:
+    """A model that wants the agent's tools, as the adapters do."""
+
+    def __init__(self, tools: Any = None) -> None:
+        self.tools = tools
+
+    def with_tools(self, tools: Any) -> Binding:
+        return Binding(tools)
+
+    def __call__(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"type": "final", "content": sorted(self.tools or {})}
+
+
+def test_agent_and_run_agent_hand_their_tools_to_a_model_that_takes_them() -> None:
+    from runner import Agent, Tool
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    model = Binding()
+    agent = Agent(model, {"add": add})
+    assert isinstance(agent.model, Binding) and agent.model is not model
+    assert set(agent.model.tools) == {"add"} and isinstance(agent.model.tools["add"], Tool)
+    assert model.tools is None  # the model given is left as it was
+    assert run_agent(model, {"add": add, "sub": add}, "task").output == ["add", "sub"]
