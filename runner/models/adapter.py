@@ -16,6 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit
 
 from runner.errors import MissingExtra, ModelRetryable
 from runner.models.failures import translate
@@ -27,6 +28,7 @@ class Adapter:
     """Common ground of the provider adapters; see OpenAIChat and AnthropicMessages."""
 
     provider: ClassVar[str]  # the SDK's module, the extra's name, genai-prices' provider id
+    official_host: ClassVar[str]  # where the provider's own API is (priced by provider id)
 
     def __init__(
         self,
@@ -51,7 +53,7 @@ class Adapter:
         self._given = client
         self._client: Any = None
         self._lock = threading.Lock()
-        self._pricer = Pricer(as_price(price), provider_id=self.provider, provider_api_url=base_url)
+        self._pricer = Pricer(as_price(price), provider_id=self.provider, provider_api_url=None)
 
     def with_tools(self, tools: Mapping[str, Callable[..., Any]]) -> Self:
         """This adapter, telling the model about `tools` (Agent calls it with its own)."""
@@ -133,6 +135,11 @@ class Adapter:
                     if failure is None:
                         raise
                     raise failure from None
+                # Another server by the same API (a gateway, Ollama) has prices of its own,
+                # if genai-prices knows it by its URL; the provider's own is known by name.
+                url = str(getattr(self._client, "base_url", "") or "")
+                official = urlsplit(url).hostname in (None, self.official_host)
+                self._pricer.provider_api_url = None if official else url
             return self._client
 
     def _translate(self, exc: Exception, client: Any) -> Exception | None:

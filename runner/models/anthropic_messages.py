@@ -38,6 +38,7 @@ class AnthropicMessages(Adapter):
     """
 
     provider = "anthropic"
+    official_host = "api.anthropic.com"
 
     def __init__(
         self,

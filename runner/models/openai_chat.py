@@ -38,6 +38,7 @@ class OpenAIChat(Adapter):
     """
 
     provider = "openai"
+    official_host = "api.openai.com"
 
     def __init__(
         self,

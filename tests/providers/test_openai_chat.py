@@ -459,3 +459,18 @@ def test_without_the_sdk_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
 def test_the_repr_shows_the_model_and_never_the_key(chat: OpenAIChat) -> None:
     assert repr(chat) == "OpenAIChat('gpt-4.1-mini')"
     assert KEY not in repr(vars(chat).get("request_params"))
+
+
+def test_the_price_table_is_used_for_the_providers_own_api_only(
+    server: FakeServer, adapters: list[OpenAIChat]
+) -> None:
+    official = OpenAIChat("gpt-4.1-mini", api_key=KEY)  # api.openai.com: never called here
+    local = OpenAIChat("gpt-4.1-mini", base_url=f"{server.url}/v1", api_key=KEY)
+    adapters += [official, local]
+    official._connect()
+    priced = official.reply(openai_completion("hi", usage=(1000, 100, 0)))["usage"]
+    assert priced["cost_known"] is True
+    assert priced["cost"] == pytest.approx((1000 * 0.4 + 100 * 1.6) / 1e6)  # genai-prices
+    # Another server with the same API (a gateway, a local model) charges what it charges.
+    server.reply(openai_completion("hi"))
+    assert local([{"role": "user", "content": "x"}])["usage"]["cost_known"] is False
