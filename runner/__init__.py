@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent import Agent
 from runner.budgets import Budgets, StopReason
+from runner.context import cut_observations, last_steps
 from runner.errors import (
     AgentLoadError,
     AmbiguousRunId,
@@ -20,6 +21,7 @@ from runner.errors import (
     RunNotFound,
     SchemaOutOfDate,
 )
+from runner.models import AnthropicMessages, OpenAIChat, Price
 from runner.result import AgentResult
 from runner.run import run_agent
 from runner.scripted import agent_loop
@@ -45,6 +47,7 @@ __all__ = [
     "AgentLoadError",
     "AgentResult",
     "AmbiguousRunId",
+    "AnthropicMessages",
     "Budgets",
     "DatabaseUnavailable",
     "LeaseHeld",
@@ -52,6 +55,8 @@ __all__ = [
     "MissingExtra",
     "ModelFatal",
     "ModelRetryable",
+    "OpenAIChat",
+    "Price",
     "ReplayMismatch",
     "RunNotFound",
     "Runner",
@@ -62,6 +67,8 @@ __all__ = [
     "ToolCall",
     "agent_loop",
     "current_call",
+    "cut_observations",
+    "last_steps",
     "run_agent",
     "tool",
 ]
