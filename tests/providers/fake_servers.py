@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ class Reply:
     status: int
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds before answering: longer than a client's timeout, say
 
 
 class FakeServer:
@@ -46,6 +48,7 @@ class FakeServer:
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
+        self._quiet()
         # A short poll keeps stop() quick: shutdown waits for serve_forever's next poll.
         self._thread = threading.Thread(
             target=self._http.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -57,12 +60,17 @@ class FakeServer:
         return f"http://{host}:{port}"
 
     def reply(
-        self, body: Any, *, status: int = 200, headers: Mapping[str, str] | None = None
+        self,
+        body: Any,
+        *,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
     ) -> FakeServer:
         """Queue a reply: a JSON value, or raw bytes sent as they are."""
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         with self._lock:
-            self.script.append(Reply(status, raw, dict(headers or {})))
+            self.script.append(Reply(status, raw, dict(headers or {}), delay))
         return self
 
     @property
@@ -100,6 +108,7 @@ class FakeServer:
                     self.rfile.read(length),
                 )
                 reply = server._next(request)
+                time.sleep(reply.delay)
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(reply.body)))
@@ -112,6 +121,10 @@ class FakeServer:
                 pass  # keep test output quiet
 
         return Handler
+
+    def _quiet(self) -> None:
+        # A client that timed out has hung up: writing its late reply fails, as it should.
+        self._http.handle_error = lambda request, address: None  # type: ignore[method-assign]
 
 
 @contextmanager

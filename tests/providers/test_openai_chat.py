@@ -425,6 +425,27 @@ def test_an_unreachable_server_is_retried(adapters: list[OpenAIChat], waits: lis
     assert waits == [0]
 
 
+def test_a_timeout_is_retried(
+    server: FakeServer, adapters: list[OpenAIChat], waits: list[float]
+) -> None:
+    adapter = OpenAIChat("gpt-4.1-mini", base_url=f"{server.url}/v1", api_key=KEY, timeout=0.2)
+    adapters.append(adapter)
+    server.reply(openai_completion("too late"), delay=2.0)
+    for _ in range(3):
+        server.reply(openai_completion("done"))
+    result = run_agent(adapter, {}, "task", model_retries=3, retry_backoff=0)
+    assert (result.stop_reason, result.output) == ("final", "done")
+    assert len(server.requests) >= 2 and waits[0] == 0
+    assert server.bodies[0] == server.bodies[1]  # `timeout` is the client's, not the body's
+    server.script.clear()
+    server.reply(openai_completion("too late"), delay=2.0)
+    failed = run_agent(adapter, {}, "task", model_retries=0)
+    assert (failed.stop_reason, failed.error) == (
+        "model_error",
+        "ModelRetryable: openai API timed out",
+    )
+
+
 def test_a_missing_key_is_a_model_error_naming_the_variable(
     adapters: list[OpenAIChat], monkeypatch: pytest.MonkeyPatch
 ) -> None:
