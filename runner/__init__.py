@@ -6,18 +6,23 @@ from typing import TYPE_CHECKING, Any
 
 from runner.agent import Agent
 from runner.budgets import Budgets, StopReason
+from runner.context import cut_observations, last_steps
 from runner.errors import (
     AgentLoadError,
     AmbiguousRunId,
     DatabaseUnavailable,
     LeaseHeld,
     LeaseLost,
+    MissingExtra,
+    ModelFatal,
+    ModelRetryable,
     QueryFailed,
     ReplayMismatch,
     RunnerError,
     RunNotFound,
     SchemaOutOfDate,
 )
+from runner.models import AnthropicMessages, OpenAIChat, Price
 from runner.result import AgentResult
 from runner.run import run_agent
 from runner.scripted import agent_loop
@@ -43,10 +48,16 @@ __all__ = [
     "AgentLoadError",
     "AgentResult",
     "AmbiguousRunId",
+    "AnthropicMessages",
     "Budgets",
     "DatabaseUnavailable",
     "LeaseHeld",
     "LeaseLost",
+    "MissingExtra",
+    "ModelFatal",
+    "ModelRetryable",
+    "OpenAIChat",
+    "Price",
     "QueryFailed",
     "ReplayMismatch",
     "RunNotFound",
@@ -58,6 +69,8 @@ __all__ = [
     "ToolCall",
     "agent_loop",
     "current_call",
+    "cut_observations",
+    "last_steps",
     "run_agent",
     "tool",
 ]

@@ -28,6 +28,8 @@ _RAW_LIMIT = 500
 # The longest tool name (the providers' own limits are shorter; the journal's column holds
 # this many characters).
 MAX_TOOL_NAME = 200
+# The loop runs one call per step for now; an adapter may already return several.
+_SEVERAL_CALLS = "several tool calls in one response are not supported yet: call one tool at a time"
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,17 @@ def parse_action(output: object) -> Action:
         if isinstance(content, _Unusable):
             return _invalid(output, content.why, tokens, cost)
         return Action(ActionKind.FINAL, content=content, tokens=tokens, cost=cost)
+    if kind == "invalid" and isinstance(output.get("error"), str):
+        # A model adapter's word on a response it could not turn into an action (a refusal,
+        # an empty reply): the model is shown that, not a complaint about 'type'.
+        return _invalid(output, output["error"], tokens, cost)
     if kind != "tool":
         return _invalid(
             output, f"'type' must be 'final' or 'tool', got {_shown(kind)}", tokens, cost
         )
     name = output.get("name")
+    if name is None and "calls" in output:
+        return _invalid(output, _SEVERAL_CALLS, tokens, cost)
     if not isinstance(name, str):
         return _invalid(output, f"tool 'name' must be a string, got {_shown(name)}", tokens, cost)
     bad_name = _unusable_name(name)

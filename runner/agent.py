@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.budgets import Budgets
+from runner.context import Context
 from runner.errors import AgentLoadError
 from runner.loop import Model
 from runner.tools import Tool, as_tools
@@ -27,12 +28,16 @@ class Agent:
         name: str | None = None,
         release: str | None = None,
         ref: str | None = None,
+        context: Context | None = None,
         **budgets: Any,
     ) -> None:
         if not callable(model):
             raise ValueError("an Agent's model must be callable")
-        self.model = model
+        if context is not None and not callable(context):
+            raise ValueError("an Agent's context must be callable")
         self.tools: dict[str, Tool] = as_tools(tools or {})
+        self.model = bind_tools(model, self.tools)
+        self.context = context
         self.name = name
         self.release = release
         self.budgets = with_budgets(budgets)
@@ -54,6 +59,15 @@ class Agent:
                     return f"{Path(path).resolve()}:{attr}" if path else None
                 return f"{self._module}:{attr}"
         return None
+
+
+def bind_tools(model: Model, tools: Mapping[str, Tool]) -> Model:
+    """The model told the agent's tools, if it wants them (adapters send their schemas)."""
+    binder = getattr(model, "with_tools", None)
+    if callable(binder):
+        bound: Model = binder(tools)
+        return bound
+    return model
 
 
 def with_budgets(overrides: Mapping[str, Any], base: Budgets | None = None) -> Budgets:

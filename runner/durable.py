@@ -179,6 +179,7 @@ class Runner:
                 deadline=deadline,
                 pause=pause,
                 clock=self.clock,
+                context=agent.context,
             )
         result.run_id = run.id
         return result

@@ -51,6 +51,29 @@ class RunPaused(RunnerError):
     """The run was asked to pause (its worker is shutting down): resume it later."""
 
 
+class MissingExtra(RunnerError):
+    """An optional dependency is not installed: the message names the extra to install."""
+
+
+class ModelFatal(RunnerError):
+    """A model call failed in a way no retry can fix (a bad key, a rejected request).
+
+    Raised by a model callable, it stops the run at once with `model_error`.
+    """
+
+
+class ModelRetryable(RunnerError):
+    """A model call failed for now (a rate limit, an overload): retry it later.
+
+    `retry_after` is how many seconds the provider asked to wait; the loop waits at least
+    that long (and never past the run's deadline) before its next attempt.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 def describe(exc: BaseException) -> str:
     """`Type: first line of the message`, naming the driver's own error under SQLAlchemy's."""
     inner = getattr(exc, "orig", None) or exc

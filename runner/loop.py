@@ -20,7 +20,8 @@ from runner.backoff import Backoff
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
 from runner.clock import SYSTEM, Clock
-from runner.errors import ReplayMismatch, RunPaused
+from runner.context import Context
+from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
 from runner.result import AgentResult
@@ -89,15 +90,18 @@ def drive(
     cancel: Cancel | None = None,
     pause: threading.Event | None = None,
     clock: Clock = SYSTEM,
+    context: Context | None = None,
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
     When `pause` is set the loop raises RunPaused before its next model call, leaving the
     run unfinished for a later resume (a worker shutting down gracefully). `deadline` is
-    in seconds since the epoch on `clock`, which also paces the model's retries.
+    in seconds since the epoch on `clock`, which also paces the model's retries. `context`
+    maps the transcript to what the model is sent; the journal and the result keep it whole.
     """
     loop = _Loop(model, tools, task, budgets, journal, deadline, cancel, clock)
     loop.pause = pause
+    loop.context = context
     return loop.run()
 
 
@@ -126,6 +130,7 @@ class _Loop:
         self.counters = Counters()
         self.calls: Counter[tuple[str, str]] = Counter()
         self.pause: threading.Event | None = None
+        self.context: Context | None = None
         # Whether each tool takes an idempotency key, read once per run: inspecting a
         # signature costs more than the rest of an in-memory step.
         self.takes_key_by_tool: dict[str, bool] = {}
@@ -266,11 +271,17 @@ class _Loop:
 
     def ask_model(self) -> Any:
         """Call the model, retrying exceptions with backoff; never past the deadline."""
+        try:
+            shown = self.shown()
+        except Exception as exc:  # the same transcript would fail the same way again
+            raise _ModelFailed(f"context: {_describe(exc)}") from None
         last: Exception | None = None
         backoff = Backoff(self.budgets.retry_backoff)
         for attempt in range(self.budgets.model_retries + 1):
             if attempt:
                 pause = backoff.next()
+                if isinstance(last, ModelRetryable) and last.retry_after is not None:
+                    pause = max(pause, last.retry_after)  # the provider said when to return
                 remaining = self.remaining()
                 if remaining is not None and remaining <= pause:
                     raise _OutOfTime
@@ -279,12 +290,18 @@ class _Loop:
             if remaining is not None and remaining <= 0:
                 raise _OutOfTime
             try:
-                return invoke(self.model, (self.transcript,), {}, remaining)
+                return invoke(self.model, (shown,), {}, remaining)
             except CallTimedOut:
                 raise _OutOfTime from None
+            except ModelFatal as exc:
+                raise _ModelFailed(_describe(exc)) from None
             except Exception as exc:
                 last = exc
         raise _ModelFailed(_describe(last))
+
+    def shown(self) -> list[dict[str, Any]]:
+        """What the model is sent: the transcript, through the agent's context function."""
+        return self.transcript if self.context is None else self.context(self.transcript)
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - self.clock.time()
@@ -427,7 +444,7 @@ class _Loop:
                 limit = WRAP_UP_SECONDS if reason is StopReason.TIME_BUDGET else self.remaining()
                 if limit is not None and limit <= 0:
                     limit = WRAP_UP_SECONDS
-                action = parse_action(invoke(self.model, (self.transcript,), {}, limit))
+                action = parse_action(invoke(self.model, (self.shown(),), {}, limit))
             except Exception as exc:  # the run is over either way: keep the budget's reason
                 action = Action(ActionKind.INVALID, error=_describe(exc))
             c = self.counters

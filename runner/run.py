@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from runner.agent import bind_tools
 from runner.budgets import Budgets
 from runner.clock import SYSTEM, Clock
+from runner.context import Context
 from runner.journal import MemoryJournal
 from runner.loop import Cancel, Model, drive
 from runner.result import AgentResult
@@ -30,6 +32,7 @@ def run_agent(
     tool_timeout: float | None = None,
     wrap_up: bool = False,
     clock: Clock = SYSTEM,
+    context: Context | None = None,
 ) -> AgentResult:
     """Run an agent loop in memory until it stops, and say why it stopped.
 
@@ -38,6 +41,8 @@ def run_agent(
     or a mapping with `tokens` and `cost`). Tool exceptions and malformed model output become
     error observations. Budgets that are `None` are unlimited; invalid ones raise ValueError
     before anything runs. `clock` measures `max_seconds` and paces the model's retries.
+    `context` maps the transcript to what the model is sent (see `runner.context`); the
+    result's transcript stays whole.
     """
     budgets = Budgets(
         max_steps=max_steps,
@@ -54,13 +59,15 @@ def run_agent(
     if not isinstance(task, str):
         raise ValueError(f"task must be a string, not {type(task).__name__}")
     deadline = None if max_seconds is None else clock.time() + max_seconds
+    tool_set = as_tools(tools)
     return drive(
-        model,
-        as_tools(tools),
+        bind_tools(model, tool_set),
+        tool_set,
         task,
         budgets,
         MemoryJournal(),
         deadline=deadline,
         cancel=cancel,
         clock=clock,
+        context=context,
     )

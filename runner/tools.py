@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, overload
 
 KEY_PARAMETER = "idempotency_key"
@@ -37,8 +37,13 @@ class Tool:
     idempotent: bool = False
     timeout: float | None = None
     reconcile: Reconcile | None = None
+    # The JSON schema of the tool's arguments, when its signature cannot say it well enough;
+    # model adapters build one from the signature otherwise.
+    schema: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
+        if self.schema is not None and not isinstance(self.schema, dict):
+            raise ValueError(f"tool schema must be a dict (a JSON schema), not {self.schema!r}")
         if self.timeout is not None and (
             isinstance(self.timeout, bool)
             or not isinstance(self.timeout, int | float)
@@ -74,6 +79,7 @@ def tool(
     idempotent: bool = False,
     timeout: float | None = None,
     reconcile: Reconcile | None = None,
+    schema: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -84,11 +90,18 @@ def tool(
     idempotent: bool = False,
     timeout: float | None = None,
     reconcile: Reconcile | None = None,
+    schema: dict[str, Any] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Declare a tool: `@tool`, or `@tool(idempotent=True, timeout=5, reconcile=check)`."""
+    """Declare a tool: `@tool`, or `@tool(idempotent=True, timeout=5, reconcile=check)`.
+
+    `schema` is the JSON schema of the tool's arguments that model adapters send, in place of
+    the one they would build from its signature.
+    """
 
     def wrap(inner: Callable[..., Any]) -> Tool:
-        return Tool(inner, idempotent=idempotent, timeout=timeout, reconcile=reconcile)
+        return Tool(
+            inner, idempotent=idempotent, timeout=timeout, reconcile=reconcile, schema=schema
+        )
 
     return wrap(fn) if fn is not None else wrap
 

@@ -1,0 +1,150 @@
+"""What every adapter does the same way: import its SDK, hold a client, call, translate.
+
+An adapter is an ordinary model callable: `adapter(transcript) -> action`. Subclasses own
+the wire format (`request` builds the create() arguments, `reply` reads the JSON body);
+this class owns the rest: the SDK imported lazily (MissingExtra without it), one client
+with the SDK's own retries off (the loop's retries are the only ones), errors translated
+for the loop, tools bound by `with_tools`.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self
+from urllib.parse import urlsplit
+
+from runner.errors import MissingExtra, ModelRetryable
+from runner.models.failures import translate
+from runner.models.pricing import PriceLike, Pricer, as_price
+from runner.models.schemas import ToolSpec, tool_specs
+
+
+class Adapter:
+    """Common ground of the provider adapters; see OpenAIChat and AnthropicMessages."""
+
+    provider: ClassVar[str]  # the SDK's module, the extra's name, genai-prices' provider id
+    official_host: ClassVar[str]  # where the provider's own API is (priced by provider id)
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        client: Any,
+        system: str | None,
+        price: PriceLike | None,
+        request_params: Mapping[str, Any],
+    ) -> None:
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"{type(self).__name__} needs a model name, not {model!r}")
+        self.model = model
+        self.system = system
+        self.request_params = dict(request_params)
+        self.tools: list[ToolSpec] = []
+        self._sdk = self._import_sdk()
+        self._base_url = base_url
+        self._api_key = api_key
+        self._given = client
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._pricer = Pricer(as_price(price), provider_id=self.provider, provider_api_url=None)
+
+    def with_tools(self, tools: Mapping[str, Callable[..., Any]]) -> Self:
+        """This adapter, telling the model about `tools` (Agent calls it with its own)."""
+        bound = copy.copy(self)
+        bound.tools = tool_specs(tools)
+        # Each adapter owns the client it makes: closing one never breaks the other.
+        bound._client, bound._lock = None, threading.Lock()
+        return bound
+
+    def __call__(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        request = self.request(transcript)
+        client = self._connect()
+        try:
+            raw = self._send(client, request)
+        except Exception as exc:
+            failure = self._translate(exc, client)
+            if failure is None:
+                raise
+            raise failure from None  # the SDK's traceback holds the request, headers included
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ModelRetryable(f"{self.provider} API returned malformed JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise ModelRetryable(f"{self.provider} API returned JSON that is not an object")
+        return self.reply(body)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r})"
+
+    def close(self) -> None:
+        """Close the client this adapter made (a client passed in stays the caller's)."""
+        with self._lock:
+            if self._client is not None and self._given is None:
+                self._client.close()
+            self._client = None
+
+    # -- for subclasses ---------------------------------------------------------------------
+
+    def request(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        """The keyword arguments of the SDK's create() call for `transcript`."""
+        raise NotImplementedError
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The action a response body means."""
+        raise NotImplementedError
+
+    def _make_client(self, sdk: Any) -> Any:
+        raise NotImplementedError
+
+    def _send(self, client: Any, request: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    # -- the client -------------------------------------------------------------------------
+
+    def _import_sdk(self) -> Any:
+        try:
+            return importlib.import_module(self.provider)
+        except ImportError:
+            raise MissingExtra(
+                f"{type(self).__name__} needs the {self.provider} package: "
+                f"pip install 'durable-runner[{self.provider}]'"
+            ) from None
+
+    def _connect(self) -> Any:
+        # Made on first use, not in __init__: importing an agent module needs no key, and a
+        # missing key is a model_error of the run that needs it.
+        with self._lock:
+            if self._client is None:
+                try:
+                    if self._given is not None:
+                        self._client = self._given.with_options(max_retries=0)
+                    else:
+                        self._client = self._make_client(self._sdk)
+                        # Closed with the adapter, so no pooled socket outlives it.
+                        weakref.finalize(self, self._client.close)
+                except Exception as exc:
+                    failure = self._translate(exc, None)
+                    if failure is None:
+                        raise
+                    raise failure from None
+                # Another server by the same API (a gateway, Ollama) has prices of its own,
+                # if genai-prices knows it by its URL; the provider's own is known by name.
+                url = str(getattr(self._client, "base_url", "") or "")
+                official = urlsplit(url).hostname in (None, self.official_host)
+                self._pricer.provider_api_url = None if official else url
+            return self._client
+
+    def _translate(self, exc: Exception, client: Any) -> Exception | None:
+        secrets = [self._api_key, getattr(client, "api_key", None)]
+        return translate(exc, self._sdk, self._sdk_error(), self.provider, secrets)
+
+    def _sdk_error(self) -> type[Exception]:
+        raise NotImplementedError
