@@ -22,6 +22,33 @@ class StopReason(StrEnum):
     MODEL_ERROR = "model_error"  # the model kept raising after its retries
     CRASH_LOOP = "crash_loop"  # the run kept killing its worker and was given up
 
+    @property
+    def meaning(self) -> str:
+        """What this stop means, in words for a person."""
+        return _MEANINGS[self][0]
+
+    @property
+    def budget(self) -> str | None:
+        """The budget whose limit this stop names (shown with its value), if any."""
+        return _MEANINGS[self][1]
+
+
+_MEANINGS: dict[StopReason, tuple[str, str | None]] = {
+    StopReason.FINAL: ("answered", None),
+    StopReason.MAX_STEPS: ("gave up: the step cap was reached", "max_steps"),
+    StopReason.TOKEN_BUDGET: ("gave up: the tokens spent went over the budget", "max_tokens"),
+    StopReason.COST_BUDGET: ("gave up: the cost spent went over the budget", "max_cost"),
+    StopReason.TIME_BUDGET: ("gave up: the wall-clock budget ran out", "max_seconds"),
+    StopReason.REPEATED_CALL: (
+        "looped: the same tool call, same arguments, too many times",
+        "max_repeats",
+    ),
+    StopReason.TOOL_ERRORS: ("too many failed steps in a row", "max_consecutive_errors"),
+    StopReason.CANCELLED: ("cancelled on request", None),
+    StopReason.MODEL_ERROR: ("the model kept failing after its retries", None),
+    StopReason.CRASH_LOOP: ("given up: the run kept killing its worker", None),
+}
+
 
 # The budgets a wrap-up call may soften: the run is out of room, not misbehaving.
 WRAP_UP_REASONS = frozenset(

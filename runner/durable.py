@@ -205,7 +205,7 @@ class Runner:
             error=run.error,
             wrapped_up=run.wrapped_up,
             run_id=run.id,
-            status=str(run.status),
+            status=run.status,
         )
 
     def row(self, run_id: str) -> store.RunRow:

@@ -1,7 +1,7 @@
 """The journal protocol the loop writes through, and the in-memory journal of `run_agent`.
 
 The loop records every decision as an `Entry` before it acts on it. A durable journal
-(`runner.store`) commits each `append` in one transaction; the memory journal keeps a list.
+(`runner.sqljournal`) commits each `append` in one transaction; the memory journal keeps a list.
 On resume the loop replays `recorded()` instead of asking the model or re-running tools.
 """
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.budgets import StopReason
+from runner.status import RunStatus
 
 
 @dataclass
@@ -21,4 +22,4 @@ class AgentResult:
     error: str | None = None  # the model's last exception text on a `model_error` stop
     wrapped_up: bool = False  # the output came from the opt-in last call after a budget stop
     run_id: str | None = None
-    status: str = "finished"  # a durable run read before it stopped: "queued" or "running"
+    status: RunStatus = RunStatus.FINISHED  # a durable run read before it stopped: queued/running

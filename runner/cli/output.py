@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from runner.budgets import StopReason
 from runner.journal import Entry, EntryKind
 from runner.result import AgentResult
 
@@ -187,21 +188,6 @@ def render_run(result: AgentResult, row: RunRow) -> str:
     return "\n".join(lines)
 
 
-# What each stop means, and the budget whose limit it names (shown with the limit's value).
-_STOPS = {
-    "final": ("answered", None),
-    "max_steps": ("gave up: the step cap was reached", "max_steps"),
-    "token_budget": ("gave up: the tokens spent went over the budget", "max_tokens"),
-    "cost_budget": ("gave up: the cost spent went over the budget", "max_cost"),
-    "time_budget": ("gave up: the wall-clock budget ran out", "max_seconds"),
-    "repeated_call": ("looped: the same tool call, same arguments, too many times", "max_repeats"),
-    "tool_errors": ("too many failed steps in a row", "max_consecutive_errors"),
-    "cancelled": ("cancelled on request", None),
-    "model_error": ("the model kept failing after its retries", None),
-    "crash_loop": ("given up: the run kept killing its worker", None),
-}
-
-
 def _ending(result: AgentResult, row: RunRow) -> list[str]:
     """How the transcript ends: the stop and what it means, or the call still in flight."""
     last = result.transcript[-1] if result.transcript else None
@@ -209,7 +195,8 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
         if last is not None and "tool" in last and last["role"] == "assistant":
             return [f"  .. {last['tool']}: no result yet (running, or a resume will settle it)"]
         return []
-    meaning, budget = _STOPS.get(str(row.stop_reason), (str(row.stop_reason), None))
+    reason = StopReason(row.stop_reason)
+    meaning, budget = reason.meaning, reason.budget
     if budget is not None and row.budgets.get(budget) is not None:
         meaning += f" ({budget}={row.budgets[budget]})"
     if row.wrapped_up:

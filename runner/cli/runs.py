@@ -155,7 +155,7 @@ def cancel(run_id: str, url: str | None) -> None:
     """Stop run ID before its next step (at once if no worker holds it)."""
     with _runner(url) as runner:
         result = runner.cancel(run_id)
-    if result.status == "finished":
+    if result.status is RunStatus.FINISHED:
         output.line(f"run {result.run_id} is finished: {result.stop_reason}")
     else:
         output.line(f"run {result.run_id}: cancel requested; it stops before its next step")
