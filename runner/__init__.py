@@ -1,4 +1,12 @@
-"""runner: a durable, resumable runner for LLM agent loops."""
+"""runner: a durable, resumable runner for LLM agent loops.
+
+The map (the README's "Where things live" says more): the step machine (`loop`, `journal`,
+`actions`, `tools`, `calls`, `budgets`, `status`, `clock`) knows no SQL and no CLI; the store
+(`schema`, `backend`, `database`, `store`, `leases`, `fencing`, `sqljournal`, `history`)
+holds all the SQL, with every SQLite/PostgreSQL difference in `backend`; the service
+(`durable.Runner`, `agent`, `worker`) drives the one loop on a durable journal; the faces
+(`cli`) parse, call the service and print through `cli.output`; `models` adapts providers.
+"""
 
 from __future__ import annotations
 
