@@ -4,7 +4,6 @@ stored results, ids and prefixes, cancellation, and budgets that survive a resum
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from runner import (
 )
 from runner.agent import load_agent
 from runner.budgets import Budgets
+from runner.clock import ManualClock
 from runner.journal import Counters
 
 from .agents import SOLVER_REF
@@ -406,16 +406,17 @@ def test_an_unknown_budget_is_refused(db_url: str) -> None:
 
 
 def test_the_time_budget_deadline_is_stored_and_survives_a_resume(db_url: str) -> None:
-    with Runner(db_url) as runner:
+    clock = ManualClock()
+    with Runner(db_url, clock=clock) as runner:
         with pytest.raises(Crash):
             runner.run(
                 Agent(crashes_on_call(2, wander()), TOOLS), "clock", id="clock", max_seconds=0.5
             )
         row = runner.row("clock")
         assert row.deadline is not None and row.leased_at is not None
-        assert abs((row.deadline - row.leased_at).total_seconds() - 0.5) < 0.05
+        assert (row.deadline - row.leased_at).total_seconds() == 0.5
         crash(runner.engine, "clock")
-        time.sleep(max(0.0, row.deadline.timestamp() - time.time()) + 0.05)
+        clock.advance(0.6)
         # A resume does not restart the clock: the deadline passed while nobody ran it.
         resumed_model = Counting(wander())
         result = runner.resume("clock", agent=Agent(resumed_model, TOOLS))
@@ -426,16 +427,17 @@ def test_the_time_budget_deadline_is_stored_and_survives_a_resume(db_url: str) -
 
 
 def test_the_deadline_starts_when_a_worker_first_takes_the_run(db_url: str) -> None:
-    with Runner(db_url) as runner:
+    clock = ManualClock()
+    with Runner(db_url, clock=clock) as runner:
         run_id = runner.submit(SOLVER_REF, "2+3?", max_seconds=60)
         assert runner.row(run_id).deadline is None  # queued: the clock has not started
-        time.sleep(0.2)
+        clock.advance(0.2)
         result = runner.resume(run_id)
         row = runner.row(run_id)
     assert result.stop_reason == "final"
     assert row.deadline is not None and row.leased_at is not None
-    assert abs((row.deadline - row.leased_at).total_seconds() - 60) < 0.05
-    assert (row.deadline - row.created_at).total_seconds() > 60.15
+    assert (row.deadline - row.leased_at).total_seconds() == 60
+    assert (row.deadline - row.created_at).total_seconds() == 60.2
 
 
 def test_a_budget_given_as_none_is_unlimited_and_one_not_given_is_the_agents(
