@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import db, history, logs, runs, worker
+from runner.cli import db, history, logs, runs, ui, worker
 from runner.errors import RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -131,5 +131,6 @@ for _command in (
     history.stats,
     history.export,
     history.prune,
+    ui.ui,
 ):
     main.add_command(_reporting_errors(_command))
