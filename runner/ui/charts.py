@@ -78,8 +78,9 @@ def stop_chart(groups: Sequence[Group], *, bar_width: int = 560) -> StopChart:
             x += width
         bars.append(Bar(group.label, i * (bar_height + gap), group.runs, segments, sorted(flagged)))
     height = max(1, len(bars)) * (bar_height + gap)
+    # Room right of the bars for "N runs ▲ reason, reason".
     return StopChart(
-        label_width + bar_width + 90, height, label_width, bar_width, bar_height, bars, legend
+        label_width + bar_width + 260, height, label_width, bar_width, bar_height, bars, legend
     )
 
 
@@ -94,7 +95,7 @@ class CounterChart:
 
 
 def counter_chart(
-    counters: Sequence[StepCounters], *, width: int = 640, height: int = 80, most: int = 400
+    counters: Sequence[StepCounters], *, width: int = 480, height: int = 60, most: int = 400
 ) -> CounterChart | None:
     """Tokens spent over the steps (at most `most` points), and the steps that failed."""
     if not counters:

@@ -42,7 +42,8 @@ HEADERS = {
     ),
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    # Not no-referrer: with it, a browser sends `Origin: null` on the page's own forms.
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
 
