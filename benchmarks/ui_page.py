@@ -22,6 +22,7 @@ from sqlalchemy import insert, update
 from starlette.testclient import TestClient
 
 from runner import leases, store
+from runner.actions import ActionKind
 from runner.budgets import Budgets
 from runner.clock import utc_now
 from runner.database import open_engine
@@ -54,7 +55,7 @@ def long_run(url: str, steps: int) -> str:
                 EntryKind.ACTION,
                 step,
                 counters,
-                action_type="tool",
+                action_type=ActionKind.TOOL,
                 tool="read",
                 args={"path": f"docs/{step}.md"},
                 idempotency_key=key,
@@ -73,7 +74,9 @@ def long_run(url: str, steps: int) -> str:
             )
         )
     done = Counters(steps=steps, tokens=30 * steps, cost=0.0001 * steps)
-    journal.append(Entry(EntryKind.FINAL, steps, done, content="read them all", action_type="final"))
+    journal.append(
+        Entry(EntryKind.FINAL, steps, done, content="read them all", action_type=ActionKind.FINAL)
+    )
     rows = [store.entry_row(run_id, seq, claim.epoch, e, at) for seq, e in enumerate(journal)]
     with engine.begin() as connection:
         connection.execute(insert(entries), rows)
@@ -134,7 +137,9 @@ def main() -> None:
     options = p.parse_args()
     results: list[dict[str, Any]] = []
     with common.scratch_folder(options.dir) as folder:
-        results += measure("SQLite", common.sqlite_url(folder, "ui"), options.steps, options.repeats)
+        results += measure(
+            "SQLite", common.sqlite_url(folder, "ui"), options.steps, options.repeats
+        )
     postgres = common.postgres_url_or_none(options)
     if postgres is not None:
         with common.scratch_postgres(postgres) as url:
