@@ -116,7 +116,7 @@ def test_ui_commands_serve_as_written(tmp_path: Path) -> None:
     engine.dispose()
     lines = [
         line.split("  #")[0].strip()
-        for block in blocks("shell")
+        for block in blocks("bash")  # servers: `sh` blocks must end, `shell` ones need a model
         for line in block.splitlines()
         if line.startswith(".venv/bin/runner ui")
     ]
