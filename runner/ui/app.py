@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -78,8 +79,25 @@ def serve(
     app = make_app(url, token=token)
     shown = f"[{host}]" if ":" in host else host
     log.info(f"serving {app.state.ui.shown_url} on http://{shown}:{port}/")
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, HidesTokens) for f in access.filters):
+        access.addFilter(HidesTokens())
     # log_config=None: uvicorn's records go to the handlers the CLI configured.
     uvicorn.run(app, host=host, port=port, log_config=None, server_header=False)
+
+
+class HidesTokens(logging.Filter):
+    """Takes the `?token=` of a request's path out of its access-log line."""
+
+    _TOKEN = re.compile(r"([?&]token=)[^&\s]*")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                self._TOKEN.sub(r"\1***", arg) if isinstance(arg, str) else arg
+                for arg in record.args
+            )
+        return True
 
 
 def _error_page(request: Request, status: int, message: str) -> Response:

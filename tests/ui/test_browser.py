@@ -277,3 +277,5 @@ def test_a_token_server_asks_for_its_token(seeded: Seeded, noscript: Any, tmp_pa
         assert by_css(noscript, "a.run-link"), "the cookie opened the other pages"
     finally:
         guarded.close()
+    logged = guarded.log_path.read_text()
+    assert '"GET /stats?token=***' in logged and TOKEN not in logged  # access lines hide it

@@ -47,3 +47,21 @@ def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert result.stderr.strip() == (
         "Error: runner ui needs starlette: pip install 'durable-runner[ui]'"
     )
+
+
+def test_access_log_lines_hide_the_token() -> None:
+    import logging
+
+    from runner.ui.app import HidesTokens
+
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5", "GET", "/stats?by=day&token=s3cret&x=1", "1.1", 303),
+        None,
+    )
+    assert HidesTokens().filter(record)
+    assert record.getMessage() == '127.0.0.1:5 - "GET /stats?by=day&token=***&x=1 HTTP/1.1" 303'
