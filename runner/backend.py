@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, Insert, bindparam, case, create_engine, event, insert, select, update
 from sqlalchemy.engine import URL, Connection
@@ -41,6 +42,10 @@ class Backend:
     migrates_fresh_files = False
 
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
+        raise NotImplementedError
+
+    def read_only_engine(self, url: URL) -> Engine:
+        """An engine whose connections the database itself keeps read-only (the page's)."""
         raise NotImplementedError
 
     def fenced_insert(self) -> Insert:
@@ -86,7 +91,7 @@ class SqliteBackend(Backend):
                 f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
             )
         url = url.difference_update_query(["synchronous"])
-        if url.database and url.database != ":memory:":
+        if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
             folder = Path(url.database).parent
             if not folder.is_dir():
                 raise DatabaseUnavailable(f"no such folder for the SQLite file: {folder}")
@@ -111,6 +116,21 @@ class SqliteBackend(Backend):
             connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
 
         return engine
+
+    def read_only_engine(self, url: URL) -> Engine:
+        # The file opened with mode=ro (an SQLite URI): no statement on these connections
+        # can write, whatever it says. Every transaction is a plain BEGIN (BEGIN IMMEDIATE
+        # asks for the write lock, which a read-only connection cannot take).
+        database = url.database
+        if not database or database == ":memory:":
+            raise DatabaseUnavailable("a read-only connection needs a SQLite file, not memory")
+        path = Path(database).resolve()
+        if not path.is_file():
+            raise DatabaseUnavailable(f"no SQLite database at {path}")
+        readonly = url.set(database=f"file:{quote(str(path))}").update_query_dict(
+            {"mode": "ro", "uri": "true"}
+        )
+        return self.create_engine(readonly, {}).execution_options(**{DEFERRED: True})
 
     def fenced_insert(self) -> Insert:
         # SELECT ... FROM runs WHERE <fence> rather than WHERE EXISTS (<fence>): the same one
@@ -141,6 +161,19 @@ class PostgresBackend(Backend):
 
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
         return create_engine(url, pool_pre_ping=True, **kwargs)
+
+    def read_only_engine(self, url: URL) -> Engine:
+        engine = self.create_engine(url, {})
+
+        @event.listens_for(engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Every transaction of the session is READ ONLY: the server refuses any write.
+            autocommit = dbapi_connection.autocommit
+            dbapi_connection.autocommit = True
+            dbapi_connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            dbapi_connection.autocommit = autocommit
+
+        return engine
 
     def fenced_insert(self) -> Insert:
         # Renew the lease and lock the run row in the same statement: a claimer's UPDATE

@@ -49,6 +49,36 @@ def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
         raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
 
 
+def open_read_only(url: str | None = None) -> Engine:
+    """An engine for `url` that cannot write (SQLite opened `mode=ro`, PostgreSQL in READ
+    ONLY transactions), on a schema at head. It never migrates: a page only reads."""
+    text = resolve_url(url)
+    try:
+        parsed = make_url(text)
+    except ArgumentError:
+        raise DatabaseUnavailable(f"not a database URL: {safe_url(text)}") from None
+    if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        engine = backend_for(parsed.get_backend_name()).read_only_engine(parsed)
+    except (ArgumentError, ImportError) as exc:
+        raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
+    try:
+        current = current_revision(engine)
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise DatabaseUnavailable(f"cannot open {safe_url(parsed)}: {first_line(exc)}") from None
+    head = head_revision()
+    if current != head:
+        engine.dispose()
+        found = "no runner schema" if current is None else f"schema revision {current}"
+        raise SchemaOutOfDate(
+            f"{safe_url(parsed)} has {found}, this runner needs {head}: "
+            "run `runner db upgrade` (with the same --db) first"
+        )
+    return engine
+
+
 def connect(url: str | None = None) -> Engine:
     """An engine for `url` whose schema is at head: a brand-new SQLite file is migrated,
     any other database must have been upgraded (`ensure_schema`)."""

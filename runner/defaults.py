@@ -11,3 +11,7 @@ URL_VARIABLE = "RUNNER_DATABASE_URL"
 DEFAULT_LEASE_SECONDS = 30.0
 # How many takeovers in a row without a new journal entry before a run stops with crash_loop.
 DEFAULT_MAX_RESUMES = 3
+# `runner ui`: where the page listens, and the variable that holds its token.
+UI_HOST = "127.0.0.1"
+UI_PORT = 8780
+UI_TOKEN_VARIABLE = "RUNNER_UI_TOKEN"

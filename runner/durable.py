@@ -21,6 +21,7 @@ from runner.journal import Counters, Entry
 from runner.loop import drive
 from runner.owner import this_process
 from runner.result import AgentResult
+from runner.spans import run_trace
 from runner.sqljournal import SqlJournal
 from runner.status import RunStatus
 
@@ -39,6 +40,7 @@ class Runner:
         observer: Callable[[str, Entry], None] | None = None,
         clock: Clock | None = None,
         heartbeat_seconds: float | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         self.url = resolve_url(url)
         self.engine = connect(self.url)
@@ -46,6 +48,8 @@ class Runner:
         self.max_resumes = max_resumes
         self.observer = observer
         self.heartbeat_seconds = heartbeat_seconds
+        # OpenTelemetry's TracerProvider for this runner's spans (None: the global one).
+        self.tracer_provider = tracer_provider
         self.owner = this_process()
         # Leases and deadlines are compared across machines: on the database's clock.
         self.clock = (
@@ -169,7 +173,15 @@ class Runner:
             clock=self.clock,
             heartbeat_seconds=self.heartbeat_seconds,
         )
-        with journal:
+        spans = run_trace(
+            run.id,
+            model=agent.model,
+            agent_name=run.agent_name,
+            release=run.release,
+            resumes=run.resumes,
+            tracer_provider=self.tracer_provider,
+        )
+        with journal, spans as traced:
             result = drive(
                 agent.model,
                 agent.tools,
@@ -180,7 +192,9 @@ class Runner:
                 pause=pause,
                 clock=self.clock,
                 context=agent.context,
+                spans=traced,
             )
+            traced.finished(result)
         result.run_id = run.id
         return result
 

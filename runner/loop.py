@@ -25,6 +25,7 @@ from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
 from runner.result import AgentResult
+from runner.spans import NO_SPANS, Spans
 from runner.tools import (
     KEY_PARAMETER,
     NOT_APPLIED,
@@ -91,6 +92,7 @@ def drive(
     pause: threading.Event | None = None,
     clock: Clock = SYSTEM,
     context: Context | None = None,
+    spans: Spans = NO_SPANS,
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
@@ -98,10 +100,12 @@ def drive(
     run unfinished for a later resume (a worker shutting down gracefully). `deadline` is
     in seconds since the epoch on `clock`, which also paces the model's retries. `context`
     maps the transcript to what the model is sent; the journal and the result keep it whole.
+    `spans` is told of each step, model call and tool call (tracing; see runner.spans).
     """
     loop = _Loop(model, tools, task, budgets, journal, deadline, cancel, clock)
     loop.pause = pause
     loop.context = context
+    loop.spans = spans
     return loop.run()
 
 
@@ -131,6 +135,7 @@ class _Loop:
         self.calls: Counter[tuple[str, str]] = Counter()
         self.pause: threading.Event | None = None
         self.context: Context | None = None
+        self.spans: Spans = NO_SPANS
         # Whether each tool takes an idempotency key, read once per run: inspecting a
         # signature costs more than the rest of an in-memory step.
         self.takes_key_by_tool: dict[str, bool] = {}
@@ -142,7 +147,8 @@ class _Loop:
             self.journal.append(Entry(EntryKind.TASK, 0, self.counters, content=self.task))
         self.transcript.append({"role": "user", "content": self.task})
         for step in range(1, self.budgets.max_steps + 1):
-            stop = self.step(step)
+            with self.spans.step(step):
+                stop = self.step(step)
             if stop is not None:
                 return self.result(stop)
         # Only reached with max_steps == 0: a zero cap takes zero steps, and makes no
@@ -290,7 +296,10 @@ class _Loop:
             if remaining is not None and remaining <= 0:
                 raise _OutOfTime
             try:
-                return invoke(self.model, (shown,), {}, remaining)
+                with self.spans.model_call(self.counters.steps + 1) as call:
+                    output = invoke(self.model, (shown,), {}, remaining)
+                    call.returned(output)
+                return output
             except CallTimedOut:
                 raise _OutOfTime from None
             except ModelFatal as exc:
@@ -383,7 +392,8 @@ class _Loop:
             return f"TimeoutError: no time left in the run's budget to call {name}", True
         token = set_current_call(ToolCall(self.journal.run_id, entry.step, attempt, key))
         try:
-            observation = str(invoke(tool.fn, (), kwargs, limit))
+            with self.spans.tool_call(entry.step, name, key, attempt):
+                observation = str(invoke(tool.fn, (), kwargs, limit))
             fault("after_tool_return")
             return observation, False
         except CallTimedOut:
@@ -444,7 +454,10 @@ class _Loop:
                 limit = WRAP_UP_SECONDS if reason is StopReason.TIME_BUDGET else self.remaining()
                 if limit is not None and limit <= 0:
                     limit = WRAP_UP_SECONDS
-                action = parse_action(invoke(self.model, (self.shown(),), {}, limit))
+                with self.spans.model_call(step) as call:
+                    output = invoke(self.model, (self.shown(),), {}, limit)
+                    call.returned(output)
+                action = parse_action(output)
             except Exception as exc:  # the run is over either way: keep the budget's reason
                 action = Action(ActionKind.INVALID, error=_describe(exc))
             c = self.counters

@@ -12,6 +12,7 @@ from runner.context import Context
 from runner.journal import MemoryJournal
 from runner.loop import Cancel, Model, drive
 from runner.result import AgentResult
+from runner.spans import run_trace
 from runner.tools import as_tools
 
 
@@ -60,14 +61,20 @@ def run_agent(
         raise ValueError(f"task must be a string, not {type(task).__name__}")
     deadline = None if max_seconds is None else clock.time() + max_seconds
     tool_set = as_tools(tools)
-    return drive(
-        bind_tools(model, tool_set),
-        tool_set,
-        task,
-        budgets,
-        MemoryJournal(),
-        deadline=deadline,
-        cancel=cancel,
-        clock=clock,
-        context=context,
-    )
+    journal = MemoryJournal()
+    bound = bind_tools(model, tool_set)
+    with run_trace(journal.run_id, model=bound) as spans:
+        result = drive(
+            bound,
+            tool_set,
+            task,
+            budgets,
+            journal,
+            deadline=deadline,
+            cancel=cancel,
+            clock=clock,
+            context=context,
+            spans=spans,
+        )
+        spans.finished(result)
+    return result

@@ -7,11 +7,16 @@ its leases to expire; the next claimer resumes those runs by the step protocol. 
 over without having recorded anything since its last takeover is a suspect (it may be what
 kills its workers): it runs alone until it records an entry, so it takes no neighbour down
 with it, and no innocent neighbour is counted towards crash_loop.
+
+The worker logs through the standard `logging` module, on the `runner.worker` logger: each
+record about a run carries its id (`record.run_id`) and every record the worker's name
+(`record.worker`). `runner worker` configures the handler (text or JSON lines on stderr).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import signal
 import threading
@@ -37,7 +42,7 @@ from runner.errors import (
 )
 from runner.journal import Entry
 
-Log = Callable[[str], None]
+log = logging.getLogger("runner.worker")
 
 # Backoff after a database error or an agent that will not load: doubling, capped.
 FIRST_BACKOFF = 0.5
@@ -56,7 +61,6 @@ class Worker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_resumes: int = DEFAULT_MAX_RESUMES,
         once: bool = False,
-        log: Log | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -66,7 +70,6 @@ class Worker:
         self.concurrency = concurrency
         self.poll = poll
         self.once = once
-        self.log: Log = log or (lambda line: None)
         # Set by the first SIGTERM/SIGINT: finish the steps in flight, release, exit.
         self.stopping = threading.Event()
         self._wake = threading.Event()
@@ -86,11 +89,15 @@ class Worker:
     def name(self) -> str:
         return self.runner.owner
 
+    def _log(self, level: int, message: str, run_id: str | None = None) -> None:
+        extra = {"worker": self.name} if run_id is None else {"worker": self.name, "run_id": run_id}
+        log.log(level, message, extra=extra)
+
     # -- the serving loop -----------------------------------------------------------------
 
     def serve(self) -> None:
         """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
-        self.log(f"worker {self.name} serving {safe_url(self.runner.engine.url)}")
+        self._log(logging.INFO, f"worker {self.name} serving {safe_url(self.runner.engine.url)}")
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
             while not self.stopping.is_set():
                 self._reap()
@@ -108,7 +115,7 @@ class Worker:
                 future.result()
             self._reap()
         self.runner.close()
-        self.log(f"worker {self.name} stopped after finishing {self.finished} runs")
+        self._log(logging.INFO, f"worker {self.name} stopped after finishing {self.finished} runs")
 
     def _reap(self) -> None:
         for run_id, future in list(self._active.items()):
@@ -139,7 +146,10 @@ class Worker:
             )
         except SQLAlchemyError as exc:
             self._db_wait = self._db_backoff.next()
-            self.log(f"database error, retrying in {self._db_wait:g}s: {first_line(exc)}")
+            self._log(
+                logging.WARNING,
+                f"database error, retrying in {self._db_wait:g}s: {first_line(exc)}",
+            )
             return False
         self._db_backoff.reset()
         self._db_wait = 0.0
@@ -147,12 +157,18 @@ class Worker:
             return False
         run = claim.run
         if claim.crash_loop:
-            self.log(f"run {run.id} stopped: crash_loop (it kept killing its workers)")
+            self._log(
+                logging.WARNING,
+                f"run {run.id} stopped: crash_loop (it kept killing its workers)",
+                run.id,
+            )
             return True
         if claim.stalled:
-            self.log(
+            self._log(
+                logging.WARNING,
                 f"run {run.id} was taken over {claim.stalled} time(s) in a row without "
-                "progress: running it alone until it records an entry"
+                "progress: running it alone until it records an entry",
+                run.id,
             )
             self._alone.add(run.id)  # before it starts, so its first entry is seen
         future = pool.submit(self._execute, claim)
@@ -168,27 +184,37 @@ class Worker:
             agent = self._agent(run.agent, run.id)
         except AgentLoadError as exc:
             self._release(claim, f"the worker could not load the agent: {exc}")
-            self.log(f"run {run.id} released: {exc}")
+            self._log(logging.WARNING, f"run {run.id} released: {exc}", run.id)
             return
-        self.log(f"run {run.id} claimed (epoch {claim.epoch}, resumes {run.resumes})")
+        self._log(
+            logging.INFO,
+            f"run {run.id} claimed (epoch {claim.epoch}, resumes {run.resumes})",
+            run.id,
+        )
         try:
             result = self.runner.execute(claim, agent, pause=self.stopping)
         except RunPaused:
             self._release(claim, None)
-            self.log(f"run {run.id} released for another worker")
+            self._log(logging.INFO, f"run {run.id} released for another worker", run.id)
             return
         except LeaseLost as exc:
-            self.log(f"run {run.id} abandoned: {exc}")
+            self._log(logging.WARNING, f"run {run.id} abandoned: {exc}", run.id)
             return
         except (RunnerError, SQLAlchemyError) as exc:
             # The lease expires and another claim resumes the run from its journal.
-            self.log(f"run {run.id} interrupted: {first_line(exc)}")
+            self._log(logging.WARNING, f"run {run.id} interrupted: {first_line(exc)}", run.id)
             return
         except Exception as exc:
-            self.log(f"run {run.id} interrupted by {type(exc).__name__}: {exc}")
+            self._log(
+                logging.ERROR, f"run {run.id} interrupted by {type(exc).__name__}: {exc}", run.id
+            )
             return
         self.finished += 1
-        self.log(f"run {run.id} finished: {result.stop_reason} after {result.steps} steps")
+        self._log(
+            logging.INFO,
+            f"run {run.id} finished: {result.stop_reason} after {result.steps} steps",
+            run.id,
+        )
 
     def _agent(self, ref: str | None, run_id: str) -> Agent:
         if ref is None:
@@ -212,7 +238,11 @@ class Worker:
                 self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
             )
         except SQLAlchemyError as exc:
-            self.log(f"run {claim.run.id} left to lease expiry: {first_line(exc)}")
+            self._log(
+                logging.WARNING,
+                f"run {claim.run.id} left to lease expiry: {first_line(exc)}",
+                claim.run.id,
+            )
 
     # -- signals --------------------------------------------------------------------------
 
@@ -228,13 +258,16 @@ class Worker:
                 os._exit(128 + signum)
             self.stopping.set()
             self._wake.set()
-            self.log(f"worker {self.name}: {signal.Signals(signum).name}, stopping gracefully")
+            self._log(
+                logging.INFO,
+                f"worker {self.name}: {signal.Signals(signum).name}, stopping gracefully",
+            )
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
 
 
-def start_worker(make: Callable[[], Worker], *, log: Log, wait: bool) -> Worker:
+def start_worker(make: Callable[[], Worker], *, wait: bool) -> Worker:
     """Make a worker; with `wait`, keep trying while the database cannot be reached.
 
     A worker started before its database (a machine booting, a failover) waits for it
@@ -248,5 +281,5 @@ def start_worker(make: Callable[[], Worker], *, log: Log, wait: bool) -> Worker:
             if not wait:
                 raise
             delay = backoff.next()
-            log(f"database unavailable, retrying in {delay:g}s: {exc}")
+            log.warning(f"database unavailable, retrying in {delay:g}s: {exc}")
             time.sleep(delay)

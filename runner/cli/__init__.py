@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import db, history, runs, worker
+from runner.cli import db, history, logs, runs, ui, worker
 from runner.errors import RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,8 +87,25 @@ def _one_line(exc: click.UsageError) -> click.UsageError:
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="durable-runner", prog_name="runner")
-def main() -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    envvar="RUNNER_LOG_FORMAT",
+    show_default=True,
+    help="How log lines on stderr look: text, or one JSON object per line (RUNNER_LOG_FORMAT).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(logs.LEVELS),
+    default="info",
+    envvar="RUNNER_LOG_LEVEL",
+    show_default=True,
+    help="The least severe log records shown (RUNNER_LOG_LEVEL).",
+)
+def main(log_format: str, log_level: str) -> None:
     """runner: durable, resumable LLM agent loops with named stop reasons."""
+    logs.configure(log_format, log_level)
 
 
 def _reporting_errors(command: click.Command) -> click.Command:
@@ -114,5 +131,6 @@ for _command in (
     history.stats,
     history.export,
     history.prune,
+    ui.ui,
 ):
     main.add_command(_reporting_errors(_command))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from runner.cli import output
 from runner.cli.options import db_option
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
 
@@ -51,6 +50,9 @@ def worker(
 ) -> None:
     """Claim queued runs (and runs whose worker died) and execute them.
 
+    Logs one line per event on stderr, with a UTC timestamp and the run's id
+    (`runner --log-format json worker` for JSON lines).
+
     SIGTERM or SIGINT: finish the steps in flight, release the runs, exit 0. A second
     signal exits at once and leaves the runs to lease expiry.
     """
@@ -65,14 +67,8 @@ def worker(
             lease_seconds=lease_seconds,
             max_resumes=max_resumes,
             once=once,
-            log=log_line,
         ),
-        log=log_line,
         wait=not once,
     )
     serving.install_signal_handlers()
     serving.serve()
-
-
-def log_line(line: str) -> None:
-    output.line(line, err=True)

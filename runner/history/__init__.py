@@ -1,4 +1,5 @@
-"""The run history: read-only SQL, the stop-reason distribution, export and prune.
+"""The run history: read-only SQL, the stop-reason distribution, export and prune, and the
+paged reads of the page (`runner ui`).
 
 Every function reads the tables and the views of migration 0002 (`run_summary`,
 `tool_calls`); the README documents them for the users who query them directly.
@@ -12,6 +13,19 @@ from datetime import datetime
 from runner import store
 from runner.database import connect
 from runner.history.archive import Exported, Pruned, export_runs, prune_runs
+from runner.history.browse import (
+    JournalEntry,
+    JournalPage,
+    RunsPage,
+    RunSummary,
+    StepCounters,
+    ToolCallRow,
+    filter_choices,
+    journal_page,
+    run_row,
+    runs_page,
+    step_counters,
+)
 from runner.history.moments import parse_moment
 from runner.history.query import QueryResult, read_only_query
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
@@ -71,14 +85,25 @@ __all__ = [
     "Exported",
     "Group",
     "History",
+    "JournalEntry",
+    "JournalPage",
     "Pruned",
     "QueryResult",
     "Rise",
+    "RunSummary",
+    "RunsPage",
     "Share",
+    "StepCounters",
+    "ToolCallRow",
     "export_runs",
+    "filter_choices",
+    "journal_page",
     "parse_moment",
     "plain",
     "prune_runs",
     "read_only_query",
+    "run_row",
+    "runs_page",
+    "step_counters",
     "stop_reason_stats",
 ]

@@ -12,42 +12,11 @@ from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any, Literal
 
-from sqlalchemy import (
-    Boolean,
-    ColumnElement,
-    Engine,
-    Float,
-    Integer,
-    String,
-    column,
-    func,
-    select,
-    table,
-)
+from sqlalchemy import ColumnElement, Engine, func, select
 
 from runner.backend import backend_for
-from runner.schema import Timestamp
+from runner.history.views import run_summary
 from runner.status import RunStatus
-
-# The view as SQLAlchemy sees it: declared here, created by migration 0002.
-run_summary = table(
-    "run_summary",
-    column("id", String),
-    column("agent_name", String),
-    column("release", String),
-    column("status", String),
-    column("stop_reason", String),
-    column("steps", Integer),
-    column("tokens", Integer),
-    column("cost", Float),
-    column("resumes", Integer),
-    column("wrapped_up", Boolean),
-    column("created_at", Timestamp),
-    column("finished_at", Timestamp),
-    column("duration_seconds", Float),
-    column("day", String),
-)
-
 
 By = Literal["release", "agent", "day"]
 # A rise is flagged only when chance alone would produce it less than 5% of the time.

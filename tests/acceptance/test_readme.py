@@ -99,3 +99,60 @@ def test_history_commands_run_as_written(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
     exported = (tmp_path / "runs.jsonl").read_text().splitlines()
     assert len(exported) == 2
+
+
+def test_ui_commands_serve_as_written(tmp_path: Path) -> None:
+    """The `runner ui` lines of the README start a server that answers (on a free port)."""
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    from runner.database import open_engine, upgrade
+
+    db = f"sqlite:///{tmp_path / 'ui.db'}"
+    engine = open_engine(db)
+    upgrade(engine)
+    engine.dispose()
+    lines = [
+        line.split("  #")[0].strip()
+        for block in blocks("bash")  # servers: `sh` blocks must end, `shell` ones need a model
+        for line in block.splitlines()
+        if line.startswith(".venv/bin/runner ui")
+    ]
+    assert len(lines) == 2
+    plain = {k: v for k, v in os.environ.items() if k != "RUNNER_UI_TOKEN"}
+    for line in lines:
+        env = {**plain, "RUNNER_DATABASE_URL": db}
+        if "--token" in line:
+            env["RUNNER_UI_TOKEN"] = "readme-token"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        command = line.replace(".venv/bin/runner", str(BIN / "runner"), 1) + f" --port {port}"
+        server = subprocess.Popen(
+            ["bash", "-c", f"exec {command}"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    status = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).status
+                except urllib.error.HTTPError as exc:
+                    status = exc.code
+                except OSError:
+                    assert server.poll() is None and time.monotonic() < deadline, command
+                    time.sleep(0.05)
+                    continue
+                break
+            # Loopback: open; with --token: closed to a request without it.
+            assert status == (401 if "--token" in line else 200), (command, status)
+        finally:
+            server.terminate()
+            output, _ = server.communicate(timeout=10)
+        assert "Traceback" not in output and "on http://" in output, output

@@ -10,6 +10,7 @@ enough.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -27,12 +28,26 @@ from .agents import GATED_REF
 from .support import DEAD_OWNER, died_with
 
 
+class Lines(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
 class Stepped:
     """A Worker whose serving loop the test turns by hand, one claim at a time."""
 
     def __init__(self, url: str) -> None:
         self.lines: list[str] = []
-        self.worker = Worker(url, concurrency=4, lease_seconds=30, log=self.lines.append)
+        self.worker = Worker(url, concurrency=4, lease_seconds=30)
+        # The worker's log lines (the test reads them), through the logging module.
+        self.handler = Lines(self.lines)
+        logger = logging.getLogger("runner.worker")
+        logger.addHandler(self.handler)
+        logger.setLevel(logging.INFO)
         self.pool = ThreadPoolExecutor(4, thread_name_prefix="test-run")
 
     @property
@@ -53,6 +68,7 @@ class Stepped:
         self.worker._reap()
 
     def close(self) -> None:
+        logging.getLogger("runner.worker").removeHandler(self.handler)
         self.pool.shutdown(wait=True)
         self.worker.runner.close()
 

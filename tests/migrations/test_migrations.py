@@ -313,6 +313,11 @@ def test_runner_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None
     assert "runner/migrations/env.py" in names
     for script in (REPO / "migrations" / "versions").glob("*.py"):
         assert f"runner/migrations/versions/{script.name}" in names
+    # The page's templates and stylesheet are package data: `runner ui` needs them too.
+    page_files = [*(REPO / "runner/ui").glob("templates/*"), *(REPO / "runner/ui").glob("static/*")]
+    assert len(page_files) >= 6
+    for page_file in page_files:
+        assert f"runner/ui/{page_file.parent.name}/{page_file.name}" in names
 
     # A fresh environment with the wheel installed; its dependencies come from this one
     # (a .pth line adds our site-packages after its own), so no index is needed.

@@ -167,13 +167,16 @@ try:
     main(sys.argv[1:], prog_name="runner")
 except SystemExit:
     pass
-heavy = ("sqlalchemy", "alembic", "psycopg", "rich", "runner.durable", "runner.history")
+heavy = ("sqlalchemy", "alembic", "psycopg", "rich", "runner.durable", "runner.history",
+         "opentelemetry", "starlette", "jinja2", "uvicorn", "runner.ui")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 """
 
 
-@pytest.mark.parametrize("args", [["--help"], ["list", "--help"], ["worker", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["list", "--help"], ["worker", "--help"], ["ui", "--help"]]
+)
 def test_help_loads_no_database_library_nor_rich(args: list[str]) -> None:
     done = subprocess.run(
         [sys.executable, "-c", HELP, *args], capture_output=True, text=True, timeout=60

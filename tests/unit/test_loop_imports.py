@@ -1,4 +1,4 @@
-"""The step machine knows nothing of storage or the CLI: importing it loads neither."""
+"""The step machine knows nothing of storage, the CLI or tracing: importing it loads none."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 CHECK = """
 import sys
 import {module}
-heavy = ("sqlalchemy", "alembic", "click", "psycopg")
+heavy = ("sqlalchemy", "alembic", "click", "psycopg", "opentelemetry")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"importing {module} loaded {{loaded}}"
 """
@@ -27,6 +27,7 @@ assert not loaded, f"importing {module} loaded {{loaded}}"
         "runner.scripted",
         "runner.tools",
         "runner.calls",
+        "runner.spans",
     ],
 )
 def test_module_imports_no_storage_or_cli(module: str) -> None:

@@ -12,17 +12,21 @@ from pathlib import Path
 # handler again inside itself, the moment a naive "already stopping?" check gets wrong.
 SIGNAL_INSIDE_THE_HANDLER = textwrap.dedent(
     """
-    import os, signal, sys, time
+    import logging, os, signal, sys, time
     from runner.worker import Worker
 
     lines = []
 
-    def log(line):
-        lines.append(line)
-        if "stopping gracefully" in line and len(lines) == 1:
-            os.kill(os.getpid(), signal.SIGTERM)
+    class Log(logging.Handler):
+        def emit(self, record):
+            line = record.getMessage()
+            lines.append(line)
+            if "stopping gracefully" in line and len(lines) == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
 
-    worker = Worker(sys.argv[1], log=log)
+    logging.getLogger("runner.worker").addHandler(Log())
+    logging.getLogger("runner.worker").setLevel(logging.INFO)
+    worker = Worker(sys.argv[1])
     worker.install_signal_handlers()
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -22,24 +23,28 @@ def flaky(failures: int, error: Exception) -> Any:
     return make, calls
 
 
-def test_waits_while_the_database_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_waits_while_the_database_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(worker, "FIRST_BACKOFF", 0.01)
     make, calls = flaky(3, DatabaseUnavailable("cannot open x"))
-    lines: list[str] = []
-    assert worker.start_worker(make, log=lines.append, wait=True) == "a worker"
+    with caplog.at_level(logging.INFO, logger="runner.worker"):
+        assert worker.start_worker(make, wait=True) == "a worker"
     assert calls["n"] == 4
+    lines = [r.getMessage() for r in caplog.records if r.name == "runner.worker"]
     assert len(lines) == 3 and all("database unavailable" in line for line in lines)
+    assert {r.levelname for r in caplog.records} == {"WARNING"}
 
 
 def test_without_wait_the_first_failure_is_final() -> None:
     make, calls = flaky(1, DatabaseUnavailable("cannot open x"))
     with pytest.raises(DatabaseUnavailable):
-        worker.start_worker(make, log=lambda _: None, wait=False)
+        worker.start_worker(make, wait=False)
     assert calls["n"] == 1
 
 
 def test_a_schema_at_the_wrong_revision_is_not_waited_for() -> None:
     make, calls = flaky(1, SchemaOutOfDate("run runner db upgrade"))
     with pytest.raises(SchemaOutOfDate):
-        worker.start_worker(make, log=lambda _: None, wait=True)
+        worker.start_worker(make, wait=True)
     assert calls["n"] == 1

@@ -1,0 +1,49 @@
+"""The views of migration 0002 (`run_summary`, `tool_calls`) as SQLAlchemy sees them.
+
+Declared here for the queries that read them; created (per dialect) by the migration, and
+documented column by column in the README: they are part of the public schema.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Boolean, Float, Integer, String, Text, column, table
+
+from runner.schema import Timestamp
+
+run_summary = table(
+    "run_summary",
+    column("id", String),
+    column("agent", Text),
+    column("agent_name", String),
+    column("release", String),
+    column("task", Text),
+    column("status", String),
+    column("stop_reason", String),
+    column("wrapped_up", Boolean),
+    column("error", Text),
+    column("steps", Integer),
+    column("tokens", Integer),
+    column("cost", Float),
+    column("resumes", Integer),
+    column("created_at", Timestamp),
+    column("finished_at", Timestamp),
+    column("duration_seconds", Float),
+    column("day", String),
+)
+
+tool_calls = table(
+    "tool_calls",
+    column("run_id", String),
+    column("step", Integer),
+    column("tool", String),
+    column("args", JSON),
+    column("idempotency_key", String),
+    column("status", String),
+    column("attempt", Integer),
+    column("result", Text),
+    column("agent_name", String),
+    column("release", String),
+    column("started_at", Timestamp),
+    column("finished_at", Timestamp),
+    column("duration_seconds", Float),
+)

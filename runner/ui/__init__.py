@@ -1,0 +1,63 @@
+"""The page (`runner ui`): server-rendered HTML over the run history, no scripts.
+
+Starlette serves Jinja2 templates (autoescaped) through uvicorn; every page reads through
+`runner.history` on a read-only engine, and the one write (cancel) goes through the same
+`Runner.cancel` as `runner cancel`. Needs the `ui` extra. Layout: `app` (routes, errors,
+serving), `pages` (what each page reads), `security` (token, Host check, CSRF, headers),
+`charts` (SVG geometry), `filters` (how values are written), `templates/`, `static/`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+from typing import TYPE_CHECKING, Any
+
+from runner.errors import MissingExtra
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+# The modules the `ui` extra installs (python_multipart: Starlette reads forms with it).
+_EXTRA = ("starlette", "jinja2", "uvicorn", "python_multipart")
+
+
+def require_extra() -> None:
+    """Raise MissingExtra, naming the extra to install, unless the page's libraries are here."""
+    for name in _EXTRA:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            raise MissingExtra(
+                f"runner ui needs {name}: pip install 'durable-runner[ui]'"
+            ) from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address to listen on) is this machine's loopback."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def make_app(url: str | None = None, *, token: str | None = None) -> Starlette:
+    """The page as an ASGI application (see runner.ui.app.make_app)."""
+    require_extra()
+    from runner.ui.app import make_app as make
+
+    return make(url, token=token)
+
+
+def serve(url: str | None = None, **options: Any) -> None:
+    """Serve the page until interrupted (see runner.ui.app.serve)."""
+    require_extra()
+    from runner.ui.app import serve as run
+
+    run(url, **options)
+
+
+__all__ = ["is_loopback", "make_app", "require_extra", "serve"]

@@ -1,0 +1,46 @@
+"""How the templates write values: times in UTC, durations, amounts, journal content."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+
+def when(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    return f"{value / 60:.1f} min"
+
+
+def amount(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def shown(value: Any) -> str:
+    """Journal content as text: strings as they are, anything else as indented JSON. The
+    template escapes it; nothing here is ever marked safe."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+FILTERS: dict[str, Callable[..., str]] = {
+    "when": when,
+    "seconds": seconds,
+    "amount": amount,
+    "shown": shown,
+}

@@ -1,0 +1,229 @@
+"""The pages: what each one reads (through `runner.history`, on the read-only engine) and
+which template shows it. The one write, cancel, goes through `Runner.cancel`, the call
+behind `runner cancel`; approve and deny will be two more forms of the same shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from starlette.datastructures import URL
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from runner.budgets import StopReason
+from runner.history import (
+    JournalEntry,
+    filter_choices,
+    journal_page,
+    run_row,
+    runs_page,
+    step_counters,
+    stop_reason_stats,
+)
+from runner.status import RunStatus
+from runner.ui.charts import counter_chart, stop_chart
+from runner.ui.state import UiState
+
+RUNS_PER_PAGE = 50
+STEPS_PER_PAGE = 50
+
+# What each stop means (the words of `runner show`), and the budget whose limit it names.
+STOPS = {
+    "final": ("answered", None),
+    "max_steps": ("gave up: the step cap was reached", "max_steps"),
+    "token_budget": ("gave up: the tokens spent went over the budget", "max_tokens"),
+    "cost_budget": ("gave up: the cost spent went over the budget", "max_cost"),
+    "time_budget": ("gave up: the wall-clock budget ran out", "max_seconds"),
+    "repeated_call": ("looped: the same tool call, same arguments, too many times", "max_repeats"),
+    "tool_errors": ("too many failed steps in a row", "max_consecutive_errors"),
+    "cancelled": ("cancelled on request", None),
+    "model_error": ("the model kept failing after its retries", None),
+    "crash_loop": ("given up: the run kept killing its worker", None),
+}
+
+# Messages a redirect after a POST may show: chosen by key, never text from the request.
+NOTICES = {
+    "cancel-requested": "Cancel requested: the run stops before its next step.",
+    "cancelled": "The run is cancelled.",
+    "finished": "The run had already finished: nothing to cancel.",
+}
+
+
+def _state(request: Request) -> UiState:
+    state: UiState = request.app.state.ui
+    return state
+
+
+def _choice(value: str | None, allowed: list[str]) -> str | None:
+    return value if value in allowed else None
+
+
+# -- the runs ---------------------------------------------------------------------------------
+
+
+def runs(request: Request) -> Response:
+    state = _state(request)
+    q = request.query_params
+    statuses = [s.value for s in RunStatus]
+    reasons = [r.value for r in StopReason]
+    chosen = {
+        "status": _choice(q.get("status"), statuses),
+        "stop_reason": _choice(q.get("stop_reason"), reasons),
+        "agent_name": q.get("agent") or None,
+        "release": q.get("release") or None,
+    }
+    page = runs_page(state.reader, before=q.get("before") or None, limit=RUNS_PER_PAGE, **chosen)
+    agent_names, releases = filter_choices(state.reader)
+    older = None
+    if page.older is not None:
+        older = str(request.url.include_query_params(before=page.older))
+    newest = str(request.url.remove_query_params("before")) if q.get("before") else None
+    return state.render(
+        request,
+        "runs.html",
+        runs=page.runs,
+        chosen=chosen,
+        statuses=statuses,
+        reasons=reasons,
+        agent_names=agent_names,
+        releases=releases,
+        older=older,
+        newest=newest,
+    )
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One step of the transcript as the page shows it."""
+
+    step: int
+    entries: list[JournalEntry]
+    tokens: int
+    cost: float
+    error_streak: int
+
+
+def run(request: Request) -> Response:
+    state = _state(request)
+    row = run_row(state.reader, request.path_params["run_id"])
+    counters = step_counters(state.reader, row.id)
+    last_step = counters[-1].step if counters else 0
+    first = _page_start(request.query_params.get("from"), last_step)
+    start = 0 if first == 1 else first  # the first page begins with the task (step 0)
+    page = journal_page(
+        state.reader, row.id, first_step=start, steps=first + STEPS_PER_PAGE - start
+    )
+    steps: dict[int, list[JournalEntry]] = {}
+    for item in page.entries:
+        steps.setdefault(item.entry.step, []).append(item)
+    shown = [
+        StepView(
+            n,
+            found,
+            found[-1].entry.counters.tokens,
+            found[-1].entry.counters.cost,
+            found[-1].entry.counters.error_streak,
+        )
+        for n, found in steps.items()
+    ]
+    now = datetime.now(UTC)
+    totals = counters[-1] if counters else None
+    meaning, budget = STOPS.get(str(row.stop_reason), (str(row.stop_reason or ""), None))
+    if budget is not None and row.budgets.get(budget) is not None:
+        meaning += f" ({budget}={row.budgets[budget]})"
+    return state.render(
+        request,
+        "run.html",
+        run=row,
+        steps=shown,
+        calls=page.calls,
+        chart=counter_chart(counters),
+        tokens=totals.tokens if totals else 0,
+        cost=totals.cost if totals else 0.0,
+        error_streak=totals.error_streak if totals else 0,
+        last_step=last_step,
+        pages=_pages(request.url, first, last_step),
+        meaning=meaning,
+        lease_live=row.lease_is_live(now),
+        commands=state.commands(row),
+        notice=NOTICES.get(request.query_params.get("notice", "")),
+    )
+
+
+def _page_start(given: str | None, last_step: int) -> int:
+    """The first step of the page asked for: 1, 51, 101, ... (the last page if past it)."""
+    try:
+        first = max(1, int(given or 1))
+    except ValueError:
+        first = 1
+    last_page = max(1, last_step - (last_step - 1) % STEPS_PER_PAGE)
+    first = 1 + (first - 1) // STEPS_PER_PAGE * STEPS_PER_PAGE
+    return min(first, last_page)
+
+
+@dataclass(frozen=True)
+class Pages:
+    first: int
+    last: int
+    total: int
+    first_page: str | None
+    previous: str | None
+    next: str | None
+    last_page: str | None
+
+
+def _pages(url: URL, first: int, last_step: int) -> Pages:
+    last = min(last_step, first + STEPS_PER_PAGE - 1)
+    final_page = max(1, last_step - (last_step - 1) % STEPS_PER_PAGE)
+
+    def at(step: int) -> str:
+        return str(url.include_query_params(**{"from": step}).remove_query_params("notice"))
+
+    return Pages(
+        first=first,
+        last=last,
+        total=last_step,
+        first_page=at(1) if first > 1 else None,
+        previous=at(first - STEPS_PER_PAGE) if first > 1 else None,
+        next=at(first + STEPS_PER_PAGE) if last < last_step else None,
+        last_page=at(final_page) if first < final_page else None,
+    )
+
+
+async def cancel(request: Request) -> Response:
+    state = _state(request)
+    form = await request.form()
+    state.check_csrf(request, form.get("csrf"))
+    result = await state.cancel(request.path_params["run_id"])
+    notice = "cancel-requested"
+    if result.status == RunStatus.FINISHED:
+        notice = "cancelled" if result.stop_reason == StopReason.CANCELLED else "finished"
+    target = request.url_for("run", run_id=result.run_id).include_query_params(notice=notice)
+    return RedirectResponse(str(target.path) + "?" + target.query, status_code=303)
+
+
+# -- stop reasons per release ---------------------------------------------------------------
+
+
+def stats(request: Request) -> Response:
+    state = _state(request)
+    by = request.query_params.get("by", "release")
+    if by not in ("release", "agent", "day"):
+        by = "release"
+    agent = request.query_params.get("agent") or None
+    groups = stop_reason_stats(state.reader, by=by, agent_name=agent)  # type: ignore[arg-type]
+    agent_names, _ = filter_choices(state.reader)
+    return state.render(
+        request,
+        "stats.html",
+        by=by,
+        agent=agent,
+        agent_names=agent_names,
+        groups=groups,
+        chart=stop_chart(groups),
+        rises=[(g, r) for g in groups for r in g.rises],
+    )

@@ -1,0 +1,98 @@
+"""What the page's server holds: the read-only engine, the templates, the writer, the guard."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import jinja2
+from sqlalchemy import Engine
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.templating import Jinja2Templates
+
+from runner.database import safe_url
+from runner.durable import Runner
+from runner.result import AgentResult
+from runner.status import RunStatus
+from runner.store import RunRow
+from runner.ui.filters import FILTERS
+from runner.ui.security import SESSION_COOKIE, Csrf
+
+# The commands a run's page shows as text, for a terminal: (name, arguments, when shown).
+# Commands that other releases add (fork, replay) appear once the CLI has them.
+_COMMANDS = (
+    ("show", "{id}", "always"),
+    ("resume", "{id}", "unfinished"),
+    ("cancel", "{id}", "unfinished"),
+    ("fork", "{id}", "always"),
+    ("replay", "{id}", "always"),
+    ("export", "--run {id}", "always"),
+)
+
+
+class UiState:
+    def __init__(self, url: str, reader: Engine) -> None:
+        self.url = url
+        self.shown_url = safe_url(url)  # the only form of the URL any page shows
+        self.reader = reader
+        self.csrf = Csrf()
+        self._writer: Runner | None = None
+        self._writer_lock = threading.Lock()
+        environment = jinja2.Environment(
+            loader=jinja2.PackageLoader("runner.ui", "templates"),
+            autoescape=True,  # every value from the database is escaped, in every template
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        environment.filters.update(FILTERS)
+        self.templates = Jinja2Templates(env=environment)
+        self.cli_commands = _cli_commands()
+
+    def render(
+        self, request: Request, template: str, status_code: int = 200, **context: Any
+    ) -> Response:
+        session = request.scope.get("state", {}).get("session", "")
+        context.update(
+            database=self.shown_url,
+            csrf=self.csrf.token(session) if session else "",
+            path=request.url.path,
+        )
+        return self.templates.TemplateResponse(request, template, context, status_code=status_code)
+
+    def check_csrf(self, request: Request, given: object) -> None:
+        if not self.csrf.valid(request.cookies.get(SESSION_COOKIE), given):
+            raise HTTPException(403, "refused: the form's CSRF token is missing or wrong")
+
+    def commands(self, row: RunRow) -> list[str]:
+        finished = row.status is RunStatus.FINISHED
+        return [
+            f"runner {name} {arguments.format(id=row.id)}"
+            for name, arguments, when_shown in _COMMANDS
+            if name in self.cli_commands and (when_shown == "always" or not finished)
+        ]
+
+    async def cancel(self, run_id: str) -> AgentResult:
+        return await run_in_threadpool(lambda: self._runner().cancel(run_id))
+
+    def _runner(self) -> Runner:
+        # Writes take the library's own path, on an ordinary (writable) engine, opened only
+        # when a first write is asked for.
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = Runner(self.url)
+            return self._writer
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self.reader.dispose()
+
+
+def _cli_commands() -> set[str]:
+    from runner.cli import main
+
+    return set(main.commands)
