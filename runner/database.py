@@ -9,35 +9,29 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, inspect
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from runner.backend import backend_for
 from runner.defaults import DEFAULT_URL, URL_VARIABLE
 from runner.errors import DatabaseUnavailable, SchemaOutOfDate, first_line
+from runner.urls import encode_password, redact_url
 
 
 def resolve_url(url: str | None) -> str:
     return url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
 
 
-def safe_url(url: str | URL) -> str:
-    """The URL with its password hidden, for messages."""
-    try:
-        parsed = url if isinstance(url, URL) else make_url(url)
-    except ArgumentError:
-        return "<unparseable database URL>"
-    return parsed.render_as_string(hide_password=True)
-
-
 def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
     """An engine for `url` (or RUNNER_DATABASE_URL, or ./runner.db) with runner's hooks."""
     text = resolve_url(url)
     try:
-        parsed = make_url(text)
+        # A password with an unencoded '@' is read as the user meant it, not as a host name
+        # holding the password's tail (which a driver's message would then show).
+        parsed = make_url(encode_password(text))
     except ArgumentError:
-        raise DatabaseUnavailable(f"not a database URL: {safe_url(text)}") from None
+        raise DatabaseUnavailable(f"not a database URL: {redact_url(text)}") from None
     if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
         parsed = parsed.set(drivername="postgresql+psycopg")
     kwargs: dict[str, Any] = {}
@@ -46,7 +40,7 @@ def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
     try:
         return backend_for(parsed.get_backend_name()).create_engine(parsed, kwargs)
     except (ArgumentError, ImportError) as exc:
-        raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
+        raise DatabaseUnavailable(f"cannot use {redact_url(parsed)}: {exc}") from None
 
 
 def connect(url: str | None = None) -> Engine:
@@ -113,7 +107,7 @@ def upgrade_database(url: str | None = None) -> str:
         upgrade(engine)
     finally:
         engine.dispose()
-    return safe_url(engine.url)
+    return redact_url(engine.url)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
@@ -134,17 +128,17 @@ def ensure_schema(engine: Engine) -> None:
         current = current_revision(engine)
     except OperationalError as exc:
         raise DatabaseUnavailable(
-            f"cannot open {safe_url(engine.url)}: {first_line(exc)}"
+            f"cannot open {redact_url(engine.url)}: {first_line(exc)}"
         ) from None
     except SQLAlchemyError as exc:
         raise DatabaseUnavailable(
-            f"cannot read {safe_url(engine.url)}: {first_line(exc)}"
+            f"cannot read {redact_url(engine.url)}: {first_line(exc)}"
         ) from None
     head = head_revision()
     if current != head:
         found = "no runner schema" if current is None else f"schema revision {current}"
         raise SchemaOutOfDate(
-            f"{safe_url(engine.url)} has {found}, this runner needs {head}: "
+            f"{redact_url(engine.url)} has {found}, this runner needs {head}: "
             "run `runner db upgrade` (with the same --db) first"
         )
 

@@ -25,7 +25,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from runner import leases
 from runner.agent import Agent, load_agent
 from runner.backoff import Backoff
-from runner.database import safe_url
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import (
     AgentLoadError,
@@ -36,6 +35,7 @@ from runner.errors import (
     first_line,
 )
 from runner.journal import Entry
+from runner.urls import redact_url
 
 Log = Callable[[str], None]
 
@@ -90,7 +90,7 @@ class Worker:
 
     def serve(self) -> None:
         """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
-        self.log(f"worker {self.name} serving {safe_url(self.runner.engine.url)}")
+        self.log(f"worker {self.name} serving {redact_url(self.runner.engine.url)}")
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
             while not self.stopping.is_set():
                 self._reap()

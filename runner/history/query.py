@@ -15,8 +15,9 @@ from urllib.parse import quote
 
 from sqlalchemy.engine import make_url
 
-from runner.database import open_engine, resolve_url, safe_url
+from runner.database import open_engine, resolve_url
 from runner.errors import DatabaseUnavailable, QueryFailed
+from runner.urls import encode_password, redact_url
 
 
 @dataclass
@@ -40,9 +41,9 @@ def read_only_query(url: str | None, sql: str) -> Iterator[QueryResult]:
     """
     text = resolve_url(url)
     try:
-        backend = make_url(text).get_backend_name()
+        backend = make_url(encode_password(text)).get_backend_name()
     except Exception:
-        raise DatabaseUnavailable(f"not a database URL: {safe_url(text)}") from None
+        raise DatabaseUnavailable(f"not a database URL: {redact_url(text)}") from None
     if backend == "sqlite":
         with _sqlite_query(text, sql) as result:
             yield result
@@ -83,7 +84,7 @@ def _postgres_query(url: str, sql: str) -> Iterator[QueryResult]:
         raw = engine.raw_connection()
     except Exception as exc:
         engine.dispose()
-        raise DatabaseUnavailable(f"cannot connect to {safe_url(url)}: {_first(exc)}") from None
+        raise DatabaseUnavailable(f"cannot connect to {redact_url(url)}: {_first(exc)}") from None
     try:
         connection: Any = raw.driver_connection
         connection.rollback()
