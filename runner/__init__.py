@@ -21,6 +21,7 @@ from runner.errors import (
     RunnerError,
     RunNotFound,
     SchemaOutOfDate,
+    SchemaTooNew,
 )
 from runner.models import AnthropicMessages, OpenAIChat, Price
 from runner.result import AgentResult
@@ -64,6 +65,7 @@ __all__ = [
     "Runner",
     "RunnerError",
     "SchemaOutOfDate",
+    "SchemaTooNew",
     "StopReason",
     "Tool",
     "ToolCall",

@@ -31,6 +31,8 @@ WAL_SWITCH_RETRY_SECONDS = 0.005
 DEFERRED = "sqlite_deferred"
 
 ENTRY_COLUMNS = [column.name for column in entries.columns]
+# The advisory lock key of runner's migrations on PostgreSQL: "runner" in ASCII.
+MIGRATION_LOCK = 0x72756E6E6572
 
 
 class Backend:
@@ -55,6 +57,12 @@ class Backend:
     def read_options(self) -> dict[str, Any]:
         """Execution options for a connection that only reads."""
         return {}
+
+    def lock_migrations(self, connection: Connection) -> None:
+        """Hold, until `connection`'s transaction ends, the lock that serialises migrations.
+
+        SQLite needs none: the migration's transaction is BEGIN IMMEDIATE, one at a time.
+        """
 
     def snapshot_options(self) -> dict[str, Any]:
         """Execution options for a transaction whose reads all see one snapshot."""
@@ -168,6 +176,12 @@ class PostgresBackend(Backend):
 
     def snapshot_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ"}
+
+    def lock_migrations(self, connection: Connection) -> None:
+        # Two upgrades of a fresh database at once both CREATE TABLE alembic_version, and
+        # the loser failed on a duplicate key in pg_type. Advisory locks belong to one
+        # database, so upgrades of different databases (on one server) still run at once.
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
 
     def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
         clock = DatabaseClock(engine, base)

@@ -8,14 +8,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from runner.backend import backend_for
 from runner.defaults import DEFAULT_URL, URL_VARIABLE
-from runner.errors import DatabaseUnavailable, SchemaOutOfDate, first_line
+from runner.errors import DatabaseUnavailable, SchemaOutOfDate, SchemaTooNew, first_line
 from runner.urls import encode_password, redact_url
 
 
@@ -83,6 +83,14 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> set[str]:
+    """Every revision this runner's migrations know."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return {script.revision for script in scripts.walk_revisions()}
+
+
 def current_revision(engine: Engine) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
@@ -91,11 +99,17 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply the migrations up to `revision` (`runner db upgrade`)."""
+    """Apply the migrations up to `revision` (`runner db upgrade`).
+
+    Migrations are serialised (see Backend.lock_migrations): of two upgrades at once, the
+    second waits for the first to commit, then finds the schema at head and does nothing.
+    """
     from alembic import command
 
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
+        backend_for(engine.dialect.name).lock_migrations(connection)
+        _refuse_newer(_revision_of(connection), engine)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
 
@@ -115,6 +129,8 @@ def downgrade(engine: Engine, revision: str) -> None:
 
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
+        backend_for(engine.dialect.name).lock_migrations(connection)
+        _refuse_newer(_revision_of(connection), engine)
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
 
@@ -134,6 +150,7 @@ def ensure_schema(engine: Engine) -> None:
         raise DatabaseUnavailable(
             f"cannot read {redact_url(engine.url)}: {first_line(exc)}"
         ) from None
+    _refuse_newer(current, engine)
     head = head_revision()
     if current != head:
         found = "no runner schema" if current is None else f"schema revision {current}"
@@ -141,6 +158,23 @@ def ensure_schema(engine: Engine) -> None:
             f"{redact_url(engine.url)} has {found}, this runner needs {head}: "
             "run `runner db upgrade` (with the same --db) first"
         )
+
+
+def _revision_of(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _refuse_newer(current: str | None, engine: Engine) -> None:
+    """A revision this runner does not know was written by a newer one: no migration of
+    ours can go up (or down) from it, and running on it could misread the schema."""
+    if current is None or current in known_revisions():
+        return
+    raise SchemaTooNew(
+        f"{redact_url(engine.url)} is at schema revision {current}, newer than this "
+        f"runner's latest ({head_revision()}): upgrade runner to use this database"
+    )
 
 
 def _migrate_if_fresh(engine: Engine) -> bool:

@@ -35,6 +35,10 @@ class SchemaOutOfDate(RunnerError):
     """The database is not migrated to the revision this runner needs."""
 
 
+class SchemaTooNew(SchemaOutOfDate):
+    """The database was migrated by a newer runner, to a revision this one does not know."""
+
+
 class DatabaseUnavailable(RunnerError):
     """The database cannot be reached or opened."""
 
