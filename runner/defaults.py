@@ -11,3 +11,5 @@ URL_VARIABLE = "RUNNER_DATABASE_URL"
 DEFAULT_LEASE_SECONDS = 30.0
 # How many takeovers in a row without a new journal entry before a run stops with crash_loop.
 DEFAULT_MAX_RESUMES = 3
+# Seconds a `runner sql` query may run unless --timeout says otherwise.
+DEFAULT_QUERY_TIMEOUT = 30.0
