@@ -261,6 +261,9 @@ def get_run(engine: Engine, run_id: str) -> RunRow:
 
 def find_run(engine: Engine, prefix: str) -> RunRow:
     """The run whose id is `prefix`, or the only one whose id starts with it."""
+    if not prefix.strip():
+        # Every id starts with the empty prefix: `runner cancel ""` cancelled the only run.
+        raise ValueError("a run id (or a prefix of one) cannot be empty")
     with reading(engine) as connection:
         exact = connection.execute(select(runs).where(runs.c.id == prefix)).first()
         if exact is not None:

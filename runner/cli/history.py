@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from runner.cli import output
-from runner.cli.options import MOMENT, db_option, json_option
+from runner.cli.options import MOMENT, RUN_ID, db_option, json_option
 from runner.defaults import DEFAULT_QUERY_TIMEOUT
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def stats(
     "--run",
     "run_ids",
     multiple=True,
-    metavar="ID",
+    type=RUN_ID,
     help="Only this run (a unique id prefix works); repeat for more.",
 )
 @click.option(
