@@ -10,6 +10,7 @@ from runner.context import cut_observations, last_steps
 from runner.errors import (
     AgentLoadError,
     AmbiguousRunId,
+    DatabaseCorrupt,
     DatabaseUnavailable,
     LeaseHeld,
     LeaseLost,
@@ -51,6 +52,7 @@ __all__ = [
     "AmbiguousRunId",
     "AnthropicMessages",
     "Budgets",
+    "DatabaseCorrupt",
     "DatabaseUnavailable",
     "LeaseHeld",
     "LeaseLost",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import make_url
@@ -15,7 +15,13 @@ from sqlalchemy.pool import NullPool
 
 from runner.backend import backend_for
 from runner.defaults import DEFAULT_URL, URL_VARIABLE
-from runner.errors import DatabaseUnavailable, SchemaOutOfDate, SchemaTooNew, first_line
+from runner.errors import (
+    DatabaseCorrupt,
+    DatabaseUnavailable,
+    SchemaOutOfDate,
+    SchemaTooNew,
+    first_line,
+)
 from runner.urls import encode_password, redact_url
 
 
@@ -119,6 +125,11 @@ def upgrade_database(url: str | None = None) -> str:
     engine = open_engine(url)
     try:
         upgrade(engine)
+    except SQLAlchemyError as exc:
+        corrupt = damaged(engine.url, exc)
+        if corrupt is not None:
+            raise corrupt from None
+        raise
     finally:
         engine.dispose()
     return redact_url(engine.url)
@@ -135,6 +146,29 @@ def downgrade(engine: Engine, revision: str) -> None:
         command.downgrade(config, revision)
 
 
+def damaged(url: Any, exc: BaseException) -> DatabaseCorrupt | None:
+    """The error to raise if `exc` says the database at `url` is damaged, else None.
+
+    A damaged file is not an outage: waiting and retrying (as for a server that is away)
+    would go on for ever, so it is said in one line and the command stops.
+    """
+    backend = backend_for(make_url(redact_url(url)).get_backend_name())
+    if not backend.is_corrupt(exc):
+        return None
+    return DatabaseCorrupt(
+        f"{redact_url(url)} is damaged or is not a {backend.title} database "
+        f"({first_line(exc)}): restore it from a backup; retrying will not mend it"
+    )
+
+
+def failure_message(url: Any, exc: BaseException) -> str:
+    """One line for a database error that reached a command: what failed, and where."""
+    corrupt = damaged(url, exc)
+    if corrupt is not None:
+        return str(corrupt)
+    return f"database error on {redact_url(url)}: {first_line(exc)}"
+
+
 def ensure_schema(engine: Engine) -> None:
     """Check the schema is at head; migrate a brand-new SQLite file, never anything else."""
     try:
@@ -142,14 +176,11 @@ def ensure_schema(engine: Engine) -> None:
         if fresh and _migrate_if_fresh(engine):
             return
         current = current_revision(engine)
-    except OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot open {redact_url(engine.url)}: {first_line(exc)}"
-        ) from None
     except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(
-            f"cannot read {redact_url(engine.url)}: {first_line(exc)}"
-        ) from None
+        corrupt = damaged(engine.url, exc)
+        if corrupt is not None:
+            raise corrupt from None
+        _unavailable(engine, exc)
     _refuse_newer(current, engine)
     head = head_revision()
     if current != head:
@@ -158,6 +189,12 @@ def ensure_schema(engine: Engine) -> None:
             f"{redact_url(engine.url)} has {found}, this runner needs {head}: "
             "run `runner db upgrade` (with the same --db) first"
         )
+
+
+def _unavailable(engine: Engine, exc: SQLAlchemyError) -> NoReturn:
+    verb = "open" if isinstance(exc, OperationalError) else "read"
+    where = redact_url(engine.url)
+    raise DatabaseUnavailable(f"cannot {verb} {where}: {first_line(exc)}") from None
 
 
 def _revision_of(connection: Connection) -> str | None:

@@ -43,6 +43,10 @@ class DatabaseUnavailable(RunnerError):
     """The database cannot be reached or opened."""
 
 
+class DatabaseCorrupt(RunnerError):
+    """The database file is damaged, or is not a database at all: no retry can mend it."""
+
+
 class EntryRefused(RunnerError):
     """The database refused a journal entry for good (not a blip): the run was stopped."""
 

@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from runner import leases
 from runner.agent import Agent, load_agent
 from runner.backoff import Backoff
+from runner.database import damaged
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import (
     AgentLoadError,
@@ -91,24 +92,33 @@ class Worker:
     def serve(self) -> None:
         """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
         self.log(f"worker {self.name} serving {redact_url(self.runner.engine.url)}")
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
-            while not self.stopping.is_set():
-                self._reap()
-                claimed = False
-                if len(self._active) < self.concurrency:
-                    claimed = self._claim_into(pool)
-                if claimed:
-                    continue
-                if self.once and not self._active:
-                    break
-                self._wake.clear()
-                self._wake.wait(self._db_wait or self.poll)
-            # Graceful stop: each run pauses before its next model call and is released.
-            for future in list(self._active.values()):
-                future.result()
-            self._reap()
-        self.runner.close()
+        try:
+            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
+                try:
+                    self._serve(pool)
+                finally:
+                    # Graceful stop (or a damaged database, raised by a claim): each run
+                    # pauses before its next model call and is released.
+                    self.stopping.set()
+                    for future in list(self._active.values()):
+                        future.result()
+                    self._reap()
+        finally:
+            self.runner.close()
         self.log(f"worker {self.name} stopped after finishing {self.finished} runs")
+
+    def _serve(self, pool: ThreadPoolExecutor) -> None:
+        while not self.stopping.is_set():
+            self._reap()
+            claimed = False
+            if len(self._active) < self.concurrency:
+                claimed = self._claim_into(pool)
+            if claimed:
+                continue
+            if self.once and not self._active:
+                break
+            self._wake.clear()
+            self._wake.wait(self._db_wait or self.poll)
 
     def _reap(self) -> None:
         for run_id, future in list(self._active.items()):
@@ -138,6 +148,9 @@ class Worker:
                 clock=self.runner.clock,
             )
         except SQLAlchemyError as exc:
+            corrupt = damaged(self.runner.engine.url, exc)
+            if corrupt is not None:
+                raise corrupt from None  # out of serve(): a damaged file is no outage
             self._db_wait = self._db_backoff.next()
             self.log(f"database error, retrying in {self._db_wait:g}s: {first_line(exc)}")
             return False

@@ -19,7 +19,8 @@ from urllib.parse import quote
 
 from sqlalchemy.engine import make_url
 
-from runner.errors import DatabaseUnavailable, QueryFailed
+from runner.database import damaged
+from runner.errors import DatabaseUnavailable, RunnerError
 from runner.history.reader import (
     FETCH,
     QueryResult,
@@ -106,7 +107,7 @@ def read(url: str, sql: str, timeout: float | None) -> Iterator[QueryResult]:
         f"file:{quote(str(path))}?mode=ro", uri=True, timeout=30, isolation_level=None
     )
     try:
-        guard = _Guard(timeout)
+        guard = _Guard(url, timeout)
         guard.install(connection)
         with guard.running():
             try:
@@ -126,7 +127,8 @@ class _Guard:
     the query's fault.
     """
 
-    def __init__(self, timeout: float | None) -> None:
+    def __init__(self, url: str, timeout: float | None) -> None:
+        self.url = url
         self.timeout = timeout or None  # 0: no limit
         self.spent = 0.0
         self.since: float | None = None
@@ -177,7 +179,10 @@ class _Guard:
             return 0
         return int(self.spent + time.monotonic() - self.since > self.timeout)
 
-    def refusal(self, exc: BaseException) -> QueryFailed:
+    def refusal(self, exc: BaseException) -> RunnerError:
+        corrupt = damaged(self.url, exc)
+        if corrupt is not None:
+            return corrupt
         name = getattr(exc, "sqlite_errorname", "")
         if name == "SQLITE_INTERRUPT":
             return timed_out(self.timeout)
