@@ -18,6 +18,7 @@ from runner.context import cut_observations, last_steps
 from runner.errors import (
     AgentLoadError,
     AmbiguousRunId,
+    DatabaseCorrupt,
     DatabaseUnavailable,
     LeaseHeld,
     LeaseLost,
@@ -29,6 +30,7 @@ from runner.errors import (
     RunnerError,
     RunNotFound,
     SchemaOutOfDate,
+    SchemaTooNew,
 )
 from runner.models import AnthropicMessages, OpenAIChat, Price
 from runner.result import AgentResult
@@ -58,6 +60,7 @@ __all__ = [
     "AmbiguousRunId",
     "AnthropicMessages",
     "Budgets",
+    "DatabaseCorrupt",
     "DatabaseUnavailable",
     "LeaseHeld",
     "LeaseLost",
@@ -72,6 +75,7 @@ __all__ = [
     "Runner",
     "RunnerError",
     "SchemaOutOfDate",
+    "SchemaTooNew",
     "StopReason",
     "Tool",
     "ToolCall",

@@ -2,7 +2,10 @@
 
 The rest of the store writes portable SQLAlchemy; where the two databases truly differ
 (how an engine is set up, how a write transaction begins, the fenced journal write, plain
-and snapshot reads, whose clock leases are measured on) it asks `backend_for(...)`.
+and snapshot reads, whose clock leases are measured on, how migrations are serialised,
+which errors mean a damaged database) it asks `backend_for(...)`. `runner sql`'s
+read-only connections, a whole idea each, are `runner.history.sqlite_reader` and
+`postgres_reader`, picked by `runner.history.query`.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ WAL_SWITCH_RETRY_SECONDS = 0.005
 DEFERRED = "sqlite_deferred"
 
 ENTRY_COLUMNS = [column.name for column in entries.columns]
+# The advisory lock key of runner's migrations on PostgreSQL: "runner" in ASCII.
+MIGRATION_LOCK = 0x72756E6E6572
 
 
 class Backend:
     """What one database needs done its own way. Subclasses hold the two real ones."""
 
     name: str
+    title: str  # the database's name for people
     # Whether `runner` may migrate a brand-new, empty database by itself on first use.
     migrates_fresh_files = False
 
@@ -61,6 +67,17 @@ class Backend:
         """Execution options for a connection that only reads."""
         return {}
 
+    def is_corrupt(self, exc: BaseException) -> bool:
+        """Whether `exc` (a driver's error, or SQLAlchemy's around one) says the database is
+        damaged: an error that no retry mends, unlike a server that is away for a while."""
+        return False
+
+    def lock_migrations(self, connection: Connection) -> None:
+        """Hold, until `connection`'s transaction ends, the lock that serialises migrations.
+
+        SQLite needs none: the migration's transaction is BEGIN IMMEDIATE, one at a time.
+        """
+
     def snapshot_options(self) -> dict[str, Any]:
         """Execution options for a transaction whose reads all see one snapshot."""
         return {}
@@ -82,6 +99,7 @@ class SqliteBackend(Backend):
     """The embedded default: WAL, `synchronous=FULL`, a busy timeout, BEGIN IMMEDIATE."""
 
     name = "sqlite"
+    title = "SQLite"
     migrates_fresh_files = True
 
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
@@ -143,6 +161,12 @@ class SqliteBackend(Backend):
             .returning(entries.c.seq, flag.scalar_subquery())
         )
 
+    def is_corrupt(self, exc: BaseException) -> bool:
+        # SQLITE_NOTADB: not a database file at all; SQLITE_CORRUPT (and its extended
+        # codes): "database disk image is malformed".
+        name = str(getattr(getattr(exc, "orig", None) or exc, "sqlite_errorname", ""))
+        return name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT")
+
     def read_options(self) -> dict[str, Any]:
         # A plain (DEFERRED) BEGIN: a reader never takes the write lock that every
         # BEGIN IMMEDIATE of the journal and the claims wait on.
@@ -158,6 +182,7 @@ class PostgresBackend(Backend):
     """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
 
     name = "postgresql"
+    title = "PostgreSQL"
 
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
         return create_engine(url, pool_pre_ping=True, **kwargs)
@@ -201,6 +226,17 @@ class PostgresBackend(Backend):
 
     def snapshot_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ"}
+
+    def is_corrupt(self, exc: BaseException) -> bool:
+        # data_corrupted, index_corrupted: the server found damaged pages.
+        sqlstate = getattr(getattr(exc, "orig", None) or exc, "sqlstate", None)
+        return sqlstate in ("XX001", "XX002")
+
+    def lock_migrations(self, connection: Connection) -> None:
+        # Two upgrades of a fresh database at once both CREATE TABLE alembic_version, and
+        # the loser failed on a duplicate key in pg_type. Advisory locks belong to one
+        # database, so upgrades of different databases (on one server) still run at once.
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
 
     def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
         clock = DatabaseClock(engine, base)

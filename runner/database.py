@@ -6,76 +6,75 @@ from __future__ import annotations
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from runner.backend import backend_for
 from runner.defaults import DEFAULT_URL, URL_VARIABLE
-from runner.errors import DatabaseUnavailable, SchemaOutOfDate, first_line
+from runner.errors import (
+    DatabaseCorrupt,
+    DatabaseUnavailable,
+    SchemaOutOfDate,
+    SchemaTooNew,
+    first_line,
+)
+from runner.urls import encode_password, redact_url
 
 
 def resolve_url(url: str | None) -> str:
     return url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
 
 
-def safe_url(url: str | URL) -> str:
-    """The URL with its password hidden, for messages."""
+def _parsed(url: str | None) -> URL:
+    """`url` (or RUNNER_DATABASE_URL, or ./runner.db) parsed, PostgreSQL through psycopg 3."""
+    text = resolve_url(url)
     try:
-        parsed = url if isinstance(url, URL) else make_url(url)
+        # A password with an unencoded '@' is read as the user meant it, not as a host name
+        # holding the password's tail (which a driver's message would then show).
+        parsed = make_url(encode_password(text))
     except ArgumentError:
-        return "<unparseable database URL>"
-    return parsed.render_as_string(hide_password=True)
+        raise DatabaseUnavailable(f"not a database URL: {redact_url(text)}") from None
+    if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
 
 
 def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
     """An engine for `url` (or RUNNER_DATABASE_URL, or ./runner.db) with runner's hooks."""
-    text = resolve_url(url)
-    try:
-        parsed = make_url(text)
-    except ArgumentError:
-        raise DatabaseUnavailable(f"not a database URL: {safe_url(text)}") from None
-    if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
-        parsed = parsed.set(drivername="postgresql+psycopg")
+    parsed = _parsed(url)
     kwargs: dict[str, Any] = {}
     if not pool:
         kwargs["poolclass"] = NullPool
     try:
         return backend_for(parsed.get_backend_name()).create_engine(parsed, kwargs)
     except (ArgumentError, ImportError) as exc:
-        raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
+        raise DatabaseUnavailable(f"cannot use {redact_url(parsed)}: {exc}") from None
 
 
 def open_read_only(url: str | None = None) -> Engine:
     """An engine for `url` that cannot write (SQLite opened `mode=ro`, PostgreSQL in READ
     ONLY transactions), on a schema at head. It never migrates: a page only reads."""
-    text = resolve_url(url)
-    try:
-        parsed = make_url(text)
-    except ArgumentError:
-        raise DatabaseUnavailable(f"not a database URL: {safe_url(text)}") from None
-    if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
-        parsed = parsed.set(drivername="postgresql+psycopg")
+    parsed = _parsed(url)
     try:
         engine = backend_for(parsed.get_backend_name()).read_only_engine(parsed)
     except (ArgumentError, ImportError) as exc:
-        raise DatabaseUnavailable(f"cannot use {safe_url(parsed)}: {exc}") from None
+        raise DatabaseUnavailable(f"cannot use {redact_url(parsed)}: {exc}") from None
     try:
-        current = current_revision(engine)
-    except SQLAlchemyError as exc:
+        try:
+            current = current_revision(engine)
+        except SQLAlchemyError as exc:
+            corrupt = damaged(engine.url, exc)
+            if corrupt is not None:
+                raise corrupt from None
+            _unavailable(engine, exc)
+        _require_head(engine, current)
+    except BaseException:
         engine.dispose()
-        raise DatabaseUnavailable(f"cannot open {safe_url(parsed)}: {first_line(exc)}") from None
-    head = head_revision()
-    if current != head:
-        engine.dispose()
-        found = "no runner schema" if current is None else f"schema revision {current}"
-        raise SchemaOutOfDate(
-            f"{safe_url(parsed)} has {found}, this runner needs {head}: "
-            "run `runner db upgrade` (with the same --db) first"
-        )
+        raise
     return engine
 
 
@@ -119,6 +118,14 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> set[str]:
+    """Every revision this runner's migrations know."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return {script.revision for script in scripts.walk_revisions()}
+
+
 def current_revision(engine: Engine) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
@@ -127,11 +134,17 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply the migrations up to `revision` (`runner db upgrade`)."""
+    """Apply the migrations up to `revision` (`runner db upgrade`).
+
+    Migrations are serialised (see Backend.lock_migrations): of two upgrades at once, the
+    second waits for the first to commit, then finds the schema at head and does nothing.
+    """
     from alembic import command
 
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
+        backend_for(engine.dialect.name).lock_migrations(connection)
+        _refuse_newer(_revision_of(connection), engine)
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
 
@@ -141,9 +154,14 @@ def upgrade_database(url: str | None = None) -> str:
     engine = open_engine(url)
     try:
         upgrade(engine)
+    except SQLAlchemyError as exc:
+        corrupt = damaged(engine.url, exc)
+        if corrupt is not None:
+            raise corrupt from None
+        raise
     finally:
         engine.dispose()
-    return safe_url(engine.url)
+    return redact_url(engine.url)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
@@ -151,8 +169,33 @@ def downgrade(engine: Engine, revision: str) -> None:
 
     config = alembic_config(engine.url.render_as_string(hide_password=False))
     with engine.begin() as connection:
+        backend_for(engine.dialect.name).lock_migrations(connection)
+        _refuse_newer(_revision_of(connection), engine)
         config.attributes["connection"] = connection
         command.downgrade(config, revision)
+
+
+def damaged(url: Any, exc: BaseException) -> DatabaseCorrupt | None:
+    """The error to raise if `exc` says the database at `url` is damaged, else None.
+
+    A damaged file is not an outage: waiting and retrying (as for a server that is away)
+    would go on for ever, so it is said in one line and the command stops.
+    """
+    backend = backend_for(make_url(redact_url(url)).get_backend_name())
+    if not backend.is_corrupt(exc):
+        return None
+    return DatabaseCorrupt(
+        f"{redact_url(url)} is damaged or is not a {backend.title} database "
+        f"({first_line(exc)}): restore it from a backup; retrying will not mend it"
+    )
+
+
+def failure_message(url: Any, exc: BaseException) -> str:
+    """One line for a database error that reached a command: what failed, and where."""
+    corrupt = damaged(url, exc)
+    if corrupt is not None:
+        return str(corrupt)
+    return f"database error on {redact_url(url)}: {first_line(exc)}"
 
 
 def ensure_schema(engine: Engine) -> None:
@@ -162,21 +205,46 @@ def ensure_schema(engine: Engine) -> None:
         if fresh and _migrate_if_fresh(engine):
             return
         current = current_revision(engine)
-    except OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"cannot open {safe_url(engine.url)}: {first_line(exc)}"
-        ) from None
     except SQLAlchemyError as exc:
-        raise DatabaseUnavailable(
-            f"cannot read {safe_url(engine.url)}: {first_line(exc)}"
-        ) from None
+        corrupt = damaged(engine.url, exc)
+        if corrupt is not None:
+            raise corrupt from None
+        _unavailable(engine, exc)
+    _require_head(engine, current)
+
+
+def _require_head(engine: Engine, current: str | None) -> None:
+    _refuse_newer(current, engine)
     head = head_revision()
     if current != head:
         found = "no runner schema" if current is None else f"schema revision {current}"
         raise SchemaOutOfDate(
-            f"{safe_url(engine.url)} has {found}, this runner needs {head}: "
+            f"{redact_url(engine.url)} has {found}, this runner needs {head}: "
             "run `runner db upgrade` (with the same --db) first"
         )
+
+
+def _unavailable(engine: Engine, exc: SQLAlchemyError) -> NoReturn:
+    verb = "open" if isinstance(exc, OperationalError) else "read"
+    where = redact_url(engine.url)
+    raise DatabaseUnavailable(f"cannot {verb} {where}: {first_line(exc)}") from None
+
+
+def _revision_of(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def _refuse_newer(current: str | None, engine: Engine) -> None:
+    """A revision this runner does not know was written by a newer one: no migration of
+    ours can go up (or down) from it, and running on it could misread the schema."""
+    if current is None or current in known_revisions():
+        return
+    raise SchemaTooNew(
+        f"{redact_url(engine.url)} is at schema revision {current}, newer than this "
+        f"runner's latest ({head_revision()}): upgrade runner to use this database"
+    )
 
 
 def _migrate_if_fresh(engine: Engine) -> bool:

@@ -15,3 +15,6 @@ DEFAULT_MAX_RESUMES = 3
 UI_HOST = "127.0.0.1"
 UI_PORT = 8780
 UI_TOKEN_VARIABLE = "RUNNER_UI_TOKEN"
+
+# Seconds a `runner sql` query may run unless --timeout says otherwise.
+DEFAULT_QUERY_TIMEOUT = 30.0

@@ -35,8 +35,16 @@ class SchemaOutOfDate(RunnerError):
     """The database is not migrated to the revision this runner needs."""
 
 
+class SchemaTooNew(SchemaOutOfDate):
+    """The database was migrated by a newer runner, to a revision this one does not know."""
+
+
 class DatabaseUnavailable(RunnerError):
     """The database cannot be reached or opened."""
+
+
+class DatabaseCorrupt(RunnerError):
+    """The database file is damaged, or is not a database at all: no retry can mend it."""
 
 
 class EntryRefused(RunnerError):

@@ -2,7 +2,9 @@
 cancel them. Claims and leases are in `runner.leases`, the journal's fenced writes in
 `runner.fencing`, opening and migrating the database in `runner.database`, the reads,
 export and prune of the run history in the `runner.history` package; what differs between
-SQLite and PostgreSQL is in `runner.backend`. All of runner's SQL is in these modules.
+SQLite and PostgreSQL is in `runner.backend` (and, for `runner sql`'s read-only
+connections, in `runner.history.sqlite_reader` and `postgres_reader`, behind one
+interface). All of runner's SQL is in these modules.
 """
 
 from __future__ import annotations
@@ -261,6 +263,9 @@ def get_run(engine: Engine, run_id: str) -> RunRow:
 
 def find_run(engine: Engine, prefix: str) -> RunRow:
     """The run whose id is `prefix`, or the only one whose id starts with it."""
+    if not prefix.strip():
+        # Every id starts with the empty prefix: `runner cancel ""` cancelled the only run.
+        raise ValueError("a run id (or a prefix of one) cannot be empty")
     with reading(engine) as connection:
         exact = connection.execute(select(runs).where(runs.c.id == prefix)).first()
         if exact is not None:

@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from runner import leases
 from runner.agent import Agent, load_agent
 from runner.backoff import Backoff
-from runner.database import safe_url
+from runner.database import damaged
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import (
     AgentLoadError,
@@ -41,6 +41,7 @@ from runner.errors import (
     first_line,
 )
 from runner.journal import Entry
+from runner.urls import redact_url
 
 log = logging.getLogger("runner.worker")
 
@@ -97,25 +98,34 @@ class Worker:
 
     def serve(self) -> None:
         """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
-        self._log(logging.INFO, f"worker {self.name} serving {safe_url(self.runner.engine.url)}")
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
-            while not self.stopping.is_set():
-                self._reap()
-                claimed = False
-                if len(self._active) < self.concurrency:
-                    claimed = self._claim_into(pool)
-                if claimed:
-                    continue
-                if self.once and not self._active:
-                    break
-                self._wake.clear()
-                self._wake.wait(self._db_wait or self.poll)
-            # Graceful stop: each run pauses before its next model call and is released.
-            for future in list(self._active.values()):
-                future.result()
-            self._reap()
-        self.runner.close()
+        self._log(logging.INFO, f"worker {self.name} serving {redact_url(self.runner.engine.url)}")
+        try:
+            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
+                try:
+                    self._serve(pool)
+                finally:
+                    # Graceful stop (or a damaged database, raised by a claim): each run
+                    # pauses before its next model call and is released.
+                    self.stopping.set()
+                    for future in list(self._active.values()):
+                        future.result()
+                    self._reap()
+        finally:
+            self.runner.close()
         self._log(logging.INFO, f"worker {self.name} stopped after finishing {self.finished} runs")
+
+    def _serve(self, pool: ThreadPoolExecutor) -> None:
+        while not self.stopping.is_set():
+            self._reap()
+            claimed = False
+            if len(self._active) < self.concurrency:
+                claimed = self._claim_into(pool)
+            if claimed:
+                continue
+            if self.once and not self._active:
+                break
+            self._wake.clear()
+            self._wake.wait(self._db_wait or self.poll)
 
     def _reap(self) -> None:
         for run_id, future in list(self._active.items()):
@@ -145,6 +155,9 @@ class Worker:
                 clock=self.runner.clock,
             )
         except SQLAlchemyError as exc:
+            corrupt = damaged(self.runner.engine.url, exc)
+            if corrupt is not None:
+                raise corrupt from None  # out of serve(): a damaged file is no outage
             self._db_wait = self._db_backoff.next()
             self._log(
                 logging.WARNING,

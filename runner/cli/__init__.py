@@ -35,13 +35,10 @@ def reports_errors(fn: F) -> F:
         except Exception as exc:
             if not _is_database_error(exc):
                 raise
-            from runner.database import resolve_url, safe_url
+            from runner.database import failure_message, resolve_url
 
-            url = safe_url(resolve_url(kwargs.get("url")))
-            detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-            raise click.ClickException(
-                f"database error on {url}: {detail[0] if detail else type(exc).__name__}"
-            ) from None
+            url = resolve_url(kwargs.get("url"))
+            raise click.ClickException(failure_message(url, exc)) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -10,7 +10,8 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from runner.cli import output
-from runner.cli.options import MOMENT, db_option, json_option
+from runner.cli.options import MOMENT, RUN_ID, db_option, json_option
+from runner.defaults import DEFAULT_QUERY_TIMEOUT
 
 if TYPE_CHECKING:
     from runner.history import By
@@ -21,20 +22,30 @@ if TYPE_CHECKING:
 @click.command()
 @click.argument("query", metavar="SQL")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_QUERY_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop the query after this long; 0: no limit.",
+)
 @json_option
 @db_option
-def sql(query: str, as_csv: bool, as_json: bool, url: str | None) -> None:
+def sql(query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None) -> None:
     """Run one SQL statement read-only and print its rows.
 
-    The database refuses any write: SQLite is opened read-only, PostgreSQL runs the
-    statement in a READ ONLY transaction. The tables and the views `run_summary` and
-    `tool_calls` are documented in the README.
+    The database refuses anything but reading runner's tables and views: SQLite opens
+    the file read-only with an authorizer that allows reads only; PostgreSQL runs the
+    statement in a READ ONLY transaction as the role runner_reader, whoever connects.
+    CSV and JSON are printed as the rows arrive. The tables and the views `run_summary`
+    and `tool_calls` are documented in the README.
     """
     from runner.history import read_only_query
 
     if as_csv and as_json:
         raise click.UsageError("choose one of --csv and --json")
-    with read_only_query(url, query) as result:
+    with read_only_query(url, query, timeout=timeout) as result:
         if as_csv:
             output.query_csv(result.columns, result.rows)
         elif as_json:
@@ -99,7 +110,7 @@ def stats(
     "--run",
     "run_ids",
     multiple=True,
-    metavar="ID",
+    type=RUN_ID,
     help="Only this run (a unique id prefix works); repeat for more.",
 )
 @click.option(

@@ -50,6 +50,20 @@ def given(budgets: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in budgets.items() if value is not None}
 
 
+class RunId(click.ParamType):  # type: ignore[type-arg]
+    """A run id or a unique prefix of one: never empty, since every id starts with ""."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not str(value).strip():
+            self.fail("a run id (or a prefix of one) cannot be empty", param, ctx)
+        return str(value)
+
+
+RUN_ID = RunId()
+
+
 class Moment(click.ParamType):  # type: ignore[type-arg]
     """A date, a UTC time, or an age such as 7d (see runner.history.parse_moment)."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
@@ -66,9 +67,31 @@ def text(value: Any, *, exact: bool = False) -> str:
     return str(value)
 
 
+# What a terminal would obey rather than show: C0 controls (but tab and newline), DEL, C1
+# controls (U+0080 to U+009F: 0x9B alone starts an escape sequence on some terminals), and
+# the bidirectional overrides that make text read differently from what it is.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as an escape (`\\x1b`, `\\r`), so that
+    what a model or a tool said cannot clear the screen, retitle the window or hide a line.
+    Newlines and tabs stay; whoever lays the text out decides what to do with them."""
+    return _CONTROL.sub(_escape, text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\r":
+        return "\\r"
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
 def cut(text: str, width: int) -> str:
-    """`text` on one line, cut to `width` characters with `...`."""
-    text = text.replace("\r", " ").replace("\n", " ")
+    """`text` on one line (control characters escaped), cut to `width` characters with `...`."""
+    # A CRLF is a line ending like a newline; a lone carriage return (which would write
+    # over the line) is shown escaped.
+    text = printable(text.replace("\r\n", " \n")).replace("\n", " ")
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -89,7 +112,7 @@ def table(
 
     grid = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="")
     for i, name in enumerate(header):
-        title = Text(name, justify="right" if i in right_headers else "left")
+        title = Text(printable(name), justify="right" if i in right_headers else "left")
         title.stylize("bold")  # the name only, not the spaces around it
         grid.add_column(
             title,
@@ -98,7 +121,7 @@ def table(
         )
     for row in rows:
         # A cell is one line: rich would widen a tab past the width it measured.
-        grid.add_row(*(Text(cell.replace("\t", " ")) for cell in row))
+        grid.add_row(*(Text(printable(cell).replace("\t", " ")) for cell in row))
     console = _console()
     with console.capture() as captured:
         console.print(grid)
@@ -167,7 +190,8 @@ def _when(value: datetime | None) -> str:
 
 
 def render_run(result: AgentResult, row: RunRow) -> str:
-    """A readable transcript with the run's header."""
+    """A readable transcript with the run's header; control characters escaped throughout,
+    since the task, the model's words and the tools' results may hold anything."""
     lines = [
         f"run       {row.id}",
         f"agent     {row.agent or '-'}"
@@ -185,7 +209,7 @@ def render_run(result: AgentResult, row: RunRow) -> str:
     lines.append("")
     lines.extend(_message_line(message) for message in result.transcript)
     lines.extend(_ending(result, row))
-    return "\n".join(lines)
+    return printable("\n".join(lines).replace("\r\n", "\n"))
 
 
 def _ending(result: AgentResult, row: RunRow) -> list[str]:
@@ -258,7 +282,7 @@ def progress(run_id: str, entry: Entry) -> None:
         said = f"step {entry.step}  {entry.action_type} refused by a budget  tokens {c.tokens}"
     else:
         return
-    line(said, err=True)
+    line(printable(said), err=True)
 
 
 def stopped(result: AgentResult) -> None:

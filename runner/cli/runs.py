@@ -10,7 +10,7 @@ import click
 
 from runner.budgets import StopReason
 from runner.cli import output
-from runner.cli.options import budget_options, db_option, given, json_option
+from runner.cli.options import RUN_ID, budget_options, db_option, given, json_option
 from runner.result import AgentResult
 from runner.status import RunStatus
 
@@ -81,7 +81,7 @@ def submit(
 
 
 @click.command()
-@click.argument("run_id", metavar="ID")
+@click.argument("run_id", metavar="ID", type=RUN_ID)
 @click.option("--steal", is_flag=True, help="Take the run over even if a live worker holds it.")
 @db_option
 @json_option
@@ -93,7 +93,7 @@ def resume(run_id: str, steal: bool, url: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("run_id", metavar="ID")
+@click.argument("run_id", metavar="ID", type=RUN_ID)
 @db_option
 @json_option
 def show(run_id: str, url: str | None, as_json: bool) -> None:
@@ -149,7 +149,7 @@ def list_(
 
 
 @click.command()
-@click.argument("run_id", metavar="ID")
+@click.argument("run_id", metavar="ID", type=RUN_ID)
 @db_option
 def cancel(run_id: str, url: str | None) -> None:
     """Stop run ID before its next step (at once if no worker holds it)."""

@@ -13,13 +13,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from runner.database import safe_url
 from runner.durable import Runner
 from runner.result import AgentResult
 from runner.status import RunStatus
 from runner.store import RunRow
 from runner.ui.filters import FILTERS
 from runner.ui.security import SESSION_COOKIE, Csrf
+from runner.urls import redact_url
 
 # The commands a run's page shows as text, for a terminal: (name, arguments, when shown).
 # Commands that other releases add (fork, replay) appear once the CLI has them.
@@ -36,7 +36,7 @@ _COMMANDS = (
 class UiState:
     def __init__(self, url: str, reader: Engine) -> None:
         self.url = url
-        self.shown_url = safe_url(url)  # the only form of the URL any page shows
+        self.shown_url = redact_url(url)  # the only form of the URL any page shows
         self.reader = reader
         self.csrf = Csrf()
         self._writer: Runner | None = None

@@ -284,6 +284,7 @@ def number(value: Any) -> float:
 def doc_queries() -> dict[str, str]:
     found = {}
     for section in DOCS.read_text().split("\n### ")[1:]:
+        section = section.split("\n## ")[0]  # a chapter after it (Security notes) is not it
         for sql in re.findall(r"```sql\n(.*?)```", section, re.S):
             found[section.splitlines()[0].strip()] = sql
     return found

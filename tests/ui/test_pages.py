@@ -17,8 +17,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.testclient import TestClient
 
 from runner import Runner
-from runner.database import safe_url
 from runner.ui import make_app, pages
+from runner.urls import redact_url
 
 from .agents import HOSTILE
 from .seed import LONG_STEPS, Seeded
@@ -339,4 +339,4 @@ def test_no_page_shows_the_database_password(seeded: Seeded) -> None:
         for path in ("/", "/runs/r1-00", f"/runs/{seeded.long}", "/stats", "/runs/missing"):
             page = app.get(path).text
             assert "SECRETPW" not in page, path
-            assert html.escape(safe_url(url)) in page, path
+            assert html.escape(redact_url(url)) in page, path

@@ -99,3 +99,15 @@ def test_query_table_aligns_numbers_and_counts_rows() -> None:
         "c   300  true",
         "(3 rows)",
     ]
+
+
+def test_printable_escapes_what_a_terminal_would_obey() -> None:
+    assert output.printable("a\x1b[2Jb\x07\r\x00\x7f\x9b\u202e") == (
+        "a\\x1b[2Jb\\x07\\r\\x00\\x7f\\x9b\\u202e"
+    )
+    assert output.printable("tab\tand\nnewline stay, é and 日本 too") == (
+        "tab\tand\nnewline stay, é and 日本 too"
+    )
+    once = output.printable("\x1b]0;title\x07")
+    assert output.printable(once) == once  # escaping twice changes nothing
+    assert output.cut("done\rX", 20) == "done\\rX"  # a lone carriage return is shown
