@@ -4,6 +4,7 @@ mend. Every command says in one line that the file is damaged, and exits 1."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -67,11 +68,16 @@ def test_every_command_stops_on_a_damaged_file(
     assert "restore it from a backup" in line
 
 
-def test_a_worker_stops_when_the_file_is_damaged_while_it_serves(tmp_path: Path) -> None:
+def test_a_worker_stops_when_the_file_is_damaged_while_it_serves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = _database(tmp_path)
-    log: list[str] = []
-    worker = Worker(f"sqlite:///{path}", poll=0.01, log=log.append)
+    caplog.set_level(logging.INFO, logger="runner.worker")
+    worker = Worker(f"sqlite:///{path}", poll=0.01)
     failure: list[BaseException] = []
+
+    def log() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "runner.worker"]
 
     def serve() -> None:
         try:
@@ -88,7 +94,7 @@ def test_a_worker_stops_when_the_file_is_damaged_while_it_serves(tmp_path: Path)
     if serving.is_alive():
         worker.stopping.set()
         serving.join(20)
-        pytest.fail("the worker kept serving a damaged file:\n" + "\n".join(log))
-    assert len(failure) == 1 and isinstance(failure[0], DatabaseCorrupt), (failure, log)
+        pytest.fail("the worker kept serving a damaged file:\n" + "\n".join(log()))
+    assert len(failure) == 1 and isinstance(failure[0], DatabaseCorrupt), (failure, log())
     assert "restore it from a backup" in str(failure[0])
-    assert not any("retrying" in line for line in log), log
+    assert not any("retrying" in line for line in log()), log()
