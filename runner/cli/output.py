@@ -233,14 +233,17 @@ def _when(value: datetime | None) -> str:
 def render_run(
     result: AgentResult,
     row: RunRow,
-    journal: Sequence[Entry],
-    now: datetime,
+    journal: Sequence[Entry] | None = None,
+    now: datetime | None = None,
     *,
     full: bool = False,
     stalled: str | None = None,
 ) -> str:
     """A readable transcript with the run's header; `full` shows every value whole.
-    `stalled` says why a stalled run is (runner.liveness.stall_reason)."""
+
+    With the run's `journal`, the entries the model never saw (budget changes, refusals)
+    are shown too; with `now`, how long ago things happened. `stalled` says why a stalled
+    run is (runner.liveness.stall_reason)."""
     state = row.state or str(row.status)
     status = state + (f": {row.stop_reason}" if row.stop_reason else "")
     if stalled:
@@ -251,21 +254,25 @@ def render_run(
         f"status    {styled(status, state_style(state, row.stop_reason))}",
         f"counters  {plural(result.steps, 'step')}, {plural(result.tokens, 'token')}, "
         f"cost {result.cost:g}, {plural(row.resumes, 'resume')}",
-        f"created   {_when(row.created_at)} UTC ({ago(row.created_at, now)})"
+        f"created   {_when(row.created_at)} UTC"
+        + (f" ({ago(row.created_at, now)})" if now is not None else "")
         + (f", finished {_when(row.finished_at)} UTC" if row.finished_at else ""),
     ]
     if row.parent_run_id:
         lines.append(f"forked    from run {row.parent_run_id} at step {row.parent_step}")
     if row.lease_owner:
+        seen = row.last_seen_at or row.leased_at
         lines.append(
-            f"worker    {row.lease_owner} since {_when(row.leased_at)} UTC, "
-            f"last seen {ago(row.last_seen_at or row.leased_at, now)}"
+            f"worker    {row.lease_owner} since {_when(row.leased_at)} UTC"
+            + (f", last seen {ago(seen, now)}" if now is not None else "")
         )
     if row.error:
         lines.append(f"error     {row.error}")
     lines.append("")
     width = None if full else _WIDTH
-    for entry in journal:
+    if journal is None:
+        lines.extend(_message_line(message, width) for message in result.transcript)
+    for entry in journal or ():
         shown = _entry_line(entry, width)
         if shown is not None:
             lines.append(shown)

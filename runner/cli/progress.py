@@ -96,9 +96,9 @@ class Progress:
             if said is not None:
                 output.line(said, err=True)
             return
+        self._now(_next(entry))
         if said is not None:
             self._console.print(said)
-        self._now(_next(entry))
 
     def _now(self, doing: str) -> None:
         with self._lock:

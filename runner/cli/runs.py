@@ -46,6 +46,7 @@ def finish(result: AgentResult, as_json: bool, seconds: float | None = None) -> 
         output.print_json(output.run_json(result))
     else:
         output.stopped(result, seconds)
+        _hint_revival(result)
     sys.exit(EXIT_FINAL if result.stop_reason == StopReason.FINAL else EXIT_STOPPED)
 
 
@@ -161,12 +162,11 @@ def resume(
             progress,
             lambda: runner.resume(found, steal=steal, revive=max_resumes is not None, **chosen),
         )
-    if not as_json and not chosen and max_resumes is None:
-        _hint_revival(result)
     finish(result, as_json, progress.elapsed() if progress else None)
 
 
 def _hint_revival(result: AgentResult) -> None:
+    """How to continue a run that stopped for a reason new budgets can lift."""
     from runner.budget_changes import LIMIT_OF, REVIVABLE
 
     reason = result.stop_reason
