@@ -53,14 +53,14 @@ def differences(
                 found[name] = (first[name], value)
     stored_parent = (run.parent_run_id, run.parent_step) if run.parent_run_id else None
     if parent is not None and stored_parent != parent:
-        found["forked from"] = (_parent(stored_parent), _parent(parent))
+        found["parent"] = (_parent(stored_parent), _parent(parent))
     return found
 
 
 def conflict(run_id: str, found: dict[str, tuple[Any, Any]]) -> RunConflict:
     """The error for a request that differs from the run its id names."""
     detail = "; ".join(
-        f"{name} {_quoted(stored)} (asked: {_quoted(asked)})"
+        f"{name} {_quoted(stored, name)} (asked: {_quoted(asked, name)})"
         for name, (stored, asked) in found.items()
     )
     return RunConflict(
@@ -72,11 +72,12 @@ def conflict(run_id: str, found: dict[str, tuple[Any, Any]]) -> RunConflict:
 
 
 def _parent(parent: tuple[str | None, int | None] | None) -> str:
-    return "nothing" if parent is None else f"{parent[0]} at step {parent[1]}"
+    return "none" if parent is None else f"run {parent[0]} at step {parent[1]}"
 
 
-def _quoted(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else "none" if value is None else str(value)
+def _quoted(value: Any, name: str) -> str:
+    quote = isinstance(value, str) and name != "parent"
+    text = repr(value) if quote else "none" if value is None else str(value)
     text = " ".join(text.split())
     if len(text) <= _SHOWN:
         return text

@@ -3,10 +3,10 @@
 Each is one transaction: a journal entry (`revived` or `extended`, see
 runner.budget_changes) and the run's new budgets. A revival also gives the run back to the
 queue, its earlier stop kept in the entry: the run's row then says how it stops next. The
-entry is not fenced by a lease, as the journal's writes are: nobody holds a finished run,
-and the revival takes the run's row lock and raises its epoch, so a worker that still
-believed it held the run is fenced out. An extension is written by the claim that holds
-the run, under its epoch.
+entry is not fenced by a lease, as the journal's writes are: nobody holds a finished run
+(its last holder finished it, or a claim that found a crash loop raised the epoch past a
+holder that only seemed dead), and the revival takes the run's row lock. An extension is
+written by the claim that holds the run, under its epoch.
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ def revive_run(
             "error": run.error,
             "finished_at": _iso(run.finished_at),
         }
-        epoch = run.lease_epoch + 1
+        # Under the epoch that finished the run: nobody holds it, and the next claim raises
+        # the epoch anyway (a revival is no attempt at a pending call).
         entry = Entry(EntryKind.REVIVED, step, spent, content=note, args=record)
-        connection.execute(insert(entries).values(**entry_row(run.id, seq, epoch, entry, at)))
+        values = entry_row(run.id, seq, run.lease_epoch, entry, at)
+        connection.execute(insert(entries).values(**values))
         connection.execute(
             update(runs)
             .where(runs.c.id == run.id)
@@ -86,7 +88,6 @@ def revive_run(
                 # The takeovers that led to crash_loop are forgiven: their count starts again.
                 stalled_resumes=0,
                 progress_seq=seq + 1,
-                lease_epoch=epoch,
                 lease_owner=None,
                 lease_expires_at=None,
                 updated_at=at,

@@ -362,7 +362,9 @@ def runs_table(rows: Sequence[RunRow], now: datetime) -> str:
             (
                 row.id,
                 (row.state, state_style(row.state, row.stop_reason)),
-                (str(row.stop_reason or "-"), state_style("finished", row.stop_reason)),
+                (str(row.stop_reason), state_style("finished", row.stop_reason))
+                if row.stop_reason
+                else "-",
                 str(row.steps),
                 str(row.tokens),
                 row.agent_name or (row.agent or "-"),

@@ -215,7 +215,7 @@ def test_an_existing_id_with_another_task_or_budgets_is_a_conflict(db_url: str) 
         # Agents are told apart by reference when both have one, else by name.
         assert runner.submit(SOLVER_REF, "2+3?", id="job-3") == "job-3"
         assert runner.submit(SOLVER_REF, "2+3?", id="job-3") == "job-3"
-        with pytest.raises(RunConflict, match="another agent: agent '/.*agents.py:solver_agent'"):
+        with pytest.raises(RunConflict, match=r"another agent: agent '/.*agents\.py:solver_agent'"):
             runner.submit(Agent(solver, TOOLS, name="other", ref="x:y"), "2+3?", id="job-3")
         with pytest.raises(RunConflict, match="another agent: agent 'solver' \\(asked: 'nn'"):
             runner.run(Agent(solver, TOOLS, name="nn"), "2+3?", id="job-3")
