@@ -50,8 +50,9 @@ class Replay:
 
     `agrees` when the agent, given the recorded model outputs and observations, takes every
     recorded step and the recorded stop again. Otherwise `step` is the first step where it
-    would act differently, `recorded` what the run did there and `now` what the agent
-    would do instead. `note` says what the replay could not check.
+    would act differently, `recorded` what the run did there ("called add(...)": read after
+    "the run") and `now` what the agent would do instead ("has no tool add: ...": read after
+    "the agent"). `note` says what the replay could not check.
     """
 
     run_id: str
@@ -163,14 +164,16 @@ def _shown_problem(agent: Agent, transcript: list[dict[str, Any]]) -> str | None
     try:
         shown = agent.context(list(transcript)) if agent.context is not None else transcript
     except Exception as exc:
-        return f"its context function raises {_error(exc)}: the run would stop with model_error"
+        return (
+            f"has a context function that raises {_error(exc)}: the run would stop with model_error"
+        )
     if isinstance(agent.model, Adapter):
         try:
             agent.model.request(list(shown))
         except Exception as exc:
             return (
-                f"its model adapter cannot build the request ({_error(exc)}): the run would "
-                "stop with model_error"
+                f"has a model adapter that cannot build the request ({_error(exc)}): the run "
+                "would stop with model_error"
             )
     return None
 
@@ -180,11 +183,11 @@ def _call_problem(agent: Agent, action: Entry) -> str | None:
     name = action.tool or ""
     tool = agent.tools.get(name)
     if tool is None:
-        return f"the agent has no tool {name}: it would observe LookupError: unknown tool {name}"
+        return f"has no tool {name}: it would observe LookupError: unknown tool {name}"
     args = dict(action.args or {})
     if tool.takes_key:
         if KEY_PARAMETER in args:
-            return f"{name} takes {KEY_PARAMETER}, which the call set: it would observe ValueError"
+            return f"would call {name}, which takes the {KEY_PARAMETER} the call set: ValueError"
         args[KEY_PARAMETER] = action.idempotency_key or ""
     try:
         signature = inspect.signature(tool.fn)
@@ -193,7 +196,7 @@ def _call_problem(agent: Agent, action: Entry) -> str | None:
     try:
         signature.bind(**args)
     except TypeError as exc:
-        return f"{name} no longer takes these arguments ({exc}): it would observe a TypeError"
+        return f"would call {name}, which no longer takes these arguments ({exc}): TypeError"
     return None
 
 

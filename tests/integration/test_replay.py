@@ -48,12 +48,13 @@ def test_the_same_code_agrees_to_the_end_and_nothing_runs(recorded: str) -> None
 CHANGES = [
     # agent, step, what the run did, what the agent would do now
     ("without_add", 1, 'called add({"a": 0, "b": 1})',
-     "the agent has no tool add: it would observe LookupError: unknown tool add"),
+     "has no tool add: it would observe LookupError: unknown tool add"),
     ("new_signature", 1, 'called add({"a": 0, "b": 1})',
-     "add no longer takes these arguments (missing a required argument: 'x'): it would "
-     "observe a TypeError"),
+     "would call add, which no longer takes these arguments (missing a required argument: "
+     "'x'): TypeError"),
     ("new_context", 2, "asked the model with the transcript so far",
-     "its context function raises KeyError: 'summary': the run would stop with model_error"),
+     "has a context function that raises KeyError: 'summary': the run would stop with "
+     "model_error"),
 ]  # fmt: skip
 
 
