@@ -20,7 +20,7 @@ class StopReason(StrEnum):
     COST_BUDGET = "cost_budget"  # the cost spent went over max_cost
     CANCELLED = "cancelled"  # somebody asked the run to stop
     MODEL_ERROR = "model_error"  # the model kept raising after its retries
-    CRASH_LOOP = "crash_loop"  # the run kept killing its worker and was given up
+    CRASH_LOOP = "crash_loop"  # taken over too many times in a row without progress
 
 
 # The budgets a wrap-up call may soften: the run is out of room, not misbehaving.

@@ -30,7 +30,7 @@ class Claim:
     run: RunRow
     epoch: int
     next_seq: int
-    crash_loop: bool  # the run was given up: it kept killing its workers
+    crash_loop: bool  # the run was given up: taken over too often without progress
     # Takeovers in a row that found no new journal entry: more than 0 makes the run a
     # suspect of killing its workers, which a worker runs alone until it progresses.
     stalled: int = 0

@@ -10,7 +10,7 @@ class RunStatus(StrEnum):
 
     QUEUED = "queued"  # waiting for a worker: new, or released by a worker that shut down
     RUNNING = "running"  # a worker holds (or held, until its lease expires) the run
-    FINISHED = "finished"  # stopped; stop_reason says why. Never runs again.
+    FINISHED = "finished"  # stopped; stop_reason says why. Runs again only if revived.
 
 
 # Derived when a run is read, never stored: a running run that no live holder executes any

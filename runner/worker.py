@@ -147,7 +147,7 @@ class Worker:
             return False
         run = claim.run
         if claim.crash_loop:
-            self.log(f"run {run.id} stopped: crash_loop (it kept killing its workers)")
+            self.log(f"run {run.id} stopped: crash_loop ({run.error})")
             return True
         if claim.stalled:
             self.log(
