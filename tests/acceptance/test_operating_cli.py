@@ -293,3 +293,20 @@ def test_unknown_runs_are_one_line_errors(command: str, db_url: str, ledger: Pat
     result = cli(*args, db_url=db_url, ledger=ledger)
     assert result.returncode == 1, described(result)
     assert result.stderr == "Error: no run with id nope\n"
+
+
+def test_a_queued_fork_is_left_to_a_worker(db_url: str, ledger: Path) -> None:
+    assert cli("run", agent_ref("ledgered"), "p", "--id", "p", db_url=db_url,
+               ledger=ledger).returncode == 0  # fmt: skip
+    queued = cli("fork", "p", "--at-step", "3", "--queue", "--json", "--max-steps", "9",
+                 db_url=db_url, ledger=ledger)  # fmt: skip
+    assert queued.returncode == 0, described(queued)
+    data = json.loads(queued.stdout)
+    assert (data["status"], data["state"], data["parent_run_id"], data["parent_step"]) == (
+        "queued", "queued", "p", 3,
+    )  # fmt: skip
+    assert data["budgets"]["max_steps"] == 9 and data["steps"] == 3
+    served = cli("worker", "--once", db_url=db_url, ledger=ledger)
+    assert served.returncode == 0, described(served)
+    row = run_row(db_url, data["id"])
+    assert (row["stop_reason"], row["output"]) == ("final", "balance 7; squares 25, 49")

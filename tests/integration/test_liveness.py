@@ -137,3 +137,26 @@ def test_last_seen_is_not_written_by_the_steps(db_url: str) -> None:
     with read_only_query(db_url, "SELECT MAX(created_at) FROM entries") as got:
         (last,) = next(iter(got.rows))
     assert str(last).startswith("2026-12-01 00:00:15")
+
+
+def test_ctrl_c_gives_the_run_back_at_once(db_url: str) -> None:
+    def interrupted(n: int) -> str:
+        raise KeyboardInterrupt  # what SIGINT raises in the main thread
+
+    def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        if any(m["role"] == "tool" for m in transcript):
+            return {"type": "final", "content": "after all"}
+        return {"type": "tool", "name": "slow", "args": {"n": 1}}
+
+    with Runner(db_url) as runner:
+        try:
+            runner.run(Agent(model, {"slow": interrupted}), "t", id="ctrl")
+        except KeyboardInterrupt:
+            pass
+        else:
+            raise AssertionError("the KeyboardInterrupt was swallowed")
+        row = runner.row("ctrl")
+        assert (row.status, row.state, row.lease_owner) == ("queued", "queued", None)
+        # Not a takeover: resumed at once, with nothing counted against it.
+        result = runner.resume("ctrl", agent=Agent(model, {"slow": lambda n: "done"}))
+        assert (result.output, runner.row("ctrl").resumes) == ("after all", 0)

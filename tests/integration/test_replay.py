@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runner import Agent, Runner, tool
+from runner import Agent, OpenAIChat, Runner, tool
 from runner.agent import load_agent
 from runner.journal import Counters
 
@@ -119,3 +119,27 @@ def test_a_pending_call_is_neither_settled_nor_run(db_url: str) -> None:
 
 def _never(transcript: list[dict[str, Any]]) -> Any:
     raise AssertionError("a replay called the model")
+
+
+class PickyChat(OpenAIChat):
+    """An adapter whose request building changed: it no longer accepts tool results."""
+
+    def request(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        if any(message["role"] == "tool" for message in transcript):
+            raise ValueError("tool results are not supported")
+        return super().request(transcript)
+
+
+def test_a_model_adapter_must_still_build_the_recorded_requests(recorded: str) -> None:
+    counter = load_agent(ref("counter"))
+    # No key, no server: a replay builds each request and sends none.
+    same = Agent(OpenAIChat("gpt-test", api_key="unused"), counter.tools)
+    picky = Agent(PickyChat("gpt-test", api_key="unused"), counter.tools)
+    with Runner(recorded) as runner:
+        assert runner.replay("prod-1", agent=same).agrees
+        report = runner.replay("prod-1", agent=picky)
+    assert (report.agrees, report.step) == (False, 2)
+    assert report.now == (
+        "has a model adapter that cannot build the request (ValueError: tool results are not "
+        "supported): the run would stop with model_error"
+    )
