@@ -134,9 +134,10 @@ def drive(
     `budgets` are the run's budgets now; a journal that records budget changes (a revival,
     an extension) is replayed from the budgets before them, each change applied where it
     was recorded. When `pause` is set the loop raises RunPaused before its next model call,
-    leaving the run unfinished for a later resume (a worker shutting down gracefully). `deadline` is
-    in seconds since the epoch on `clock`, which also paces the model's retries. `context`
-    maps the transcript to what the model is sent; the journal and the result keep it whole.
+    leaving the run unfinished for a later resume (a worker shutting down gracefully).
+    `deadline` is in seconds since the epoch on `clock`, which also paces the model's
+    retries. `context` maps the transcript to what the model is sent; the journal and the
+    result keep it whole.
     """
     loop = _Loop(model, tools, task, budgets, journal, deadline, cancel, clock)
     loop.pause = pause
