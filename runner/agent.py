@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -12,7 +13,7 @@ from typing import Any
 
 from runner.budgets import Budgets
 from runner.context import Context
-from runner.errors import AgentLoadError
+from runner.errors import AgentLoadError, BadAgentReference
 from runner.loop import Model
 from runner.tools import Tool, as_tools
 
@@ -80,12 +81,22 @@ def with_budgets(overrides: Mapping[str, Any], base: Budgets | None = None) -> B
     return Budgets(**fields)
 
 
+def parse_reference(ref: str) -> tuple[str, str, bool]:
+    """(module or file, attribute, is a file) of `module:attr` or `path.py:attr`;
+    BadAgentReference for anything else."""
+    where, colon, attr = ref.rpartition(":")
+    is_file = where.endswith(".py") or "/" in where
+    module_ok = is_file or all(part.isidentifier() for part in where.split("."))
+    if not colon or not where or not attr.isidentifier() or not module_ok:
+        raise BadAgentReference(
+            f"agent reference {ref!r} must look like module:attr or file.py:attr"
+        )
+    return where, attr, is_file
+
+
 def load_agent(ref: str) -> Agent:
     """Import the Agent (or the zero-argument factory of one) that `ref` names."""
-    where, colon, attr = ref.rpartition(":")
-    if not colon or not where or not attr:
-        raise AgentLoadError(f"agent reference {ref!r} must look like module:attr or file.py:attr")
-    is_file = where.endswith(".py") or "/" in where
+    where, attr, is_file = parse_reference(ref)
     module = _load_file(where) if is_file else _import(where)
     try:
         value = getattr(module, attr)
@@ -105,6 +116,11 @@ def load_agent(ref: str) -> Agent:
 
 
 def _import(name: str) -> Any:
+    # As `python -m` does: a module in the current folder is importable (the `runner`
+    # script's own folder is what Python put first on the path).
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:

@@ -20,7 +20,7 @@ class StopReason(StrEnum):
     COST_BUDGET = "cost_budget"  # the cost spent went over max_cost
     CANCELLED = "cancelled"  # somebody asked the run to stop
     MODEL_ERROR = "model_error"  # the model kept raising after its retries
-    CRASH_LOOP = "crash_loop"  # the run kept killing its worker and was given up
+    CRASH_LOOP = "crash_loop"  # taken over too many times in a row without progress
 
     @property
     def meaning(self) -> str:
@@ -46,7 +46,10 @@ _MEANINGS: dict[StopReason, tuple[str, str | None]] = {
     StopReason.TOOL_ERRORS: ("too many failed steps in a row", "max_consecutive_errors"),
     StopReason.CANCELLED: ("cancelled on request", None),
     StopReason.MODEL_ERROR: ("the model kept failing after its retries", None),
-    StopReason.CRASH_LOOP: ("given up: the run kept killing its worker", None),
+    StopReason.CRASH_LOOP: (
+        "given up: taken over too many times in a row without progress",
+        None,
+    ),
 }
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from runner import leases, store
+from runner import fork, leases, liveness, revival, store
 from runner.agent import Agent, load_agent, with_budgets
 from runner.backend import backend_for
+from runner.budget_changes import CHANGE_KINDS
 from runner.budgets import Budgets, StopReason
-from runner.clock import Clock
+from runner.clock import Clock, utc_now
+from runner.conflicts import conflict, differences
 from runner.database import connect, resolve_url
 from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re-exported
 from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
@@ -19,13 +22,16 @@ from runner.errors import AgentLoadError, RunnerError
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry
 from runner.loop import drive
-from runner.owner import this_process
+from runner.owner import local_prefix, this_process
+from runner.replay import Replay, replay_run
 from runner.result import AgentResult
 from runner.spans import run_trace
 from runner.sqljournal import SqlJournal
-from runner.status import RunStatus
+from runner.status import STALLED, RunStatus
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
+# How many live leases held on this host `list(state=...)` looks through for dead holders.
+_LOCAL_SCAN = 200
 
 
 class Runner:
@@ -70,7 +76,8 @@ class Runner:
     def submit(
         self, agent: Agent | str, task: str, *, id: str | None = None, **budgets: Any
     ) -> str:
-        """Queue a run for a worker; an `id` that exists never creates a second run."""
+        """Queue a run for a worker. An `id` that names a run already returns it when the
+        request is the same (agent, task, budgets); a different one raises RunConflict."""
         loaded = self._agent(agent)
         ref = loaded.reference()
         if ref is None:
@@ -83,7 +90,8 @@ class Runner:
     def run(
         self, agent: Agent | str, task: str, *, id: str | None = None, **budgets: Any
     ) -> AgentResult:
-        """Run to the end in this process. An existing `id` returns or resumes that run."""
+        """Run to the end in this process. An `id` that names a run already returns (or
+        resumes) it when the request is the same; a different one raises RunConflict."""
         loaded = self._agent(agent)
         run_id = self._create(loaded, loaded.reference(), task, id, budgets)
         return self.resume(run_id, agent=loaded)
@@ -98,11 +106,8 @@ class Runner:
             raise ValueError("task must not contain a NUL character")
         # As in run_agent, a budget given as None is unlimited; one not given is the agent's.
         chosen = with_budgets(budgets, agent.budgets)
-        if run_id is None:
-            run_id = new_run_id()
-        elif not RUN_ID_PATTERN.fullmatch(run_id):
-            raise ValueError(f"run id {run_id!r} must be 1 to 32 letters, digits, '_', '.' or '-'")
-        store.create_run(
+        run_id = self._new_id(run_id)
+        created = store.create_run(
             self.engine,
             run_id=run_id,
             agent=ref,
@@ -112,7 +117,46 @@ class Runner:
             budgets=chosen.as_dict(),
             clock=self.clock,
         )
+        if not created:
+            self._same_request(run_id, ref, agent.name, task, chosen.as_dict())
         return run_id
+
+    @staticmethod
+    def _new_id(run_id: str | None) -> str:
+        if run_id is None:
+            return new_run_id()
+        if not RUN_ID_PATTERN.fullmatch(run_id):
+            raise ValueError(f"run id {run_id!r} must be 1 to 32 letters, digits, '_', '.' or '-'")
+        return run_id
+
+    def _same_request(
+        self,
+        run_id: str,
+        ref: str | None,
+        name: str | None,
+        task: str,
+        budgets: Mapping[str, Any],
+        parent: tuple[str, int] | None = None,
+    ) -> None:
+        """RunConflict unless the run `run_id` is what this request asks for."""
+        existing = store.get_run(self.engine, run_id)
+        # Budget changes made since the run was created (a fork's own are part of it).
+        later = [
+            entry
+            for entry, epoch in store.load_entries(self.engine, run_id, CHANGE_KINDS)
+            if epoch != fork.FORKED_EPOCH
+        ]
+        found = differences(
+            existing,
+            agent=ref,
+            agent_name=name,
+            task=task,
+            budgets=budgets,
+            later_changes=later,
+            parent=parent,
+        )
+        if found:
+            raise conflict(run_id, found)
 
     @staticmethod
     def _agent(agent: Agent | str) -> Agent:
@@ -125,12 +169,27 @@ class Runner:
     # -- resuming -------------------------------------------------------------------------
 
     def resume(
-        self, run_id: str, *, agent: Agent | str | None = None, steal: bool = False
+        self,
+        run_id: str,
+        *,
+        agent: Agent | str | None = None,
+        steal: bool = False,
+        revive: bool = False,
+        **budgets: Any,
     ) -> AgentResult:
-        """Continue a run where its journal ends; a finished run just returns its result."""
+        """Continue a run where its journal ends; a finished run just returns its result.
+
+        With new `budgets` (`max_steps=50`, ...) or `revive=True`, a run that stopped for a
+        budget, tool_errors or crash_loop is revived first (see `revive`); an unfinished
+        run is given the new budgets (journaled as an `extended` entry) before it goes on.
+        """
         run = store.find_run(self.engine, run_id)
+        revived = False
         if run.status is RunStatus.FINISHED:
-            return self.get(run.id)
+            if not budgets and not revive:
+                return self.get(run.id)
+            self.revive(run.id, **budgets)
+            revived = True
         claim = leases.claim_run(
             self.engine,
             run.id,
@@ -144,10 +203,80 @@ class Runner:
             return self.get(run.id)
         try:
             loaded = self._agent(agent) if agent is not None else self._stored_agent(claim.run)
-        except RunnerError:
+            if budgets and not revived:
+                claim = revival.extend_run(self.engine, claim, budgets, clock=self.clock)
+        except (RunnerError, ValueError):
             leases.release_run(self.engine, run.id, claim.epoch, clock=self.clock)
             raise
         return self.execute(claim, loaded)
+
+    def revive(self, run_id: str, **budgets: Any) -> store.RunRow:
+        """Queue a stopped run again, with `budgets` changed, to go on from its journal.
+
+        A run that stopped for a budget needs that budget lifted (`max_steps` above the
+        steps taken, ...; a new `max_seconds` counts from the revival); one that stopped
+        for tool_errors needs `max_consecutive_errors` at or above its failed steps in a
+        row; crash_loop needs nothing (its count of takeovers starts again). The stop is
+        kept in a `revived` journal entry. CannotContinue for a run that answered, was
+        cancelled or stopped for model_error, or whose budgets would stop it at once.
+        """
+        run = store.find_run(self.engine, run_id)
+        revival.revive_run(self.engine, run.id, budgets, clock=self.clock)
+        return self.row(run.id)
+
+    def fork(
+        self,
+        run_id: str,
+        at_step: int,
+        *,
+        id: str | None = None,
+        agent: Agent | str | None = None,
+        **budgets: Any,
+    ) -> str:
+        """Queue a new run whose journal starts as a copy of run `run_id`'s first `at_step`
+        steps; its id. The parent is untouched; the copied tool calls are never run again.
+
+        The fork has the parent's task, agent (or `agent`) and budgets (with `budgets`
+        changed). Step `at_step` must be a tool call with its result (0: only the task).
+        An `id` that names a run already returns it for the same request, else RunConflict.
+        """
+        parent = store.find_run(self.engine, run_id)
+        journal = [entry for entry, _ in store.load_entries(self.engine, parent.id)]
+        copied = fork.prefix(parent, journal, at_step)
+        chosen = fork.fork_budgets(parent, copied, budgets)
+        if agent is not None:
+            loaded = self._agent(agent)
+            ref, name, release = loaded.reference(), loaded.name, loaded.release
+        else:
+            ref, name, release = parent.agent, parent.agent_name, parent.release
+        new_id = self._new_id(id)
+        created = fork.create_fork(
+            self.engine,
+            parent,
+            copied,
+            run_id=new_id,
+            agent=ref,
+            agent_name=name,
+            release=release,
+            budgets=chosen,
+            clock=self.clock,
+        )
+        if not created:
+            origin = (parent.id, at_step)
+            self._same_request(new_id, ref, name, parent.task, chosen.as_dict(), origin)
+        return new_id
+
+    def replay(
+        self, run_id: str, *, agent: Agent | str | None = None, agent_budgets: bool = False
+    ) -> Replay:
+        """Replay a recorded run against the agent's code today (its stored reference, or
+        `agent`): the recorded model outputs and observations, no model called, no tool
+        run. Under the run's budgets, or with `agent_budgets` the agent's own."""
+        run = store.find_run(self.engine, run_id)
+        loaded = self._agent(agent) if agent is not None else self._stored_agent(run)
+        journal = [entry for entry, _ in store.load_entries(self.engine, run.id)]
+        budgets = loaded.budgets if agent_budgets else Budgets(**run.budgets)
+        return replay_run(run, journal, loaded, budgets)
 
     @staticmethod
     def _stored_agent(run: store.RunRow) -> Agent:
@@ -181,20 +310,26 @@ class Runner:
             resumes=run.resumes,
             tracer_provider=self.tracer_provider,
         )
-        with journal, spans as traced:
-            result = drive(
-                agent.model,
-                agent.tools,
-                run.task,
-                budgets,
-                journal,
-                deadline=deadline,
-                pause=pause,
-                clock=self.clock,
-                context=agent.context,
-                spans=traced,
-            )
-            traced.finished(result)
+        try:
+            with journal, spans as traced:
+                result = drive(
+                    agent.model,
+                    agent.tools,
+                    run.task,
+                    budgets,
+                    journal,
+                    deadline=deadline,
+                    pause=pause,
+                    clock=self.clock,
+                    context=agent.context,
+                    spans=traced,
+                )
+                traced.finished(result)
+        except KeyboardInterrupt:
+            # Ctrl-C: give the run back at once, for `runner resume` or a worker, rather
+            # than leave it held until its lease expires (and count a takeover).
+            leases.release_run(self.engine, run.id, claim.epoch, clock=self.clock)
+            raise
         result.run_id = run.id
         return result
 
@@ -223,8 +358,19 @@ class Runner:
         )
 
     def row(self, run_id: str) -> store.RunRow:
-        """The run's row as stored (lease holder, timestamps, budgets)."""
-        return store.find_run(self.engine, run_id)
+        """The run's row as stored (lease holder, timestamps, budgets), with its `state`
+        (its status, or `stalled`: see runner.liveness) and, while it is unfinished, the
+        counters of its journal so far."""
+        return self._observed([store.find_run(self.engine, run_id)])[0]
+
+    def journal(self, run_id: str) -> list[Entry]:
+        """The run's journal entries in order, including those never shown to the model."""
+        run = store.find_run(self.engine, run_id)
+        return [entry for entry, _ in store.load_entries(self.engine, run.id)]
+
+    def now(self) -> datetime:
+        """The time on the clock leases are measured on (the database's, on PostgreSQL)."""
+        return utc_now(self.clock)
 
     def list(
         self,
@@ -233,11 +379,45 @@ class Runner:
         stop_reason: StopReason | None = None,
         release: str | None = None,
         limit: int = 20,
+        state: str | None = None,
     ) -> Sequence[store.RunRow]:
-        """Runs, newest first."""
-        return store.list_runs(
-            self.engine, status=status, stop_reason=stop_reason, release=release, limit=limit
-        )
+        """Runs, newest first, as `row` gives them. `state` filters by state: `running`
+        leaves out the stalled runs that `status=running` includes."""
+        if state is None or state not in (RunStatus.RUNNING, STALLED):
+            chosen = RunStatus(state) if state is not None else status
+            rows = store.list_runs(
+                self.engine, status=chosen, stop_reason=stop_reason, release=release, limit=limit
+            )
+            return self._observed(rows)
+        now = self.now()
+        filters: dict[str, Any] = {"stop_reason": stop_reason, "release": release}
+        running = RunStatus.RUNNING
+        # A live lease on this host may be a dead process's: those are read and judged here.
+        here = store.list_runs(
+            self.engine, status=running, lease_live_at=now, owner_prefix=local_prefix(),
+            limit=limit + _LOCAL_SCAN, **filters,
+        )  # fmt: skip
+        if state == STALLED:
+            expired = store.list_runs(
+                self.engine, status=running, lease_expired_at=now, limit=limit, **filters
+            )
+            rows = [*expired, *(row for row in here if liveness.is_stalled(row, now))]
+        else:
+            live = store.list_runs(
+                self.engine, status=running, lease_live_at=now, limit=limit + len(here),
+                **filters,
+            )  # fmt: skip
+            rows = [row for row in live if not liveness.is_stalled(row, now)]
+        rows.sort(key=lambda row: (row.created_at, row.id), reverse=True)
+        return self._observed(rows[:limit])
+
+    def _observed(self, rows: Sequence[store.RunRow]) -> Sequence[store.RunRow]:
+        now = self.now()
+        unfinished = [row.id for row in rows if row.status is not RunStatus.FINISHED]
+        last = store.last_entries(self.engine, unfinished)
+        return [
+            liveness.observed(row, now, last[row.id][0] if row.id in last else None) for row in rows
+        ]
 
     def cancel(self, run_id: str) -> AgentResult:
         """Ask the run to stop before its next step (at once if no worker holds it)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RunnerError(Exception):
     """Base class of every error runner raises on purpose."""
@@ -24,11 +26,55 @@ class LeaseHeld(RunnerError):
 
 
 class ReplayMismatch(RunnerError):
-    """The journal holds something other than what the loop expects at this point."""
+    """The journal holds something other than what the loop expects at this point.
+
+    `step` is the step where the two part, `recorded` what the journal holds there (an
+    `Entry`, or None past its end) and `now` what the code decides instead, in words.
+    """
+
+    def __init__(
+        self, message: str, *, step: int | None = None, recorded: Any = None, now: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.step = step
+        self.recorded = recorded
+        self.now = now
+
+
+class RequestRefused(RunnerError):
+    """What was asked cannot be done as asked: the command line exits 2 (a usage error)."""
+
+
+class RunConflict(RequestRefused):
+    """A run id already names a run with another agent, task or budgets.
+
+    The id is an idempotency key for the run itself: the same request returns the existing
+    run, a different one is refused. `differences` maps each differing field to
+    (stored, asked).
+    """
+
+    def __init__(
+        self, message: str, *, run_id: str, differences: dict[str, tuple[Any, Any]]
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.differences = differences
+
+
+class CannotContinue(RequestRefused):
+    """The run cannot go on as asked: it answered, or the new budgets leave it no room."""
+
+
+class CannotFork(RequestRefused):
+    """The run cannot be forked at that step (it has no such complete step)."""
 
 
 class AgentLoadError(RunnerError):
     """An agent reference (`module:attr` or `path.py:attr`) cannot be loaded."""
+
+
+class BadAgentReference(AgentLoadError, RequestRefused):
+    """An agent reference is malformed: not `module:attr` nor `path.py:attr`."""
 
 
 class SchemaOutOfDate(RunnerError):

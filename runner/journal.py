@@ -26,6 +26,10 @@ class EntryKind(StrEnum):
     FINAL = "final"  # the model's answer
     REFUSED = "refused"  # an action a stop rule refused: kept for audit, not in the transcript
     WRAP_UP = "wrap_up"  # the note asking the model to answer now, its budget spent
+    # Budget changes, not in the transcript: a stopped run continued with new budgets
+    # (the stop it lifted is kept in the entry), or an unfinished run's budgets changed.
+    REVIVED = "revived"
+    EXTENDED = "extended"
 
 
 @dataclass(frozen=True, slots=True)

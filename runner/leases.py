@@ -30,7 +30,7 @@ class Claim:
     run: RunRow
     epoch: int
     next_seq: int
-    crash_loop: bool  # the run was given up: it kept killing its workers
+    crash_loop: bool  # the run was given up: taken over too often without progress
     # Takeovers in a row that found no new journal entry: more than 0 makes the run a
     # suspect of killing its workers, which a worker runs alone until it progresses.
     stalled: int = 0
@@ -91,6 +91,7 @@ def _take(
         "lease_epoch": epoch,
         "lease_expires_at": at + timedelta(seconds=lease_seconds),
         "leased_at": at,
+        "last_seen_at": at,
         "resumes": resumes,
         "stalled_resumes": stalled,
         "progress_seq": recorded,
@@ -101,13 +102,23 @@ def _take(
     if crash_loop:
         values.update(
             stopped_values(connection, run.id, StopReason.CRASH_LOOP, at),
-            error=f"the run was resumed {stalled} times in a row without progress",
+            error=crash_loop_error(run.id, stalled, max_resumes),
             lease_owner=None,
             lease_expires_at=None,
         )
     connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
     fresh = connection.execute(select(runs).where(runs.c.id == run.id)).one()
     return Claim(RunRow.of(fresh), epoch, recorded, crash_loop=crash_loop, stalled=stalled)
+
+
+def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
+    """What is known of a crash loop: takeovers with no journal entry, after owners that
+    died holding the run. Whether the run itself killed them, nobody can tell."""
+    return (
+        f"resumed {stalled} times in a row without a new journal entry (max_resumes "
+        f"{max_resumes}): each time, its last owner had died without releasing the run; once "
+        f"the cause is fixed, continue it with `runner resume {run_id} --max-resumes N`"
+    )
 
 
 def _recorded(connection: Connection, run_id: str) -> int:
@@ -222,7 +233,7 @@ def renew_lease(
                 runs.c.lease_epoch == epoch,
                 runs.c.status == RunStatus.RUNNING,
             )
-            .values(lease_expires_at=at + timedelta(seconds=lease_seconds))
+            .values(lease_expires_at=at + timedelta(seconds=lease_seconds), last_seen_at=at)
         )
     return result.rowcount == 1
 

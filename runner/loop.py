@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.actions import Action, ActionKind, parse_action
 from runner.backoff import Backoff
+from runner.budget_changes import CHANGE_KINDS, applied, before_changes
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
 from runner.clock import SYSTEM, Clock
@@ -60,12 +61,18 @@ class _OutOfTime(Exception):
 
 @dataclass
 class _Replay:
-    """A cursor over the entries a previous process recorded."""
+    """A cursor over the entries a previous process recorded.
+
+    Budget changes (revivals, extensions) are applied where they were recorded, by
+    `on_change`: every other entry is taken by the loop in its order.
+    """
 
     entries: Sequence[Entry]
+    on_change: Callable[[Entry], None]
     position: int = 0
 
     def take(self, step: int, kinds: tuple[EntryKind, ...]) -> Entry | None:
+        self.changes()
         if self.position >= len(self.entries):
             return None
         entry = self.entries[self.position]
@@ -74,10 +81,40 @@ class _Replay:
             raise ReplayMismatch(
                 f"journal entry {self.position} is {entry.kind} of step {entry.step}, "
                 f"but the loop expected {expected} of step {step}: the agent's budgets or "
-                "code changed since the run started"
+                "code changed since the run started",
+                step=min(step, entry.step),
+                recorded=entry,
+                now=f"expects {expected} of step {step}",
             )
         self.position += 1
         return entry
+
+    def changes(self) -> bool:
+        """Apply the budget changes recorded next; True if there was one (a stop the loop
+        just replayed was lifted by it, and the run went on)."""
+        found = False
+        while self.position < len(self.entries) and self.entries[self.position].kind in (
+            CHANGE_KINDS
+        ):
+            self.on_change(self.entries[self.position])
+            self.position += 1
+            found = True
+        return found
+
+    def expect_end(self, step: int, stop: Stop) -> None:
+        """The loop stops here: the journal must not go on (else the code now stops where
+        the recorded run did not)."""
+        if self.position >= len(self.entries):
+            return
+        entry = self.entries[self.position]
+        raise ReplayMismatch(
+            f"the loop stops at step {step} ({stop.reason}) but journal entry "
+            f"{self.position} is {entry.kind} of step {entry.step}: the agent's budgets or "
+            "code changed since the run started",
+            step=step,
+            recorded=entry,
+            now=f"stops with {stop.reason}",
+        )
 
 
 def drive(
@@ -96,10 +133,13 @@ def drive(
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
-    When `pause` is set the loop raises RunPaused before its next model call, leaving the
-    run unfinished for a later resume (a worker shutting down gracefully). `deadline` is
-    in seconds since the epoch on `clock`, which also paces the model's retries. `context`
-    maps the transcript to what the model is sent; the journal and the result keep it whole.
+    `budgets` are the run's budgets now; a journal that records budget changes (a revival,
+    an extension) is replayed from the budgets before them, each change applied where it
+    was recorded. When `pause` is set the loop raises RunPaused before its next model call,
+    leaving the run unfinished for a later resume (a worker shutting down gracefully).
+    `deadline` is in seconds since the epoch on `clock`, which also paces the model's
+    retries. `context` maps the transcript to what the model is sent; the journal and the
+    result keep it whole.
     `spans` is told of each step, model call and tool call (tracing; see runner.spans).
     """
     loop = _Loop(model, tools, task, budgets, journal, deadline, cancel, clock)
@@ -124,12 +164,14 @@ class _Loop:
         self.model = model
         self.tools = tools
         self.task = task
-        self.budgets = budgets
         self.journal = journal
         self.deadline = deadline
         self.cancel = cancel
         self.clock = clock
-        self.replay = _Replay(journal.recorded())
+        recorded = journal.recorded()
+        # Each recorded step is replayed under the budgets it ran with.
+        self.budgets = before_changes(budgets, recorded)
+        self.replay = _Replay(recorded, self.change_budgets)
         self.transcript: list[dict[str, Any]] = []
         self.counters = Counters()
         self.calls: Counter[tuple[str, str]] = Counter()
@@ -146,16 +188,27 @@ class _Loop:
         if self.replay.take(0, (EntryKind.TASK,)) is None:
             self.journal.append(Entry(EntryKind.TASK, 0, self.counters, content=self.task))
         self.transcript.append({"role": "user", "content": self.task})
-        for step in range(1, self.budgets.max_steps + 1):
+        step = 0
+        while True:
+            step += 1
+            self.replay.changes()  # a change recorded before this step applies to it
+            if step > self.budgets.max_steps:
+                break
             with self.spans.step(step):
                 stop = self.step(step)
             if stop is not None:
+                self.replay.expect_end(step, stop)
                 return self.result(stop)
-        # Only reached with max_steps == 0: a zero cap takes zero steps, and makes no
-        # model call at all (not even a wrap-up).
+        # Only reached with max_steps == 0 (or one lowered below the steps taken): a zero
+        # cap takes zero steps, and makes no model call at all (not even a wrap-up).
         stop = Stop(StopReason.MAX_STEPS)
+        self.replay.expect_end(step, stop)
         self.journal.finish(stop, self.counters)
         return self.result(stop)
+
+    def change_budgets(self, entry: Entry) -> None:
+        """A recorded revival or extension: the steps after it run under its budgets."""
+        self.budgets = applied(self.budgets, entry)
 
     def step(self, step: int) -> Stop | None:
         """One step: the action (replayed or asked for), the stop rules, then the tool."""
@@ -224,7 +277,11 @@ class _Loop:
 
     def act(self, recorded: Entry | None, step: int, action: Action) -> Stop | None:
         """Record the call, run it (unless its outcome is recorded), record what it gave."""
-        key = f"{self.journal.run_id}-{step}"
+        # A recorded call keeps the key it was made with (a fork's copied steps keep their
+        # parent's): a pending call is settled under the key its tool really saw.
+        key = (recorded.idempotency_key if recorded is not None else None) or (
+            f"{self.journal.run_id}-{step}"
+        )
         entry = _action_entry(EntryKind.ACTION, step, self.counters, action, key=key)
         self.record(recorded, entry, None)
         self.show(entry)
@@ -239,8 +296,8 @@ class _Loop:
             # The stop (if any) is written with the observation: one commit for the step.
             self.journal.append(observed, None if self.wraps_up(reason) else _stop_of(reason))
         self.show(observed)
-        if reason is None:
-            return None
+        if reason is None or (not fresh and self.replay.changes()):
+            return None  # no stop, or a recorded stop that a revival lifted
         return self.wrap_up(reason) if self.wraps_up(reason) else Stop(reason)
 
     def reason_after(self, observed: Entry) -> StopReason | None:
@@ -413,7 +470,10 @@ class _Loop:
         elif recorded.kind != entry.kind:
             raise ReplayMismatch(
                 f"step {entry.step} was recorded as {recorded.kind} but now decides "
-                f"{entry.kind}: the agent's budgets or code changed since the run started"
+                f"{entry.kind}: the agent's budgets or code changed since the run started",
+                step=entry.step,
+                recorded=recorded,
+                now=_decision(entry, stop),
             )
 
     def show(self, entry: Entry) -> None:
@@ -421,8 +481,16 @@ class _Loop:
         if message is not None:
             self.transcript.append(message)
 
-    def stop_after(self, recorded: Entry | None, entry: Entry, reason: StopReason) -> Stop:
-        """Record a refused action and stop for `reason`, after a wrap-up if one is wanted."""
+    def stop_after(self, recorded: Entry | None, entry: Entry, reason: StopReason) -> Stop | None:
+        """Record a refused action and stop for `reason`, after a wrap-up if one is wanted.
+
+        A refusal replayed from the journal stays a refusal; if a revival was recorded after
+        it, the run went on to the next step (the refused action is never run)."""
+        if recorded is not None:
+            self.record(recorded, entry, Stop(reason))  # a check only: it is recorded
+            if self.replay.changes():
+                return None
+            return self.wrap_up(reason) if self.wraps_up(reason) else Stop(reason)
         if self.wraps_up(reason):
             self.record(recorded, entry, None)
             return self.wrap_up(reason)
@@ -506,6 +574,15 @@ def _action_entry(
         tokens=action.tokens,
         cost=action.cost,
     )
+
+
+def _decision(entry: Entry, stop: Stop | None) -> str:
+    """What the loop now decides at a step, in words (for a ReplayMismatch)."""
+    if entry.kind is EntryKind.FINAL:
+        return "answers"
+    if entry.kind is EntryKind.REFUSED:
+        return f"refuses the action ({stop.reason})" if stop is not None else "refuses the action"
+    return f"calls {entry.tool}" if entry.action_type is ActionKind.TOOL else "records the action"
 
 
 def _stop_of(reason: StopReason | None) -> Stop | None:

@@ -98,6 +98,11 @@ runs = Table(
     Column("created_at", Timestamp, nullable=False),
     Column("updated_at", Timestamp, nullable=False),
     Column("finished_at", Timestamp, nullable=True),
+    # Revision 0005 (operating runs): when the holder was last heard from (its claim or
+    # heartbeat: never the per-step write), and where a fork came from.
+    Column("last_seen_at", Timestamp, nullable=True, comment="holder's last claim or heartbeat"),
+    Column("parent_run_id", String(32), nullable=True, comment="the run this was forked from"),
+    Column("parent_step", Integer, nullable=True, comment="steps copied from the parent"),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     Index("ix_runs_created_at", "created_at"),
     # For the history (migration 0002): `runner list --release/--stop-reason` read the newest

@@ -10,4 +10,11 @@ class RunStatus(StrEnum):
 
     QUEUED = "queued"  # waiting for a worker: new, or released by a worker that shut down
     RUNNING = "running"  # a worker holds (or held, until its lease expires) the run
-    FINISHED = "finished"  # stopped; stop_reason says why. Never runs again.
+    FINISHED = "finished"  # stopped; stop_reason says why. Runs again only if revived.
+
+
+# Derived when a run is read, never stored: a running run that no live holder executes any
+# more (its lease expired, or its holder's process is gone). See runner.liveness.
+STALLED = "stalled"
+# What a run's `state` may be: its stored status, or stalled.
+STATES = (*(status.value for status in RunStatus), STALLED)

@@ -108,6 +108,12 @@ class RunRow:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    last_seen_at: datetime | None = None
+    parent_run_id: str | None = None
+    parent_step: int | None = None
+    # Derived, not stored: the status, or `stalled` for a running run nobody holds any more
+    # (see runner.liveness, which fills it in for the rows `Runner.row` and `list` return).
+    state: str = ""
 
     @classmethod
     def of(cls, row: Row[Any]) -> RunRow:
@@ -137,6 +143,10 @@ class RunRow:
             created_at=m["created_at"],
             updated_at=m["updated_at"],
             finished_at=m["finished_at"],
+            last_seen_at=m["last_seen_at"],
+            parent_run_id=m["parent_run_id"],
+            parent_step=m["parent_step"],
+            state=str(m["status"]),
         )
 
     def lease_is_live(self, at: datetime) -> bool:
@@ -216,34 +226,58 @@ def create_run(
     clock: Clock = SYSTEM,
 ) -> bool:
     """Insert a queued run; False (and nothing written) when the id exists already."""
-    at = utc_now(clock)
+    values = new_run(
+        run_id=run_id,
+        agent=agent,
+        agent_name=agent_name,
+        release=release,
+        task=task,
+        budgets=budgets,
+        at=utc_now(clock),
+    )
     try:
         with engine.begin() as connection:
-            connection.execute(
-                insert(runs).values(
-                    id=run_id,
-                    agent=agent,
-                    agent_name=agent_name,
-                    release=release,
-                    task=task,
-                    budgets=budgets,
-                    status=RunStatus.QUEUED,
-                    wrapped_up=False,
-                    steps=0,
-                    tokens=0,
-                    cost=0.0,
-                    resumes=0,
-                    stalled_resumes=0,
-                    progress_seq=0,
-                    cancel_requested=False,
-                    lease_epoch=0,
-                    created_at=at,
-                    updated_at=at,
-                )
-            )
+            connection.execute(insert(runs).values(**values))
     except IntegrityError:
         return False
     return True
+
+
+def new_run(
+    *,
+    run_id: str,
+    agent: str | None,
+    agent_name: str | None,
+    release: str | None,
+    task: str,
+    budgets: dict[str, Any],
+    at: datetime,
+    parent_run_id: str | None = None,
+    parent_step: int | None = None,
+) -> dict[str, Any]:
+    """The row of a run just submitted (queued, nothing spent)."""
+    return {
+        "id": run_id,
+        "agent": agent,
+        "agent_name": agent_name,
+        "release": release,
+        "task": task,
+        "budgets": budgets,
+        "status": RunStatus.QUEUED,
+        "wrapped_up": False,
+        "steps": 0,
+        "tokens": 0,
+        "cost": 0.0,
+        "resumes": 0,
+        "stalled_resumes": 0,
+        "progress_seq": 0,
+        "cancel_requested": False,
+        "lease_epoch": 0,
+        "created_at": at,
+        "updated_at": at,
+        "parent_run_id": parent_run_id,
+        "parent_step": parent_step,
+    }
 
 
 def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
@@ -281,13 +315,43 @@ def find_run(engine: Engine, prefix: str) -> RunRow:
     return RunRow.of(rows[0])
 
 
-def load_entries(engine: Engine, run_id: str) -> list[tuple[Entry, int]]:
-    """A run's journal in order, each entry with the lease epoch that wrote it."""
+def load_entries(
+    engine: Engine, run_id: str, kinds: Sequence[EntryKind] = ()
+) -> list[tuple[Entry, int]]:
+    """A run's journal in order (only the entries of `kinds`, if given), each entry with the
+    lease epoch that wrote it."""
+    query = select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq)
+    if kinds:
+        query = query.where(entries.c.kind.in_([str(kind) for kind in kinds]))
     with reading(engine) as connection:
-        rows = connection.execute(
-            select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq)
-        )
-        return [(entry_of(row), row.lease_epoch) for row in rows]
+        return [(entry_of(row), row.lease_epoch) for row in connection.execute(query)]
+
+
+def last_entries(engine: Engine, run_ids: Sequence[str]) -> dict[str, tuple[Counters, datetime]]:
+    """The counters after each run's last journal entry, and when it was written: the
+    counters so far of an unfinished run (its row holds them only once it finishes)."""
+    if not run_ids:
+        return {}
+    last = (
+        select(entries.c.run_id, func.max(entries.c.seq).label("seq"))
+        .where(entries.c.run_id.in_(list(run_ids)))
+        .group_by(entries.c.run_id)
+        .subquery()
+    )
+    query = select(
+        entries.c.run_id,
+        entries.c.steps,
+        entries.c.tokens,
+        entries.c.cost,
+        entries.c.error_streak,
+        entries.c.created_at,
+    ).join(last, (entries.c.run_id == last.c.run_id) & (entries.c.seq == last.c.seq))
+    with reading(engine) as connection:
+        rows = connection.execute(query).all()
+    return {
+        row.run_id: (Counters(row.steps, row.tokens, row.cost, row.error_streak), row.created_at)
+        for row in rows
+    }
 
 
 def lock_run(connection: Connection, run_id: str) -> Row[Any] | None:
@@ -351,7 +415,13 @@ def list_runs(
     stop_reason: StopReason | None = None,
     release: str | None = None,
     limit: int = 20,
+    lease_expired_at: datetime | None = None,
+    lease_live_at: datetime | None = None,
+    owner_prefix: str | None = None,
 ) -> Sequence[RunRow]:
+    """Runs, newest first. `lease_expired_at`: only those whose lease ran out by then (or
+    that have none); `lease_live_at`: only those whose lease lasts past it; `owner_prefix`:
+    only those held by an owner whose name starts so (a host's processes)."""
     query = select(runs).order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
     if status:
         query = query.where(runs.c.status == status)
@@ -359,5 +429,12 @@ def list_runs(
         query = query.where(runs.c.stop_reason == stop_reason)
     if release:
         query = query.where(runs.c.release == release)
+    expiry = runs.c.lease_expires_at
+    if lease_expired_at is not None:
+        query = query.where(expiry.is_(None) | (expiry < lease_expired_at))
+    if lease_live_at is not None:
+        query = query.where(expiry >= lease_live_at)
+    if owner_prefix is not None:
+        query = query.where(starts_with(runs.c.lease_owner, owner_prefix))
     with reading(engine) as connection:
         return [RunRow.of(row) for row in connection.execute(query)]

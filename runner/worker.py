@@ -170,11 +170,7 @@ class Worker:
             return False
         run = claim.run
         if claim.crash_loop:
-            self._log(
-                logging.WARNING,
-                f"run {run.id} stopped: crash_loop (it kept killing its workers)",
-                run.id,
-            )
+            self._log(logging.WARNING, f"run {run.id} stopped: crash_loop ({run.error})", run.id)
             return True
         if claim.stalled:
             self._log(

@@ -16,18 +16,21 @@ from typing import Any, TypeVar
 import click
 
 from runner.cli import db, history, logs, runs, ui, worker
-from runner.errors import RunnerError
+from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def reports_errors(fn: F) -> F:
-    """Turn runner's errors into one line on stderr and exit 1: never a traceback."""
+    """Turn runner's errors into one line on stderr and exit 1 (2 for a request that cannot
+    be done as asked): never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except RequestRefused as exc:
+            raise click.UsageError(str(exc)) from None
         except RunnerError as exc:
             raise click.ClickException(str(exc)) from None
         except ValueError as exc:
@@ -119,6 +122,8 @@ for _command in (
     runs.run,
     runs.submit,
     runs.resume,
+    runs.fork,
+    runs.replay,
     runs.show,
     runs.list_,
     runs.cancel,

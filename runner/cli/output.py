@@ -27,9 +27,13 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from runner.history import Group, Pruned
+    from runner.replay import Replay
     from runner.store import RunRow
 
-_WIDTH = 100  # `show` cuts an observation to this; --json has it whole
+# A table cell: its text, or (text, rich style) for a coloured one.
+Cell = str | tuple[str, str]
+
+_WIDTH = 100  # `show` cuts an observation to this; --full and --json have it whole
 _CELL = 60  # a `runner sql` cell is cut to this; --csv and --json give values whole
 # Wide enough that no table is ever wrapped or cut: lines are as long as their cells.
 _UNBOUNDED = 1_000_000
@@ -95,12 +99,62 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def plural(count: int, word: str) -> str:
+    """`1 step`, `2 steps`."""
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def duration(seconds: float) -> str:
+    """A span as a person reads it: `0.4s`, `12s`, `4m07s`, `2h03m`, `3d04h`."""
+    seconds = max(seconds, 0.0)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def ago(then: datetime | None, now: datetime) -> str:
+    """`4m07s ago`, `just now`, or `-` for no time at all."""
+    if then is None:
+        return "-"
+    seconds = (now - then).total_seconds()
+    return "just now" if seconds < 1 else f"{duration(seconds)} ago"
+
+
+def styled(text: str, style: str) -> str:
+    """`text` in a rich style on a terminal (colours off with NO_COLOR); as is elsewhere."""
+    from rich.text import Text
+
+    console = _console()
+    if not console.is_terminal:
+        return text
+    with console.capture() as captured:
+        console.print(Text(text, style=style), end="")
+    return captured.get()
+
+
+# Colours of a run's state, and of its stop reason (final is the good ending).
+_STATE_STYLES = {"queued": "cyan", "running": "blue", "stalled": "bold red", "waiting": "magenta"}
+
+
+def state_style(state: str, stop_reason: str | None) -> str:
+    if state == "finished":
+        return "green" if stop_reason == "final" else "yellow"
+    return _STATE_STYLES.get(state, "")
+
+
 # -- tables ---------------------------------------------------------------------------------
 
 
 def table(
     header: Sequence[str],
-    rows: Iterable[Sequence[str]],
+    rows: Iterable[Sequence[Cell]],
     *,
     right: Collection[int] = (),
     right_headers: Collection[int] = (),
@@ -121,11 +175,18 @@ def table(
         )
     for row in rows:
         # A cell is one line: rich would widen a tab past the width it measured.
-        grid.add_row(*(Text(printable(cell).replace("\t", " ")) for cell in row))
+        grid.add_row(*(_cell(cell) for cell in row))
     console = _console()
     with console.capture() as captured:
         console.print(grid)
     return "\n".join(printed.rstrip() for printed in captured.get().splitlines())
+
+
+def _cell(cell: Cell) -> Any:
+    from rich.text import Text
+
+    value, style = (cell, "") if isinstance(cell, str) else cell
+    return Text(printable(value).replace("\t", " "), style=style)
 
 
 def _console() -> Console:
@@ -163,6 +224,7 @@ def run_json(
         data.update({name: getattr(source, name) for name in _OUTCOME})
     if row is not None:
         data.update(
+            state=row.state or str(row.status),
             agent=row.agent,
             agent_name=row.agent_name,
             release=row.release,
@@ -172,7 +234,10 @@ def run_json(
             cancel_requested=row.cancel_requested,
             worker=row.lease_owner,
             worker_since=_iso(row.leased_at) if row.lease_owner else None,
+            last_seen_at=_iso(row.last_seen_at),
             lease_expires_at=_iso(row.lease_expires_at),
+            parent_run_id=row.parent_run_id,
+            parent_step=row.parent_step,
             created_at=_iso(row.created_at),
             finished_at=_iso(row.finished_at),
         )
@@ -189,27 +254,62 @@ def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
-def render_run(result: AgentResult, row: RunRow) -> str:
-    """A readable transcript with the run's header; control characters escaped throughout,
-    since the task, the model's words and the tools' results may hold anything."""
+def render_run(
+    result: AgentResult,
+    row: RunRow,
+    journal: Sequence[Entry] | None = None,
+    now: datetime | None = None,
+    *,
+    full: bool = False,
+    stalled: str | None = None,
+) -> str:
+    """A readable transcript with the run's header; `full` shows every value whole, and
+    control characters are escaped throughout (the task, the model's words and the tools'
+    results may hold anything).
+
+    With the run's `journal`, the entries the model never saw (budget changes, refusals)
+    are shown too; with `now`, how long ago things happened. `stalled` says why a stalled
+    run is (runner.liveness.stall_reason)."""
+    state = row.state or str(row.status)
+    status = state + (f": {row.stop_reason}" if row.stop_reason else "")
+    if stalled:
+        status += f" ({stalled}; a worker or `runner resume {row.id}` takes it over)"
     lines = [
         f"run       {row.id}",
-        f"agent     {row.agent or '-'}"
-        + (f"  ({row.agent_name}, release {row.release})" if row.agent_name else ""),
-        f"status    {row.status}" + (f": {row.stop_reason}" if row.stop_reason else ""),
-        f"counters  {result.steps} steps, {result.tokens} tokens, cost {result.cost:g}, "
-        f"{row.resumes} resumes",
+        f"agent     {row.agent or '-'}" + _agent_label(row),
+        f"status    {styled(status, state_style(state, row.stop_reason))}",
+        f"counters  {plural(result.steps, 'step')}, {plural(result.tokens, 'token')}, "
+        f"cost {result.cost:g}, {plural(row.resumes, 'resume')}",
         f"created   {_when(row.created_at)} UTC"
+        + (f" ({ago(row.created_at, now)})" if now is not None else "")
         + (f", finished {_when(row.finished_at)} UTC" if row.finished_at else ""),
     ]
+    if row.parent_run_id:
+        lines.append(f"forked    from run {row.parent_run_id} at step {row.parent_step}")
     if row.lease_owner:
-        lines.append(f"worker    {row.lease_owner} since {_when(row.leased_at)} UTC")
+        seen = row.last_seen_at or row.leased_at
+        lines.append(
+            f"worker    {row.lease_owner} since {_when(row.leased_at)} UTC"
+            + (f", last seen {ago(seen, now)}" if now is not None else "")
+        )
     if row.error:
         lines.append(f"error     {row.error}")
     lines.append("")
-    lines.extend(_message_line(message) for message in result.transcript)
+    width = None if full else _WIDTH
+    if journal is None:
+        lines.extend(_message_line(message, width) for message in result.transcript)
+    for entry in journal or ():
+        shown = _entry_line(entry, width)
+        if shown is not None:
+            lines.append(shown)
     lines.extend(_ending(result, row))
     return printable("\n".join(lines).replace("\r\n", "\n"))
+
+
+def _agent_label(row: RunRow) -> str:
+    release = f"release {row.release}" if row.release else None
+    labels = [label for label in (row.agent_name, release) if label]
+    return f"  ({', '.join(labels)})" if labels else ""
 
 
 def _ending(result: AgentResult, row: RunRow) -> list[str]:
@@ -228,72 +328,134 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
     return ["", f"stopped   {row.stop_reason}: {meaning}"]
 
 
-def _message_line(message: dict[str, Any]) -> str:
+def _entry_line(entry: Entry, width: int | None) -> str | None:
+    """One journal entry as `show` prints it: its message, or what the model never saw."""
+    if entry.kind in (EntryKind.REVIVED, EntryKind.EXTENDED):
+        return f"  == {entry.content}"
+    if entry.kind is EntryKind.REFUSED:
+        what = f"{entry.tool}(...)" if entry.tool else str(entry.action_type)
+        return f"  x> {what} refused by a stop rule"
+    message = entry.message()
+    return None if message is None else _message_line(message, width)
+
+
+def _message_line(message: dict[str, Any], width: int | None = _WIDTH) -> str:
     role = message["role"]
     if role == "user":
-        return f"user      {_short(message['content'])}"
+        return f"user      {_short(message['content'], width)}"
     if role == "tool":
         mark = "error" if message["is_error"] else "ok"
-        return f"  <- {message['name']} [{mark}]  {_short(message['content'])}"
+        return f"  <- {message['name']} [{mark}]  {_short(message['content'], width)}"
     if "tool" in message:
-        return f"  -> {message['tool']}({cut(json.dumps(message['args']), 80)})"
+        args = json.dumps(message["args"])
+        return f"  -> {message['tool']}({args if width is None else cut(args, 80)})"
     if "invalid" in message:
-        return f"  -> (invalid output) {_short(message['invalid'])}"
+        return f"  -> (invalid output) {_short(message['invalid'], width)}"
     # The answer is what the run is for: shown whole, continuation lines indented.
     return "answer    " + text(message["content"], exact=True).replace("\n", "\n          ")
 
 
-def _short(content: Any) -> str:
-    return cut(text(content, exact=True), _WIDTH)
+def _short(content: Any, width: int | None = _WIDTH) -> str:
+    """A value on one line, cut to `width` (None: whole, continuation lines indented)."""
+    if width is None:
+        return text(content, exact=True).replace("\n", "\n          ")
+    return cut(text(content, exact=True), width)
 
 
-def runs_table(rows: Sequence[RunRow]) -> str:
+def runs_table(rows: Sequence[RunRow], now: datetime) -> str:
     if not rows:
         return "no runs"
-    header = ("ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "CREATED", "WORKER")
+    header = (
+        "ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "CREATED", "TIME", "WORKER",
+    )  # fmt: skip
     return table(
         header,
         (
             (
                 row.id,
-                str(row.status),
-                str(row.stop_reason or "-"),
+                (row.state, state_style(row.state, row.stop_reason)),
+                (str(row.stop_reason), state_style("finished", row.stop_reason))
+                if row.stop_reason
+                else "-",
                 str(row.steps),
                 str(row.tokens),
                 row.agent_name or (row.agent or "-"),
                 row.release or "-",
-                _when(row.created_at),
-                f"{row.lease_owner} since {_when(row.leased_at)}" if row.lease_owner else "-",
+                ago(row.created_at, now),
+                duration(((row.finished_at or now) - row.created_at).total_seconds()),
+                f"{row.lease_owner}, seen {ago(row.last_seen_at or row.leased_at, now)}"
+                if row.lease_owner
+                else "-",
             )
             for row in rows
         ),
+        right=(3, 4, 8),
     )
+
+
+def progress_line(entry: Entry) -> str | None:
+    """The line a finished step prints on stderr (None for entries that finish no step)."""
+    c = entry.counters
+    if entry.kind is EntryKind.OBSERVATION:
+        status = "error" if entry.is_error else "ok"
+        return f"step {entry.step}  tool {entry.tool}  {status}  tokens {c.tokens}"
+    if entry.kind is EntryKind.FINAL:
+        return f"step {entry.step}  final  tokens {c.tokens}"
+    if entry.kind is EntryKind.REFUSED:
+        return f"step {entry.step}  {entry.action_type} refused by a budget  tokens {c.tokens}"
+    return None
 
 
 def progress(run_id: str, entry: Entry) -> None:
     """One line per step on stderr: the answer alone goes to stdout."""
-    c = entry.counters
-    if entry.kind is EntryKind.OBSERVATION:
-        status = "error" if entry.is_error else "ok"
-        said = f"step {entry.step}  tool {entry.tool}  {status}  tokens {c.tokens}"
-    elif entry.kind is EntryKind.FINAL:
-        said = f"step {entry.step}  final  tokens {c.tokens}"
-    elif entry.kind is EntryKind.REFUSED:
-        said = f"step {entry.step}  {entry.action_type} refused by a budget  tokens {c.tokens}"
-    else:
-        return
-    line(printable(said), err=True)
+    said = progress_line(entry)
+    if said is not None:
+        line(printable(said), err=True)
 
 
-def stopped(result: AgentResult) -> None:
+def stopped(result: AgentResult, seconds: float | None = None) -> None:
     """How the run stopped, on stderr; its answer, if any, on stdout."""
+    took = f", {duration(seconds)}" if seconds is not None else ""
     line(
-        f"stopped: {result.stop_reason} after {result.steps} steps, "
-        f"{result.tokens} tokens (run {result.run_id})",
+        f"stopped: {result.stop_reason} after {plural(result.steps, 'step')}, "
+        f"{plural(result.tokens, 'token')}, cost {result.cost:g}{took} (run {result.run_id})",
         err=True,
     )
     if result.output is not None:
         line(result.output if isinstance(result.output, str) else json.dumps(result.output))
+
+
+def replay_lines(report: Replay, agent: str | None) -> str:
+    """What a replay found, for a person: agreement, or the first step that differs."""
+    against = f" against {agent}" if agent else ""
+    lines = [
+        f"replayed run {report.run_id}{against}: {plural(report.steps, 'recorded step')}, "
+        "no model called, no tool run"
+    ]
+    if report.agrees:
+        stop = f" and its stop ({report.stop_reason})" if report.stop_reason else ""
+        lines.append(styled(f"agrees: the agent takes every recorded step{stop} again", "green"))
+    else:
+        lines.append(styled(f"differs at step {report.step}:", "bold red"))
+        lines.append(f"  recorded  the run {report.recorded}")
+        lines.append(f"  now       the agent {report.now}")
+    if report.note:
+        lines.append(f"note: {report.note}")
+    return "\n".join(lines)
+
+
+def replay_json(report: Replay, agent: str | None) -> dict[str, Any]:
+    return {
+        "id": report.run_id,
+        "agent": agent,
+        "agrees": report.agrees,
+        "steps": report.steps,
+        "stop_reason": report.stop_reason,
+        "step": report.step,
+        "recorded": report.recorded,
+        "now": report.now,
+        "note": report.note,
+    }
 
 
 # -- query results (`runner sql`) -------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The commands of one run: `runner run`, `submit`, `resume`, `show`, `list`, `cancel`."""
+"""The commands of one run: `runner run`, `submit`, `resume`, `fork`, `replay`, `show`,
+`list`, `cancel`."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import click
 from runner.budgets import StopReason
 from runner.cli import output
 from runner.cli.options import RUN_ID, budget_options, db_option, given, json_option
+from runner.cli.progress import Progress
+from runner.defaults import DEFAULT_MAX_RESUMES
 from runner.result import AgentResult
-from runner.status import RunStatus
+from runner.status import STATES, RunStatus
 
 if TYPE_CHECKING:
     from runner.durable import Runner
@@ -21,28 +24,64 @@ if TYPE_CHECKING:
 EXIT_FINAL = 0
 EXIT_ERROR = 1
 EXIT_STOPPED = 3  # the run stopped for a reason other than a final answer
+EXIT_DIFFERS = 4  # `runner replay`: the agent would now act differently
+EXIT_INTERRUPTED = 130  # Ctrl-C: the run was released, unfinished (128 + SIGINT)
 
 
-def _runner(url: str | None, observer: Callable[[str, Entry], None] | None = None) -> Runner:
+def _runner(
+    url: str | None,
+    observer: Callable[[str, Entry], None] | None = None,
+    *,
+    max_resumes: int | None = None,
+) -> Runner:
     # Imported here: the durable runner loads SQLAlchemy, which `runner --help` does without.
-    from runner.durable import Runner
+    from runner.durable import DEFAULT_MAX_RESUMES, Runner
 
-    return Runner(url, observer=observer)
+    chosen = DEFAULT_MAX_RESUMES if max_resumes is None else max_resumes
+    return Runner(url, observer=observer, max_resumes=chosen)
 
 
-def finish(result: AgentResult, as_json: bool) -> None:
+def finish(result: AgentResult, as_json: bool, seconds: float | None = None) -> None:
     if as_json:
         output.print_json(output.run_json(result))
     else:
-        output.stopped(result)
+        output.stopped(result, seconds)
+        _hint_revival(result)
     sys.exit(EXIT_FINAL if result.stop_reason == StopReason.FINAL else EXIT_STOPPED)
+
+
+def _progress(as_json: bool) -> Progress | None:
+    return None if as_json else Progress()
+
+
+def _go(run_id: str, progress: Progress | None, work: Callable[[], AgentResult]) -> AgentResult:
+    """Run `work` with the live progress on; Ctrl-C exits 130, the run released by the
+    library (Runner.execute) and resumable at once."""
+    try:
+        if progress is None:
+            return work()
+        with progress:
+            return work()
+    except KeyboardInterrupt:
+        output.line(
+            f"interrupted: run {run_id} was released unfinished; continue it with "
+            f"`runner resume {run_id}`",
+            err=True,
+        )
+        sys.exit(EXIT_INTERRUPTED)
 
 
 @click.command()
 @click.argument("agent")
 @click.argument("task")
 @budget_options
-@click.option("--id", "run_id", default=None, help="Choose the run id (an existing one resumes).")
+@click.option(
+    "--id",
+    "run_id",
+    default=None,
+    help="Choose the run id. One that exists returns (or resumes) that run if the agent, task "
+    "and budgets are the same, and is refused (exit 2) if not.",
+)
 @db_option
 @json_option
 def run(
@@ -51,20 +90,27 @@ def run(
     """Run AGENT (module:attr or file.py:attr) on TASK until it stops.
 
     The run id goes to stderr before the first step: if the process dies, continue with
-    `runner resume ID`. Exit code 0 for a final answer, 3 for any other stop.
+    `runner resume ID`. On a terminal the step in flight is shown live; Ctrl-C releases the
+    run and exits 130. Exit code 0 for a final answer, 3 for any other stop.
     """
-    with _runner(url, observer=None if as_json else output.progress) as runner:
+    progress = _progress(as_json)
+    with _runner(url, observer=progress) as runner:
         chosen = runner.submit(agent, task, id=run_id, **given(budgets))
         output.line(f"run {chosen}", err=True)
-        result = runner.resume(chosen)
-    finish(result, as_json)
+        result = _go(chosen, progress, lambda: runner.resume(chosen))
+    finish(result, as_json, progress.elapsed() if progress else None)
 
 
 @click.command()
 @click.argument("agent")
 @click.argument("task")
 @budget_options
-@click.option("--id", "run_id", default=None, help="Choose the run id (an existing one is kept).")
+@click.option(
+    "--id",
+    "run_id",
+    default=None,
+    help="Choose the run id (one that exists is kept for the same request, refused if not).",
+)
 @db_option
 @json_option
 def submit(
@@ -82,37 +128,156 @@ def submit(
 
 @click.command()
 @click.argument("run_id", metavar="ID", type=RUN_ID)
+@budget_options
+@click.option(
+    "--max-resumes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Takeovers in a row without progress before crash_loop (default "
+    f"{DEFAULT_MAX_RESUMES}). Given for a run stopped by crash_loop, revives it.",
+)
 @click.option("--steal", is_flag=True, help="Take the run over even if a live worker holds it.")
 @db_option
 @json_option
-def resume(run_id: str, steal: bool, url: str | None, as_json: bool) -> None:
-    """Continue run ID where its journal ends (ID may be a unique prefix)."""
-    with _runner(url, observer=None if as_json else output.progress) as runner:
-        result = runner.resume(run_id, steal=steal)
-    finish(result, as_json)
+def resume(
+    run_id: str,
+    max_resumes: int | None,
+    steal: bool,
+    url: str | None,
+    as_json: bool,
+    **budgets: Any,
+) -> None:
+    """Continue run ID where its journal ends (ID may be a unique prefix).
+
+    With new budgets (--max-steps 50, ...) a run that stopped for a budget, tool_errors or
+    crash_loop goes on from its journal, the change and the earlier stop journaled; an
+    unfinished run goes on under the new budgets.
+    """
+    chosen = given(budgets)
+    progress = _progress(as_json)
+    with _runner(url, observer=progress, max_resumes=max_resumes) as runner:
+        found = runner.row(run_id).id
+        result = _go(
+            found,
+            progress,
+            lambda: runner.resume(found, steal=steal, revive=max_resumes is not None, **chosen),
+        )
+    finish(result, as_json, progress.elapsed() if progress else None)
+
+
+def _hint_revival(result: AgentResult) -> None:
+    """How to continue a run that stopped for a reason new budgets can lift."""
+    from runner.budget_changes import LIMIT_OF, REVIVABLE
+
+    reason = result.stop_reason
+    if reason is None or reason not in REVIVABLE:
+        return
+    limit = LIMIT_OF.get(reason)
+    flag = "--max-resumes N" if limit is None else "--" + limit.replace("_", "-") + " N"
+    output.line(
+        f"run {result.run_id} stopped with {reason}: `runner resume {result.run_id} "
+        f"{flag}` continues it",
+        err=True,
+    )
 
 
 @click.command()
 @click.argument("run_id", metavar="ID", type=RUN_ID)
+@click.option(
+    "--at-step",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Copy the first N steps (N must be a tool call with its result; 0: the task only).",
+)
+@click.option("--id", "new_id", default=None, help="Choose the fork's run id.")
+@click.option("--agent", default=None, help="Run the fork with this agent (module:attr).")
+@budget_options
+@click.option("--queue", is_flag=True, help="Queue the fork for a worker instead of running it.")
 @db_option
 @json_option
-def show(run_id: str, url: str | None, as_json: bool) -> None:
-    """Show run ID: its status, counters and transcript."""
+def fork(
+    run_id: str,
+    at_step: int,
+    new_id: str | None,
+    agent: str | None,
+    queue: bool,
+    url: str | None,
+    as_json: bool,
+    **budgets: Any,
+) -> None:
+    """Start a new run from the first N steps of run ID, then run it to its stop.
+
+    The fork's journal starts as a copy of those steps (their tool calls are not run again)
+    and records its parent; run ID is not changed. The fork's own calls get keys of their
+    own. Budget flags change the fork's budgets. Exit codes as for `runner run`.
+    """
+    progress = None if queue else _progress(as_json)
+    with _runner(url, observer=progress) as runner:
+        forked = runner.fork(run_id, at_step, id=new_id, agent=agent, **given(budgets))
+        row = runner.row(forked)
+        if queue:
+            if as_json:
+                output.print_json(output.run_json(None, row))
+            else:
+                output.line(forked)
+            return
+        output.line(f"run {forked} (forked from {row.parent_run_id} at step {at_step})", err=True)
+        result = _go(forked, progress, lambda: runner.resume(forked))
+    finish(result, as_json, progress.elapsed() if progress else None)
+
+
+@click.command()
+@click.argument("run_id", metavar="ID")
+@click.option("--agent", default=None, help="Replay against this agent (default: the run's).")
+@click.option("--agent-budgets", is_flag=True, help="Use the agent's budgets instead of the run's.")
+@db_option
+@json_option
+def replay(
+    run_id: str, agent: str | None, agent_budgets: bool, url: str | None, as_json: bool
+) -> None:
+    """Check run ID against the agent's code today: no model called, no tool run.
+
+    The recorded model outputs and tool results are fed to the agent again; the first step
+    where it would now act differently is reported. Exit code 0 when it agrees to the end,
+    4 when it differs, 1 on errors.
+    """
     with _runner(url) as runner:
-        result = runner.get(run_id)
+        report = runner.replay(run_id, agent=agent, agent_budgets=agent_budgets)
+        shown = agent or runner.row(report.run_id).agent
+    if as_json:
+        output.print_json(output.replay_json(report, shown))
+    else:
+        output.line(output.replay_lines(report, shown))
+    sys.exit(EXIT_FINAL if report.agrees else EXIT_DIFFERS)
+
+
+@click.command()
+@click.argument("run_id", metavar="ID")
+@click.option("--full", is_flag=True, help="Show every observation and argument whole.")
+@db_option
+@json_option
+def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
+    """Show run ID: its status, counters and transcript (observations cut unless --full)."""
+    from runner.liveness import stall_reason
+
+    with _runner(url) as runner:
         row = runner.row(run_id)
+        result = runner.get(row.id)
+        journal = runner.journal(row.id)
+        now = runner.now()
     if as_json:
         output.print_json(output.run_json(result, row, transcript=True))
     else:
-        output.line(output.render_run(result, row))
+        stalled = stall_reason(row, now)
+        output.line(output.render_run(result, row, journal, now, full=full, stalled=stalled))
 
 
 @click.command(name="list")
 @click.option(
     "--status",
-    type=click.Choice([s.value for s in RunStatus]),
+    type=click.Choice(STATES),
     default=None,
-    help="Only runs with this status.",
+    help="Only runs in this state (running leaves out the stalled ones).",
 )
 @click.option(
     "--stop-reason",
@@ -134,18 +299,19 @@ def list_(
     url: str | None,
     as_json: bool,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first, with their state (stalled: running, but nobody holds it)."""
     with _runner(url) as runner:
         rows = runner.list(
-            status=RunStatus(status) if status else None,
+            state=status,
             stop_reason=StopReason(stop_reason) if stop_reason else None,
             release=release,
             limit=limit,
         )
+        now = runner.now()
     if as_json:
         output.print_json([output.run_json(None, row) for row in rows])
     else:
-        output.line(output.runs_table(rows))
+        output.line(output.runs_table(rows, now))
 
 
 @click.command()

@@ -156,7 +156,11 @@ def test_run_prints_id_progress_and_answer(db_url: str, ledger: Path) -> None:
     ]
     expected.append(f"step 7  final  tokens {7 * TOKENS_PER_CALL}")
     assert lines[1:8] == expected
-    assert lines[8:] == [f"stopped: final after 7 steps, 70 tokens (run {run_id})"]
+    assert len(lines) == 9
+    assert re.fullmatch(
+        rf"stopped: final after 7 steps, 70 tokens, cost 0.007, [0-9.]+s \(run {run_id}\)",
+        lines[8],
+    ), lines[8]
     assert "Traceback" not in result.stderr
     row = run_row(db_url, run_id)
     assert (row["status"], row["stop_reason"], row["output"]) == ("finished", "final", ANSWER)
@@ -232,14 +236,47 @@ def test_an_invalid_run_id_is_a_usage_error(db_url: str, ledger: Path) -> None:
 def test_run_with_an_existing_id_returns_that_run(db_url: str, ledger: Path) -> None:
     assert start_run(ledger, db_url, "same") == 0
     calls = len(model_calls(ledger, "same"))
-    result = invoke(ledger, "run", agent_ref("failing"), "other", "--id", "same", "--db", db_url)
-    assert result.exit_code == 0, result.output
-    assert result.stdout == ANSWER + "\n"
+    # The same request again: the id is an idempotency key for the run itself.
+    again = invoke(ledger, "run", agent_ref("ledgered"), "same", "--id", "same", "--db", db_url)
+    assert again.exit_code == 0, again.output
+    assert again.stdout == ANSWER + "\n"
     assert len(model_calls(ledger, "same")) == calls  # not run again
-    assert model_calls(ledger, "other") == []
     _, rows = _list(ledger, db_url)
     assert [row["id"] for row in rows] == ["same"]  # no second run
     assert rows[0]["task"] == "same"
+
+
+CONFLICTS = [
+    # what the second request changes, what the message names
+    (["failing", "same"], "another agent: agent '/"),
+    (["ledgered", "other"], "another task: task 'same' (asked: 'other')"),
+    (["ledgered", "same", "--max-steps", "3"], "another max_steps: max_steps 8 (asked: 3)"),
+    (["failing", "other"], "another agent, task: agent '/"),
+]
+
+
+@pytest.mark.parametrize(("asked", "message"), CONFLICTS, ids=[" ".join(c[0]) for c in CONFLICTS])
+def test_an_existing_id_with_another_request_is_refused(
+    asked: list[str], message: str, db_url: str, ledger: Path
+) -> None:
+    assert start_run(ledger, db_url, "same") == 0
+    calls = len(model_calls(ledger, "same"))
+    agent, task, *flags = asked
+    for command in ("run", "submit"):
+        result = invoke(
+            ledger, command, agent_ref(agent), task, "--id", "same", *flags, "--db", db_url
+        )
+        assert result.exit_code == 2, result.output
+        line = one_line_error(result.stderr)
+        assert "run same already exists with " in line and message in line, line
+        assert "choose another id" in line
+        assert result.stdout == ""
+    assert len(model_calls(ledger, "same")) == calls
+    assert model_calls(ledger, "other") == []
+    _, rows = _list(ledger, db_url)
+    assert [(row["id"], row["task"], row["agent_name"]) for row in rows] == [
+        ("same", "same", "ledgered")
+    ]
 
 
 def test_run_with_an_unfinished_id_resumes_it(db_url: str, ledger: Path) -> None:
@@ -278,9 +315,11 @@ def test_show_and_resume_a_crashed_run(db_url: str, ledger: Path) -> None:
     _, data = run_json(ledger, db_url, "show", "crashed-1")
     # Showing is no failure (exit 0), whatever the run's state.
     assert (data["status"], data["stop_reason"], data["output"]) == ("running", None, None)
+    assert data["state"] == "stalled"  # its process is dead: nobody runs it any more
     assert data["steps"] == 2
     assert [m["role"] for m in data["transcript"]] == ["user", "assistant", "tool", "assistant"]
-    assert "status    running" in invoke(ledger, "show", "crashed-1", "--db", db_url).stdout
+    shown = invoke(ledger, "show", "crashed-1", "--db", db_url).stdout
+    assert "status    stalled (its holder's process is gone;" in shown
 
     result = invoke(ledger, "resume", "crashed-", "--db", db_url)  # a unique prefix
     assert result.exit_code == 0, result.output
@@ -306,7 +345,8 @@ def test_resume_of_a_finished_run_prints_its_result(db_url: str, ledger: Path) -
     result = invoke(ledger, "resume", "stopped", "--db", db_url)
     assert result.exit_code == 3
     assert result.stdout == ""
-    assert "stopped: max_steps after 1 steps" in result.stderr
+    assert "stopped: max_steps after 1 step, 10 tokens" in result.stderr
+    assert "`runner resume stopped --max-steps N` continues it" in result.stderr
     assert len(model_calls(ledger, "done")) + len(model_calls(ledger, "stopped")) == calls
 
 
@@ -574,8 +614,8 @@ BAD_REFS = [
     ("{folder}/imports_nothing.py:agent", "No module named 'no_such_module_anywhere'"),
     ("{folder}/raises.py:agent", "RuntimeError: agent file blew up"),
     ("no_such_module_anywhere:agent", "no module named 'no_such_module_anywhere'"),
-    ("no-colon", "must look like module:attr"),
 ]
+MALFORMED = ["no-colon", "a:", ":agent", "two words:agent", "mod:not-an-attr", "pkg..mod:agent"]
 
 
 @pytest.mark.parametrize(("ref", "message"), BAD_REFS, ids=[r[0] for r in BAD_REFS])
@@ -589,6 +629,16 @@ def test_a_bad_agent_reference_is_one_line(
     assert message in one_line_error(result.stderr)
     assert result.stdout == ""
     assert _list(ledger, db)[1] == []  # no run was created
+
+
+@pytest.mark.parametrize("ref", MALFORMED)
+def test_a_malformed_agent_reference_is_a_usage_error(ref: str, ledger: Path) -> None:
+    db = f"sqlite:///{ledger / 'refs.db'}"
+    for command in ("run", "submit"):
+        result = invoke(ledger, command, ref, "t", "--db", db)
+        assert result.exit_code == 2, result.output
+        assert "must look like module:attr or file.py:attr" in one_line_error(result.stderr)
+    assert _list(ledger, db)[1] == []
 
 
 def test_a_bad_agent_reference_in_a_real_process(

@@ -28,8 +28,22 @@ def test_python_block_runs(index: int, tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def shell_commands() -> list[str]:
+    return [command for command, _ in shell_lines()]
+
+
+def shell_lines() -> list[tuple[str, str]]:
+    """Each command of the shell blocks with its comment (`# exits 3: ...` sets its code)."""
     lines = [line for block in blocks("sh") for line in block.splitlines()]
-    return [line.split("  #")[0].strip() for line in lines if line.strip()]
+    pairs = [line.partition("  #")[::2] for line in lines if line.strip()]
+    return [(command.strip(), comment.strip()) for command, comment in pairs]
+
+
+def expected_exit(command: str, comment: str) -> set[int]:
+    # Killed by SIGKILL: a shell reports 137; bash -c may exec the command itself (-9).
+    if "timeout -s KILL" in command:
+        return {137, -9}
+    said = re.match(r"exits (\d+)", comment)
+    return {int(said.group(1))} if said else {0}
 
 
 def run_line(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -42,18 +56,28 @@ def test_shell_commands_run_as_written(tmp_path: Path) -> None:
     """Every command of the README's shell blocks, in order, against a scratch database."""
     env = {**os.environ, "RUNNER_DATABASE_URL": f"sqlite:///{tmp_path / 'readme.db'}"}
     env["PATH"] = f"{BIN}:{env['PATH']}"
-    commands = [c for c in shell_commands() if not c.startswith("make ")]
-    assert any("timeout -s KILL" in c for c in commands)
-    for command in commands:
+    lines = [(c, note) for c, note in shell_lines() if not c.startswith("make ")]
+    assert any("timeout -s KILL" in c for c, _ in lines)
+    for command, comment in lines:
         done = run_line(command, env)
-        # Killed by SIGKILL: a shell reports 137; bash -c may exec the command itself (-9).
-        expected = {137, -9} if "timeout -s KILL" in command else {0}
-        assert done.returncode in expected, (command, done.stdout, done.stderr)
+        assert done.returncode in expected_exit(command, comment), (
+            command,
+            done.stdout,
+            done.stderr,
+        )
         assert "Traceback" not in done.stderr
-        if command.endswith("resume demo-crash"):
+        if "list --status stalled" in command:
+            assert done.stdout.splitlines()[1].split()[:2] == ["demo-crash", "stalled"]
+        if command.endswith(("resume demo-crash", "resume demo-short --max-steps 5")):
             assert done.stdout.strip() == "35"
         if command.endswith("show demo-crash"):
-            assert "finished: final" in done.stdout and "1 resumes" in done.stdout
+            assert "finished: final" in done.stdout
+            assert re.search(r", 1 resume$", done.stdout, re.M), done.stdout  # not "1 resumes"
+        if "fork demo-crash" in command:
+            assert done.stdout.strip() == "35"
+            assert "forked from demo-crash at step 1" in done.stderr
+        if command.endswith("replay demo-crash"):
+            assert "agrees" in done.stdout
 
 
 def test_make_demo_recipe_runs(tmp_path: Path) -> None:

@@ -280,11 +280,17 @@ def test_submit_queues_once_per_id_and_worker_once_drains(cluster: Cluster) -> N
     queued = json.loads(first.stdout)
     assert (queued["id"], queued["status"], queued["worker"]) == ("final-000", "queued", None)
 
-    # The same id again (even with another task and budgets) never creates a second run.
-    again = cluster.cli("submit", AGENT, "final other", "--id", "final-000", "--max-steps", "1")
+    # The same id again never creates a second run: the same request names the run, and
+    # another task or budgets are refused (a usage error).
+    again = cluster.cli("submit", AGENT, "final final-000", "--id", "final-000")
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "final-000"
-    assert cluster.runner.submit(AGENT, "final other", id="final-000") == "final-000"
+    assert cluster.runner.submit(AGENT, "final final-000", id="final-000") == "final-000"
+    other_task = cluster.cli(
+        "submit", AGENT, "final other", "--id", "final-000", "--max-steps", "1"
+    )
+    assert other_task.returncode == 2, other_task.stderr
+    assert "already exists with another task, max_steps" in other_task.stderr
 
     # Budget flags reach the queued run.
     budgeted = cluster.cli("submit", AGENT, "max_steps x", "--max-steps", "2")
@@ -528,7 +534,7 @@ def test_poison_run_ends_in_crash_loop_and_the_queue_goes_on(cluster: Cluster) -
 
     rows = cluster.rows()
     assert str(rows[poisoned].stop_reason) == "crash_loop", cluster.logs()
-    assert "without progress" in (rows[poisoned].error or "")
+    assert "times in a row without a new journal entry" in (rows[poisoned].error or "")
     # Bounded: the first claim, the takeover that found progress, then one takeover without
     # progress (--max-resumes 1); the next claim gave up without running it.
     attempts = [t["attempt"] for t in cluster.tool_begins() if t["tool"] == "poison"]
@@ -647,14 +653,14 @@ def test_list_and_show_name_the_worker_holding_a_run(cluster: Cluster) -> None:
     (entry,) = [run for run in json.loads(listed.stdout) if run["id"] == run_id]
     detail = json.loads(shown.stdout)
     for data in (entry, detail):
-        assert data["status"] == "running"
+        assert (data["status"], data["state"]) == ("running", "running")  # alive: not stalled
         assert f":{worker.pid}:" in data["worker"]
         since = datetime.fromisoformat(data["worker_since"])
         assert before <= since <= datetime.now(UTC)
         assert (data["worker"], since) == (held.lease_owner, held.leased_at)
 
     (line,) = [line for line in table.stdout.splitlines() if line.startswith(run_id)]
-    assert f"{held.lease_owner} since " in line
+    assert f"{held.lease_owner}, seen " in line and line.endswith(" ago")
     assert f"worker    {held.lease_owner} since " in text.stdout
 
 

@@ -14,6 +14,7 @@ from runner import (
     Agent,
     AgentLoadError,
     AmbiguousRunId,
+    RunConflict,
     Runner,
     RunNotFound,
     StopReason,
@@ -190,16 +191,34 @@ def test_an_existing_id_returns_the_stored_result_without_the_model(db_url: str)
         first_model = Counting(solver)
         first = runner.run(Agent(first_model, TOOLS), "2+3?", id="job-1")
         again_model = Counting(solver)
-        again = runner.run(Agent(again_model, TOOLS), "a different task", id="job-1")
-        submitted = runner.submit(SOLVER_REF, "yet another task", id="job-1")
+        again = runner.run(Agent(again_model, TOOLS), "2+3?", id="job-1")
         assert count_runs(runner.engine) == 1
         assert count_entries(runner.engine, "job-1") == 4
     assert first_model.calls == 2
     assert again_model.calls == 0
-    assert submitted == "job-1"
     assert first.run_id == again.run_id == "job-1"
     assert fields(again) == fields(first)
-    assert again.transcript[0]["content"] == "2+3?"
+
+
+def test_an_existing_id_with_another_task_or_budgets_is_a_conflict(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        runner.run(Agent(solver, TOOLS), "2+3?", id="job-1")
+        with pytest.raises(RunConflict, match="another task: task '2\\+3\\?'") as raised:
+            runner.run(Agent(Counting(solver), TOOLS), "a different task", id="job-1")
+        assert raised.value.differences == {"task": ("2+3?", "a different task")}
+        with pytest.raises(RunConflict, match="max_steps 8 \\(asked: 3\\)"):
+            runner.run(Agent(solver, TOOLS), "2+3?", id="job-1", max_steps=3)
+        assert count_runs(runner.engine) == 1
+        assert count_entries(runner.engine, "job-1") == 4
+        # The same request still names the run.
+        assert runner.run(Agent(solver, TOOLS), "2+3?", id="job-1").output == "5"
+        # Agents are told apart by reference when both have one, else by name.
+        assert runner.submit(SOLVER_REF, "2+3?", id="job-3") == "job-3"
+        assert runner.submit(SOLVER_REF, "2+3?", id="job-3") == "job-3"
+        with pytest.raises(RunConflict, match=r"another agent: agent '/.*agents\.py:solver_agent'"):
+            runner.submit(Agent(solver, TOOLS, name="other", ref="x:y"), "2+3?", id="job-3")
+        with pytest.raises(RunConflict, match="another agent: agent 'solver' \\(asked: 'nn'"):
+            runner.run(Agent(solver, TOOLS, name="nn"), "2+3?", id="job-3")
 
 
 def test_run_resumes_an_unfinished_run_with_that_id(db_url: str) -> None:
@@ -207,7 +226,7 @@ def test_run_resumes_an_unfinished_run_with_that_id(db_url: str) -> None:
         first = tool_action("job-2", 1, "add", {"a": 2, "b": 3}, Counters())
         died_with(runner.engine, "job-2", "2+3?", [first, observation(first, "5")])
         model = Counting(solver)
-        result = runner.run(Agent(model, TOOLS), "ignored: the run exists", id="job-2")
+        result = runner.run(Agent(model, TOOLS), "2+3?", id="job-2")
         assert count_runs(runner.engine) == 1
     assert (result.stop_reason, result.output, result.steps) == ("final", "5", 2)
     assert model.calls == 1  # step 1 came from the journal
