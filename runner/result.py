@@ -7,6 +7,7 @@ from typing import Any
 
 from runner.budgets import StopReason
 from runner.status import RunStatus
+from runner.waiting import Wait
 
 
 @dataclass
@@ -23,3 +24,4 @@ class AgentResult:
     wrapped_up: bool = False  # the output came from the opt-in last call after a budget stop
     run_id: str | None = None
     status: RunStatus = RunStatus.FINISHED  # a durable run read before it stopped: queued/running
+    waiting: Wait | None = None  # what a `waiting` run waits for: the call and its question
