@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runner.agent import Agent
+from runner.ask import ask_human
 from runner.budgets import Budgets, StopReason
 from runner.context import cut_observations, last_steps
 from runner.errors import (
@@ -24,17 +25,22 @@ from runner.errors import (
     MissingExtra,
     ModelFatal,
     ModelRetryable,
+    NotWaiting,
     QueryFailed,
     ReplayMismatch,
     RunnerError,
     RunNotFound,
+    RunWaiting,
     SchemaOutOfDate,
+    WrongAnswer,
 )
 from runner.models import AnthropicMessages, OpenAIChat, Price
 from runner.result import AgentResult
 from runner.run import run_agent
 from runner.scripted import agent_loop
+from runner.status import RunStatus
 from runner.tools import NOT_APPLIED, Tool, ToolCall, current_call, tool
+from runner.waiting import Answer, Answered, Asks, Wait
 
 if TYPE_CHECKING:
     from runner.durable import Runner
@@ -56,7 +62,10 @@ __all__ = [
     "AgentLoadError",
     "AgentResult",
     "AmbiguousRunId",
+    "Answer",
+    "Answered",
     "AnthropicMessages",
+    "Asks",
     "Budgets",
     "DatabaseUnavailable",
     "LeaseHeld",
@@ -64,18 +73,24 @@ __all__ = [
     "MissingExtra",
     "ModelFatal",
     "ModelRetryable",
+    "NotWaiting",
     "OpenAIChat",
     "Price",
     "QueryFailed",
     "ReplayMismatch",
     "RunNotFound",
+    "RunStatus",
+    "RunWaiting",
     "Runner",
     "RunnerError",
     "SchemaOutOfDate",
     "StopReason",
     "Tool",
     "ToolCall",
+    "Wait",
+    "WrongAnswer",
     "agent_loop",
+    "ask_human",
     "current_call",
     "cut_observations",
     "last_steps",

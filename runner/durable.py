@@ -70,9 +70,19 @@ class Runner:
     # -- starting runs --------------------------------------------------------------------
 
     def submit(
-        self, agent: Agent | str, task: str, *, id: str | None = None, **budgets: Any
+        self,
+        agent: Agent | str,
+        task: str,
+        *,
+        id: str | None = None,
+        wake: bool = True,
+        **budgets: Any,
     ) -> str:
-        """Queue a run for a worker; an `id` that exists never creates a second run."""
+        """Queue a run for a worker; an `id` that exists never creates a second run.
+
+        On PostgreSQL idle workers are woken at once (NOTIFY); `wake=False` leaves the run
+        to their polling (for a caller about to resume it itself).
+        """
         loaded = self._agent(agent)
         ref = loaded.reference()
         if ref is None:
@@ -80,7 +90,7 @@ class Runner:
                 "a queued run needs an agent a worker can import: define the Agent at module "
                 "level or pass ref='module:attr'"
             )
-        return self._create(loaded, ref, task, id, budgets)
+        return self._create(loaded, ref, task, id, budgets, wake=wake)
 
     def run(
         self,

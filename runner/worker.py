@@ -6,7 +6,9 @@ number of workers on any number of machines can share one queue. A worker that d
 its leases to expire; the next claimer resumes those runs by the step protocol. A run taken
 over without having recorded anything since its last takeover is a suspect (it may be what
 kills its workers): it runs alone until it records an entry, so it takes no neighbour down
-with it, and no innocent neighbour is counted towards crash_loop.
+with it, and no innocent neighbour is counted towards crash_loop. A run that comes to a call
+needing a person's answer gives its slot back at once and waits in the database. An idle
+worker sleeps its poll interval, or on PostgreSQL until a NOTIFY says a run was queued.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from runner.errors import (
     first_line,
 )
 from runner.journal import Entry
+from runner.status import RunStatus
+from runner.wakeup import Wakeup
 
 Log = Callable[[str], None]
 
@@ -81,6 +85,8 @@ class Worker:
         self._db_backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
         self._db_wait = 0.0
         self.finished = 0
+        # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
+        self.wakeup = Wakeup(self.runner.engine, self._wake, log=self.log)
 
     @property
     def name(self) -> str:
@@ -90,9 +96,16 @@ class Worker:
 
     def serve(self) -> None:
         """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
-        self.log(f"worker {self.name} serving {safe_url(self.runner.engine.url)}")
+        listening = not self.once and self.wakeup.start()
+        self.log(
+            f"worker {self.name} serving {safe_url(self.runner.engine.url)}"
+            + (" (woken by NOTIFY)" if listening else "")
+        )
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
             while not self.stopping.is_set():
+                # Cleared before looking, not after: a wake-up that comes while this looks
+                # (a run submitted just after the claim found none) must not be lost.
+                self._wake.clear()
                 self._reap()
                 claimed = False
                 if len(self._active) < self.concurrency:
@@ -101,12 +114,12 @@ class Worker:
                     continue
                 if self.once and not self._active:
                     break
-                self._wake.clear()
                 self._wake.wait(self._db_wait or self.poll)
             # Graceful stop: each run pauses before its next model call and is released.
             for future in list(self._active.values()):
                 future.result()
             self._reap()
+        self.wakeup.close()
         self.runner.close()
         self.log(f"worker {self.name} stopped after finishing {self.finished} runs")
 
@@ -186,6 +199,13 @@ class Worker:
             return
         except Exception as exc:
             self.log(f"run {run.id} interrupted by {type(exc).__name__}: {exc}")
+            return
+        if result.status is RunStatus.WAITING and result.waiting is not None:
+            wait = result.waiting
+            self.log(
+                f"run {run.id} waits for {wait.asks} of {wait.question} (call {wait.call}): "
+                "released until a person answers"
+            )
             return
         self.finished += 1
         self.log(f"run {run.id} finished: {result.stop_reason} after {result.steps} steps")

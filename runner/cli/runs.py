@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 EXIT_FINAL = 0
 EXIT_ERROR = 1
 EXIT_STOPPED = 3  # the run stopped for a reason other than a final answer
+EXIT_WAITING = 4  # the run waits for a person's answer (`runner approve/deny/reply`)
 
 
 def _runner(url: str | None, observer: Callable[[str, Entry], None] | None = None) -> Runner:
@@ -33,9 +34,23 @@ def _runner(url: str | None, observer: Callable[[str, Entry], None] | None = Non
 def finish(result: AgentResult, as_json: bool) -> None:
     if as_json:
         output.print_json(output.run_json(result))
+    elif result.status is RunStatus.WAITING:
+        output.waiting(result)
     else:
         output.stopped(result)
+    if result.status is RunStatus.WAITING:
+        sys.exit(EXIT_WAITING)
     sys.exit(EXIT_FINAL if result.stop_reason == StopReason.FINAL else EXIT_STOPPED)
+
+
+def wait_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--wait",
+        "block",
+        is_flag=True,
+        help="At a call that needs a person's answer, block until it comes and go on "
+        "(instead of exiting 4).",
+    )(fn)
 
 
 @click.command()
@@ -43,20 +58,29 @@ def finish(result: AgentResult, as_json: bool) -> None:
 @click.argument("task")
 @budget_options
 @click.option("--id", "run_id", default=None, help="Choose the run id (an existing one resumes).")
+@wait_option
 @db_option
 @json_option
 def run(
-    agent: str, task: str, run_id: str | None, url: str | None, as_json: bool, **budgets: Any
+    agent: str,
+    task: str,
+    run_id: str | None,
+    block: bool,
+    url: str | None,
+    as_json: bool,
+    **budgets: Any,
 ) -> None:
     """Run AGENT (module:attr or file.py:attr) on TASK until it stops.
 
     The run id goes to stderr before the first step: if the process dies, continue with
-    `runner resume ID`. Exit code 0 for a final answer, 3 for any other stop.
+    `runner resume ID`. Exit code 0 for a final answer, 3 for any other stop, 4 when the
+    run waits for a person's answer (it prints the command that gives it).
     """
     with _runner(url, observer=None if as_json else output.progress) as runner:
-        chosen = runner.submit(agent, task, id=run_id, **given(budgets))
+        # Not announced to idle workers: this process runs it, now.
+        chosen = runner.submit(agent, task, id=run_id, wake=False, **given(budgets))
         output.line(f"run {chosen}", err=True)
-        result = runner.resume(chosen)
+        result = runner.resume(chosen, wait=block)
     finish(result, as_json)
 
 
@@ -83,12 +107,20 @@ def submit(
 @click.command()
 @click.argument("run_id", metavar="ID")
 @click.option("--steal", is_flag=True, help="Take the run over even if a live worker holds it.")
+@wait_option
 @db_option
 @json_option
-def resume(run_id: str, steal: bool, url: str | None, as_json: bool) -> None:
-    """Continue run ID where its journal ends (ID may be a unique prefix)."""
+def resume(run_id: str, steal: bool, block: bool, url: str | None, as_json: bool) -> None:
+    """Continue run ID where its journal ends (ID may be a unique prefix).
+
+    Exit codes as `runner run`: a run still waiting for its answer exits 4.
+    """
     with _runner(url, observer=None if as_json else output.progress) as runner:
-        result = runner.resume(run_id, steal=steal)
+        if block and not as_json:
+            waiting = runner.waiting_for(run_id)
+            if waiting is not None:
+                output.line(output.wait_lines(waiting)[0], err=True)
+        result = runner.resume(run_id, steal=steal, wait=block)
     finish(result, as_json)
 
 
@@ -134,7 +166,7 @@ def list_(
     url: str | None,
     as_json: bool,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first (`--status waiting`: what each waits for, and since when)."""
     with _runner(url) as runner:
         rows = runner.list(
             status=RunStatus(status) if status else None,
@@ -142,8 +174,11 @@ def list_(
             release=release,
             limit=limit,
         )
+        waits = runner.waits(rows)
     if as_json:
-        output.print_json([output.run_json(None, row) for row in rows])
+        output.print_json([output.run_json(None, row, wait=waits.get(row.id)) for row in rows])
+    elif status == RunStatus.WAITING:
+        output.line(output.waits_table(rows, waits))
     else:
         output.line(output.runs_table(rows))
 
@@ -156,6 +191,7 @@ def cancel(run_id: str, url: str | None) -> None:
     with _runner(url) as runner:
         result = runner.cancel(run_id)
     if result.status is RunStatus.FINISHED:
+        # A waiting run holds no worker: it is finished `cancelled` at once.
         output.line(f"run {result.run_id} is finished: {result.stop_reason}")
     else:
         output.line(f"run {result.run_id}: cancel requested; it stops before its next step")
