@@ -114,12 +114,22 @@ def answer(
             found = _open_wait(connection, run.id) if run.status is RunStatus.WAITING else None
             if found is None:
                 raise NotWaiting(_why_not_waiting(connection, run))
-            _check_fits(run, _wait_of(run, found), given, call)
-            _record(connection, run, found, given, text, by, at)
+            wait = _wait_of(run, found)
+            _check_fits(run, wait, given, call)
+            expired = wait.expires_at is not None and wait.expires_at <= at
+            if expired:  # too late: the timeout is the answer, as a claim would record it
+                time_out(connection, run, at)
+            else:
+                _record(connection, run, found, given, text, by, at)
     except IntegrityError:
         # Another answer took the seq after the wait first (the row lock should have made
         # this one wait for it and see it): the same refusal, whichever way it lost.
         raise NotWaiting(f"run {run_id} was answered by someone else meanwhile") from None
+    if expired:
+        raise NotWaiting(
+            f"run {run.id} waited too long: call {wait.call} was denied at {at:%H:%M:%S} UTC, "
+            f"{timed_out_reason(float(run.budgets.get('approval_timeout') or 0))}"
+        )
     # The answer is durable: a crash from here on leaves a queued run to resume.
     fault("after_answer_commit")
     assert found.entry.idempotency_key is not None

@@ -347,7 +347,7 @@ class Runner:
         )
 
     def wait_for_answer(
-        self, run_id: str, *, poll: float = ANSWER_POLL_SECONDS, timeout: float | None = None
+        self, run_id: str, *, poll: float | None = None, timeout: float | None = None
     ) -> store.RunRow:
         """Block until the run stops waiting (answered, cancelled, or its approval_timeout
         passed, which the next claim records), or `timeout` seconds; the run's row then."""
@@ -358,10 +358,11 @@ class Runner:
         run_id: str,
         status: RunStatus,
         *,
-        poll: float = ANSWER_POLL_SECONDS,
+        poll: float | None = None,
         timeout: float | None = None,
     ) -> store.RunRow:
         """Block while the run has `status`; on PostgreSQL a NOTIFY wakes this at once."""
+        poll = ANSWER_POLL_SECONDS if poll is None else poll
         woken = threading.Event()
         give_up = None if timeout is None else self.clock.time() + timeout
         with Wakeup(self.engine, woken):
