@@ -220,18 +220,23 @@ def _check_fits(run: RunRow, wait: Wait, given: Answer, call: str | None) -> Non
 
 
 def _why_not_waiting(connection: Connection, run: RunRow) -> str:
-    if run.status is RunStatus.FINISHED:
-        return f"run {run.id} is finished ({run.stop_reason}): it waits for no answer"
     last = connection.execute(
         select(entries)
         .where(entries.c.run_id == run.id, entries.c.kind == EntryKind.ANSWER)
         .order_by(entries.c.seq.desc())
         .limit(1)
     ).first()
-    if last is not None and run.status is not RunStatus.WAITING:
+    answered = ""
+    if last is not None:
         by = f" by {last.answered_by}" if last.answered_by else ""
-        return (
-            f"run {run.id} is not waiting: call {last.idempotency_key} was already "
-            f"{str(last.answer).replace('_', ' ')}{by} at {last.created_at:%Y-%m-%d %H:%M:%S} UTC"
+        verb = str(last.answer).replace("_", " ")
+        answered = (
+            f"call {last.idempotency_key} was already {verb}{by} "
+            f"at {last.created_at:%Y-%m-%d %H:%M:%S} UTC"
         )
+    if run.status is RunStatus.FINISHED:
+        why = f"run {run.id} is finished ({run.stop_reason}): it waits for no answer"
+        return f"{why} ({answered})" if answered else why
+    if answered and run.status is not RunStatus.WAITING:
+        return f"run {run.id} is not waiting: {answered}"
     return f"run {run.id} is not waiting for an answer (it is {run.status})"
