@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
-from runner.backend import backend_for
+from runner.backend import Listening, backend_for
 from runner.backoff import Backoff
 from runner.errors import first_line
 
@@ -41,8 +41,9 @@ class Wakeup:
         self.event = event
         self.log = log or (lambda line: None)
         self.backend = backend_for(engine.dialect.name)
-        # Set while the thread holds a LISTEN connection (tests wait for it).
+        # Set while the thread holds a LISTEN connection; how many it opened (for tests).
         self.listening = threading.Event()
+        self.connections = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -78,6 +79,7 @@ class Wakeup:
                 continue
             if listening is None:
                 return
+            self.connections += 1
             # Runs announced while nobody listened (before the first LISTEN, or during an
             # outage): one look at the queue finds them.
             self.event.set()
@@ -88,10 +90,14 @@ class Wakeup:
                         self.event.set()
                     backoff.reset()
             except Exception as exc:
+                self._close(listening)
                 delay = backoff.next()
                 self.log(f"stopped listening for new runs, again in {delay:g}s: {first_line(exc)}")
                 self._stop.wait(delay)
             finally:
-                self.listening.clear()
-                with contextlib.suppress(Exception):
-                    listening.close()
+                self._close(listening)
+
+    def _close(self, listening: Listening) -> None:
+        self.listening.clear()
+        with contextlib.suppress(Exception):  # a broken connection may fail to close
+            listening.close()
