@@ -32,6 +32,17 @@ def shell_commands() -> list[str]:
     return [line.split("  #")[0].strip() for line in lines if line.strip()]
 
 
+def expected_exits() -> dict[str, int]:
+    """Commands whose comment says they exit with another code: `...  # exits 4: ...`."""
+    lines = [line for block in blocks("sh") for line in block.splitlines()]
+    found = (re.search(r"  # exits (\d+)", line) for line in lines)
+    return {
+        line.split("  #")[0].strip(): int(match.group(1))
+        for line, match in zip(lines, found, strict=True)
+        if match
+    }
+
+
 def run_line(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
@@ -44,16 +55,25 @@ def test_shell_commands_run_as_written(tmp_path: Path) -> None:
     env["PATH"] = f"{BIN}:{env['PATH']}"
     commands = [c for c in shell_commands() if not c.startswith("make ")]
     assert any("timeout -s KILL" in c for c in commands)
+    exits = expected_exits()
+    assert 4 in exits.values()  # the refund agent's run waits for approval
     for command in commands:
         done = run_line(command, env)
         # Killed by SIGKILL: a shell reports 137; bash -c may exec the command itself (-9).
-        expected = {137, -9} if "timeout -s KILL" in command else {0}
+        expected = {137, -9} if "timeout -s KILL" in command else {exits.get(command, 0)}
         assert done.returncode in expected, (command, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr
         if command.endswith("resume demo-crash"):
             assert done.stdout.strip() == "35"
         if command.endswith("show demo-crash"):
             assert "finished: final" in done.stdout and "1 resumes" in done.stdout
+        if "--id refund-1" in command:
+            assert "runner approve refund-1 --call refund-1-2" in done.stderr
+        if command.endswith("resume refund-1"):
+            assert done.stdout.strip() == "Done: refunded 249.00 EUR on order 1042."
+        if command.endswith("show refund-2"):
+            assert "Denied: refunded already, as refund-1" in done.stdout
+            assert "answer    No refund for 1042." in done.stdout
 
 
 def test_make_demo_recipe_runs(tmp_path: Path) -> None:
