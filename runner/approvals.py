@@ -28,6 +28,9 @@ from runner.status import RunStatus
 from runner.store import RunRow, entry_of, entry_row, lock_run, reading
 from runner.waiting import Answer, Answered, Asks, Wait, timed_out_reason
 
+# The width of entries.answered_by.
+BY_LIMIT = 200
+
 
 @dataclass(frozen=True)
 class _Open:
@@ -104,6 +107,8 @@ def answer(
     if given in (Answer.DENIED, Answer.REPLIED) and not (text or "").strip():
         what = "a reason" if given is Answer.DENIED else "the reply's text"
         raise ValueError(f"{what} must not be empty")
+    if len(by) > BY_LIMIT:
+        raise ValueError(f"who answers must be named in at most {BY_LIMIT} characters")
     at = utc_now(clock)
     try:
         with engine.begin() as connection:

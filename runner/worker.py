@@ -200,12 +200,10 @@ class Worker:
         except Exception as exc:
             self.log(f"run {run.id} interrupted by {type(exc).__name__}: {exc}")
             return
-        if result.status is RunStatus.WAITING and result.waiting is not None:
+        if result.status is RunStatus.WAITING:
             wait = result.waiting
-            self.log(
-                f"run {run.id} waits for {wait.asks} of {wait.question} (call {wait.call}): "
-                "released until a person answers"
-            )
+            what = f" for {wait.asks} of {wait.question} (call {wait.call})" if wait else ""
+            self.log(f"run {run.id} waits{what}: released until a person answers")
             return
         self.finished += 1
         self.log(f"run {run.id} finished: {result.stop_reason} after {result.steps} steps")

@@ -185,11 +185,20 @@ def test_ask_human_waits_for_a_reply_and_the_model_reads_it(db_url: str) -> None
         assert (result.waiting.asks, result.waiting.question) == (Asks.REPLY, "Which colour?")
         with pytest.raises(WrongAnswer, match="reply to its question, not an approval"):
             runner.approve("q1")
+        with pytest.raises(ValueError, match="the reply's text must not be empty"):
+            runner.reply("q1", " ")
         runner.reply("q1", "blue", by="cy")
         done = runner.resume("q1", agent=agent)
-        (approval,) = rows(runner, "SELECT waits_for, answer, note FROM approvals")
+        # A person may also decline a question: the model reads it as a denial.
+        runner.run(agent, "paint", id="q2")
+        runner.deny("q2", reason="ask the designer")
+        declined = runner.resume("q2", agent=agent)
+        (approval, _) = rows(
+            runner, "SELECT waits_for, answer, note FROM approvals ORDER BY run_id"
+        )
     assert done.output == "painting it blue"
     assert approval == {"waits_for": "reply", "answer": "replied", "note": "blue"}
+    assert declined.output == "painting it Denied: ask the designer"
 
 
 def test_bad_answers_are_refused_and_write_nothing(db_url: str) -> None:
@@ -206,6 +215,8 @@ def test_bad_answers_are_refused_and_write_nothing(db_url: str) -> None:
         for blank in ("", "   "):
             with pytest.raises(ValueError, match="a reason must not be empty"):
                 runner.deny("b1", reason=blank)
+        with pytest.raises(ValueError, match="at most 200 characters"):
+            runner.approve("b1", by="x" * 201)
         assert kinds(runner, "b1") == before
         assert runner.row("b1").status is RunStatus.WAITING
 
@@ -480,3 +491,32 @@ def test_waiting_runs_are_listed_with_what_they_wait_for(db_url: str) -> None:
         assert expired == 2
         assert runner.get("l0").waiting == waits["l0"]
         assert runner.get("l1").waiting is None
+
+
+def test_a_run_blocked_on_its_wait_goes_on_when_approval_timeout_passes(db_url: str) -> None:
+    clock = ManualClock()
+    shop = Shop()
+    outcome: list[Any] = []
+    with Runner(db_url, clock=clock) as runner:
+        blocked = threading.Thread(
+            target=lambda: outcome.append(
+                runner.run(shop.agent, "refund", id="bt", approval_timeout=30, wait=True)
+            )
+        )
+        blocked.start()
+        for _ in range(1000):  # until it waits (real time: the run's own steps)
+            if _waiting(runner, "bt"):
+                break
+            threading.Event().wait(0.01)
+        clock.advance(31)  # nobody answered: the blocked process applies the timeout itself
+        blocked.join(30)
+    (done,) = outcome
+    assert (done.status, done.output) == ("finished", "Denied: no answer within 30s")
+    assert shop.refunds == []
+
+
+def _waiting(runner: Runner, run_id: str) -> bool:
+    try:
+        return runner.row(run_id).status is RunStatus.WAITING
+    except RunNotFound:
+        return False
