@@ -9,10 +9,12 @@ own bookkeeping; every call has new arguments, so no repeat rule fires.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
-from runner import Agent
+from runner import Agent, tool
 
 # Budgets that never stop a benchmark run before its answer.
 UNLIMITED: dict[str, Any] = {
@@ -64,3 +66,25 @@ def make_agent() -> Agent:
 
 
 REF = f"{Path(__file__).resolve()}:make_agent"
+
+
+# benchmarks/approvals.py: one call that needs approval, which notes when it starts (in the
+# file RUNNER_BENCH_STARTS names), then the answer.
+STARTS_VARIABLE = "RUNNER_BENCH_STARTS"
+
+
+@tool(approval=True)
+def pay(n: int) -> str:
+    with open(os.environ[STARTS_VARIABLE], "a") as starts:
+        starts.write(f"{n} {time.time():.6f}\n")
+    return f"paid {n}"
+
+
+def approval_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(transcript) == 1:
+        return {"type": "tool", "name": "pay", "args": {"n": int(transcript[0]["content"])}}
+    return {"type": "final", "content": "done"}
+
+
+approval_agent = Agent(approval_model, {"pay": pay}, name="approvals-bench")
+APPROVAL_REF = f"{Path(__file__).resolve()}:approval_agent"

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from runner.agent import Agent
+from runner.ask import ask_human
 from runner.budgets import Budgets, StopReason
 from runner.context import cut_observations, last_steps
 from runner.errors import (
@@ -28,20 +29,25 @@ from runner.errors import (
     MissingExtra,
     ModelFatal,
     ModelRetryable,
+    NotWaiting,
     QueryFailed,
     ReplayMismatch,
     RequestRefused,
     RunConflict,
     RunnerError,
     RunNotFound,
+    RunWaiting,
     SchemaOutOfDate,
     SchemaTooNew,
+    WrongAnswer,
 )
 from runner.models import AnthropicMessages, OpenAIChat, Price
 from runner.result import AgentResult
 from runner.run import run_agent
 from runner.scripted import agent_loop
+from runner.status import RunStatus
 from runner.tools import NOT_APPLIED, Tool, ToolCall, current_call, tool
+from runner.waiting import Answer, Answered, Asks, Wait
 
 if TYPE_CHECKING:
     from runner.durable import Runner
@@ -63,7 +69,10 @@ __all__ = [
     "AgentLoadError",
     "AgentResult",
     "AmbiguousRunId",
+    "Answer",
+    "Answered",
     "AnthropicMessages",
+    "Asks",
     "BadAgentReference",
     "Budgets",
     "CannotContinue",
@@ -75,6 +84,7 @@ __all__ = [
     "MissingExtra",
     "ModelFatal",
     "ModelRetryable",
+    "NotWaiting",
     "OpenAIChat",
     "Price",
     "QueryFailed",
@@ -82,6 +92,8 @@ __all__ = [
     "RequestRefused",
     "RunConflict",
     "RunNotFound",
+    "RunStatus",
+    "RunWaiting",
     "Runner",
     "RunnerError",
     "SchemaOutOfDate",
@@ -89,7 +101,10 @@ __all__ = [
     "StopReason",
     "Tool",
     "ToolCall",
+    "Wait",
+    "WrongAnswer",
     "agent_loop",
+    "ask_human",
     "current_call",
     "cut_observations",
     "last_steps",

@@ -3,9 +3,9 @@
 The rest of the store writes portable SQLAlchemy; where the two databases truly differ
 (how an engine is set up, how a write transaction begins, the fenced journal write, plain
 and snapshot reads, whose clock leases are measured on, how migrations are serialised,
-which errors mean a damaged database) it asks `backend_for(...)`. `runner sql`'s
-read-only connections, a whole idea each, are `runner.history.sqlite_reader` and
-`postgres_reader`, picked by `runner.history.query`.
+which errors mean a damaged database, how idle workers are woken) it asks
+`backend_for(...)`. `runner sql`'s read-only connections, a whole idea each, are
+`runner.history.sqlite_reader` and `postgres_reader`, picked by `runner.history.query`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from sqlalchemy import Engine, Insert, bindparam, case, create_engine, event, insert, select, update
@@ -38,6 +38,19 @@ ENTRY_COLUMNS = [column.name for column in entries.columns]
 # The advisory lock key of runner's migrations on PostgreSQL: "runner" in ASCII.
 MIGRATION_LOCK = 0x72756E6E6572
 
+# The channel on which a run queued (submitted, answered, given back) is announced.
+WAKE_CHANNEL = "runner_wake"
+
+
+class Listening(Protocol):
+    """A connection of its own that hears when runs are queued (PostgreSQL LISTEN)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a run is announced (True) or `timeout` seconds pass (False)."""
+        ...
+
+    def close(self) -> None: ...
+
 
 class Backend:
     """What one database needs done its own way. Subclasses hold the two real ones."""
@@ -46,6 +59,8 @@ class Backend:
     title: str  # the database's name for people
     # Whether `runner` may migrate a brand-new, empty database by itself on first use.
     migrates_fresh_files = False
+    # Whether idle workers can be woken when a run is queued (else they only poll).
+    notifies = False
 
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
         raise NotImplementedError
@@ -85,6 +100,13 @@ class Backend:
     def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
         """The clock leases are measured on: one that every worker of this database shares."""
         return base
+
+    def wake_workers(self, connection: Connection) -> None:
+        """Announce, when `connection`'s transaction commits, that a run became runnable."""
+
+    def listen(self, engine: Engine) -> Listening | None:
+        """A new connection that hears those announcements; None where workers must poll."""
+        return None
 
 
 def _entry_values() -> list[Any]:
@@ -176,6 +198,7 @@ class SqliteBackend(Backend):
         return {DEFERRED: True}  # a read transaction in WAL mode is one snapshot
 
     # clock: every process using a SQLite file runs on this machine, on its clock.
+    # wake_workers, listen: SQLite has no notifications; its workers poll.
 
 
 class PostgresBackend(Backend):
@@ -183,6 +206,7 @@ class PostgresBackend(Backend):
 
     name = "postgresql"
     title = "PostgreSQL"
+    notifies = True
 
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
         return create_engine(url, pool_pre_ping=True, **kwargs)
@@ -242,6 +266,39 @@ class PostgresBackend(Backend):
         clock = DatabaseClock(engine, base)
         clock.time()  # measured now, while the caller is connecting anyway
         return clock
+
+    def wake_workers(self, connection: Connection) -> None:
+        # NOTIFY inside the transaction: PostgreSQL delivers it at commit, and not at all on
+        # a rollback, so a listener never hears of a run it cannot see yet.
+        connection.exec_driver_sql(f"NOTIFY {WAKE_CHANNEL}")
+
+    def listen(self, engine: Engine) -> Listening:
+        import psycopg
+
+        # The engine's own connect arguments, on a connection outside its pool: a LISTEN
+        # lasts as long as the session, so it must not go back to the pool to be reused.
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+        try:
+            connection.execute(f"LISTEN {WAKE_CHANNEL}")
+        except BaseException:
+            connection.close()
+            raise
+        return _PostgresListening(connection)
+
+
+class _PostgresListening:
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    def wait(self, timeout: float) -> bool:
+        heard = False
+        for _ in self.connection.notifies(timeout=timeout, stop_after=1):
+            heard = True
+        return heard
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 _BACKENDS: dict[str, Backend] = {"sqlite": SqliteBackend(), "postgresql": PostgresBackend()}

@@ -73,6 +73,9 @@ class Budgets:
     retry_backoff: float = 0.5
     tool_timeout: float | None = None
     wrap_up: bool = False
+    # Seconds a call may wait for a person's answer; then it is denied, saying so. Waiting
+    # time never counts against max_seconds, which measures the run's active time.
+    approval_timeout: float | None = None
 
     def __post_init__(self) -> None:
         _check_int("max_steps", self.max_steps, allow_none=False)
@@ -84,6 +87,7 @@ class Budgets:
         _check_number("max_cost", self.max_cost)
         _check_number("retry_backoff", self.retry_backoff, allow_none=False)
         _check_number("tool_timeout", self.tool_timeout, positive=True)
+        _check_number("approval_timeout", self.approval_timeout, positive=True)
         if not isinstance(self.wrap_up, bool):
             raise ValueError(f"wrap_up must be True or False, not {self.wrap_up!r}")
 

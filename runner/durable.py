@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from runner import fork, leases, liveness, revival, store
+from runner import approvals, fork, leases, liveness, revival, store
 from runner.agent import Agent, load_agent, with_budgets
 from runner.backend import backend_for
 from runner.budget_changes import CHANGE_KINDS
@@ -18,7 +19,7 @@ from runner.conflicts import conflict, differences
 from runner.database import connect, resolve_url
 from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re-exported
 from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
-from runner.errors import AgentLoadError, RunnerError
+from runner.errors import AgentLoadError, LeaseHeld, RunnerError, RunWaiting
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry
 from runner.loop import drive
@@ -28,10 +29,15 @@ from runner.result import AgentResult
 from runner.spans import run_trace
 from runner.sqljournal import SqlJournal
 from runner.status import STALLED, RunStatus
+from runner.waiting import Answer, Answered, Wait
+from runner.wakeup import Wakeup
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 # How many live leases held on this host `list(state=...)` looks through for dead holders.
 _LOCAL_SCAN = 200
+# How often a process blocked on a waiting run (`wait=True`) looks at it, where the database
+# cannot tell it (SQLite; on PostgreSQL an answer's NOTIFY wakes it at once).
+ANSWER_POLL_SECONDS = 1.0
 
 
 class Runner:
@@ -74,10 +80,20 @@ class Runner:
     # -- starting runs --------------------------------------------------------------------
 
     def submit(
-        self, agent: Agent | str, task: str, *, id: str | None = None, **budgets: Any
+        self,
+        agent: Agent | str,
+        task: str,
+        *,
+        id: str | None = None,
+        wake: bool = True,
+        **budgets: Any,
     ) -> str:
         """Queue a run for a worker. An `id` that names a run already returns it when the
-        request is the same (agent, task, budgets); a different one raises RunConflict."""
+        request is the same (agent, task, budgets); a different one raises RunConflict.
+
+        On PostgreSQL idle workers are woken at once (NOTIFY); `wake=False` leaves the run
+        to their polling (for a caller about to resume it itself).
+        """
         loaded = self._agent(agent)
         ref = loaded.reference()
         if ref is None:
@@ -85,19 +101,38 @@ class Runner:
                 "a queued run needs an agent a worker can import: define the Agent at module "
                 "level or pass ref='module:attr'"
             )
-        return self._create(loaded, ref, task, id, budgets)
+        return self._create(loaded, ref, task, id, budgets, wake=wake)
 
     def run(
-        self, agent: Agent | str, task: str, *, id: str | None = None, **budgets: Any
+        self,
+        agent: Agent | str,
+        task: str,
+        *,
+        id: str | None = None,
+        wait: bool = False,
+        **budgets: Any,
     ) -> AgentResult:
         """Run to the end in this process. An `id` that names a run already returns (or
-        resumes) it when the request is the same; a different one raises RunConflict."""
+        resumes) it when the request is the same; a different one raises RunConflict.
+
+        A run that reaches a call needing a person's answer returns with status `waiting`
+        (`result.waiting` says for what), unless `wait`: then this blocks until the answer
+        comes and carries on.
+        """
         loaded = self._agent(agent)
-        run_id = self._create(loaded, loaded.reference(), task, id, budgets)
-        return self.resume(run_id, agent=loaded)
+        # No NOTIFY: this process runs it now, and a woken worker would only race it.
+        run_id = self._create(loaded, loaded.reference(), task, id, budgets, wake=False)
+        return self.resume(run_id, agent=loaded, wait=wait)
 
     def _create(
-        self, agent: Agent, ref: str | None, task: str, run_id: str | None, budgets: Any
+        self,
+        agent: Agent,
+        ref: str | None,
+        task: str,
+        run_id: str | None,
+        budgets: Any,
+        *,
+        wake: bool = True,
     ) -> str:
         if not isinstance(task, str):
             raise ValueError(f"task must be a string, not {type(task).__name__}")
@@ -116,6 +151,7 @@ class Runner:
             task=task,
             budgets=chosen.as_dict(),
             clock=self.clock,
+            wake=wake,
         )
         if not created:
             self._same_request(run_id, ref, agent.name, task, chosen.as_dict())
@@ -175,6 +211,7 @@ class Runner:
         agent: Agent | str | None = None,
         steal: bool = False,
         revive: bool = False,
+        wait: bool = False,
         **budgets: Any,
     ) -> AgentResult:
         """Continue a run where its journal ends; a finished run just returns its result.
@@ -182,7 +219,31 @@ class Runner:
         With new `budgets` (`max_steps=50`, ...) or `revive=True`, a run that stopped for a
         budget, tool_errors or crash_loop is revived first (see `revive`); an unfinished
         run is given the new budgets (journaled as an `extended` entry) before it goes on.
+        A waiting run returns as it is (status `waiting`), or with `wait`, once answered, goes
+        on; with `wait`, a run that another worker took up meanwhile is followed to its end.
         """
+        while True:
+            try:
+                result = self._resume(run_id, agent, steal, revive, budgets)
+            except LeaseHeld:
+                if not wait:
+                    raise
+                self._await(run_id, RunStatus.RUNNING)
+                continue
+            if not wait or result.status is not RunStatus.WAITING:
+                return result
+            self.wait_for_answer(run_id)
+            # Revived or extended already: after the answer the run goes on as it is.
+            revive, budgets = False, {}
+
+    def _resume(
+        self,
+        run_id: str,
+        agent: Agent | str | None,
+        steal: bool,
+        revive: bool,
+        budgets: dict[str, Any],
+    ) -> AgentResult:
         run = store.find_run(self.engine, run_id)
         revived = False
         if run.status is RunStatus.FINISHED:
@@ -199,8 +260,8 @@ class Runner:
             steal=steal,
             clock=self.clock,
         )
-        if claim.run.status is RunStatus.FINISHED:
-            return self.get(run.id)
+        if claim.run.status in (RunStatus.FINISHED, RunStatus.WAITING):
+            return self.get(run.id)  # finished, or still waiting for its answer
         try:
             loaded = self._agent(agent) if agent is not None else self._stored_agent(claim.run)
             if budgets and not revived:
@@ -290,7 +351,11 @@ class Runner:
     def execute(
         self, claim: leases.Claim, agent: Agent, *, pause: threading.Event | None = None
     ) -> AgentResult:
-        """Drive a claimed run to its stop with the durable journal (RunPaused if paused)."""
+        """Drive a claimed run to its stop with the durable journal (RunPaused if paused).
+
+        A run that comes to a call needing a person's answer is left waiting, its lease let
+        go: the result then has status `waiting`.
+        """
         run = claim.run
         budgets = Budgets(**run.budgets)
         deadline = run.deadline.timestamp() if run.deadline is not None else None
@@ -325,6 +390,8 @@ class Runner:
                     spans=traced,
                 )
                 traced.finished(result)
+        except RunWaiting:
+            return self.get(run.id)
         except KeyboardInterrupt:
             # Ctrl-C: give the run back at once, for `runner resume` or a worker, rather
             # than leave it held until its lease expires (and count a takeover).
@@ -355,6 +422,7 @@ class Runner:
             wrapped_up=run.wrapped_up,
             run_id=run.id,
             status=run.status,
+            waiting=approvals.pending(self.engine, [run]).get(run.id),
         )
 
     def row(self, run_id: str) -> store.RunRow:
@@ -420,7 +488,104 @@ class Runner:
         ]
 
     def cancel(self, run_id: str) -> AgentResult:
-        """Ask the run to stop before its next step (at once if no worker holds it)."""
+        """Ask the run to stop before its next step (at once if no worker holds it: a queued
+        or waiting run finishes `cancelled` there and then)."""
         run = store.find_run(self.engine, run_id)
         store.request_cancel(self.engine, run.id, clock=self.clock)
         return self.get(run.id)
+
+    # -- people in the loop ---------------------------------------------------------------
+
+    def waiting_for(self, run_id: str) -> Wait | None:
+        """What the run waits for (the call, its question, since when), None if it does not."""
+        run = store.find_run(self.engine, run_id)
+        return approvals.pending(self.engine, [run]).get(run.id)
+
+    def waits(self, rows: Sequence[store.RunRow]) -> dict[str, Wait]:
+        """What each waiting run among `rows` waits for, by run id."""
+        return approvals.pending(self.engine, rows)
+
+    def approve(
+        self,
+        run_id: str,
+        *,
+        call: str | None = None,
+        note: str | None = None,
+        by: str | None = None,
+    ) -> Answered:
+        """Approve the call the run waits for: it runs (with its key) when the run resumes.
+
+        `call` (its idempotency key) makes sure the approval is for the call you saw. `by`
+        defaults to the OS user. NotWaiting if the run waits for no answer (a race lost),
+        WrongAnswer if it waits for a reply or for another call.
+        """
+        return self._answer(run_id, Answer.APPROVED, note, call, by)
+
+    def deny(
+        self, run_id: str, *, reason: str, call: str | None = None, by: str | None = None
+    ) -> Answered:
+        """Deny the call the run waits for: the model is shown `Denied: <reason>` instead."""
+        return self._answer(run_id, Answer.DENIED, reason, call, by)
+
+    def reply(
+        self, run_id: str, text: str, *, call: str | None = None, by: str | None = None
+    ) -> Answered:
+        """Answer the run's ask_human question: `text` is what the model is shown."""
+        return self._answer(run_id, Answer.REPLIED, text, call, by)
+
+    def _answer(
+        self, run_id: str, given: Answer, text: str | None, call: str | None, by: str | None
+    ) -> Answered:
+        run = store.find_run(self.engine, run_id)
+        who = by if by is not None and by.strip() else _os_user()
+        return approvals.answer(
+            self.engine, run.id, given, text=text, by=who, call=call, clock=self.clock
+        )
+
+    def wait_for_answer(
+        self, run_id: str, *, poll: float | None = None, timeout: float | None = None
+    ) -> store.RunRow:
+        """Block until the run stops waiting (answered, cancelled, or its approval_timeout
+        passed, which the next claim records), or `timeout` seconds; the run's row then."""
+        return self._await(run_id, RunStatus.WAITING, poll=poll, timeout=timeout)
+
+    def _await(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        poll: float | None = None,
+        timeout: float | None = None,
+    ) -> store.RunRow:
+        """Block while the run has `status`; on PostgreSQL a NOTIFY wakes this at once."""
+        poll = ANSWER_POLL_SECONDS if poll is None else poll
+        woken = threading.Event()
+        give_up = None if timeout is None else self.clock.time() + timeout
+        with Wakeup(self.engine, woken):
+            while True:
+                woken.clear()
+                row = store.find_run(self.engine, run_id)
+                now = self.clock.time()
+                if row.status is not status:
+                    return row
+                if status is RunStatus.RUNNING and not row.lease_is_live(utc_now(self.clock)):
+                    return row  # its holder died: a resume can take it over now
+                expires = row.wait_expires_at
+                if status is RunStatus.WAITING and expires is not None:
+                    if now >= expires.timestamp():
+                        return row  # timed out: the next claim records the denial
+                    pause = min(poll, expires.timestamp() - now)
+                else:
+                    pause = poll
+                if give_up is not None:
+                    if now >= give_up:
+                        return row
+                    pause = min(pause, give_up - now)
+                woken.wait(max(pause, 0.0))
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in the environment nor the password database
+        return "unknown"

@@ -105,6 +105,26 @@ class RunPaused(RunnerError):
     """The run was asked to pause (its worker is shutting down): resume it later."""
 
 
+class RunWaiting(RunnerError):
+    """The run waits for a person's answer to a call: it holds no worker until one comes.
+
+    A durable `Runner` turns this into a result whose status is `waiting`; `run_agent`, which
+    has nobody to answer, lets it out.
+    """
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class NotWaiting(RunnerError):
+    """An answer came for a run that waits for none (finished, queued, running, or answered)."""
+
+
+class WrongAnswer(RunnerError):
+    """The run waits for another kind of answer (a reply, not an approval) or another call."""
+
+
 class MissingExtra(RunnerError):
     """An optional dependency is not installed: the message names the extra to install."""
 

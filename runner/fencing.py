@@ -3,7 +3,8 @@
 The write path is the floor: a journal write is one INSERT that succeeds only while the
 run's lease epoch is this worker's (the statement itself is each backend's: on PostgreSQL a
 data-modifying CTE that also renews the lease and takes the run's row lock), committed in
-one transaction, with the run's stop in the same transaction when the entry ends the run.
+one transaction, with the run's stop in the same transaction when the entry ends the run,
+or its move to `waiting` when the entry is a call waiting for a person.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from runner.backend import backend_for
+from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import LeaseLost
 from runner.journal import Counters, Entry, Stop
@@ -76,6 +78,13 @@ def _rendered(dialect: Dialect) -> _Rendered:
     return rendered
 
 
+@dataclass(frozen=True)
+class Parking:
+    """A run leaving its worker to wait for a person: the lease goes, the epoch stays."""
+
+    timeout: float | None  # approval_timeout: seconds until an unanswered wait is denied
+
+
 def append_entry(
     bind: Engine | Connection,
     run_id: str,
@@ -85,8 +94,11 @@ def append_entry(
     stop: Stop | None,
     lease_seconds: float,
     clock: Clock = SYSTEM,
+    parking: Parking | None = None,
 ) -> bool:
-    """One transaction: the entry (fenced by the epoch), and the run's end if `stop`.
+    """One transaction: the entry (fenced by the epoch), and the run's end if `stop`, or its
+    move to `waiting` if `parking` (unless a cancel was requested: then the run finishes,
+    `cancelled`, in the same transaction, since nobody would be left to honour it).
 
     Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
     """
@@ -103,9 +115,14 @@ def append_entry(
         written = connection.exec_driver_sql(rendered.sql, rendered.parameters(values)).first()
         if written is None:
             raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+        cancel = bool(written[1])
         if stop is not None:
             _finish(connection, run_id, epoch, stop, entry.counters, at)
-    return bool(written[1])
+        elif parking is not None and cancel:
+            _finish(connection, run_id, epoch, Stop(StopReason.CANCELLED), entry.counters, at)
+        elif parking is not None:
+            _park(connection, run_id, epoch, parking, at)
+    return cancel
 
 
 def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> bool | None:
@@ -143,6 +160,24 @@ def _transaction(bind: Engine | Connection) -> Iterator[Connection]:
     else:
         with bind.begin() as connection:
             yield connection
+
+
+def _park(connection: Connection, run_id: str, epoch: int, parking: Parking, at: datetime) -> None:
+    expires = None if parking.timeout is None else at + timedelta(seconds=parking.timeout)
+    result = connection.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.lease_epoch == epoch)
+        .values(
+            status=RunStatus.WAITING,
+            lease_owner=None,
+            lease_expires_at=None,
+            waiting_since=at,
+            wait_expires_at=expires,
+            updated_at=at,
+        )
+    )
+    if result.rowcount != 1:
+        raise LeaseLost(f"run {run_id} was taken over by another worker: not leaving it waiting")
 
 
 def _finish(

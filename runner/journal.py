@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from runner.actions import ActionKind
 from runner.budgets import StopReason
+from runner.errors import RunWaiting
 from runner.ids import new_run_id
 
 
@@ -30,6 +31,8 @@ class EntryKind(StrEnum):
     # (the stop it lifted is kept in the entry), or an unfinished run's budgets changed.
     REVIVED = "revived"
     EXTENDED = "extended"
+    WAIT = "wait"  # a call waits for a person (approval or reply): the run is `waiting`
+    ANSWER = "answer"  # a person's answer to the wait before it (or its timeout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,9 @@ class Entry:
     attempt: int = 1
     tokens: int = 0  # what this model call reported spending
     cost: float = 0.0
+    waits_for: str | None = None  # on a wait: `approval` or `reply` (runner.waiting.Asks)
+    answer: str | None = None  # on an answer: approved/denied/replied/timed_out
+    answered_by: str | None = None  # on an answer: who gave it
 
     def message(self) -> dict[str, Any] | None:
         """This entry as a transcript message (seed 000's shapes), or None if not shown."""
@@ -111,7 +117,14 @@ class Journal(Protocol):
         ...
 
     def attempt(self, action: Entry) -> int:
-        """Which attempt re-running the pending call of `action` would be (2 or more)."""
+        """Which attempt at the call of `action` this process would make: 2 or more when a
+        process before it may have started the call, 1 when none can have (a call a person
+        approved, that no process has taken up since)."""
+        ...
+
+    def wait(self, entry: Entry) -> bool:
+        """Record `entry` (a wait) and leave the run waiting for a person, its lease let go,
+        in the same transaction. False when a cancel came first: the run finished then."""
         ...
 
 
@@ -139,3 +152,11 @@ class MemoryJournal:
 
     def attempt(self, action: Entry) -> int:
         return 2
+
+    def wait(self, entry: Entry) -> bool:
+        self.entries.append(entry)
+        raise RunWaiting(
+            f"run {self.run_id}: {entry.tool} needs a person's {entry.waits_for}, and an "
+            "in-memory run has nobody to ask: run the agent with a durable Runner",
+            run_id=self.run_id,
+        )

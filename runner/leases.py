@@ -3,6 +3,8 @@
 A worker claims a run with one atomic UPDATE (under BEGIN IMMEDIATE on SQLite, with
 FOR UPDATE SKIP LOCKED on PostgreSQL for the queue), renews it with a heartbeat, and gives it
 back at once on a graceful stop. An expired lease is how a crashed worker's run is found.
+A waiting run is not claimable until a person answers it, or until its approval_timeout
+passes: then the claim itself records the timeout as the answer, in its own transaction.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, func, select, update
 
+from runner import approvals
+from runner.backend import backend_for
 from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import LeaseHeld, RunNotFound
@@ -60,7 +64,17 @@ def claim_run(
             )
         if run.status is RunStatus.FINISHED:
             return Claim(run, run.lease_epoch, 0, crash_loop=False)
+        if run.status is RunStatus.WAITING:
+            if run.wait_expires_at is None or run.wait_expires_at > at:
+                return Claim(run, run.lease_epoch, 0, crash_loop=False)  # still waits
+            row = _timed_out(connection, run, at)
         return _take(connection, row, owner, lease_seconds, max_resumes, at)
+
+
+def _timed_out(connection: Connection, run: RunRow, at: datetime) -> Row[Any]:
+    """Deny the call of a run whose wait expired, and give back its row, now queued."""
+    approvals.time_out(connection, run, at)
+    return connection.execute(select(runs).where(runs.c.id == run.id)).one()
 
 
 def _take(
@@ -143,7 +157,8 @@ def claim_next(
     suspects: bool = True,
     clock: Clock = SYSTEM,
 ) -> Claim | None:
-    """Take the oldest runnable run: queued, or running under a lease that expired.
+    """Take the oldest runnable run: queued, running under a lease that expired, or waiting
+    past its approval_timeout (the timeout is recorded as its answer in this transaction).
 
     `skip_agents` leaves alone the runs of agents this worker cannot load right now.
     `suspects=False` (a worker that has runs in flight) takes nothing when the oldest
@@ -153,9 +168,13 @@ def claim_next(
     idle one takes the suspect instead of it waiting behind the whole queue.
     """
     at = utc_now(clock)
-    runnable = (runs.c.status == RunStatus.QUEUED) | (
-        (runs.c.status == RunStatus.RUNNING)
-        & ((runs.c.lease_expires_at.is_(None)) | (runs.c.lease_expires_at < at))
+    runnable = (
+        (runs.c.status == RunStatus.QUEUED)
+        | (
+            (runs.c.status == RunStatus.RUNNING)
+            & ((runs.c.lease_expires_at.is_(None)) | (runs.c.lease_expires_at < at))
+        )
+        | ((runs.c.status == RunStatus.WAITING) & (runs.c.wait_expires_at < at))
     )
     query = (
         select(runs)
@@ -172,6 +191,8 @@ def claim_next(
             row = _orphan_here(connection, at, skip_agents)
         if row is None or (not suspects and _stalls(connection, row)):
             return None
+        if row._mapping["status"] == RunStatus.WAITING:
+            row = _timed_out(connection, RunRow.of(row), at)
         return _take(connection, row, owner, lease_seconds, max_resumes, at)
 
 
@@ -249,6 +270,8 @@ def release_run(
     that would not load: `error` says why, for `runner show`)."""
     extra: dict[str, Any] = {} if error is None else {"error": plain_text(error)}
     with engine.begin() as connection:
+        if error is None:  # a run given back by a worker stopping: wake another for it
+            backend_for(connection.dialect.name).wake_workers(connection)
         connection.execute(
             update(runs)
             .where(

@@ -2,8 +2,9 @@
 
 For step n: check cancellation and the deadline, take the model's action (from the journal
 when a crash came after it was recorded, else from the model), record it, apply the stop
-rules in seed 000's order (tokens, cost, final, repeats), run the tool unless its outcome is
-recorded, record the observation, then apply the error-streak and step-cap rules.
+rules in seed 000's order (tokens, cost, final, repeats), wait for a person's answer if the
+call needs one (`answer_for`), run the tool unless its outcome is recorded, record the
+observation, then apply the error-streak and step-cap rules.
 This module knows nothing of storage: it talks to a `Journal`.
 """
 
@@ -22,7 +23,7 @@ from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, invoke
 from runner.clock import SYSTEM, Clock
 from runner.context import Context
-from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused
+from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused, RunWaiting
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop
 from runner.result import AgentResult
@@ -35,6 +36,7 @@ from runner.tools import (
     reset_current_call,
     set_current_call,
 )
+from runner.waiting import Answer, observation_of, wait_entry
 
 Model = Callable[[list[dict[str, Any]]], Any]
 Cancel = Callable[[], bool] | threading.Event
@@ -115,6 +117,20 @@ class _Replay:
             recorded=entry,
             now=f"stops with {stop.reason}",
         )
+
+    def take_if(self, step: int, kind: EntryKind) -> Entry | None:
+        """The next entry if it is `kind` of `step`; else None, and nothing is taken."""
+        self.changes()
+        if self.position < len(self.entries):
+            entry = self.entries[self.position]
+            if entry.step == step and entry.kind is kind:
+                self.position += 1
+                return entry
+        return None
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self.entries)
 
 
 def drive(
@@ -286,10 +302,15 @@ class _Loop:
         self.record(recorded, entry, None)
         self.show(entry)
 
+        answer = self.answer_for(entry)
+        if isinstance(answer, Stop):
+            return answer
         observed = self.replay.take(step, (EntryKind.OBSERVATION,))
         fresh = observed is None
         if observed is None:
-            observed = self.observe(entry, action, pending=recorded is not None)
+            # A call a person approved is pending only if a process took it up since.
+            pending = recorded is not None and (answer is None or self.journal.attempt(entry) > 1)
+            observed = self.observe(entry, action, pending=pending, answer=answer)
         self.counters = observed.counters
         reason = self.reason_after(observed)
         if fresh:
@@ -372,17 +393,58 @@ class _Loop:
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - self.clock.time()
 
+    # -- people in the loop ---------------------------------------------------------------
+
+    def answer_for(self, entry: Entry) -> Entry | Stop | None:
+        """The person's answer this call needs before it runs; None if it needs none.
+
+        A call that needs one and has none is journaled as waiting (`journal.wait`: the run
+        lets its worker go in that commit) and the run stops here with RunWaiting, or with
+        the Stop when a cancel came first.
+        """
+        wait = self.replay.take_if(entry.step, EntryKind.WAIT)
+        if wait is None:
+            tool = self.tools.get(entry.tool or "")
+            if not self.replay.done or tool is None or entry.action_type is not ActionKind.TOOL:
+                return None  # journaled already (the call went ahead), or no call to ask of
+            asks = tool.asks(entry.args)
+            if asks is None:
+                return None
+            wait = wait_entry(entry, asks, self.counters)
+            if not self.journal.wait(wait):
+                return Stop(StopReason.CANCELLED)
+        answer = self.replay.take(entry.step, (EntryKind.ANSWER,))
+        if answer is None:
+            raise RunWaiting(
+                f"run {self.journal.run_id} waits for a person's {wait.waits_for}: "
+                f"{wait.content} (call {wait.idempotency_key})",
+                run_id=self.journal.run_id,
+            )
+        return answer
+
     # -- tools ----------------------------------------------------------------------------
 
-    def observe(self, entry: Entry, action: Action, *, pending: bool) -> Entry:
-        """Run the tool (or settle a call a crash left pending) and record what it gave."""
+    def observe(
+        self, entry: Entry, action: Action, *, pending: bool, answer: Entry | None = None
+    ) -> Entry:
+        """Run the tool (or settle a call a crash left pending) and record what it gave.
+
+        An answered call runs only if it was approved; a denial or a reply is the observation.
+        """
         attempt = 1
+        ruled = (
+            None if answer is None else observation_of(Answer(str(answer.answer)), answer.content)
+        )
         if action.kind is ActionKind.INVALID:
             content, is_error = f"InvalidAction: {action.error}", True
+        elif ruled is not None:
+            content, is_error = ruled
         elif pending and action.tool in self.tools:
             attempt = self.journal.attempt(entry)
             content, is_error, attempt = self.settle(entry, attempt)
         else:
+            if answer is not None:
+                fault("before_approved_call")
             content, is_error = self.call_tool(entry, attempt)
         c = self.counters
         streak = c.error_streak + 1 if is_error else 0

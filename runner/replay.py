@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from runner.actions import ActionKind
 from runner.agent import Agent
 from runner.budgets import Budgets, StopReason
-from runner.errors import ReplayMismatch, RunnerError
+from runner.errors import ReplayMismatch, RunnerError, RunWaiting
 from runner.journal import Counters, Entry, EntryKind, Stop
 from runner.loop import drive
 from runner.models.adapter import Adapter
@@ -97,6 +97,9 @@ class _RecordOnly:
     def attempt(self, action: Entry) -> int:
         raise _Beyond("would settle a pending call")
 
+    def wait(self, entry: Entry) -> bool:
+        raise _Beyond("would wait for a person's answer")
+
 
 def replay_run(run: RunRow, journal: Sequence[Entry], agent: Agent, budgets: Budgets) -> Replay:
     """Replay `run` (its `journal`) against `agent` under `budgets`; see Replay."""
@@ -132,6 +135,8 @@ def _loop_difference(
         if stopped.stop.reason != run.stop_reason:
             return last, _how_stopped(run), f"stops with {stopped.stop.reason}"
         return None
+    except RunWaiting:
+        return None  # the record ends at a wait still unanswered: it agrees so far
     except _Beyond:
         if run.stop_reason in _DECIDED_BY_CODE:
             return last, _how_stopped(run), f"goes on to step {last + 1}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from runner.budgets import StopReason
 from runner.status import RunStatus
+from runner.waiting import Wait
 
 
 @dataclass
@@ -22,4 +23,5 @@ class AgentResult:
     error: str | None = None  # the model's last exception text on a `model_error` stop
     wrapped_up: bool = False  # the output came from the opt-in last call after a budget stop
     run_id: str | None = None
-    status: RunStatus = RunStatus.FINISHED  # a durable run read before it stopped: queued/running
+    status: RunStatus = RunStatus.FINISHED  # a durable run not stopped yet: queued/running/waiting
+    waiting: Wait | None = None  # what a `waiting` run waits for: the call and its question

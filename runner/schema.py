@@ -77,7 +77,7 @@ runs = Table(
     Column("release", String(200), nullable=True, comment="the Agent's release label"),
     Column("task", Text, nullable=False),
     Column("budgets", Json, nullable=False, comment="the run's budgets, as JSON"),
-    Column("status", String(16), nullable=False, comment="queued, running or finished"),
+    Column("status", String(16), nullable=False, comment="queued, running, waiting or finished"),
     Column("stop_reason", String(32), nullable=True, comment="why a finished run stopped"),
     Column("output", Text, nullable=True, comment="the answer (JSON text if output_format=json)"),
     Column("output_format", String(8), nullable=True, comment="text or json"),
@@ -103,7 +103,12 @@ runs = Table(
     Column("last_seen_at", Timestamp, nullable=True, comment="holder's last claim or heartbeat"),
     Column("parent_run_id", String(32), nullable=True, comment="the run this was forked from"),
     Column("parent_step", Integer, nullable=True, comment="steps copied from the parent"),
+    # A waiting run (migration 0006): since when, and when approval_timeout denies its call.
+    Column("waiting_since", Timestamp, nullable=True, comment="when the run began to wait"),
+    Column("wait_expires_at", Timestamp, nullable=True, comment="when its wait times out"),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
+    # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
+    Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),
     Index("ix_runs_created_at", "created_at"),
     # For the history (migration 0002): `runner list --release/--stop-reason` read the newest
     # rows of one value, not the whole table, and `runner prune` takes each batch of old
@@ -121,7 +126,7 @@ entries = Table(
     Column("run_id", String(32), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     Column("seq", Integer, primary_key=True, autoincrement=False, comment="0, 1, 2, ..."),
     Column("step", Integer, nullable=False),
-    Column("kind", String(16), nullable=False, comment="task/action/observation/final/..."),
+    Column("kind", String(16), nullable=False, comment="task/action/observation/final/wait/..."),
     Column("role", String(16), nullable=True, comment="user/assistant/tool; NULL if not shown"),
     Column("content", Text, nullable=True),
     Column("content_format", String(8), nullable=False, default="text", comment="text or json"),
@@ -140,5 +145,9 @@ entries = Table(
     Column("error_streak", Integer, nullable=False, comment="failed steps in a row"),
     Column("lease_epoch", Integer, nullable=False, comment="the lease that wrote this entry"),
     Column("created_at", Timestamp, nullable=False),
+    # People in the loop (migration 0006).
+    Column("waits_for", String(16), nullable=True, comment="on a wait: approval or reply"),
+    Column("answer", String(16), nullable=True, comment="approved/denied/replied/timed_out"),
+    Column("answered_by", String(200), nullable=True, comment="on an answer: who gave it"),
     comment="the journal: one row per transcript entry, append-only",
 )

@@ -49,9 +49,17 @@ class SqlJournal:
         self.observer = observer
         journal = store.load_entries(engine, self._run_id)
         self._recorded = [entry for entry, _ in journal]
-        self._action_epochs = {
-            entry.step: epoch for entry, epoch in journal if entry.kind is EntryKind.ACTION
-        }
+        # Per step, the epoch since which its call may have been tried, and by how many
+        # claims already: its action's writer tried it once; after a person's answer (the
+        # last such entry of the step), no process has yet.
+        self._call_epochs: dict[int, tuple[int, int]] = {}
+        for entry, epoch in journal:
+            if entry.kind is EntryKind.ACTION:
+                self._call_epochs[entry.step] = (epoch, 1)
+            elif entry.kind is EntryKind.ANSWER:
+                self._call_epochs[entry.step] = (epoch, 0)
+        # approval_timeout: how long a call of this run may wait for a person.
+        self._parking = fencing.Parking(claim.run.budgets.get("approval_timeout"))
         self.seq = len(self._recorded)
         # Every write reports the run's cancel flag: the loop's check before each model call
         # costs no query of its own.
@@ -83,7 +91,21 @@ class SqlJournal:
         if self.observer is not None:
             self.observer(self._run_id, entry)
 
-    def _write(self, entry: Entry, stop: Stop | None) -> bool:
+    def wait(self, entry: Entry) -> bool:
+        self._check_lease()
+        fault("before_wait_commit")
+        # The run is `waiting` once this commits: the lease is gone, so no heartbeat renews
+        # it, and a crash from here on leaves a run that waits, not one to take over.
+        cancelled = self._write(entry, None, self._parking)
+        self.seq += 1
+        fault("after_wait_commit")
+        if self.observer is not None:
+            self.observer(self._run_id, entry)
+        return not cancelled
+
+    def _write(
+        self, entry: Entry, stop: Stop | None, parking: fencing.Parking | None = None
+    ) -> bool:
         """Commit one entry; on a lost connection, try again while the lease lasts.
 
         A tool's result is worth keeping: dropping it on a short outage would turn a call
@@ -106,6 +128,7 @@ class SqlJournal:
                     stop,
                     self.lease_seconds,
                     self.clock,
+                    parking,
                 )
             except LeaseLost:
                 raise
@@ -165,9 +188,12 @@ class SqlJournal:
 
     def attempt(self, action: Entry) -> int:
         # Every claim bumps the epoch; each claim since the action was written is one more
-        # attempt at its tool call (the first was made by the worker that wrote it).
-        written_by = self._action_epochs.get(action.step, self.epoch)
-        return max(2, self.epoch - written_by + 1)
+        # attempt at its tool call (the first was made by the worker that wrote it). After a
+        # person's answer, counted from the answer: the first claim since makes attempt 1.
+        since, tried = self._call_epochs.get(action.step, (self.epoch, 1))
+        if tried == 0:
+            return max(1, self.epoch - since)
+        return max(2, self.epoch - since + tried)
 
     def _check_lease(self) -> None:
         if self.lost.is_set():

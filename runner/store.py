@@ -114,6 +114,8 @@ class RunRow:
     # Derived, not stored: the status, or `stalled` for a running run nobody holds any more
     # (see runner.liveness, which fills it in for the rows `Runner.row` and `list` return).
     state: str = ""
+    waiting_since: datetime | None = None  # while waiting: since when
+    wait_expires_at: datetime | None = None  # while waiting: when approval_timeout passes
 
     @classmethod
     def of(cls, row: Row[Any]) -> RunRow:
@@ -147,6 +149,8 @@ class RunRow:
             parent_run_id=m["parent_run_id"],
             parent_step=m["parent_step"],
             state=str(m["status"]),
+            waiting_since=m["waiting_since"],
+            wait_expires_at=m["wait_expires_at"],
         )
 
     def lease_is_live(self, at: datetime) -> bool:
@@ -182,6 +186,9 @@ def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> 
         "error_streak": c.error_streak,
         "lease_epoch": epoch,
         "created_at": at,
+        "waits_for": entry.waits_for,
+        "answer": entry.answer,
+        "answered_by": plain_text(entry.answered_by),
     }
 
 
@@ -201,6 +208,9 @@ def entry_of(row: Row[Any]) -> Entry:
         attempt=m["attempt"],
         tokens=m["usage_tokens"],
         cost=m["usage_cost"],
+        waits_for=m["waits_for"],
+        answer=m["answer"],
+        answered_by=m["answered_by"],
     )
 
 
@@ -224,8 +234,13 @@ def create_run(
     task: str,
     budgets: dict[str, Any],
     clock: Clock = SYSTEM,
+    wake: bool = True,
 ) -> bool:
-    """Insert a queued run; False (and nothing written) when the id exists already."""
+    """Insert a queued run; False (and nothing written) when the id exists already.
+
+    `wake` tells idle workers at once (PostgreSQL NOTIFY): not for a run this process is
+    about to execute itself (`runner run`), which a woken worker would only race it for.
+    """
     values = new_run(
         run_id=run_id,
         agent=agent,
@@ -238,6 +253,8 @@ def create_run(
     try:
         with engine.begin() as connection:
             connection.execute(insert(runs).values(**values))
+            if wake:  # delivered when the insert commits, never before
+                backend_for(engine.dialect.name).wake_workers(connection)
     except IntegrityError:
         return False
     return True
@@ -382,7 +399,8 @@ def stopped_values(
 
 
 def request_cancel(engine: Engine, run_id: str, clock: Clock = SYSTEM) -> RunRow:
-    """Ask a run to stop: at its next step while a live worker holds it, else at once."""
+    """Ask a run to stop: at its next step while a live worker holds it, else at once (a
+    queued or waiting run, or one whose worker died)."""
     at = utc_now(clock)
     with engine.begin() as connection:
         row = lock_run(connection, run_id)
@@ -395,11 +413,15 @@ def request_cancel(engine: Engine, run_id: str, clock: Clock = SYSTEM) -> RunRow
         if not run.lease_is_live(at):
             # Queued, or its worker died: nobody will reach a next step to stop before. A
             # new epoch fences out a worker that only seemed dead (say, a paused machine).
+            # A waiting run too: it holds no lease, and an answer that comes later finds it
+            # finished and is refused.
             values.update(
                 stopped_values(connection, run.id, StopReason.CANCELLED, at),
                 lease_owner=None,
                 lease_expires_at=None,
                 lease_epoch=run.lease_epoch + 1,
+                waiting_since=None,
+                wait_expires_at=None,
             )
         connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
         return RunRow.of(connection.execute(select(runs).where(runs.c.id == run.id)).one())

@@ -3,7 +3,7 @@
 A tool is any callable (sync or async). The `tool` decorator adds the metadata that decides
 what happens to a call whose outcome a crash made unknown: run it again with the same key
 (`idempotent`, or a tool taking `idempotency_key`), ask its `reconcile` hook, or tell the
-model the outcome is unknown.
+model the outcome is unknown; and whether a call must wait for a person's approval first.
 """
 
 from __future__ import annotations
@@ -14,10 +14,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from runner.waiting import Asks
+
 KEY_PARAMETER = "idempotency_key"
 
 # reconcile(key, args) -> the call's result if it took effect, or `NOT_APPLIED` if it did not.
 Reconcile = Callable[[str, dict[str, Any]], Any]
+# approval(args) -> whether this call needs a person's approval before it runs.
+Approval = bool | Callable[[dict[str, Any]], bool]
 
 
 class _NotApplied:
@@ -40,8 +44,18 @@ class Tool:
     # The JSON schema of the tool's arguments, when its signature cannot say it well enough;
     # model adapters build one from the signature otherwise.
     schema: dict[str, Any] | None = field(default=None, hash=False)
+    # Whether a call waits for a person's approval before it runs: always (True), or as a
+    # function of the call's arguments says.
+    approval: Approval = False
+    # A call whose observation is a person's reply, never the function's result (ask_human).
+    replies: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.approval, bool) and not callable(self.approval):
+            raise ValueError(
+                f"tool approval must be True, False or a function of the call's arguments, "
+                f"not {self.approval!r}"
+            )
         if self.schema is not None and not isinstance(self.schema, dict):
             raise ValueError(f"tool schema must be a dict (a JSON schema), not {self.schema!r}")
         if self.timeout is not None and (
@@ -65,6 +79,18 @@ class Tool:
         """Whether a call with an unknown outcome may simply run again with the same key."""
         return self.idempotent or self.takes_key
 
+    def asks(self, args: dict[str, Any] | None) -> Asks | None:
+        """What a person must answer before this call runs, or None to run it at once."""
+        if self.replies:
+            return Asks.REPLY
+        if isinstance(self.approval, bool):
+            return Asks.APPROVAL if self.approval else None
+        try:
+            needed = self.approval(dict(args or {}))
+        except Exception:
+            return Asks.APPROVAL  # a rule that cannot decide asks: it never waves a call on
+        return Asks.APPROVAL if needed else None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
@@ -80,6 +106,7 @@ def tool(
     timeout: float | None = None,
     reconcile: Reconcile | None = None,
     schema: dict[str, Any] | None = None,
+    approval: Approval = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -91,16 +118,24 @@ def tool(
     timeout: float | None = None,
     reconcile: Reconcile | None = None,
     schema: dict[str, Any] | None = None,
+    approval: Approval = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: `@tool`, or `@tool(idempotent=True, timeout=5, reconcile=check)`.
 
     `schema` is the JSON schema of the tool's arguments that model adapters send, in place of
-    the one they would build from its signature.
+    the one they would build from its signature. `approval=True` makes every call wait for a
+    person's approval before it runs (in a durable run); `approval=fn` only the calls for
+    which `fn(args)` is true (a rule that raises asks too).
     """
 
     def wrap(inner: Callable[..., Any]) -> Tool:
         return Tool(
-            inner, idempotent=idempotent, timeout=timeout, reconcile=reconcile, schema=schema
+            inner,
+            idempotent=idempotent,
+            timeout=timeout,
+            reconcile=reconcile,
+            schema=schema,
+            approval=approval,
         )
 
     return wrap(fn) if fn is not None else wrap

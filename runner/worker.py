@@ -6,7 +6,9 @@ number of workers on any number of machines can share one queue. A worker that d
 its leases to expire; the next claimer resumes those runs by the step protocol. A run taken
 over without having recorded anything since its last takeover is a suspect (it may be what
 kills its workers): it runs alone until it records an entry, so it takes no neighbour down
-with it, and no innocent neighbour is counted towards crash_loop.
+with it, and no innocent neighbour is counted towards crash_loop. A run that comes to a call
+needing a person's answer gives its slot back at once and waits in the database. An idle
+worker sleeps its poll interval, or on PostgreSQL until a NOTIFY says a run was queued.
 
 The worker logs through the standard `logging` module, on the `runner.worker` logger: each
 record about a run carries its id (`record.run_id`) and every record the worker's name
@@ -41,7 +43,9 @@ from runner.errors import (
     first_line,
 )
 from runner.journal import Entry
+from runner.status import RunStatus
 from runner.urls import redact_url
+from runner.wakeup import Wakeup
 
 log = logging.getLogger("runner.worker")
 
@@ -85,6 +89,10 @@ class Worker:
         self._db_backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
         self._db_wait = 0.0
         self.finished = 0
+        # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
+        self.wakeup = Wakeup(
+            self.runner.engine, self._wake, log=lambda message: self._log(logging.WARNING, message)
+        )
 
     @property
     def name(self) -> str:
@@ -98,7 +106,12 @@ class Worker:
 
     def serve(self) -> None:
         """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
-        self._log(logging.INFO, f"worker {self.name} serving {redact_url(self.runner.engine.url)}")
+        listening = not self.once and self.wakeup.start()
+        self._log(
+            logging.INFO,
+            f"worker {self.name} serving {redact_url(self.runner.engine.url)}"
+            + (" (woken by NOTIFY)" if listening else ""),
+        )
         try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
                 try:
@@ -111,11 +124,15 @@ class Worker:
                         future.result()
                     self._reap()
         finally:
+            self.wakeup.close()
             self.runner.close()
         self._log(logging.INFO, f"worker {self.name} stopped after finishing {self.finished} runs")
 
     def _serve(self, pool: ThreadPoolExecutor) -> None:
         while not self.stopping.is_set():
+            # Cleared before looking, not after: a wake-up that comes while this looks
+            # (a run submitted just after the claim found none) must not be lost.
+            self._wake.clear()
             self._reap()
             claimed = False
             if len(self._active) < self.concurrency:
@@ -124,7 +141,6 @@ class Worker:
                 continue
             if self.once and not self._active:
                 break
-            self._wake.clear()
             self._wake.wait(self._db_wait or self.poll)
 
     def _reap(self) -> None:
@@ -216,6 +232,13 @@ class Worker:
         except Exception as exc:
             self._log(
                 logging.ERROR, f"run {run.id} interrupted by {type(exc).__name__}: {exc}", run.id
+            )
+            return
+        if result.status is RunStatus.WAITING:
+            wait = result.waiting
+            what = f" for {wait.asks} of {wait.question} (call {wait.call})" if wait else ""
+            self._log(
+                logging.INFO, f"run {run.id} waits{what}: released until a person answers", run.id
             )
             return
         self.finished += 1

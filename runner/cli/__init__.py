@@ -1,6 +1,6 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
-Each family of commands has its module (runs, worker, db, history); they share the options
+Each family of commands has its module (runs, answers, worker, db, history); they share the options
 of `runner.cli.options` and print through `runner.cli.output`. This module builds the
 group, registers every command and gives each one runner's error handling: the command
 modules never import this one.
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import db, history, logs, runs, ui, worker
+from runner.cli import answers, db, history, logs, runs, ui, worker
 from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -127,6 +127,9 @@ for _command in (
     runs.show,
     runs.list_,
     runs.cancel,
+    answers.approve,
+    answers.deny,
+    answers.reply,
     worker.worker,
     db.db,
     history.sql,

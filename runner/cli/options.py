@@ -37,8 +37,13 @@ def budget_options(fn: F) -> F:
             ("--max-tokens", whole, "Most tokens the run may spend."),
             ("--max-consecutive-errors", whole, "Most failed steps in a row."),
             ("--max-repeats", whole, "Most times one identical tool call may be made."),
-            ("--max-seconds", amount, "Wall-clock budget of the run."),
+            ("--max-seconds", amount, "Active-time budget of the run (waiting not counted)."),
             ("--max-cost", amount, "Most cost the run may spend."),
+            (
+                "--approval-timeout",
+                click.FloatRange(min=0, min_open=True),
+                "Seconds a call may wait for a person's answer before it is denied.",
+            ),
         ]
     ):
         fn = click.option(flag, type=kind, default=None, help=text + " Default: the agent's.")(fn)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from runner.history import Group, Pruned
     from runner.replay import Replay
     from runner.store import RunRow
+    from runner.waiting import Answered, Wait
 
 # A table cell: its text, or (text, rich style) for a coloured one.
 Cell = str | tuple[str, str]
@@ -213,9 +214,13 @@ _OUTCOME = ("status", "stop_reason", "output", "steps", "tokens", "cost", "error
 
 
 def run_json(
-    result: AgentResult | None, row: RunRow | None = None, *, transcript: bool = False
+    result: AgentResult | None,
+    row: RunRow | None = None,
+    *,
+    transcript: bool = False,
+    wait: Wait | None = None,
 ) -> dict[str, Any]:
-    """The machine-readable form of a run."""
+    """The machine-readable form of a run (`wait`: what it waits for, if not in `result`)."""
     data: dict[str, Any] = {}
     # How the run ended (or stands): from the result when there is one, else from the row.
     source = result if result is not None else row
@@ -243,7 +248,26 @@ def run_json(
         )
     if transcript and result is not None:
         data["transcript"] = result.transcript
+    if source is not None:
+        if wait is None and result is not None:
+            wait = result.waiting
+        data["waiting"] = wait_json(wait) if wait is not None else None
     return data
+
+
+def wait_json(wait: Wait) -> dict[str, Any]:
+    """What a waiting run waits for, and the commands that answer it."""
+    return {
+        "asks": str(wait.asks),
+        "call": wait.call,
+        "step": wait.step,
+        "tool": wait.tool,
+        "args": wait.args,
+        "question": wait.question,
+        "since": _iso(wait.since),
+        "expires_at": _iso(wait.expires_at),
+        "answer_with": answer_commands(wait),
+    }
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -292,6 +316,8 @@ def render_run(
             f"worker    {row.lease_owner} since {_when(row.leased_at)} UTC"
             + (f", last seen {ago(seen, now)}" if now is not None else "")
         )
+    if result.waiting is not None:
+        lines.extend(wait_lines(result.waiting))
     if row.error:
         lines.append(f"error     {row.error}")
     lines.append("")
@@ -316,6 +342,9 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
     """How the transcript ends: the stop and what it means, or the call still in flight."""
     last = result.transcript[-1] if result.transcript else None
     if row.stop_reason is None:
+        if result.waiting is not None:
+            wait = result.waiting
+            return [f"  .. {wait.tool}: waits for a person's {wait.asks} (see above)"]
         if last is not None and "tool" in last and last["role"] == "assistant":
             return [f"  .. {last['tool']}: no result yet (running, or a resume will settle it)"]
         return []
@@ -396,6 +425,8 @@ def runs_table(rows: Sequence[RunRow], now: datetime) -> str:
 def progress_line(entry: Entry) -> str | None:
     """The line a finished step prints on stderr (None for entries that finish no step)."""
     c = entry.counters
+    if entry.kind is EntryKind.WAIT:
+        return f"step {entry.step}  tool {entry.tool}  waits for {entry.waits_for}: {entry.content}"
     if entry.kind is EntryKind.OBSERVATION:
         status = "error" if entry.is_error else "ok"
         return f"step {entry.step}  tool {entry.tool}  {status}  tokens {c.tokens}"
@@ -456,6 +487,71 @@ def replay_json(report: Replay, agent: str | None) -> dict[str, Any]:
         "now": report.now,
         "note": report.note,
     }
+
+
+# -- people in the loop (`run` and `resume` at a wait, `list --status waiting`, answers) ------
+
+
+def answer_commands(wait: Wait) -> list[str]:
+    """The exact commands that answer a wait (naming the call, so an answer never lands on
+    a later wait of the same run that its author has not seen)."""
+    target = f"{wait.run_id} --call {wait.call}"
+    deny = f"runner deny {target} --reason TEXT"
+    if str(wait.asks) == "reply":
+        return [f"runner reply {target} TEXT", deny]
+    return [f"runner approve {target}", deny]
+
+
+def _asked(wait: Wait) -> str:
+    if str(wait.asks) == "reply":
+        return f"a reply to: {cut(wait.question, _WIDTH)}"
+    return f"approval of {cut(wait.question, _WIDTH)}"
+
+
+def wait_lines(wait: Wait) -> list[str]:
+    """What a run waits for, since when, and how to answer it: `show`'s header lines."""
+    lines = [f"waiting   {_asked(wait)} (call {wait.call}) since {_when(wait.since)} UTC"]
+    if wait.expires_at is not None:
+        lines.append(f"times out {_when(wait.expires_at)} UTC (approval_timeout): then denied")
+    lines.append("answer    " + "  |  ".join(answer_commands(wait)))
+    return lines
+
+
+def waiting(result: AgentResult) -> None:
+    """A run that stopped to wait: what for and the commands that answer it, on stderr."""
+    wait = result.waiting
+    if wait is None:
+        line(f"run {result.run_id} is waiting", err=True)
+        return
+    line(f"waiting: run {result.run_id} needs {_asked(wait)}", err=True)
+    for command in answer_commands(wait):
+        line(f"  {command}", err=True)
+
+
+def waits_table(rows: Sequence[RunRow], waits: dict[str, Wait]) -> str:
+    """Waiting runs: what each waits for, since when, the command that answers it."""
+    if not rows:
+        return "no runs"
+    header = ("ID", "WAITS FOR", "CALL", "SINCE", "ANSWER WITH")
+    cells = []
+    for row in rows:
+        wait = waits.get(row.id)
+        if wait is None:  # answered between the two reads: no longer waiting
+            cells.append((row.id, "-", "-", "-", f"(now {row.status})"))
+            continue
+        what = wait.question if str(wait.asks) == "reply" else f"approval: {wait.question}"
+        cells.append(
+            (row.id, cut(what, _CELL), wait.call, _when(wait.since), answer_commands(wait)[0])
+        )
+    return table(header, cells)
+
+
+def answered_line(answered: Answered) -> str:
+    by = f" by {answered.by}" if answered.by else ""
+    return (
+        f"run {answered.run_id}: call {answered.call} {answered.answer}{by}; the run is queued "
+        f"again (a worker takes it, or `runner resume {answered.run_id}`)"
+    )
 
 
 # -- query results (`runner sql`) -------------------------------------------------------------

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 EXIT_FINAL = 0
 EXIT_ERROR = 1
 EXIT_STOPPED = 3  # the run stopped for a reason other than a final answer
-EXIT_DIFFERS = 4  # `runner replay`: the agent would now act differently
+EXIT_WAITING = 4  # the run waits for a person's answer (`runner approve/deny/reply`)
+EXIT_DIFFERS = 5  # `runner replay`: the agent would now act differently
 EXIT_INTERRUPTED = 130  # Ctrl-C: the run was released, unfinished (128 + SIGINT)
 
 
@@ -44,10 +45,24 @@ def _runner(
 def finish(result: AgentResult, as_json: bool, seconds: float | None = None) -> None:
     if as_json:
         output.print_json(output.run_json(result))
+    elif result.status is RunStatus.WAITING:
+        output.waiting(result)
     else:
         output.stopped(result, seconds)
         _hint_revival(result)
+    if result.status is RunStatus.WAITING:
+        sys.exit(EXIT_WAITING)
     sys.exit(EXIT_FINAL if result.stop_reason == StopReason.FINAL else EXIT_STOPPED)
+
+
+def wait_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--wait",
+        "block",
+        is_flag=True,
+        help="At a call that needs a person's answer, block until it comes and go on "
+        "(instead of exiting 4).",
+    )(fn)
 
 
 def _progress(as_json: bool) -> Progress | None:
@@ -82,22 +97,31 @@ def _go(run_id: str, progress: Progress | None, work: Callable[[], AgentResult])
     help="Choose the run id. One that exists returns (or resumes) that run if the agent, task "
     "and budgets are the same, and is refused (exit 2) if not.",
 )
+@wait_option
 @db_option
 @json_option
 def run(
-    agent: str, task: str, run_id: str | None, url: str | None, as_json: bool, **budgets: Any
+    agent: str,
+    task: str,
+    run_id: str | None,
+    block: bool,
+    url: str | None,
+    as_json: bool,
+    **budgets: Any,
 ) -> None:
     """Run AGENT (module:attr or file.py:attr) on TASK until it stops.
 
     The run id goes to stderr before the first step: if the process dies, continue with
     `runner resume ID`. On a terminal the step in flight is shown live; Ctrl-C releases the
-    run and exits 130. Exit code 0 for a final answer, 3 for any other stop.
+    run and exits 130. Exit code 0 for a final answer, 3 for any other stop, 4 when the
+    run waits for a person's answer (it prints the command that gives it).
     """
     progress = _progress(as_json)
     with _runner(url, observer=progress) as runner:
-        chosen = runner.submit(agent, task, id=run_id, **given(budgets))
+        # Not announced to idle workers: this process runs it, now.
+        chosen = runner.submit(agent, task, id=run_id, wake=False, **given(budgets))
         output.line(f"run {chosen}", err=True)
-        result = _go(chosen, progress, lambda: runner.resume(chosen))
+        result = _go(chosen, progress, lambda: runner.resume(chosen, wait=block))
     finish(result, as_json, progress.elapsed() if progress else None)
 
 
@@ -137,12 +161,14 @@ def submit(
     f"{DEFAULT_MAX_RESUMES}). Given for a run stopped by crash_loop, revives it.",
 )
 @click.option("--steal", is_flag=True, help="Take the run over even if a live worker holds it.")
+@wait_option
 @db_option
 @json_option
 def resume(
     run_id: str,
     max_resumes: int | None,
     steal: bool,
+    block: bool,
     url: str | None,
     as_json: bool,
     **budgets: Any,
@@ -151,16 +177,23 @@ def resume(
 
     With new budgets (--max-steps 50, ...) a run that stopped for a budget, tool_errors or
     crash_loop goes on from its journal, the change and the earlier stop journaled; an
-    unfinished run goes on under the new budgets.
+    unfinished run goes on under the new budgets. Exit codes as `runner run`: a run still
+    waiting for its answer exits 4.
     """
     chosen = given(budgets)
     progress = _progress(as_json)
     with _runner(url, observer=progress, max_resumes=max_resumes) as runner:
         found = runner.row(run_id).id
+        if block and not as_json:
+            waiting = runner.waiting_for(found)
+            if waiting is not None:
+                output.line(output.wait_lines(waiting)[0], err=True)
         result = _go(
             found,
             progress,
-            lambda: runner.resume(found, steal=steal, revive=max_resumes is not None, **chosen),
+            lambda: runner.resume(
+                found, steal=steal, revive=max_resumes is not None, wait=block, **chosen
+            ),
         )
     finish(result, as_json, progress.elapsed() if progress else None)
 
@@ -299,7 +332,8 @@ def list_(
     url: str | None,
     as_json: bool,
 ) -> None:
-    """List runs, newest first, with their state (stalled: running, but nobody holds it)."""
+    """List runs, newest first, with their state (stalled: running, but nobody holds it;
+    `--status waiting`: what each waits for, and since when)."""
     with _runner(url) as runner:
         rows = runner.list(
             state=status,
@@ -308,8 +342,11 @@ def list_(
             limit=limit,
         )
         now = runner.now()
+        waits = runner.waits(rows)
     if as_json:
-        output.print_json([output.run_json(None, row) for row in rows])
+        output.print_json([output.run_json(None, row, wait=waits.get(row.id)) for row in rows])
+    elif status == RunStatus.WAITING:
+        output.line(output.waits_table(rows, waits))
     else:
         output.line(output.runs_table(rows, now))
 
@@ -322,6 +359,7 @@ def cancel(run_id: str, url: str | None) -> None:
     with _runner(url) as runner:
         result = runner.cancel(run_id)
     if result.status is RunStatus.FINISHED:
+        # A waiting run holds no worker: it is finished `cancelled` at once.
         output.line(f"run {result.run_id} is finished: {result.stop_reason}")
     else:
         output.line(f"run {result.run_id}: cancel requested; it stops before its next step")

@@ -133,7 +133,7 @@ def prune_runs(
     """Delete the runs that finished before a moment, with their journals, in batches.
 
     Each batch is its own short transaction (other writers wait for one batch, never for
-    the whole prune). A queued or running run is never touched, however old.
+    the whole prune). A queued, running or waiting run is never touched, however old.
     """
     cutoff = finished_before.astimezone(UTC)
     old = (runs.c.status == RunStatus.FINISHED) & (runs.c.finished_at < cutoff)

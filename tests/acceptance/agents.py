@@ -22,6 +22,9 @@ Ledgers in that folder:
 Every tool calls `runner.faults.fault("during_tool")` after its effect, so RUNNER_FAULT=
 during_tool@N kills the process inside the N-th tool call, its effect done but unrecorded.
 
+`gated` waits for people: its deposit and notify calls need approval, and it asks a
+question with `ask_human` (see `gated_model`).
+
 The plan of the scripted model, one tool call per step, repeated for each round:
   deposit(amount)           key-aware: takes `idempotency_key`, applies its effect once per key
   square(x=<balance>)       declared idempotent: a pure function, safe to run again
@@ -42,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner import Agent, current_call, tool
+from runner import Agent, Tool, ask_human, current_call, tool
 from runner.faults import fault
 
 LEDGER_VARIABLE = "RUNNER_TEST_LEDGER"
@@ -195,5 +198,40 @@ ANSWERS["long"] = "balance 36; squares 25, 144, 529, 1296"
 
 # Every tool call fails: stops with tool_errors (after 3 steps with the default budget).
 failing = Agent(broken_model, {"broken": broken}, name="failing", release="r3")
+
+
+def gated_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two calls that wait for a person's approval and one question to a person:
+    deposit(5) [approval], ask_human, square(balance), notify(reply) [approval], answer."""
+    step = _log_model_call(transcript)
+    seen = [m["content"] for m in transcript if m["role"] == "tool"]
+    if step == 1:
+        call = {"name": "deposit", "args": {"amount": 5}}
+    elif step == 2:
+        call = {"name": "ask_human", "args": {"question": "Square the balance?"}}
+    elif step == 3:
+        call = {"name": "square", "args": {"x": seen[0]}}
+    elif step == 4:
+        call = {"name": "notify", "args": {"text": f"the person said {seen[1]}"}}
+    else:
+        # notify's observation is not used: after a crash inside it, it is OutcomeUnknown.
+        answer = f"balance {seen[0]}; square {seen[2]}; reply {seen[1]}"
+        return {"type": "final", "content": answer, "usage": _usage()}
+    return {"type": "tool", **call, "usage": _usage()}
+
+
+# 5 steps; answered "yes", the answer is GATED_ANSWER. deposit and notify need approval.
+gated = Agent(
+    gated_model,
+    {
+        "deposit": Tool(deposit, approval=True),
+        "ask_human": ask_human,
+        "square": square,
+        "notify": Tool(notify, approval=True),
+    },
+    name="gated",
+    release="r4",
+)
+GATED_ANSWER = "balance 5; square 25; reply yes"
 
 not_an_agent = 42

@@ -31,6 +31,8 @@ KILLED = -signal.SIGKILL
 TIMEOUT = 90
 
 ACTION_KINDS = ("action", "final", "refused")
+CALL = ["action", "observation"]
+CALL_WITH_WAIT = ["action", "wait", "answer", "observation"]
 
 
 def agent_ref(name: str) -> str:
@@ -165,20 +167,26 @@ def check_journal(rows: list[dict[str, Any]], *, finished: bool = True) -> None:
         last = step == steps[-1]
         if kinds[0] == "action":
             # A tool step: its action, then its observation, each exactly once (the last
-            # step of an unfinished run may still be pending).
+            # step of an unfinished run may still be pending); a call that waited for a
+            # person has its wait and the one answer between them.
+            waited = kinds[1:2] == ["wait"]
+            whole = CALL_WITH_WAIT if waited else CALL
             if finished or not last:
-                assert kinds == ["action", "observation"], (step, kinds)
+                assert kinds == whole, (step, kinds)
             else:
-                assert kinds in (["action"], ["action", "observation"]), (step, kinds)
+                assert kinds in [whole[:n] for n in range(1, len(whole) + 1)], (step, kinds)
         else:
             assert last, f"step {step} ({kinds}) ended the run but is not the last step"
             assert kinds in (["final"], ["refused"]), (step, kinds)
     for i, row in enumerate(rows):
-        if row["kind"] == "observation":
-            action = rows[i - 1]
+        if row["kind"] in ("observation", "wait", "answer"):
+            waited = row["kind"] != "observation" or rows[i - 1]["kind"] == "answer"
+            action = rows[i - (CALL_WITH_WAIT if waited else CALL).index(row["kind"])]
             assert action["kind"] == "action" and action["step"] == row["step"]
             assert row["idempotency_key"] == action["idempotency_key"]
             assert row["tool"] == action["tool"]
+        if row["kind"] == "answer":
+            assert rows[i - 1]["kind"] == "wait", "an answer follows its wait"
         if row["kind"] == "action" and row["action_type"] == "tool":
             assert row["idempotency_key"] == f"{row['run_id']}-{row['step']}"
 

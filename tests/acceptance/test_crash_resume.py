@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from .agents import GATED_ANSWER
 from .harness import (
     KILLED,
     CrashHistory,
@@ -30,6 +31,7 @@ from .harness import (
     journal,
     model_calls,
     notices,
+    one_line_error,
     run_row,
     start,
     tool_calls,
@@ -238,3 +240,61 @@ def test_killed_at_random_moments(
     assert kills >= 2, "the run finished too early to test anything: lengthen the agent"
 
     check_finished(db_url, run_id, uncrashed["long"], ledger, history)
+
+
+# People in the loop: one run killed at every new fault point in turn, around its waits,
+# its answers, and the approved calls. Each entry: the command, its fault, and the exit
+# expected (KILLED, 4 for a run left waiting, 1 for a refused answer, 0).
+GATED_CHAIN: list[tuple[tuple[str, ...], str | None, int]] = [
+    (("run",), "before_wait_commit@1", KILLED),  # deposit's action recorded, its wait not
+    (("resume",), "after_wait_commit@1", KILLED),  # the wait recorded: the run waits
+    (("resume",), None, 4),  # still waiting: nothing to do, nothing claimed
+    (("approve",), "after_answer_commit@1", KILLED),  # the approval recorded, then killed
+    (("approve",), None, 1),  # a second answer is refused: it was approved already
+    (("resume",), "before_approved_call@1", KILLED),  # killed just before the deposit
+    (("resume",), "during_tool@1", KILLED),  # the deposit's effect done, unrecorded
+    (("resume",), None, 4),  # deposit settled by its key; ask_human waits for a reply
+    (("reply", "yes"), "after_answer_commit@1", KILLED),
+    (("resume",), None, 4),  # square ran; notify waits for approval
+    (("approve",), None, 0),
+    (("resume",), "during_tool@1", KILLED),  # notify sent, unrecorded: OutcomeUnknown
+    (("resume",), None, 0),  # the answer, as an uncrashed run gives it
+]
+
+
+def test_killed_at_every_point_of_a_run_that_waits_for_people(db_url: str, ledger: Path) -> None:
+    run_id = "gated"
+    history = CrashHistory(db_url, ledger, run_id)
+    for i, (command, fault, expected) in enumerate(GATED_CHAIN):
+        if command[0] == "run":
+            args: tuple[str, ...] = ("run", agent_ref("gated"), run_id, "--id", run_id)
+        else:
+            args = (command[0], run_id, *command[1:])
+        result = cli(*args, db_url=db_url, ledger=ledger, fault=fault)
+        assert result.returncode == expected, f"{i} {args} {fault}: {described(result)}"
+        if expected == KILLED:
+            history.crashed()
+        elif expected == 4:
+            assert result.stdout == ""
+            assert f"runner {'reply' if i == 7 else 'approve'} {run_id} --call" in result.stderr
+        elif expected == 1:
+            error = one_line_error(result.stderr)
+            assert f"call {run_id}-1 was already approved by " in error, error
+        check_journal(journal(db_url, run_id), finished=False)
+    assert result.stdout == GATED_ANSWER + "\n"
+
+    rows, asked = check_finished(db_url, run_id, GATED_ANSWER, ledger, history)
+    assert set(asked.values()) == {1}  # every crash came after its step's action was recorded
+    assert [r["kind"] for r in rows if r["step"] == 1] == [
+        "action",
+        "wait",
+        "answer",
+        "observation",
+    ]
+    deposits = [c.attempt for c in tool_calls(ledger, run_id, "deposit")]
+    assert len(deposits) == 2 and deposits[0] < deposits[1]  # re-run with its key, effect once
+    assert notices(ledger, run_id) == [(4, 1)]  # sent once, never re-run
+    notify = tool_steps(rows, "notify")[4]
+    assert notify["is_error"] and notify["content"].startswith("OutcomeUnknown")
+    answers = [(r["step"], r["answer"], r["content"]) for r in rows if r["kind"] == "answer"]
+    assert answers == [(1, "approved", None), (2, "replied", "yes"), (4, "approved", None)]

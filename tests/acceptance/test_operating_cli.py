@@ -269,7 +269,7 @@ def test_replay_exits_0_when_the_agent_agrees_and_4_when_it_differs(
         "agent = Agent(lambda transcript: None, {'deposit': deposit})\n"
     )
     differs = cli("replay", "prod", "--agent", f"{changed}:agent", db_url=db_url, ledger=ledger)
-    assert differs.returncode == 4, described(differs)
+    assert differs.returncode == 5, described(differs)
     assert differs.stdout.splitlines()[1:] == [
         "differs at step 2:",
         '  recorded  the run called square({"x": "5"})',

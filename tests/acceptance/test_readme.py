@@ -46,6 +46,17 @@ def expected_exit(command: str, comment: str) -> set[int]:
     return {int(said.group(1))} if said else {0}
 
 
+def expected_exits() -> dict[str, int]:
+    """Commands whose comment says they exit with another code: `...  # exits 4: ...`."""
+    lines = [line for block in blocks("sh") for line in block.splitlines()]
+    found = (re.search(r"  # exits (\d+)", line) for line in lines)
+    return {
+        line.split("  #")[0].strip(): int(match.group(1))
+        for line, match in zip(lines, found, strict=True)
+        if match
+    }
+
+
 def run_line(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-c", line], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
@@ -58,6 +69,7 @@ def test_shell_commands_run_as_written(tmp_path: Path) -> None:
     env["PATH"] = f"{BIN}:{env['PATH']}"
     lines = [(c, note) for c, note in shell_lines() if not c.startswith("make ")]
     assert any("timeout -s KILL" in c for c, _ in lines)
+    assert {4} in [expected_exit(c, note) for c, note in lines]  # the refund run waits
     for command, comment in lines:
         done = run_line(command, env)
         assert done.returncode in expected_exit(command, comment), (
@@ -78,6 +90,13 @@ def test_shell_commands_run_as_written(tmp_path: Path) -> None:
             assert "forked from demo-crash at step 1" in done.stderr
         if command.endswith("replay demo-crash"):
             assert "agrees" in done.stdout
+        if "--id refund-1" in command:
+            assert "runner approve refund-1 --call refund-1-2" in done.stderr
+        if command.endswith("resume refund-1"):
+            assert done.stdout.strip() == "Done: refunded 249.00 EUR on order 1042."
+        if command.endswith("show refund-2"):
+            assert "Denied: refunded already, as refund-1" in done.stdout
+            assert "answer    No refund for 1042." in done.stdout
 
 
 def test_make_demo_recipe_runs(tmp_path: Path) -> None:

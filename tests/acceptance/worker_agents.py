@@ -25,6 +25,8 @@ error in a row, one repeat. The stop reason follows from the mode:
   (read at each call, default 0.5), then answer -> final (3 steps)
 - `poison`: a tool declared idempotent that SIGKILLs its own process: every resume re-runs
   it, the run never progresses -> crash_loop
+- `approval`: one call of `approved`, the key-aware record that waits for a person's
+  approval first, then the answer: `done TAG`, or `denied TAG: <reason>` -> final (2 steps)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import json
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +122,10 @@ def poison() -> str:
     return "unreachable"
 
 
+# The same effect as `record`, after a person's approval.
+approved = replace(record, approval=True)
+
+
 def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
     mode, _, tag = str(transcript[0]["content"]).partition(" ")
     step = 1 + sum(1 for message in transcript if message["role"] == "assistant")
@@ -143,12 +150,19 @@ def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
         return call("slow", n=step) if step < 3 else answer
     if mode == "poison":
         return call("poison")
+    if mode == "approval":
+        seen = [m for m in transcript if m["role"] == "tool"]
+        if not seen:
+            return call("approved", n=1)
+        if seen[0]["is_error"]:
+            return {"type": "final", "content": f"denied {tag}: {seen[0]['content']}"}
+        return answer
     return {"type": "final", "content": f"unknown mode {mode!r}", "usage": usage}
 
 
 agent = Agent(
     model,
-    {"record": record, "slow": slow, "fail": fail, "poison": poison},
+    {"record": record, "slow": slow, "fail": fail, "poison": poison, "approved": approved},
     name="worker-test",
     release="t1",
     max_steps=3,

@@ -421,7 +421,7 @@ def test_documented_query_answers(seeded: str, title: str) -> None:
 
 def test_docs_describe_every_column(seeded: str) -> None:
     documented = DOCS.read_text()
-    for name in ("runs", "entries", "run_summary", "tool_calls"):
+    for name in ("runs", "entries", "run_summary", "tool_calls", "approvals"):
         heading = re.search(rf"^### (Table|View) `{name}`", documented, re.M)
         assert heading, f"the README has no section on {name}"
         section = documented[heading.end() :].split("\n### ", 1)[0]

@@ -1,0 +1,522 @@
+"""Durable runs that wait for a person, on SQLite and PostgreSQL, through the Python API:
+the move to `waiting` (no lease, no worker, no connection), answers recorded exactly once,
+bad answers refused with nothing written, cancel, approval_timeout on the database's clock,
+waiting time kept out of max_seconds, and the views that show it all to SQL."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, text
+
+from runner import (
+    Agent,
+    NotWaiting,
+    Runner,
+    RunNotFound,
+    WrongAnswer,
+    ask_human,
+    current_call,
+    leases,
+    tool,
+)
+from runner.clock import ManualClock
+from runner.schema import entries, runs
+from runner.status import RunStatus
+from runner.waiting import Answer, Asks
+
+from .support import Counting, Crash, Transcript, crash, entry_rows
+
+OWNER = "test-worker"
+
+
+class Shop:
+    """A refund agent: step 1 refunds `amount` (approval over 100), then it answers with the
+    refund's observation. Its tools keep a ledger of what really ran."""
+
+    def __init__(self, amount: int = 250, *, crash_in_refund: bool = False) -> None:
+        self.refunds: list[tuple[str, int]] = []  # (key, attempt) of each refund that ran
+        self.crash_in_refund = crash_in_refund
+
+        @tool(approval=lambda args: args["amount"] > 100)
+        def refund(amount: int, idempotency_key: str) -> str:
+            call = current_call()
+            assert call is not None
+            self.refunds.append((idempotency_key, call.attempt))
+            if self.crash_in_refund:
+                self.crash_in_refund = False
+                raise Crash  # the worker dies inside the approved call
+            return f"refunded {amount}"
+
+        def model(transcript: Transcript) -> dict[str, Any]:
+            seen = [m for m in transcript if m["role"] == "tool"]
+            if not seen:
+                return {"type": "tool", "name": "refund", "args": {"amount": amount}}
+            return {"type": "final", "content": seen[-1]["content"]}
+
+        self.model = Counting(model)
+        self.agent = Agent(self.model, {"refund": refund}, name="shop", release="1")
+
+
+def rows(runner: Runner, sql: str, **params: Any) -> list[dict[str, Any]]:
+    with runner.engine.connect() as connection:
+        return [dict(r._mapping) for r in connection.execute(text(sql), params)]
+
+
+def kinds(runner: Runner, run_id: str) -> list[str]:
+    return [r["kind"] for r in entry_rows(runner.engine, run_id)]
+
+
+def answers(runner: Runner, run_id: str) -> int:
+    with runner.engine.connect() as connection:
+        return int(
+            connection.execute(
+                select(func.count())
+                .select_from(entries)
+                .where(entries.c.run_id == run_id, entries.c.kind == "answer")
+            ).scalar_one()
+        )
+
+
+# -- waiting and answering ------------------------------------------------------------------
+
+
+def test_a_call_that_needs_approval_leaves_the_run_waiting_with_no_lease(db_url: str) -> None:
+    shop = Shop()
+    with Runner(db_url) as runner:
+        result = runner.run(shop.agent, "refund", id="w1")
+        assert (result.status, result.stop_reason, result.output) == ("waiting", None, None)
+        wait = result.waiting
+        assert wait is not None
+        assert (wait.run_id, wait.step, wait.call, wait.tool) == ("w1", 1, "w1-1", "refund")
+        assert (wait.asks, wait.args, wait.question) == (
+            Asks.APPROVAL,
+            {"amount": 250},
+            "refund(amount=250)",
+        )
+        assert wait.expires_at is None
+        row = runner.row("w1")
+        assert row.status is RunStatus.WAITING
+        assert (row.lease_owner, row.lease_expires_at) == (None, None)
+        assert row.waiting_since == wait.since
+        # It holds no connection either: the journal's was given back.
+        assert runner.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert kinds(runner, "w1") == ["task", "action", "wait"]
+        assert shop.refunds == [] and shop.model.calls == 1
+        assert runner.waiting_for("w1") == wait
+        # Nothing claims it: not a worker, not a resume (which leaves the epoch alone).
+        assert (
+            leases.claim_next(runner.engine, owner=OWNER, lease_seconds=30, max_resumes=3) is None
+        )
+        again = runner.resume("w1", agent=shop.agent)
+        assert (again.status, again.waiting) == ("waiting", wait)
+        assert runner.row("w1").lease_epoch == row.lease_epoch
+
+        answered = runner.approve("w1", call="w1-1", note="fine by me", by="ann")
+        assert (answered.call, answered.answer, answered.by, answered.text) == (
+            "w1-1",
+            Answer.APPROVED,
+            "ann",
+            "fine by me",
+        )
+        assert runner.row("w1").status is RunStatus.QUEUED
+        assert runner.waiting_for("w1") is None
+        done = runner.resume("w1", agent=shop.agent)
+    assert (done.status, done.stop_reason, done.output) == ("finished", "final", "refunded 250")
+    assert shop.refunds == [("w1-1", 1)]  # once, with its key, as a first attempt
+    assert shop.model.calls == 2  # step 1 was not asked for again
+    with Runner(db_url) as runner:
+        assert kinds(runner, "w1") == ["task", "action", "wait", "answer", "observation", "final"]
+        (approval,) = rows(runner, "SELECT * FROM approvals")
+        (call,) = rows(runner, "SELECT * FROM tool_calls")
+    assert approval["idempotency_key"] == "w1-1"
+    assert (approval["answer"], approval["answered_by"], approval["note"]) == (
+        "approved",
+        "ann",
+        "fine by me",
+    )
+    assert (approval["waits_for"], approval["run_status"], approval["question"]) == (
+        "approval",
+        "finished",
+        "refund(amount=250)",
+    )
+    assert approval["waited_seconds"] >= 0
+    assert (call["status"], call["attempt"], call["result"]) == ("done", 1, "refunded 250")
+
+
+def test_a_call_the_rule_lets_through_never_waits(db_url: str) -> None:
+    shop = Shop(amount=40)
+    with Runner(db_url) as runner:
+        result = runner.run(shop.agent, "refund", id="small")
+        assert (result.status, result.output) == ("finished", "refunded 40")
+        assert kinds(runner, "small") == ["task", "action", "observation", "final"]
+
+
+def test_a_denied_call_never_runs_and_the_model_goes_on(db_url: str) -> None:
+    shop = Shop()
+    with Runner(db_url) as runner:
+        runner.run(shop.agent, "refund", id="d1")
+        answered = runner.deny("d1", reason="over the limit", by="bob")
+        assert answered.answer is Answer.DENIED
+        done = runner.resume("d1", agent=shop.agent)
+        assert (done.stop_reason, done.output) == ("final", "Denied: over the limit")
+        assert done.transcript[2]["is_error"] is True
+        assert shop.refunds == []
+        (approval,) = rows(runner, "SELECT answer, answered_by, note FROM approvals")
+        (call,) = rows(runner, "SELECT status, result FROM tool_calls")
+    assert approval == {"answer": "denied", "answered_by": "bob", "note": "over the limit"}
+    assert call == {"status": "denied", "result": "Denied: over the limit"}
+
+
+def test_ask_human_waits_for_a_reply_and_the_model_reads_it(db_url: str) -> None:
+    def model(transcript: Transcript) -> dict[str, Any]:
+        seen = [m for m in transcript if m["role"] == "tool"]
+        if not seen:
+            return {"type": "tool", "name": "ask_human", "args": {"question": "Which colour?"}}
+        return {"type": "final", "content": f"painting it {seen[-1]['content']}"}
+
+    agent = Agent(model, {"ask_human": ask_human})
+    with Runner(db_url) as runner:
+        result = runner.run(agent, "paint", id="q1")
+        assert result.waiting is not None
+        assert (result.waiting.asks, result.waiting.question) == (Asks.REPLY, "Which colour?")
+        with pytest.raises(WrongAnswer, match="reply to its question, not an approval"):
+            runner.approve("q1")
+        with pytest.raises(ValueError, match="the reply's text must not be empty"):
+            runner.reply("q1", " ")
+        runner.reply("q1", "blue", by="cy")
+        done = runner.resume("q1", agent=agent)
+        # A person may also decline a question: the model reads it as a denial.
+        runner.run(agent, "paint", id="q2")
+        runner.deny("q2", reason="ask the designer")
+        declined = runner.resume("q2", agent=agent)
+        (approval, _) = rows(
+            runner, "SELECT waits_for, answer, note FROM approvals ORDER BY run_id"
+        )
+    assert done.output == "painting it blue"
+    assert approval == {"waits_for": "reply", "answer": "replied", "note": "blue"}
+    assert declined.output == "painting it Denied: ask the designer"
+
+
+def test_bad_answers_are_refused_and_write_nothing(db_url: str) -> None:
+    shop = Shop()
+    with Runner(db_url) as runner:
+        runner.run(shop.agent, "refund", id="b1")
+        before = kinds(runner, "b1")
+        with pytest.raises(RunNotFound, match="no run with id nope"):
+            runner.approve("nope")
+        with pytest.raises(WrongAnswer, match=r"waits for approval of refund.*not a reply"):
+            runner.reply("b1", "yes")
+        with pytest.raises(WrongAnswer, match=r"waits for call b1-1 .*not for b1-7"):
+            runner.approve("b1", call="b1-7")
+        for blank in ("", "   "):
+            with pytest.raises(ValueError, match="a reason must not be empty"):
+                runner.deny("b1", reason=blank)
+        with pytest.raises(ValueError, match="at most 200 characters"):
+            runner.approve("b1", by="x" * 201)
+        assert kinds(runner, "b1") == before
+        assert runner.row("b1").status is RunStatus.WAITING
+
+        runner.approve("b1", by="ann")
+        # Answered: queued again, and a second answer is refused, saying who answered.
+        with pytest.raises(NotWaiting, match="b1-1 was already approved by ann at"):
+            runner.deny("b1", reason="no")
+        runner.resume("b1", agent=shop.agent)
+        with pytest.raises(NotWaiting, match=r"is finished \(final\): it waits for no answer"):
+            runner.approve("b1")
+        assert answers(runner, "b1") == 1
+
+
+def test_cancel_finishes_a_waiting_run_at_once(db_url: str) -> None:
+    shop = Shop()
+    with Runner(db_url) as runner:
+        runner.run(shop.agent, "refund", id="c1")
+        epoch = runner.row("c1").lease_epoch
+        cancelled = runner.cancel("c1")
+        assert (cancelled.status, cancelled.stop_reason) == ("finished", "cancelled")
+        row = runner.row("c1")
+        assert (row.waiting_since, row.wait_expires_at, row.lease_epoch) == (None, None, epoch + 1)
+        with pytest.raises(NotWaiting, match=r"finished \(cancelled\)"):
+            runner.approve("c1")
+        assert runner.resume("c1", agent=shop.agent).stop_reason == "cancelled"
+        (approval,) = rows(runner, "SELECT answer, run_status FROM approvals")
+        (call,) = rows(runner, "SELECT status FROM tool_calls")
+    assert approval == {"answer": None, "run_status": "finished"}
+    assert call == {"status": "unanswered"}
+    assert shop.refunds == []
+
+
+def test_a_cancel_during_the_step_finishes_the_run_instead_of_leaving_it_waiting(
+    db_url: str,
+) -> None:
+    with Runner(db_url) as runner:
+
+        @tool(approval=True)
+        def refund(amount: int) -> str:
+            raise AssertionError("never runs")
+
+        def model(transcript: Transcript) -> dict[str, Any]:
+            runner.cancel("c2")  # after the loop's check: only the wait's commit can see it
+            return {"type": "tool", "name": "refund", "args": {"amount": 1}}
+
+        result = runner.run(Agent(model, {"refund": refund}), "refund", id="c2")
+        assert (result.status, result.stop_reason) == ("finished", "cancelled")
+        assert kinds(runner, "c2") == ["task", "action", "wait"]
+        assert runner.row("c2").lease_owner is None
+
+
+def test_answers_racing_each_other_and_a_cancel_exactly_one_wins(db_url: str) -> None:
+    shop = Shop()
+    with Runner(db_url) as runner:
+        for round_ in range(4):
+            run_id = f"race-{round_}"
+            runner.run(shop.agent, "refund", id=run_id)
+            start = threading.Barrier(4)
+            outcomes: dict[str, str] = {}
+
+            def attempt(
+                name: str,
+                answer: Any,
+                run_id: str = run_id,
+                start: threading.Barrier = start,
+                outcomes: dict[str, str] = outcomes,
+            ) -> None:
+                start.wait(10)
+                try:
+                    answer(run_id)
+                    outcomes[name] = "won"
+                except NotWaiting as exc:
+                    outcomes[name] = f"lost: {exc}"
+
+            contenders = {
+                "approve-1": lambda r: runner.approve(r, by="a1"),
+                "approve-2": lambda r: runner.approve(r, by="a2"),
+                "deny": lambda r: runner.deny(r, reason="no", by="d"),
+                # Cancel always succeeds; it "wins" when the answers then find it finished.
+                "cancel": lambda r: runner.cancel(r),
+            }
+            threads = [threading.Thread(target=attempt, args=item) for item in contenders.items()]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            won = [name for name in ("approve-1", "approve-2", "deny") if outcomes[name] == "won"]
+            recorded = answers(runner, run_id)
+            assert len(won) == recorded <= 1, outcomes
+            assert runner.row(run_id).stop_reason == "cancelled"  # the cancel always holds
+            if not won:  # the cancel came first: every answer found the run finished
+                assert all(
+                    "finished (cancelled)" in outcomes[n] for n in contenders if n != "cancel"
+                )
+    assert shop.refunds == []  # cancelled every time before the call could run
+
+
+# -- approval_timeout and max_seconds: on the database's clock --------------------------------
+
+
+def test_an_unanswered_call_is_denied_by_the_first_claim_after_its_timeout(db_url: str) -> None:
+    clock = ManualClock()
+    shop = Shop()
+    with Runner(db_url, clock=clock) as runner:
+        result = runner.run(shop.agent, "refund", id="t1", approval_timeout=60)
+        assert result.waiting is not None and result.waiting.expires_at is not None
+        assert result.waiting.expires_at - result.waiting.since == timedelta(seconds=60)
+
+        def claim() -> leases.Claim | None:
+            return leases.claim_next(
+                runner.engine, owner=OWNER, lease_seconds=30, max_resumes=3, clock=clock
+            )
+
+        clock.advance(59)
+        assert claim() is None
+        assert answers(runner, "t1") == 0
+        clock.advance(2)
+        claimed = claim()  # no process ran the run meanwhile: the claim itself decides
+        assert claimed is not None and claimed.run.id == "t1"
+        assert claimed.run.status is RunStatus.RUNNING
+        (answer,) = rows(runner, "SELECT answer, answered_by, note FROM approvals")
+        assert answer == {
+            "answer": "timed_out",
+            "answered_by": None,
+            "note": "no answer within 60s",
+        }
+        done = runner.execute(claimed, shop.agent)
+    assert (done.stop_reason, done.output) == ("final", "Denied: no answer within 60s")
+    assert shop.refunds == []
+
+
+def test_resume_of_a_run_whose_wait_timed_out_records_the_timeout(db_url: str) -> None:
+    clock = ManualClock()
+    shop = Shop()
+    with Runner(db_url, clock=clock) as runner:
+        runner.run(shop.agent, "refund", id="t2", approval_timeout=5)
+        clock.advance(4)
+        assert runner.resume("t2", agent=shop.agent).status == "waiting"
+        clock.advance(2)
+        done = runner.resume("t2", agent=shop.agent)
+    assert done.output == "Denied: no answer within 5s"
+
+
+def test_an_answer_after_the_timeout_is_refused_and_the_timeout_recorded(db_url: str) -> None:
+    clock = ManualClock()
+    shop = Shop()
+    with Runner(db_url, clock=clock) as runner:
+        runner.run(shop.agent, "refund", id="t3", approval_timeout=5)
+        clock.advance(5)
+        with pytest.raises(NotWaiting, match=r"waited too long: call t3-1 was denied at .*5s"):
+            runner.approve("t3")
+        assert runner.row("t3").status is RunStatus.QUEUED
+        with pytest.raises(NotWaiting, match="t3-1 was already timed out at"):
+            runner.approve("t3")
+        done = runner.resume("t3", agent=shop.agent)
+    assert done.output == "Denied: no answer within 5s"
+    assert shop.refunds == []
+
+
+def test_time_spent_waiting_does_not_count_against_max_seconds(db_url: str) -> None:
+    clock = ManualClock()
+    shop = Shop()
+    with Runner(db_url, clock=clock) as runner:
+        runner.run(shop.agent, "refund", id="m1", max_seconds=100)
+        deadline = runner.row("m1").deadline
+        assert deadline is not None
+        clock.advance(3600)  # an hour waiting: far past the deadline of active time
+        runner.approve("m1")
+        moved = runner.row("m1").deadline
+        assert moved == deadline + timedelta(seconds=3600)
+        done = runner.resume("m1", agent=shop.agent)
+    assert (done.stop_reason, done.output) == ("final", "refunded 250")
+    assert shop.refunds == [("m1-1", 1)]
+
+
+# -- crashes around the answer --------------------------------------------------------------
+
+
+def test_an_approved_call_interrupted_by_a_crash_runs_again_with_its_key(db_url: str) -> None:
+    shop = Shop(crash_in_refund=True)
+    with Runner(db_url) as runner:
+        runner.run(shop.agent, "refund", id="k1")
+        runner.approve("k1")
+        with pytest.raises(Crash):
+            runner.resume("k1", agent=shop.agent)
+        crash(runner.engine, "k1")  # its worker is dead: the lease is free
+        done = runner.resume("k1", agent=shop.agent)
+    assert done.output == "refunded 250"
+    assert shop.refunds == [("k1-1", 1), ("k1-1", 2)]  # the same key; the second attempt
+    assert shop.model.calls == 2
+
+
+def test_an_approved_plain_call_interrupted_by_a_crash_is_not_run_again(db_url: str) -> None:
+    ran: list[int] = []
+
+    @tool(approval=True)
+    def pay(amount: int) -> str:  # no key, not idempotent: it must never run twice
+        ran.append(amount)
+        raise Crash
+
+    def model(transcript: Transcript) -> dict[str, Any]:
+        seen = [m for m in transcript if m["role"] == "tool"]
+        if not seen:
+            return {"type": "tool", "name": "pay", "args": {"amount": 9}}
+        return {"type": "final", "content": seen[-1]["content"]}
+
+    agent = Agent(model, {"pay": pay})
+    with Runner(db_url) as runner:
+        runner.run(agent, "pay", id="k2")
+        runner.approve("k2")
+        with pytest.raises(Crash):
+            runner.resume("k2", agent=agent)
+        crash(runner.engine, "k2")
+        done = runner.resume("k2", agent=agent)
+    assert ran == [9]
+    assert str(done.output).startswith("OutcomeUnknown: pay was interrupted by a crash")
+
+
+# -- blocking until an answer --------------------------------------------------------------------
+
+
+def test_run_with_wait_blocks_until_the_answer_comes_and_goes_on(db_url: str) -> None:
+    shop = Shop()
+    with Runner(db_url) as runner, Runner(db_url) as other:
+
+        def answerer() -> None:  # another person, as soon as the run waits
+            while True:
+                try:
+                    if other.row("wait-1").status is RunStatus.WAITING:
+                        other.approve("wait-1", by="later")
+                        return
+                except RunNotFound:
+                    pass
+                threading.Event().wait(0.02)
+
+        thread = threading.Thread(target=answerer)
+        thread.start()
+        done = runner.run(shop.agent, "refund", id="wait-1", wait=True)
+        thread.join(30)
+    assert (done.status, done.output) == ("finished", "refunded 250")
+    assert shop.refunds == [("wait-1-1", 1)]
+
+
+def test_wait_for_answer_returns_when_the_run_is_answered(db_url: str) -> None:
+    shop = Shop()
+    with Runner(db_url) as runner:
+        runner.run(shop.agent, "refund", id="wf")
+        assert runner.wait_for_answer("wf", poll=0.01, timeout=0.05).status is RunStatus.WAITING
+        timer = threading.Timer(0.1, lambda: runner.deny("wf", reason="no"))
+        timer.start()
+        row = runner.wait_for_answer("wf", poll=0.02, timeout=30)
+        timer.join()
+    assert row.status is RunStatus.QUEUED
+
+
+def test_waiting_runs_are_listed_with_what_they_wait_for(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        for n in range(3):
+            runner.run(Shop(amount=200 + n).agent, "refund", id=f"l{n}")
+        runner.approve("l1")
+        waiting = runner.list(status=RunStatus.WAITING)
+        assert sorted(r.id for r in waiting) == ["l0", "l2"]
+        waits = runner.waits(runner.list())
+        assert sorted(waits) == ["l0", "l2"]
+        assert waits["l2"].question == "refund(amount=202)"
+        with runner.engine.begin() as connection:  # what the index serves: expiring waits
+            expired = connection.execute(
+                select(func.count())
+                .select_from(runs)
+                .where(runs.c.status == "waiting", runs.c.wait_expires_at.is_(None))
+            ).scalar_one()
+        assert expired == 2
+        assert runner.get("l0").waiting == waits["l0"]
+        assert runner.get("l1").waiting is None
+
+
+def test_a_run_blocked_on_its_wait_goes_on_when_approval_timeout_passes(db_url: str) -> None:
+    clock = ManualClock()
+    shop = Shop()
+    outcome: list[Any] = []
+    with Runner(db_url, clock=clock) as runner:
+        blocked = threading.Thread(
+            target=lambda: outcome.append(
+                runner.run(shop.agent, "refund", id="bt", approval_timeout=30, wait=True)
+            )
+        )
+        blocked.start()
+        for _ in range(1000):  # until it waits (real time: the run's own steps)
+            if _waiting(runner, "bt"):
+                break
+            threading.Event().wait(0.01)
+        clock.advance(31)  # nobody answered: the blocked process applies the timeout itself
+        blocked.join(30)
+    (done,) = outcome
+    assert (done.status, done.output) == ("finished", "Denied: no answer within 30s")
+    assert shop.refunds == []
+
+
+def _waiting(runner: Runner, run_id: str) -> bool:
+    try:
+        return runner.row(run_id).status is RunStatus.WAITING
+    except RunNotFound:
+        return False
