@@ -43,6 +43,9 @@ class Budgets:
     retry_backoff: float = 0.5
     tool_timeout: float | None = None
     wrap_up: bool = False
+    # How many calls of one step run at once (a model may ask for several); 1 runs them in
+    # order. Not a budget that stops a run: a cap on the step's threads.
+    max_parallel_tools: int = 8
 
     def __post_init__(self) -> None:
         _check_int("max_steps", self.max_steps, allow_none=False)
@@ -54,6 +57,9 @@ class Budgets:
         _check_number("max_cost", self.max_cost)
         _check_number("retry_backoff", self.retry_backoff, allow_none=False)
         _check_number("tool_timeout", self.tool_timeout, positive=True)
+        _check_int("max_parallel_tools", self.max_parallel_tools, allow_none=False)
+        if self.max_parallel_tools < 1:
+            raise ValueError(f"max_parallel_tools must be 1 or more, got {self.max_parallel_tools}")
         if not isinstance(self.wrap_up, bool):
             raise ValueError(f"wrap_up must be True or False, not {self.wrap_up!r}")
 

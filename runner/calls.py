@@ -1,9 +1,11 @@
-"""Calling user code (models, tools): sync or async, with or without a time limit.
+"""Calling user code (models, tools): sync or async, with or without a time limit, one at a
+time or several at once.
 
 Python cannot kill a thread, so a timed-out sync call is abandoned on a daemon thread and
 keeps running in the background; the loop moves on. An async call that times out is
 cancelled. Coroutines run on one background event loop, so the loop works the same when its
-caller is itself inside an event loop.
+caller is itself inside an event loop; several async calls made at once run there as tasks
+side by side.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import contextvars
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Coroutine
-from concurrent.futures import Future, wait
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 
@@ -37,6 +39,36 @@ def invoke(
         result = fn(*args, **kwargs)
         return _await(result, None) if inspect.isawaitable(result) else result
     return _in_thread(fn, args, kwargs, timeout)
+
+
+def run_together(jobs: Sequence[Callable[[], None]], limit: int) -> None:
+    """Run `jobs` on at most `limit` threads at once (in order on this thread if 1).
+
+    Each job runs in a copy of this thread's context, so a tool sees the context variables
+    the loop's thread would have shown it. Every started job is waited for, so nothing
+    keeps running unseen; once one job raised, the jobs not started yet are skipped, and
+    the first exception (in job order) is raised here.
+    """
+    if limit <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            job()
+        return
+    failed = threading.Event()
+
+    def guarded(job: Callable[[], None]) -> None:
+        if failed.is_set():
+            return  # a journal write failed (a lost lease, say): start no more side effects
+        try:
+            job()
+        except BaseException:
+            failed.set()
+            raise
+
+    workers = min(limit, len(jobs))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="runner-tool") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, guarded, job) for job in jobs]
+    for future in futures:
+        future.result()
 
 
 # Whether a callable is async, remembered: inspecting it costs more than the rest of an

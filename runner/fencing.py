@@ -4,11 +4,12 @@ The write path is the floor: a journal write is one INSERT that succeeds only wh
 run's lease epoch is this worker's (the statement itself is each backend's: on PostgreSQL a
 data-modifying CTE that also renews the lease and takes the run's row lock), committed in
 one transaction, with the run's stop in the same transaction when the entry ends the run.
+The calls of a step of several are one fenced INSERT each, all in one transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -90,22 +91,44 @@ def append_entry(
 
     Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
     """
+    return append_entries(bind, run_id, epoch, seq, (entry,), stop, lease_seconds, clock)
+
+
+def append_entries(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entries: Sequence[Entry],
+    stop: Stop | None,
+    lease_seconds: float,
+    clock: Clock = SYSTEM,
+) -> bool:
+    """One transaction: the entries from `seq` on (each fenced), and the run's end if `stop`.
+
+    All or none are written. Returns whether a cancel has been requested for the run.
+    LeaseLost if fenced out.
+    """
     at = utc_now(clock)
-    values = entry_row(run_id, seq, epoch, entry, at)
-    values.update(
-        fence_run=run_id,
-        fence_epoch=epoch,
-        fence_expiry=at + timedelta(seconds=lease_seconds),
-        fence_renew_after=at + timedelta(seconds=lease_seconds * 2 / 3),
-    )
+    fence = {
+        "fence_run": run_id,
+        "fence_epoch": epoch,
+        "fence_expiry": at + timedelta(seconds=lease_seconds),
+        "fence_renew_after": at + timedelta(seconds=lease_seconds * 2 / 3),
+    }
+    cancel = False
     with _transaction(bind) as connection:
         rendered = _rendered(connection.dialect)
-        written = connection.exec_driver_sql(rendered.sql, rendered.parameters(values)).first()
-        if written is None:
-            raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+        for offset, entry in enumerate(entries):
+            values = entry_row(run_id, seq + offset, epoch, entry, at)
+            values.update(fence)
+            written = connection.exec_driver_sql(rendered.sql, rendered.parameters(values)).first()
+            if written is None:
+                raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+            cancel = bool(written[1])
         if stop is not None:
-            _finish(connection, run_id, epoch, stop, entry.counters, at)
-    return bool(written[1])
+            _finish(connection, run_id, epoch, stop, entries[-1].counters, at)
+    return cancel
 
 
 def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> bool | None:

@@ -4,7 +4,8 @@ For step n: check cancellation and the deadline, take the model's action (from t
 when a crash came after it was recorded, else from the model), record it, apply the stop
 rules in seed 000's order (tokens, cost, final, repeats), run the tool unless its outcome is
 recorded, record the observation, then apply the error-streak and step-cap rules.
-This module knows nothing of storage: it talks to a `Journal`.
+A step of several calls records them all in one write, runs them at once and records each
+outcome as its call ends. This module knows nothing of storage: it talks to a `Journal`.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.actions import Action, ActionKind, parse_action
+from runner.actions import Action, ActionKind, Call, parse_action
 from runner.backoff import Backoff
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
-from runner.calls import CallTimedOut, invoke
+from runner.calls import CallTimedOut, invoke, run_together
 from runner.clock import SYSTEM, Clock
 from runner.context import Context
 from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused
 from runner.faults import fault
-from runner.journal import Counters, Entry, EntryKind, Journal, Stop
+from runner.journal import Counters, Entry, EntryKind, Journal, Stop, step_messages
 from runner.result import AgentResult
 from runner.tools import (
     KEY_PARAMETER,
@@ -77,6 +78,21 @@ class _Replay:
             )
         self.position += 1
         return entry
+
+    def take_action(self, step: int) -> tuple[Entry, ...]:
+        """The step's recorded action: one row, or one per call of a step of several."""
+        first = self.take(step, _ACTION_KINDS)
+        if first is None:
+            return ()
+        rows = [first]
+        if first.action_type is ActionKind.TOOL:
+            while self.position < len(self.entries):
+                entry = self.entries[self.position]
+                if entry.step != step or entry.kind is not first.kind:
+                    break
+                rows.append(entry)
+                self.position += 1
+        return tuple(rows)
 
 
 def drive(
@@ -152,9 +168,9 @@ class _Loop:
         return self.result(stop)
 
     def step(self, step: int) -> Stop | None:
-        """One step: the action (replayed or asked for), the stop rules, then the tool."""
-        recorded = self.replay.take(step, _ACTION_KINDS)
-        if recorded is not None:
+        """One step: the action (replayed or asked for), the stop rules, then the tools."""
+        recorded = self.replay.take_action(step)
+        if recorded:
             action = _action_of(recorded)
         else:
             asked = self.next_action()
@@ -166,8 +182,10 @@ class _Loop:
         if reason is StopReason.FINAL:
             return self.answer(recorded, step, action)
         if reason is not None:
-            refused = _action_entry(EntryKind.REFUSED, step, self.counters, action)
+            refused = _action_entries(EntryKind.REFUSED, step, self.counters, action)
             return self.stop_after(recorded, refused, reason)
+        if action.calls:
+            return self.act_together(recorded, step, action)
         return self.act(recorded, step, action)
 
     def next_action(self) -> Action | Stop:
@@ -183,7 +201,7 @@ class _Loop:
             return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
 
     def count(self, step: int, action: Action) -> None:
-        """Charge the step and its usage, and count the call's signature for repeats."""
+        """Charge the step and its usage, and count each call's signature for repeats."""
         c = self.counters
         self.counters = Counters(
             steps=step,
@@ -191,7 +209,9 @@ class _Loop:
             cost=c.cost + action.cost,
             error_streak=c.error_streak,
         )
-        if action.signature is not None:
+        if action.calls:
+            self.calls.update(call.signature for call in action.calls)
+        elif action.signature is not None:
             self.calls[action.signature] += 1
 
     def stop_rule(self, action: Action) -> StopReason | None:
@@ -203,36 +223,83 @@ class _Loop:
             return StopReason.COST_BUDGET
         if action.kind is ActionKind.FINAL:
             return StopReason.FINAL
+        if b.max_repeats is None:
+            return None
+        if action.calls:
+            repeated = any(self.calls[call.signature] > b.max_repeats for call in action.calls)
+            return StopReason.REPEATED_CALL if repeated else None
         signature = action.signature
-        if signature is None or b.max_repeats is None:
+        if signature is None:
             return None
         return StopReason.REPEATED_CALL if self.calls[signature] > b.max_repeats else None
 
-    def answer(self, recorded: Entry | None, step: int, action: Action) -> Stop:
+    def answer(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop:
         """The model answered: record the answer and the run's end in one write."""
         entry = _action_entry(EntryKind.FINAL, step, self.counters, action)
         stop = Stop(StopReason.FINAL, output=action.content)
-        self.record(recorded, entry, stop)
+        self.record(recorded, (entry,), stop)
         self.show(entry)
         return stop
 
-    def act(self, recorded: Entry | None, step: int, action: Action) -> Stop | None:
+    def act(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:
         """Record the call, run it (unless its outcome is recorded), record what it gave."""
         key = f"{self.journal.run_id}-{step}"
         entry = _action_entry(EntryKind.ACTION, step, self.counters, action, key=key)
-        self.record(recorded, entry, None)
+        self.record(recorded, (entry,), None)
         self.show(entry)
 
         observed = self.replay.take(step, (EntryKind.OBSERVATION,))
         fresh = observed is None
         if observed is None:
-            observed = self.observe(entry, action, pending=recorded is not None)
+            observed = self.observe(entry, action, pending=bool(recorded))
         self.counters = observed.counters
         reason = self.reason_after(observed)
         if fresh:
             # The stop (if any) is written with the observation: one commit for the step.
-            self.journal.append(observed, None if self.wraps_up(reason) else _stop_of(reason))
+            self.journal.append(observed, self.stop_with(reason))
         self.show(observed)
+        return self.after(reason)
+
+    def act_together(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:
+        """Record every call in one write before any runs, run those whose outcome is not
+        recorded at once (at most max_parallel_tools), and record each outcome as it ends."""
+        calls = _call_entries(EntryKind.ACTION, step, self.counters, action, self.journal.run_id)
+        self.record(recorded, calls, None)
+        batch = _Batch(self, calls, self.replayed_outcomes(step, calls))
+        done = {entry.idempotency_key for entry in batch.observed}
+        jobs = [
+            batch.job(call, pending=bool(recorded))
+            for call in calls
+            if call.idempotency_key not in done
+        ]
+        run_together(jobs, self.budgets.max_parallel_tools)
+        last = batch.observed[-1]  # the last recorded: the step's counters, its stop if any
+        self.counters = last.counters
+        self.transcript.extend(step_messages(calls, batch.observed))
+        return self.after(self.reason_after(last))
+
+    def replayed_outcomes(self, step: int, calls: Sequence[Entry]) -> list[Entry]:
+        """The observations a previous process recorded for the step's calls, in its order."""
+        keys = {call.idempotency_key for call in calls}
+        observed: list[Entry] = []
+        while len(observed) < len(calls):
+            entry = self.replay.take(step, (EntryKind.OBSERVATION,))
+            if entry is None:
+                break
+            if entry.idempotency_key not in keys:
+                raise ReplayMismatch(
+                    f"step {step} has an observation (key {entry.idempotency_key}) for none "
+                    "of its calls: the agent's budgets or code changed since the run started"
+                )
+            keys.discard(entry.idempotency_key)
+            observed.append(entry)
+        return observed
+
+    def stop_with(self, reason: StopReason | None) -> Stop | None:
+        """The stop to record with the step's last entry (none if a wrap-up comes first)."""
+        return None if self.wraps_up(reason) else _stop_of(reason)
+
+    def after(self, reason: StopReason | None) -> Stop | None:
         if reason is None:
             return None
         return self.wrap_up(reason) if self.wraps_up(reason) else Stop(reason)
@@ -309,28 +376,21 @@ class _Loop:
     # -- tools ----------------------------------------------------------------------------
 
     def observe(self, entry: Entry, action: Action, *, pending: bool) -> Entry:
-        """Run the tool (or settle a call a crash left pending) and record what it gave."""
-        attempt = 1
+        """Run the tool (or settle a call a crash left pending): the observation to record."""
         if action.kind is ActionKind.INVALID:
-            content, is_error = f"InvalidAction: {action.error}", True
-        elif pending and action.tool in self.tools:
-            attempt = self.journal.attempt(entry)
-            content, is_error, attempt = self.settle(entry, attempt)
+            content, is_error, attempt = f"InvalidAction: {action.error}", True, 1
         else:
-            content, is_error = self.call_tool(entry, attempt)
+            content, is_error, attempt = self.outcome(entry, pending=pending)
         c = self.counters
         streak = c.error_streak + 1 if is_error else 0
         counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
-        return Entry(
-            EntryKind.OBSERVATION,
-            entry.step,
-            counters,
-            content=content,
-            tool=action.tool,
-            is_error=is_error,
-            idempotency_key=entry.idempotency_key,
-            attempt=attempt,
-        )
+        return _observation(entry, counters, content, is_error, attempt)
+
+    def outcome(self, entry: Entry, *, pending: bool) -> tuple[str, bool, int]:
+        """The call's (content, is_error, attempt): run, or settled if a crash left it pending."""
+        if pending and entry.tool in self.tools:
+            return self.settle(entry, self.journal.attempt(entry))
+        return (*self.call_tool(entry, 1), 1)
 
     def settle(self, entry: Entry, attempt: int) -> tuple[str, bool, int]:
         """A crash left this call's outcome unknown: each tool says how to settle that."""
@@ -397,13 +457,19 @@ class _Loop:
 
     # -- recording and stopping -----------------------------------------------------------
 
-    def record(self, recorded: Entry | None, entry: Entry, stop: Stop | None) -> None:
-        if recorded is None:
-            self.journal.append(entry, stop)
-        elif recorded.kind != entry.kind:
+    def record(
+        self, recorded: Sequence[Entry], entries: Sequence[Entry], stop: Stop | None
+    ) -> None:
+        if not recorded:
+            if len(entries) == 1:
+                self.journal.append(entries[0], stop)
+            else:
+                self.journal.append_many(entries, stop)
+        elif recorded[0].kind != entries[0].kind:
+            # The same rows either way: the action was rebuilt from the recorded ones.
             raise ReplayMismatch(
-                f"step {entry.step} was recorded as {recorded.kind} but now decides "
-                f"{entry.kind}: the agent's budgets or code changed since the run started"
+                f"step {entries[0].step} was recorded as {recorded[0].kind} but now decides "
+                f"{entries[0].kind}: the agent's budgets or code changed since the run started"
             )
 
     def show(self, entry: Entry) -> None:
@@ -411,13 +477,15 @@ class _Loop:
         if message is not None:
             self.transcript.append(message)
 
-    def stop_after(self, recorded: Entry | None, entry: Entry, reason: StopReason) -> Stop:
+    def stop_after(
+        self, recorded: Sequence[Entry], entries: Sequence[Entry], reason: StopReason
+    ) -> Stop:
         """Record a refused action and stop for `reason`, after a wrap-up if one is wanted."""
         if self.wraps_up(reason):
-            self.record(recorded, entry, None)
+            self.record(recorded, entries, None)
             return self.wrap_up(reason)
         stop = Stop(reason)
-        self.record(recorded, entry, stop)
+        self.record(recorded, entries, stop)
         return stop
 
     def stop_now(self, reason: StopReason, *, error: str | None = None) -> Stop:
@@ -475,10 +543,47 @@ class _Loop:
         )
 
 
+class _Batch:
+    """The outcomes of one step's calls, recorded as each call ends (on its own thread).
+
+    Recording is one call at a time, so the step's counters and its stop are decided in the
+    order the journal keeps: the error streak grows only if every call so far failed (a
+    step is a failed step only when all its calls failed), and the last call to end writes
+    the step's stop with its own observation, as a single-call step does.
+    """
+
+    def __init__(self, loop: _Loop, calls: Sequence[Entry], observed: list[Entry]) -> None:
+        self.loop = loop
+        self.calls = calls
+        self.observed = observed  # replayed first, then in the order they were recorded
+        self.lock = threading.Lock()
+
+    def job(self, call: Entry, *, pending: bool) -> Callable[[], None]:
+        def run() -> None:
+            self.record(call, *self.loop.outcome(call, pending=pending))
+
+        return run
+
+    def record(self, call: Entry, content: str, is_error: bool, attempt: int) -> None:
+        loop = self.loop
+        with self.lock:
+            c = loop.counters
+            failed = is_error and all(entry.is_error for entry in self.observed)
+            streak = c.error_streak + 1 if failed else 0
+            counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
+            entry = _observation(call, counters, content, is_error, attempt)
+            last = len(self.observed) + 1 == len(self.calls)
+            loop.journal.append(entry, loop.stop_with(loop.reason_after(entry)) if last else None)
+            self.observed.append(entry)
+
+
 def _action_entry(
     kind: EntryKind, step: int, counters: Counters, action: Action, *, key: str | None = None
 ) -> Entry:
-    content = action.content if action.kind is ActionKind.FINAL else action.raw
+    if action.kind is ActionKind.FINAL:
+        content = action.content
+    else:  # what the model said beside its call, or its malformed output
+        content = action.raw if action.kind is ActionKind.INVALID else action.text
     return Entry(
         kind,
         step,
@@ -492,6 +597,56 @@ def _action_entry(
         idempotency_key=key if action.kind is ActionKind.TOOL else None,
         tokens=action.tokens,
         cost=action.cost,
+        call_id=action.call_id,
+    )
+
+
+def _action_entries(kind: EntryKind, step: int, counters: Counters, action: Action) -> list[Entry]:
+    """A refused action's rows: one, or one per call of a step of several."""
+    if action.calls:
+        return _call_entries(kind, step, counters, action, None)
+    return [_action_entry(kind, step, counters, action)]
+
+
+def _call_entries(
+    kind: EntryKind, step: int, counters: Counters, action: Action, run_id: str | None
+) -> list[Entry]:
+    """One row per call of a step of several, the model's usage and text on the first.
+
+    Call n's key is `<run_id>-<step>.<n>`: unique in the run, the same on every resume,
+    and never that of a single-call step (`<run_id>-<step>`).
+    """
+    return [
+        Entry(
+            kind,
+            step,
+            counters,
+            content=action.text if n == 1 else None,
+            action_type=ActionKind.TOOL,
+            tool=call.tool,
+            args=call.args,
+            idempotency_key=None if run_id is None else f"{run_id}-{step}.{n}",
+            tokens=action.tokens if n == 1 else 0,
+            cost=action.cost if n == 1 else 0.0,
+            call_id=call.id,
+        )
+        for n, call in enumerate(action.calls, 1)
+    ]
+
+
+def _observation(
+    call: Entry, counters: Counters, content: str, is_error: bool, attempt: int
+) -> Entry:
+    return Entry(
+        EntryKind.OBSERVATION,
+        call.step,
+        counters,
+        content=content,
+        tool=call.tool,
+        is_error=is_error,
+        idempotency_key=call.idempotency_key,
+        attempt=attempt,
+        call_id=call.call_id,
     )
 
 
@@ -499,13 +654,25 @@ def _stop_of(reason: StopReason | None) -> Stop | None:
     return None if reason is None else Stop(reason)
 
 
-def _action_of(entry: Entry) -> Action:
-    """The action a recorded entry holds, as the model first gave it."""
+def _action_of(rows: Sequence[Entry]) -> Action:
+    """The action a step's recorded rows hold, as the model first gave it."""
+    entry = rows[0]
     if entry.action_type is ActionKind.FINAL:
         return Action(ActionKind.FINAL, content=entry.content, tokens=entry.tokens, cost=entry.cost)
+    if entry.action_type is ActionKind.TOOL and len(rows) > 1:
+        calls = tuple(Call(row.tool or "", row.args or {}, row.call_id) for row in rows)
+        return Action(
+            ActionKind.TOOL, tokens=entry.tokens, cost=entry.cost, text=entry.content, calls=calls
+        )
     if entry.action_type is ActionKind.TOOL:
         return Action(
-            ActionKind.TOOL, tool=entry.tool, args=entry.args, tokens=entry.tokens, cost=entry.cost
+            ActionKind.TOOL,
+            tool=entry.tool,
+            args=entry.args,
+            tokens=entry.tokens,
+            cost=entry.cost,
+            call_id=entry.call_id,
+            text=entry.content,
         )
     return Action(
         ActionKind.INVALID,

@@ -135,5 +135,7 @@ entries = Table(
     Column("error_streak", Integer, nullable=False, comment="failed steps in a row"),
     Column("lease_epoch", Integer, nullable=False, comment="the lease that wrote this entry"),
     Column("created_at", Timestamp, nullable=False),
+    # Revision 0004. Last, as ALTER TABLE adds it: `SELECT *` shows the same on every database.
+    Column("call_id", String(200), nullable=True, comment="the provider's id of a tool call"),
     comment="the journal: one row per transcript entry, append-only",
 )

@@ -170,6 +170,7 @@ def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> 
         "error_streak": c.error_streak,
         "lease_epoch": epoch,
         "created_at": at,
+        "call_id": entry.call_id,
     }
 
 
@@ -189,6 +190,7 @@ def entry_of(row: Row[Any]) -> Entry:
         attempt=m["attempt"],
         tokens=m["usage_tokens"],
         cost=m["usage_cost"],
+        call_id=m["call_id"],
     )
 
 
