@@ -182,7 +182,8 @@ def render_run(result: AgentResult, row: RunRow) -> str:
     if row.error:
         lines.append(f"error     {row.error}")
     lines.append("")
-    lines.extend(_message_line(message) for message in result.transcript)
+    for message in result.transcript:
+        lines.extend(_message_lines(message))
     lines.extend(_ending(result, row))
     return "\n".join(lines)
 
@@ -204,11 +205,11 @@ _STOPS = {
 
 def _ending(result: AgentResult, row: RunRow) -> list[str]:
     """How the transcript ends: the stop and what it means, or the call still in flight."""
-    last = result.transcript[-1] if result.transcript else None
     if row.stop_reason is None:
-        if last is not None and "tool" in last and last["role"] == "assistant":
-            return [f"  .. {last['tool']}: no result yet (running, or a resume will settle it)"]
-        return []
+        return [
+            f"  .. {name}: no result yet (running, or a resume will settle it)"
+            for name in _unanswered(result.transcript)
+        ]
     meaning, budget = _STOPS.get(str(row.stop_reason), (str(row.stop_reason), None))
     if budget is not None and row.budgets.get(budget) is not None:
         meaning += f" ({budget}={row.budgets[budget]})"
@@ -217,19 +218,50 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
     return ["", f"stopped   {row.stop_reason}: {meaning}"]
 
 
-def _message_line(message: dict[str, Any]) -> str:
+def _unanswered(transcript: Sequence[dict[str, Any]]) -> list[str]:
+    """The tools of the last step's calls that have no observation yet."""
+    for at in range(len(transcript) - 1, -1, -1):
+        message = transcript[at]
+        if message["role"] == "assistant":
+            calls = message.get("calls") or ([message] if "tool" in message else [])
+            answers = [m for m in transcript[at + 1 :] if m["role"] == "tool"]
+            waiting = []
+            for call in calls:
+                name = call.get("tool", call.get("name"))
+                # An observation names its call by id when the model gave ids, else by tool.
+                match = next(
+                    (a for a in answers if a.get("id", a["name"]) == call.get("id", name)), None
+                )
+                if match is None:
+                    waiting.append(str(name))
+                else:
+                    answers.remove(match)
+            return waiting
+        if message["role"] != "tool":
+            return []
+    return []
+
+
+def _message_lines(message: dict[str, Any]) -> list[str]:
     role = message["role"]
     if role == "user":
-        return f"user      {_short(message['content'])}"
+        return [f"user      {_short(message['content'])}"]
     if role == "tool":
         mark = "error" if message["is_error"] else "ok"
-        return f"  <- {message['name']} [{mark}]  {_short(message['content'])}"
+        return [f"  <- {message['name']} [{mark}]  {_short(message['content'])}"]
+    said = [f"  said: {_short(message['text'])}"] if message.get("text") else []
     if "tool" in message:
-        return f"  -> {message['tool']}({cut(json.dumps(message['args']), 80)})"
+        return [*said, _call_line(message["tool"], message["args"])]
+    if "calls" in message:
+        return [*said, *(_call_line(call["name"], call["args"]) for call in message["calls"])]
     if "invalid" in message:
-        return f"  -> (invalid output) {_short(message['invalid'])}"
+        return [f"  -> (invalid output) {_short(message['invalid'])}"]
     # The answer is what the run is for: shown whole, continuation lines indented.
-    return "answer    " + text(message["content"], exact=True).replace("\n", "\n          ")
+    return ["answer    " + text(message["content"], exact=True).replace("\n", "\n          ")]
+
+
+def _call_line(tool: Any, args: Any) -> str:
+    return f"  -> {tool}({cut(json.dumps(args), 80)})"
 
 
 def _short(content: Any) -> str:

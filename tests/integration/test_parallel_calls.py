@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import event, text
 
 from runner import NOT_APPLIED, Agent, LeaseLost, ReplayMismatch, Runner, leases, run_agent, tool
+from runner.cli.output import render_run
 from runner.journal import Counters, Entry, EntryKind
 
 from .support import Counting, Crash, Transcript, crash, died_with, fields
@@ -268,6 +269,18 @@ def test_a_crash_mid_batch_settles_each_unfinished_call_and_reruns_no_finished_o
             "plain": "pending",
             "checked": "pending",
         }
+        shown = render_run(runner.get("mid"), runner.row("mid")).splitlines()
+        assert shown[-9:] == [
+            "  said: All at once.",
+            '  -> quick({"x": 1})',
+            '  -> pure({"x": 2})',
+            '  -> plain({"x": 3})',
+            '  -> checked({"x": 4})',
+            "  <- quick [ok]  quick 1",
+            "  .. pure: no result yet (running, or a resume will settle it)",
+            "  .. plain: no result yet (running, or a resume will settle it)",
+            "  .. checked: no result yet (running, or a resume will settle it)",
+        ]
         crash(runner.engine, "mid")
 
         resumed = Ledger(crashing=False)
