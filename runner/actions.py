@@ -114,7 +114,7 @@ def parse_action(output: object) -> Action:
     call = _call(output)
     if isinstance(call, _Unusable):
         return _invalid(output, call.why, tokens, cost, call.tool)
-    return _single(call, text, tokens, cost)
+    return _single(*call, text, tokens, cost)
 
 
 def _several(
@@ -124,7 +124,7 @@ def _several(
     if not isinstance(shapes, list | tuple) or not shapes:
         why = f"tool 'calls' must be a non-empty list, got {_shown(shapes)}"
         return _invalid(output, why, tokens, cost)
-    calls: list[Call] = []
+    calls: list[_Parsed] = []
     for n, shape in enumerate(shapes, 1):
         if not isinstance(shape, Mapping):
             why = f"call {n} must be a dict with 'name' and 'args', got {_shown(shape)}"
@@ -133,28 +133,41 @@ def _several(
         if isinstance(call, _Unusable):
             return _invalid(output, f"call {n}: {call.why}", tokens, cost)
         calls.append(call)
-    ids = [call.id for call in calls if call.id is not None]
+    ids = [call_id for _, _, call_id, _ in calls if call_id is not None]
     if len(ids) != len(set(ids)):
         return _invalid(output, "the calls' ids must differ from one another", tokens, cost)
     if len(calls) == 1:  # one call is a single-call step, whichever form it came in
-        return _single(calls[0], text, tokens, cost)
-    return Action(ActionKind.TOOL, tokens=tokens, cost=cost, text=text, calls=tuple(calls))
+        return _single(*calls[0], text, tokens, cost)
+    several = tuple(Call(*call) for call in calls)
+    return Action(ActionKind.TOOL, tokens=tokens, cost=cost, text=text, calls=several)
 
 
-def _single(call: Call, text: str | None, tokens: int, cost: float) -> Action:
+def _single(
+    name: str,
+    args: dict[str, Any],
+    call_id: str | None,
+    canonical: str,
+    text: str | None,
+    tokens: int,
+    cost: float,
+) -> Action:
     return Action(
         ActionKind.TOOL,
-        tool=call.tool,
-        args=call.args,
+        tool=name,
+        args=args,
         tokens=tokens,
         cost=cost,
-        canonical_args=call.canonical_args,
-        call_id=call.id,
+        canonical_args=canonical,
+        call_id=call_id,
         text=text,
     )
 
 
-def _call(shape: Mapping[Any, Any]) -> Call | _Unusable:
+# A usable call: its tool name, plain arguments, provider id (or None), canonical arguments.
+_Parsed = tuple[str, dict[str, Any], str | None, str]
+
+
+def _call(shape: Mapping[Any, Any]) -> _Parsed | _Unusable:
     """One call's name, arguments and id, or why they cannot be used."""
     name = shape.get("name")
     if not isinstance(name, str):
@@ -180,7 +193,7 @@ def _call(shape: Mapping[Any, Any]) -> Call | _Unusable:
         return _Unusable("tool 'args' are nested too deeply", name)
     except (TypeError, ValueError) as exc:
         return _Unusable(_cut(f"tool 'args' are not valid JSON: {exc}"), name)
-    return Call(name, plain_args, call_id or None, canonical_args=canonical)
+    return (name, plain_args, call_id or None, canonical)
 
 
 def parse_usage(usage: object) -> tuple[int, float] | str:

@@ -41,34 +41,51 @@ def invoke(
     return _in_thread(fn, args, kwargs, timeout)
 
 
-def run_together(jobs: Sequence[Callable[[], None]], limit: int) -> None:
-    """Run `jobs` on at most `limit` threads at once (in order on this thread if 1).
+class Together:
+    """Threads for running several calls at once, at most `limit` at a time.
 
-    Each job runs in a copy of this thread's context, so a tool sees the context variables
-    the loop's thread would have shown it. Every started job is waited for, so nothing
-    keeps running unseen; once one job raised, the jobs not started yet are skipped, and
-    the first exception (in job order) is raised here.
+    One per run: its threads are made when a step first needs them and kept for the next
+    steps (making a thread costs about as much as a commit), and end with `close`.
     """
-    if limit <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            job()
-        return
-    failed = threading.Event()
 
-    def guarded(job: Callable[[], None]) -> None:
-        if failed.is_set():
-            return  # a journal write failed (a lost lease, say): start no more side effects
-        try:
-            job()
-        except BaseException:
-            failed.set()
-            raise
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._pool: ThreadPoolExecutor | None = None
 
-    workers = min(limit, len(jobs))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="runner-tool") as pool:
-        futures = [pool.submit(contextvars.copy_context().run, guarded, job) for job in jobs]
-    for future in futures:
-        future.result()
+    def run(self, jobs: Sequence[Callable[[], None]]) -> None:
+        """Run `jobs` (in order on this thread if the limit is 1, or there is one job).
+
+        Each job runs in a copy of this thread's context, so a tool sees the context
+        variables the loop's thread would have shown it. Every started job is waited for,
+        so nothing keeps running unseen; once one job raised, the jobs not started yet are
+        skipped, and the first exception (in job order) is raised here.
+        """
+        if self.limit <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                job()
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.limit, thread_name_prefix="runner-tool")
+        failed = threading.Event()
+
+        def guarded(job: Callable[[], None]) -> None:
+            if failed.is_set():
+                return  # a journal write failed (a lost lease, say): start no more effects
+            try:
+                job()
+            except BaseException:
+                failed.set()
+                raise
+
+        futures = [self._pool.submit(contextvars.copy_context().run, guarded, job) for job in jobs]
+        wait(futures)
+        for future in futures:
+            future.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)  # every job has ended: its threads just exit
+            self._pool = None
 
 
 # Whether a callable is async, remembered: inspecting it costs more than the rest of an

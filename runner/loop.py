@@ -16,16 +16,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.actions import Action, ActionKind, Call, parse_action
+from runner.actions import Action, ActionKind, parse_action
 from runner.backoff import Backoff
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
-from runner.calls import CallTimedOut, invoke, run_together
+from runner.calls import CallTimedOut, Together, invoke
 from runner.clock import SYSTEM, Clock
 from runner.context import Context
 from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop, step_messages
 from runner.result import AgentResult
+from runner.steps import (
+    action_entry,
+    action_of,
+    call_entries,
+    observation_entry,
+    refused_entries,
+)
 from runner.tools import (
     KEY_PARAMETER,
     NOT_APPLIED,
@@ -118,7 +125,10 @@ def drive(
     loop = _Loop(model, tools, task, budgets, journal, deadline, cancel, clock)
     loop.pause = pause
     loop.context = context
-    return loop.run()
+    try:
+        return loop.run()
+    finally:
+        loop.together.close()
 
 
 class _Loop:
@@ -150,6 +160,7 @@ class _Loop:
         # Whether each tool takes an idempotency key, read once per run: inspecting a
         # signature costs more than the rest of an in-memory step.
         self.takes_key_by_tool: dict[str, bool] = {}
+        self.together = Together(budgets.max_parallel_tools)  # threads for steps of several
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -171,7 +182,7 @@ class _Loop:
         """One step: the action (replayed or asked for), the stop rules, then the tools."""
         recorded = self.replay.take_action(step)
         if recorded:
-            action = _action_of(recorded)
+            action = action_of(recorded)
         else:
             asked = self.next_action()
             if isinstance(asked, Stop):
@@ -182,7 +193,7 @@ class _Loop:
         if reason is StopReason.FINAL:
             return self.answer(recorded, step, action)
         if reason is not None:
-            refused = _action_entries(EntryKind.REFUSED, step, self.counters, action)
+            refused = refused_entries(EntryKind.REFUSED, step, self.counters, action)
             return self.stop_after(recorded, refused, reason)
         if action.calls:
             return self.act_together(recorded, step, action)
@@ -210,8 +221,8 @@ class _Loop:
             error_streak=c.error_streak,
         )
         if action.calls:
-            self.calls.update(call.signature for call in action.calls)
-        elif action.signature is not None:
+            self.calls.update(action.signatures)
+        elif action.signature is not None:  # the common case, without a list
             self.calls[action.signature] += 1
 
     def stop_rule(self, action: Action) -> StopReason | None:
@@ -226,7 +237,7 @@ class _Loop:
         if b.max_repeats is None:
             return None
         if action.calls:
-            repeated = any(self.calls[call.signature] > b.max_repeats for call in action.calls)
+            repeated = any(self.calls[s] > b.max_repeats for s in action.signatures)
             return StopReason.REPEATED_CALL if repeated else None
         signature = action.signature
         if signature is None:
@@ -235,7 +246,7 @@ class _Loop:
 
     def answer(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop:
         """The model answered: record the answer and the run's end in one write."""
-        entry = _action_entry(EntryKind.FINAL, step, self.counters, action)
+        entry = action_entry(EntryKind.FINAL, step, self.counters, action)
         stop = Stop(StopReason.FINAL, output=action.content)
         self.record(recorded, (entry,), stop)
         self.show(entry)
@@ -244,7 +255,7 @@ class _Loop:
     def act(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:
         """Record the call, run it (unless its outcome is recorded), record what it gave."""
         key = f"{self.journal.run_id}-{step}"
-        entry = _action_entry(EntryKind.ACTION, step, self.counters, action, key=key)
+        entry = action_entry(EntryKind.ACTION, step, self.counters, action, key=key)
         self.record(recorded, (entry,), None)
         self.show(entry)
 
@@ -263,7 +274,7 @@ class _Loop:
     def act_together(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:
         """Record every call in one write before any runs, run those whose outcome is not
         recorded at once (at most max_parallel_tools), and record each outcome as it ends."""
-        calls = _call_entries(EntryKind.ACTION, step, self.counters, action, self.journal.run_id)
+        calls = call_entries(EntryKind.ACTION, step, self.counters, action, self.journal.run_id)
         self.record(recorded, calls, None)
         batch = _Batch(self, calls, self.replayed_outcomes(step, calls))
         done = {entry.idempotency_key for entry in batch.observed}
@@ -272,7 +283,7 @@ class _Loop:
             for call in calls
             if call.idempotency_key not in done
         ]
-        run_together(jobs, self.budgets.max_parallel_tools)
+        self.together.run(jobs)
         last = batch.observed[-1]  # the last recorded: the step's counters, its stop if any
         self.counters = last.counters
         self.transcript.extend(step_messages(calls, batch.observed))
@@ -384,7 +395,7 @@ class _Loop:
         c = self.counters
         streak = c.error_streak + 1 if is_error else 0
         counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
-        return _observation(entry, counters, content, is_error, attempt)
+        return observation_entry(entry, counters, content, is_error, attempt)
 
     def outcome(self, entry: Entry, *, pending: bool) -> tuple[str, bool, int]:
         """The call's (content, is_error, attempt): run, or settled if a crash left it pending."""
@@ -518,7 +529,7 @@ class _Loop:
             c = self.counters
             counters = replace(c, tokens=c.tokens + action.tokens, cost=c.cost + action.cost)
             kind = EntryKind.FINAL if action.kind is ActionKind.FINAL else EntryKind.REFUSED
-            answer = _action_entry(kind, step, counters, action)
+            answer = action_entry(kind, step, counters, action)
             wrapped = Stop(reason, output=action.content, wrapped_up=True)
             self.journal.append(answer, wrapped if kind is EntryKind.FINAL else Stop(reason))
         self.counters = answer.counters
@@ -571,117 +582,14 @@ class _Batch:
             failed = is_error and all(entry.is_error for entry in self.observed)
             streak = c.error_streak + 1 if failed else 0
             counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
-            entry = _observation(call, counters, content, is_error, attempt)
+            entry = observation_entry(call, counters, content, is_error, attempt)
             last = len(self.observed) + 1 == len(self.calls)
             loop.journal.append(entry, loop.stop_with(loop.reason_after(entry)) if last else None)
             self.observed.append(entry)
 
 
-def _action_entry(
-    kind: EntryKind, step: int, counters: Counters, action: Action, *, key: str | None = None
-) -> Entry:
-    if action.kind is ActionKind.FINAL:
-        content = action.content
-    else:  # what the model said beside its call, or its malformed output
-        content = action.raw if action.kind is ActionKind.INVALID else action.text
-    return Entry(
-        kind,
-        step,
-        counters,
-        content=content,
-        action_type=action.kind,
-        tool=action.tool,
-        args=action.args,
-        is_error=action.kind is ActionKind.INVALID,
-        error=action.error,
-        idempotency_key=key if action.kind is ActionKind.TOOL else None,
-        tokens=action.tokens,
-        cost=action.cost,
-        call_id=action.call_id,
-    )
-
-
-def _action_entries(kind: EntryKind, step: int, counters: Counters, action: Action) -> list[Entry]:
-    """A refused action's rows: one, or one per call of a step of several."""
-    if action.calls:
-        return _call_entries(kind, step, counters, action, None)
-    return [_action_entry(kind, step, counters, action)]
-
-
-def _call_entries(
-    kind: EntryKind, step: int, counters: Counters, action: Action, run_id: str | None
-) -> list[Entry]:
-    """One row per call of a step of several, the model's usage and text on the first.
-
-    Call n's key is `<run_id>-<step>.<n>`: unique in the run, the same on every resume,
-    and never that of a single-call step (`<run_id>-<step>`).
-    """
-    return [
-        Entry(
-            kind,
-            step,
-            counters,
-            content=action.text if n == 1 else None,
-            action_type=ActionKind.TOOL,
-            tool=call.tool,
-            args=call.args,
-            idempotency_key=None if run_id is None else f"{run_id}-{step}.{n}",
-            tokens=action.tokens if n == 1 else 0,
-            cost=action.cost if n == 1 else 0.0,
-            call_id=call.id,
-        )
-        for n, call in enumerate(action.calls, 1)
-    ]
-
-
-def _observation(
-    call: Entry, counters: Counters, content: str, is_error: bool, attempt: int
-) -> Entry:
-    return Entry(
-        EntryKind.OBSERVATION,
-        call.step,
-        counters,
-        content=content,
-        tool=call.tool,
-        is_error=is_error,
-        idempotency_key=call.idempotency_key,
-        attempt=attempt,
-        call_id=call.call_id,
-    )
-
-
 def _stop_of(reason: StopReason | None) -> Stop | None:
     return None if reason is None else Stop(reason)
-
-
-def _action_of(rows: Sequence[Entry]) -> Action:
-    """The action a step's recorded rows hold, as the model first gave it."""
-    entry = rows[0]
-    if entry.action_type is ActionKind.FINAL:
-        return Action(ActionKind.FINAL, content=entry.content, tokens=entry.tokens, cost=entry.cost)
-    if entry.action_type is ActionKind.TOOL and len(rows) > 1:
-        calls = tuple(Call(row.tool or "", row.args or {}, row.call_id) for row in rows)
-        return Action(
-            ActionKind.TOOL, tokens=entry.tokens, cost=entry.cost, text=entry.content, calls=calls
-        )
-    if entry.action_type is ActionKind.TOOL:
-        return Action(
-            ActionKind.TOOL,
-            tool=entry.tool,
-            args=entry.args,
-            tokens=entry.tokens,
-            cost=entry.cost,
-            call_id=entry.call_id,
-            text=entry.content,
-        )
-    return Action(
-        ActionKind.INVALID,
-        tool=entry.tool,
-        error=entry.error,
-        raw=entry.content,
-        tokens=entry.tokens,
-        cost=entry.cost,
-    )
 
 
 def _describe(exc: BaseException | None) -> str:

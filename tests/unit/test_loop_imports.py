@@ -27,6 +27,7 @@ assert not loaded, f"importing {module} loaded {{loaded}}"
         "runner.scripted",
         "runner.tools",
         "runner.calls",
+        "runner.steps",
     ],
 )
 def test_module_imports_no_storage_or_cli(module: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from runner import current_call, run_agent, tool
 from runner.budgets import Budgets
-from runner.calls import run_together
+from runner.calls import Together
 from runner.journal import EntryKind, MemoryJournal
 from runner.loop import drive
 from runner.tools import as_tools
@@ -285,7 +285,7 @@ def test_max_parallel_tools_must_be_a_whole_number_of_at_least_one(bad: Any) -> 
         run_agent(batch_then_answer(), {}, "task", max_parallel_tools=bad)
 
 
-def test_run_together_waits_for_started_jobs_skips_the_rest_and_raises_the_first() -> None:
+def test_together_waits_for_started_jobs_skips_the_rest_and_raises_the_first() -> None:
     ran: list[str] = []
     slow_started, slow_may_end = threading.Event(), threading.Event()
 
@@ -303,6 +303,10 @@ def test_run_together_waits_for_started_jobs_skips_the_rest_and_raises_the_first
     def later() -> None:
         ran.append("later")  # queued behind the two others, after one failed: never started
 
+    together = Together(limit=2)
     with pytest.raises(OSError, match="the journal is gone"):
-        run_together([failing, slow, later], limit=2)
+        together.run([failing, slow, later])
     assert ran == ["failing", "slow"]  # slow was waited for before the error came out
+    together.run([lambda: ran.append("next step")])  # the next step's jobs run as ever
+    together.close()
+    assert ran[-1] == "next step"
