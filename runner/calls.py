@@ -44,8 +44,9 @@ def invoke(
 class Together:
     """Threads for running several calls at once, at most `limit` at a time.
 
-    One per run: its threads are made when a step first needs them and kept for the next
-    steps (making a thread costs about as much as a commit), and end with `close`.
+    One per run: the calling thread takes its share of the calls, and the pool's threads
+    (`limit - 1` at most) are made when a step first needs them and kept for the next steps:
+    making a thread, or handing a call to one, costs about as much as a commit.
     """
 
     def __init__(self, limit: int) -> None:
@@ -65,22 +66,29 @@ class Together:
                 job()
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.limit, thread_name_prefix="runner-tool")
-        failed = threading.Event()
+            self._pool = ThreadPoolExecutor(self.limit - 1, thread_name_prefix="runner-tool")
+        waiting = [(n, contextvars.copy_context(), job) for n, job in enumerate(jobs)]
+        waiting.reverse()  # taken from the end: in job order
+        failures: dict[int, BaseException] = {}
+        lock = threading.Lock()
 
-        def guarded(job: Callable[[], None]) -> None:
-            if failed.is_set():
-                return  # a journal write failed (a lost lease, say): start no more effects
-            try:
-                job()
-            except BaseException:
-                failed.set()
-                raise
+        def work() -> None:
+            while True:
+                with lock:
+                    if failures or not waiting:
+                        return  # after a failure (a lost lease, say): start no more effects
+                    n, context, job = waiting.pop()
+                try:
+                    context.run(job)
+                except BaseException as exc:  # raised below, once every started job ended
+                    with lock:
+                        failures[n] = exc
 
-        futures = [self._pool.submit(contextvars.copy_context().run, guarded, job) for job in jobs]
-        wait(futures)
-        for future in futures:
-            future.result()
+        helpers = [self._pool.submit(work) for _ in range(min(self.limit, len(jobs)) - 1)]
+        work()
+        wait(helpers)
+        if failures:
+            raise failures[min(failures)]
 
     def close(self) -> None:
         if self._pool is not None:

@@ -140,8 +140,9 @@ def test_the_calls_commit_together_then_each_outcome_alone(db_url: str) -> None:
     with Runner(db_url, lease_seconds=600) as runner, commits_and_inserts(runner) as counts:
         result = runner.run(agent, "go")
     assert result.output == "0 | 1 | 2 | 3"
-    # Create, claim, the task; ONE commit for the four calls, one per outcome; the answer.
-    assert counts == [3 + 1 + 4 + 1, 1 + 4 + 4 + 1]
+    # Create, claim, the task; ONE commit (and one fenced INSERT) for the four calls, one
+    # commit per outcome; the answer.
+    assert counts == [3 + 1 + 4 + 1, 1 + 1 + 4 + 1]
 
 
 def test_tool_calls_pairs_every_call_with_its_own_outcome(db_url: str) -> None:
@@ -373,3 +374,18 @@ def test_an_outcome_for_none_of_the_steps_calls_is_a_replay_mismatch(db_url: str
         with pytest.raises(ReplayMismatch, match=r"key mm-1\.9"):
             runner.resume("mm", agent=Agent(model, {"echo": lambda i: i}))
     assert model.calls == 0
+
+
+def test_a_step_of_very_many_calls_is_still_one_commit_before_any_runs(db_url: str) -> None:
+    # More calls than one statement writes (64): several fenced INSERTs, one transaction.
+    calls = [{"id": f"c{i}", "name": "echo", "args": {"i": i}} for i in range(150)]
+    agent = Agent(batch_then_answer(*calls), {"echo": lambda i: i}, max_repeats=None)
+    with Runner(db_url, lease_seconds=600) as runner, commits_and_inserts(runner) as counts:
+        result = runner.run(agent, "go", id="many")
+        journal = rows(runner, "many")
+    assert counts == [3 + 1 + 150 + 1, 1 + 3 + 150 + 1]
+    assert result.output == " | ".join(str(i) for i in range(150))
+    actions = [r for r in journal if r["kind"] == "action"]
+    assert [r["idempotency_key"] for r in actions] == [f"many-1.{n}" for n in range(1, 151)]
+    assert [r["seq"] for r in actions] == list(range(1, 151))
+    assert [r["call_id"] for r in actions] == [f"c{i}" for i in range(150)]
