@@ -23,6 +23,8 @@ from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Stop
 from runner.storage_errors import refused, transient
 
+# Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
+# own thread for the outcomes of a step of several calls.
 Observer = Callable[[str, Entry], None]
 
 # A write that failed on a lost connection is tried again after these waits (doubling).
