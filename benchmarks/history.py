@@ -169,6 +169,7 @@ def _entry(
         "error_streak": streak,
         "lease_epoch": 1,
         "created_at": at,
+        "call_id": None,
     }
     row.update(more)
     return row

@@ -1,4 +1,4 @@
-"""What the model asked for, parsed: a final answer, a tool call, or output it got wrong.
+"""What the model asked for, parsed: a final answer, tool calls, or output it got wrong.
 
 Malformed output never raises out of here: it becomes an `invalid` action whose error the
 loop shows the model as an observation, so the model can correct itself.
@@ -25,18 +25,30 @@ class ActionKind(StrEnum):
 
 # How much of a malformed output is kept for the model and the journal.
 _RAW_LIMIT = 500
-# The longest tool name (the providers' own limits are shorter; the journal's column holds
-# this many characters).
+# The longest tool name or provider call id (the providers' own limits are shorter; the
+# journal's columns hold this many characters).
 MAX_TOOL_NAME = 200
-# The loop runs one call per step for now; an adapter may already return several.
-_SEVERAL_CALLS = "several tool calls in one response are not supported yet: call one tool at a time"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One of several tool calls a model asked for in one response."""
+
+    tool: str
+    args: dict[str, Any]
+    id: str | None = None  # the provider's id of the call, when it gave one
+    canonical_args: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def signature(self) -> tuple[str, str]:
+        return (self.tool, self.canonical_args or canonical_json(self.args))
 
 
 @dataclass(frozen=True)
 class Action:
     kind: ActionKind
     content: Any = None  # the answer of a final action
-    tool: str | None = None
+    tool: str | None = None  # the call of a single-call tool action
     args: dict[str, Any] | None = None
     tokens: int = 0
     cost: float = 0.0
@@ -44,6 +56,10 @@ class Action:
     raw: str | None = None  # a short repr of an invalid output, for the model and for audit
     # The sorted-key JSON of `args`, when parsing already made it (saves a second dumps).
     canonical_args: str | None = field(default=None, compare=False, repr=False)
+    call_id: str | None = None  # the provider's id of a single call
+    text: str | None = None  # what the model said beside its tool call(s)
+    # A tool action of several calls has them here (and no `tool` or `args` of its own).
+    calls: tuple[Call, ...] = ()
 
     @property
     def signature(self) -> tuple[str, str] | None:
@@ -51,6 +67,14 @@ class Action:
         if self.kind is not ActionKind.TOOL or self.tool is None:
             return None
         return (self.tool, self.canonical_args or canonical_json(self.args or {}))
+
+    @property
+    def signatures(self) -> list[tuple[str, str]]:
+        """The repeat-detection key of each call (one per call of a several-call step)."""
+        if self.calls:
+            return [call.signature for call in self.calls]
+        signature = self.signature
+        return [] if signature is None else [signature]
 
 
 def canonical_json(value: Any) -> str:
@@ -81,35 +105,95 @@ def parse_action(output: object) -> Action:
         return _invalid(
             output, f"'type' must be 'final' or 'tool', got {_shown(kind)}", tokens, cost
         )
-    name = output.get("name")
-    if name is None and "calls" in output:
-        return _invalid(output, _SEVERAL_CALLS, tokens, cost)
+    text = output.get("text")
+    if text is not None and not isinstance(text, str):
+        return _invalid(output, f"'text' must be a string, got {_shown(text)}", tokens, cost)
+    text = text or None
+    if output.get("name") is None and "calls" in output:
+        return _several(output, output["calls"], text, tokens, cost)
+    call = _call(output)
+    if isinstance(call, _Unusable):
+        return _invalid(output, call.why, tokens, cost, call.tool)
+    return _single(*call, text, tokens, cost)
+
+
+def _several(
+    output: Mapping[Any, Any], shapes: object, text: str | None, tokens: int, cost: float
+) -> Action:
+    """The multi-call form: every call must be usable, or the whole response is invalid."""
+    if not isinstance(shapes, list | tuple) or not shapes:
+        why = f"tool 'calls' must be a non-empty list, got {_shown(shapes)}"
+        return _invalid(output, why, tokens, cost)
+    calls: list[_Parsed] = []
+    for n, shape in enumerate(shapes, 1):
+        if not isinstance(shape, Mapping):
+            why = f"call {n} must be a dict with 'name' and 'args', got {_shown(shape)}"
+            return _invalid(output, why, tokens, cost)
+        call = _call(shape)
+        if isinstance(call, _Unusable):
+            return _invalid(output, f"call {n}: {call.why}", tokens, cost)
+        calls.append(call)
+    ids = [call_id for _, _, call_id, _ in calls if call_id is not None]
+    if len(ids) != len(set(ids)):
+        return _invalid(output, "the calls' ids must differ from one another", tokens, cost)
+    if len(calls) == 1:  # one call is a single-call step, whichever form it came in
+        return _single(*calls[0], text, tokens, cost)
+    several = tuple(Call(*call) for call in calls)
+    return Action(ActionKind.TOOL, tokens=tokens, cost=cost, text=text, calls=several)
+
+
+def _single(
+    name: str,
+    args: dict[str, Any],
+    call_id: str | None,
+    canonical: str,
+    text: str | None,
+    tokens: int,
+    cost: float,
+) -> Action:
+    return Action(
+        ActionKind.TOOL,
+        tool=name,
+        args=args,
+        tokens=tokens,
+        cost=cost,
+        canonical_args=canonical,
+        call_id=call_id,
+        text=text,
+    )
+
+
+# A usable call: its tool name, plain arguments, provider id (or None), canonical arguments.
+_Parsed = tuple[str, dict[str, Any], str | None, str]
+
+
+def _call(shape: Mapping[Any, Any]) -> _Parsed | _Unusable:
+    """One call's name, arguments and id, or why they cannot be used."""
+    name = shape.get("name")
     if not isinstance(name, str):
-        return _invalid(output, f"tool 'name' must be a string, got {_shown(name)}", tokens, cost)
+        return _Unusable(f"tool 'name' must be a string, got {_shown(name)}")
     bad_name = _unusable_name(name)
     if bad_name is not None:
-        return _invalid(output, bad_name, tokens, cost)
-    args = output.get("args", {})
+        return _Unusable(bad_name)
+    call_id = shape.get("id")
+    if call_id is not None and not isinstance(call_id, str):
+        return _Unusable(f"tool call 'id' must be a string, got {_shown(call_id)}", name)
+    bad_id = None if not call_id else _unusable_name(call_id, "tool call 'id'")
+    if bad_id is not None:
+        return _Unusable(bad_id, name)
+    args = shape.get("args", {})
     if not isinstance(args, Mapping) or not all(isinstance(key, str) for key in args):
-        return _invalid(output, "tool 'args' must be a JSON object", tokens, cost, name)
+        return _Unusable("tool 'args' must be a JSON object", name)
     try:
         # Round-tripping rejects NaN, infinities and values JSON cannot carry, and gives the
         # tool exactly what a journal would give it back after a crash.
         canonical = canonical_json(dict(args))
         plain_args = json.loads(canonical)
     except RecursionError:
-        return _invalid(output, "tool 'args' are nested too deeply", tokens, cost, name)
+        return _Unusable("tool 'args' are nested too deeply", name)
     except (TypeError, ValueError) as exc:
-        why = _cut(f"tool 'args' are not valid JSON: {exc}")
-        return _invalid(output, why, tokens, cost, name)
-    return Action(
-        ActionKind.TOOL,
-        tool=name,
-        args=plain_args,
-        tokens=tokens,
-        cost=cost,
-        canonical_args=canonical,
-    )
+        return _Unusable(_cut(f"tool 'args' are not valid JSON: {exc}"), name)
+    return (name, plain_args, call_id or None, canonical)
 
 
 def parse_usage(usage: object) -> tuple[int, float] | str:
@@ -164,6 +248,7 @@ def _invalid(
 @dataclass(frozen=True)
 class _Unusable:
     why: str
+    tool: str | None = None  # the call's tool name, when it had a usable one
 
 
 def _answer(content: object) -> object:
@@ -185,16 +270,16 @@ def _answer(content: object) -> object:
     return content if kept == content else kept
 
 
-def _unusable_name(name: str) -> str | None:
-    """Why a tool name cannot be kept in the journal, or None when it can."""
+def _unusable_name(name: str, label: str = "tool 'name'") -> str | None:
+    """Why a tool name (or call id) cannot be kept in the journal, or None when it can."""
     if len(name) > MAX_TOOL_NAME:
-        return f"tool 'name' is {len(name)} characters long; at most {MAX_TOOL_NAME} are allowed"
+        return f"{label} is {len(name)} characters long; at most {MAX_TOOL_NAME} are allowed"
     if "\x00" in name:
-        return "tool 'name' must not contain a NUL character"
+        return f"{label} must not contain a NUL character"
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        return "tool 'name' is not valid Unicode text (it holds a lone surrogate)"
+        return f"{label} is not valid Unicode text (it holds a lone surrogate)"
     return None
 
 

@@ -18,7 +18,18 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from sqlalchemy import Engine, Insert, bindparam, case, create_engine, event, insert, select, update
+from sqlalchemy import (
+    Engine,
+    Insert,
+    bindparam,
+    case,
+    create_engine,
+    event,
+    insert,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -69,12 +80,13 @@ class Backend:
         """An engine whose connections the database itself keeps read-only (the page's)."""
         raise NotImplementedError
 
-    def fenced_insert(self) -> Insert:
-        """INSERT an entry only while the run's epoch is this worker's, in ONE statement.
+    def fenced_insert(self, rows: int = 1) -> Insert:
+        """INSERT entries only while the run's epoch is this worker's, in ONE statement.
 
-        It returns one row when written (with the run's cancel flag, read for free, so the
-        loop needs no query of its own to notice a cancel) and none when fenced out. The
-        entry's values are bound by column name, the fence's as `fence_*`.
+        It returns a row per entry written (with the run's cancel flag, read for free, so
+        the loop needs no query of its own to notice a cancel) and none when fenced out.
+        The entry's values are bound by column name (`name_<i>` for entry i when `rows` is
+        more than 1: the calls of a step of several), the fence's as `fence_*`.
         """
         raise NotImplementedError
 
@@ -109,8 +121,19 @@ class Backend:
         return None
 
 
-def _entry_values() -> list[Any]:
-    return [bindparam(name, type_=entries.c[name].type) for name in ENTRY_COLUMNS]
+def _entry_values(row: int | None = None) -> list[Any]:
+    suffix = "" if row is None else f"_{row}"
+    return [bindparam(name + suffix, type_=entries.c[name].type) for name in ENTRY_COLUMNS]
+
+
+def _values_from(source: Any, rows: int, where: Any = None) -> Any:
+    """The entries' values SELECTed from `source`: one SELECT, or one per entry (UNION ALL)."""
+
+    def one(row: int | None) -> Any:
+        chosen = select(*_entry_values(row)).select_from(source)
+        return chosen if where is None else chosen.where(where)
+
+    return one(None) if rows == 1 else union_all(*(one(i) for i in range(rows)))
 
 
 def _fence() -> Any:
@@ -172,10 +195,10 @@ class SqliteBackend(Backend):
         )
         return self.create_engine(readonly, {}).execution_options(**{DEFERRED: True})
 
-    def fenced_insert(self) -> Insert:
+    def fenced_insert(self, rows: int = 1) -> Insert:
         # SELECT ... FROM runs WHERE <fence> rather than WHERE EXISTS (<fence>): the same one
         # row or none, but SQLite runs it with RETURNING for about 10 us less a write.
-        source = select(*_entry_values()).select_from(runs).where(_fence())
+        source = _values_from(runs, rows, where=_fence())
         flag = select(runs.c.cancel_requested).where(runs.c.id == bindparam("fence_run"))
         return (
             insert(entries)
@@ -224,7 +247,7 @@ class PostgresBackend(Backend):
 
         return engine
 
-    def fenced_insert(self) -> Insert:
+    def fenced_insert(self, rows: int = 1) -> Insert:
         # Renew the lease and lock the run row in the same statement: a claimer's UPDATE
         # waits for this commit, and this INSERT inserts nothing once the epoch moved.
         # The lease is renewed once a third of it is spent (the heartbeat's pace), else set
@@ -240,7 +263,7 @@ class PostgresBackend(Backend):
             .returning(runs.c.cancel_requested)
             .cte("fenced")
         )
-        source = select(*_entry_values()).select_from(fenced)
+        source = _values_from(fenced, rows)
         return (
             insert(entries)
             .from_select(ENTRY_COLUMNS, source)

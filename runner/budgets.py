@@ -76,6 +76,9 @@ class Budgets:
     # Seconds a call may wait for a person's answer; then it is denied, saying so. Waiting
     # time never counts against max_seconds, which measures the run's active time.
     approval_timeout: float | None = None
+    # How many calls of one step run at once (a model may ask for several); 1 runs them in
+    # order. Not a budget that stops a run: a cap on the step's threads.
+    max_parallel_tools: int = 8
 
     def __post_init__(self) -> None:
         _check_int("max_steps", self.max_steps, allow_none=False)
@@ -88,6 +91,9 @@ class Budgets:
         _check_number("retry_backoff", self.retry_backoff, allow_none=False)
         _check_number("tool_timeout", self.tool_timeout, positive=True)
         _check_number("approval_timeout", self.approval_timeout, positive=True)
+        _check_int("max_parallel_tools", self.max_parallel_tools, allow_none=False)
+        if self.max_parallel_tools < 1:
+            raise ValueError(f"max_parallel_tools must be 1 or more, got {self.max_parallel_tools}")
         if not isinstance(self.wrap_up, bool):
             raise ValueError(f"wrap_up must be True or False, not {self.wrap_up!r}")
 

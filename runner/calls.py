@@ -1,9 +1,11 @@
-"""Calling user code (models, tools): sync or async, with or without a time limit.
+"""Calling user code (models, tools): sync or async, with or without a time limit, one at a
+time or several at once.
 
 Python cannot kill a thread, so a timed-out sync call is abandoned on a daemon thread and
 keeps running in the background; the loop moves on. An async call that times out is
 cancelled. Coroutines run on one background event loop, so the loop works the same when its
-caller is itself inside an event loop.
+caller is itself inside an event loop; several async calls made at once run there as tasks
+side by side.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import contextvars
 import inspect
 import threading
 import weakref
-from collections.abc import Callable, Coroutine
-from concurrent.futures import Future, wait
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 
@@ -37,6 +39,61 @@ def invoke(
         result = fn(*args, **kwargs)
         return _await(result, None) if inspect.isawaitable(result) else result
     return _in_thread(fn, args, kwargs, timeout)
+
+
+class Together:
+    """Threads for running several calls at once, at most `limit` at a time.
+
+    One per run: the calling thread takes its share of the calls, and the pool's threads
+    (`limit - 1` at most) are made when a step first needs them and kept for the next steps:
+    making a thread, or handing a call to one, costs about as much as a commit.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._pool: ThreadPoolExecutor | None = None
+
+    def run(self, jobs: Sequence[Callable[[], None]]) -> None:
+        """Run `jobs` (in order on this thread if the limit is 1, or there is one job).
+
+        Each job runs in a copy of this thread's context, so a tool sees the context
+        variables the loop's thread would have shown it. Every started job is waited for,
+        so nothing keeps running unseen; once one job raised, the jobs not started yet are
+        skipped, and the first exception (in job order) is raised here.
+        """
+        if self.limit <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                job()
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.limit - 1, thread_name_prefix="runner-tool")
+        waiting = [(n, contextvars.copy_context(), job) for n, job in enumerate(jobs)]
+        waiting.reverse()  # taken from the end: in job order
+        failures: dict[int, BaseException] = {}
+        lock = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with lock:
+                    if failures or not waiting:
+                        return  # after a failure (a lost lease, say): start no more effects
+                    n, context, job = waiting.pop()
+                try:
+                    context.run(job)
+                except BaseException as exc:  # raised below, once every started job ended
+                    with lock:
+                        failures[n] = exc
+
+        helpers = [self._pool.submit(work) for _ in range(min(self.limit, len(jobs)) - 1)]
+        work()
+        wait(helpers)
+        if failures:
+            raise failures[min(failures)]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)  # every job has ended: its threads just exit
+            self._pool = None
 
 
 # Whether a callable is async, remembered: inspecting it costs more than the rest of an

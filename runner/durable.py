@@ -21,7 +21,7 @@ from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re
 from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
 from runner.errors import AgentLoadError, LeaseHeld, RunnerError, RunWaiting
 from runner.ids import new_run_id
-from runner.journal import Counters, Entry
+from runner.journal import Counters, Entry, transcript_of
 from runner.loop import drive
 from runner.owner import local_prefix, this_process
 from runner.replay import Replay, replay_run
@@ -406,7 +406,7 @@ class Runner:
         """The run's result so far (stop_reason None while it has not stopped)."""
         run = store.find_run(self.engine, run_id)
         journal = store.load_entries(self.engine, run.id)
-        transcript = [m for entry, _ in journal if (m := entry.message()) is not None]
+        transcript = transcript_of([entry for entry, _ in journal])
         # A finished run stores its final counters; an unfinished one has them in its journal.
         counters = Counters(run.steps, run.tokens, run.cost)
         if run.status is not RunStatus.FINISHED and journal:

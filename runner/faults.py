@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 POINTS = frozenset(
     {
@@ -29,6 +30,9 @@ POINTS = frozenset(
 )
 
 _armed: dict[str, int] = {}
+# The calls of one step reach their fault points from their own threads: count them one
+# at a time, so `name@N` is the N-th arrival exactly.
+_counting = threading.Lock()
 _spec = os.environ.get("RUNNER_FAULT", "")
 if _spec:
     _name, _, _count = _spec.partition("@")
@@ -41,6 +45,8 @@ def fault(name: str) -> None:
     """Kill this process right here if a test armed `name` (and it is its turn)."""
     if name not in _armed:
         return
-    _armed[name] -= 1
-    if _armed[name] <= 0:
+    with _counting:
+        _armed[name] -= 1
+        due = _armed[name] <= 0
+    if due:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -4,12 +4,13 @@ The write path is the floor: a journal write is one INSERT that succeeds only wh
 run's lease epoch is this worker's (the statement itself is each backend's: on PostgreSQL a
 data-modifying CTE that also renews the lease and takes the run's row lock), committed in
 one transaction, with the run's stop in the same transaction when the entry ends the run,
-or its move to `waiting` when the entry is a call waiting for a person.
+or its move to `waiting` when the entry is a call waiting for a person. The calls of a step
+of several are one fenced INSERT of all their rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -53,8 +54,8 @@ class _Rendered:
         return values if self.order is None else self.order(values)
 
 
-def _render(dialect: Dialect) -> _Rendered:
-    compiled = backend_for(dialect.name).fenced_insert().compile(dialect=dialect)
+def _render(dialect: Dialect, rows: int) -> _Rendered:
+    compiled = backend_for(dialect.name).fenced_insert(rows).compile(dialect=dialect)
     assert isinstance(compiled, SQLCompiler)
     order = None
     if compiled.positional:
@@ -68,13 +69,21 @@ def _render(dialect: Dialect) -> _Rendered:
     return _Rendered(sql=compiled.string, order=order, convert=tuple(convert))
 
 
-_RENDERED: WeakKeyDictionary[Dialect, _Rendered] = WeakKeyDictionary()
+_RENDERED: WeakKeyDictionary[Dialect, dict[int, _Rendered]] = WeakKeyDictionary()
+# The most entries one statement writes: a model asking for hundreds of calls at once must
+# not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements
+# are ever rendered.
+ROWS_PER_STATEMENT = 64
 
 
-def _rendered(dialect: Dialect) -> _Rendered:
-    rendered = _RENDERED.get(dialect)
-    if rendered is None:  # two threads may both render: the same text, no harm
-        rendered = _RENDERED[dialect] = _render(dialect)
+def _rendered(dialect: Dialect, rows: int = 1) -> _Rendered:
+    """The fenced insert of `rows` entries (a step's calls go in one statement)."""
+    by_rows = _RENDERED.get(dialect)
+    if by_rows is None:  # two threads may both render: the same text, no harm
+        by_rows = _RENDERED[dialect] = {}
+    rendered = by_rows.get(rows)
+    if rendered is None:
+        rendered = by_rows[rows] = _render(dialect, rows)
     return rendered
 
 
@@ -102,27 +111,73 @@ def append_entry(
 
     Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
     """
-    at = utc_now(clock)
-    values = entry_row(run_id, seq, epoch, entry, at)
-    values.update(
-        fence_run=run_id,
-        fence_epoch=epoch,
-        fence_expiry=at + timedelta(seconds=lease_seconds),
-        fence_renew_after=at + timedelta(seconds=lease_seconds * 2 / 3),
+    return append_entries(
+        bind, run_id, epoch, seq, (entry,), stop, lease_seconds, clock, parking=parking
     )
+
+
+def append_entries(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entries: Sequence[Entry],
+    stop: Stop | None,
+    lease_seconds: float,
+    clock: Clock = SYSTEM,
+    parking: Parking | None = None,
+) -> bool:
+    """One transaction: the entries from `seq` on, in ONE fenced statement (all or none
+    are written), and the run's end if `stop` (or its move to `waiting`, see append_entry).
+
+    Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
+    """
+    at = utc_now(clock)
+    fence = {
+        "fence_run": run_id,
+        "fence_epoch": epoch,
+        "fence_expiry": at + timedelta(seconds=lease_seconds),
+        "fence_renew_after": at + timedelta(seconds=lease_seconds * 2 / 3),
+    }
+    cancel = False
     with _transaction(bind) as connection:
-        rendered = _rendered(connection.dialect)
-        written = connection.exec_driver_sql(rendered.sql, rendered.parameters(values)).first()
-        if written is None:
-            raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
-        cancel = bool(written[1])
+        for start in range(0, len(entries), ROWS_PER_STATEMENT):
+            chunk = entries[start : start + ROWS_PER_STATEMENT]
+            cancel = _insert(connection, run_id, epoch, seq + start, chunk, fence, at)
+        counters = entries[-1].counters
         if stop is not None:
-            _finish(connection, run_id, epoch, stop, entry.counters, at)
+            _finish(connection, run_id, epoch, stop, counters, at)
         elif parking is not None and cancel:
-            _finish(connection, run_id, epoch, Stop(StopReason.CANCELLED), entry.counters, at)
+            _finish(connection, run_id, epoch, Stop(StopReason.CANCELLED), counters, at)
         elif parking is not None:
             _park(connection, run_id, epoch, parking, at)
     return cancel
+
+
+def _insert(
+    connection: Connection,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entries: Sequence[Entry],
+    fence: dict[str, Any],
+    at: datetime,
+) -> bool:
+    rendered = _rendered(connection.dialect, len(entries))
+    if len(entries) == 1:
+        values = entry_row(run_id, seq, epoch, entries[0], at)
+    else:
+        values = {
+            f"{name}_{i}": value
+            for i, entry in enumerate(entries)
+            for name, value in entry_row(run_id, seq + i, epoch, entry, at).items()
+        }
+    values.update(fence)
+    # The fence holds for every row or for none: the first returned row says which.
+    written = connection.exec_driver_sql(rendered.sql, rendered.parameters(values)).first()
+    if written is None:
+        raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+    return bool(written[1])
 
 
 def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> bool | None:

@@ -3,6 +3,8 @@
 The loop records every decision as an `Entry` before it acts on it. A durable journal
 (`runner.sqljournal`) commits each `append` in one transaction; the memory journal keeps a list.
 On resume the loop replays `recorded()` instead of asking the model or re-running tools.
+A step of several tool calls is one row per call and one per observation; `transcript_of`
+turns rows back into the messages the model saw.
 """
 
 from __future__ import annotations
@@ -63,9 +65,15 @@ class Entry:
     waits_for: str | None = None  # on a wait: `approval` or `reply` (runner.waiting.Asks)
     answer: str | None = None  # on an answer: approved/denied/replied/timed_out
     answered_by: str | None = None  # on an answer: who gave it
+    call_id: str | None = None  # the provider's id of the call (action and observation)
 
     def message(self) -> dict[str, Any] | None:
-        """This entry as a transcript message (seed 000's shapes), or None if not shown."""
+        """This entry as a transcript message (seed 000's shapes), or None if not shown.
+
+        A tool call's action holds the text the model gave beside its call(s), if any, in
+        `content`: shown as "text", with the provider's id as "id" (neither key when the
+        model gave none, so seed runs keep seed 000's shapes exactly).
+        """
         if self.kind in (EntryKind.TASK, EntryKind.WRAP_UP):
             return {"role": "user", "content": self.content}
         if self.kind is EntryKind.FINAL:
@@ -73,15 +81,67 @@ class Entry:
         if self.kind is EntryKind.ACTION:
             if self.action_type is ActionKind.INVALID:
                 return {"role": "assistant", "invalid": self.content}
-            return {"role": "assistant", "tool": self.tool, "args": self.args}
+            message = {"role": "assistant", "tool": self.tool, "args": self.args}
+            if self.call_id is not None:
+                message["id"] = self.call_id
+            if self.content is not None:
+                message["text"] = self.content
+            return message
         if self.kind is EntryKind.OBSERVATION:
-            return {
+            shown = {
                 "role": "tool",
                 "name": self.tool,
                 "content": self.content,
                 "is_error": self.is_error,
             }
+            if self.call_id is not None:
+                shown["id"] = self.call_id
+            return shown
         return None
+
+
+def step_messages(actions: Sequence[Entry], observations: Sequence[Entry]) -> list[dict[str, Any]]:
+    """A step of several calls as the model sees it: one assistant message holding every
+    call (and the text the model gave beside them), then each call's observation in call
+    order, whatever order they were recorded in."""
+    calls = []
+    for action in actions:
+        call: dict[str, Any] = {} if action.call_id is None else {"id": action.call_id}
+        call.update(name=action.tool, args=action.args)
+        calls.append(call)
+    message: dict[str, Any] = {"role": "assistant", "calls": calls}
+    if actions[0].content is not None:
+        message["text"] = actions[0].content
+    order = {action.idempotency_key: n for n, action in enumerate(actions)}
+    ranked = sorted(observations, key=lambda o: order.get(o.idempotency_key, len(order)))
+    return [message, *(shown for o in ranked if (shown := o.message()) is not None)]
+
+
+def transcript_of(entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    """The transcript a journal's entries make: what the loop showed the model, in order."""
+    messages: list[dict[str, Any]] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        calls = _rows_of_step(entries, i, EntryKind.ACTION, entry.step)
+        if calls - i > 1:  # a step of several calls: its actions, then their observations
+            done = _rows_of_step(entries, calls, EntryKind.OBSERVATION, entry.step)
+            messages.extend(step_messages(entries[i:calls], entries[calls:done]))
+            i = done
+            continue
+        message = entry.message()
+        if message is not None:
+            messages.append(message)
+        i += 1
+    return messages
+
+
+def _rows_of_step(entries: Sequence[Entry], start: int, kind: EntryKind, step: int) -> int:
+    """Where the run of `kind` rows of `step` that begins at `start` ends."""
+    end = start
+    while end < len(entries) and entries[end].kind is kind and entries[end].step == step:
+        end += 1
+    return end
 
 
 @dataclass(frozen=True)
@@ -105,7 +165,15 @@ class Journal(Protocol):
         ...
 
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
-        """Record `entry`; with `stop`, end the run in the same transaction."""
+        """Record `entry`; with `stop`, end the run in the same transaction.
+
+        In a step of several calls each observation is appended from its call's thread as
+        the call ends; the loop never appends from two threads at once.
+        """
+        ...
+
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        """Record `entries` in ONE transaction (the calls of a step, before any runs)."""
         ...
 
     def finish(self, stop: Stop, counters: Counters) -> None:
@@ -141,6 +209,11 @@ class MemoryJournal:
 
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
         self.entries.append(entry)
+        if stop is not None:
+            self.stop = stop
+
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        self.entries.extend(entries)
         if stop is not None:
             self.stop = stop
 

@@ -5,7 +5,8 @@ when a crash came after it was recorded, else from the model), record it, apply 
 rules in seed 000's order (tokens, cost, final, repeats), wait for a person's answer if the
 call needs one (`answer_for`), run the tool unless its outcome is recorded, record the
 observation, then apply the error-streak and step-cap rules.
-This module knows nothing of storage: it talks to a `Journal`.
+A step of several calls records them all in one write, runs them at once and records each
+outcome as its call ends. This module knows nothing of storage: it talks to a `Journal`.
 """
 
 from __future__ import annotations
@@ -20,14 +21,21 @@ from runner.actions import Action, ActionKind, parse_action
 from runner.backoff import Backoff
 from runner.budget_changes import CHANGE_KINDS, applied, before_changes
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
-from runner.calls import CallTimedOut, invoke
+from runner.calls import CallTimedOut, Together, invoke
 from runner.clock import SYSTEM, Clock
 from runner.context import Context
 from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused, RunWaiting
 from runner.faults import fault
-from runner.journal import Counters, Entry, EntryKind, Journal, Stop
+from runner.journal import Counters, Entry, EntryKind, Journal, Stop, step_messages
 from runner.result import AgentResult
 from runner.spans import NO_SPANS, Spans
+from runner.steps import (
+    action_entry,
+    action_of,
+    call_entries,
+    observation_entry,
+    refused_entries,
+)
 from runner.tools import (
     KEY_PARAMETER,
     NOT_APPLIED,
@@ -132,6 +140,21 @@ class _Replay:
     def done(self) -> bool:
         return self.position >= len(self.entries)
 
+    def take_action(self, step: int) -> tuple[Entry, ...]:
+        """The step's recorded action: one row, or one per call of a step of several."""
+        first = self.take(step, _ACTION_KINDS)
+        if first is None:
+            return ()
+        rows = [first]
+        if first.action_type is ActionKind.TOOL:
+            while self.position < len(self.entries):
+                entry = self.entries[self.position]
+                if entry.step != step or entry.kind is not first.kind:
+                    break
+                rows.append(entry)
+                self.position += 1
+        return tuple(rows)
+
 
 def drive(
     model: Model,
@@ -162,7 +185,10 @@ def drive(
     loop.pause = pause
     loop.context = context
     loop.spans = spans
-    return loop.run()
+    try:
+        return loop.run()
+    finally:
+        loop.together.close()
 
 
 class _Loop:
@@ -197,6 +223,7 @@ class _Loop:
         # Whether each tool takes an idempotency key, read once per run: inspecting a
         # signature costs more than the rest of an in-memory step.
         self.takes_key_by_tool: dict[str, bool] = {}
+        self.together = Together(budgets.max_parallel_tools)  # threads for steps of several
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -227,10 +254,10 @@ class _Loop:
         self.budgets = applied(self.budgets, entry)
 
     def step(self, step: int) -> Stop | None:
-        """One step: the action (replayed or asked for), the stop rules, then the tool."""
-        recorded = self.replay.take(step, _ACTION_KINDS)
-        if recorded is not None:
-            action = _action_of(recorded)
+        """One step: the action (replayed or asked for), the stop rules, then the tools."""
+        recorded = self.replay.take_action(step)
+        if recorded:
+            action = action_of(recorded)
         else:
             asked = self.next_action()
             if isinstance(asked, Stop):
@@ -241,8 +268,10 @@ class _Loop:
         if reason is StopReason.FINAL:
             return self.answer(recorded, step, action)
         if reason is not None:
-            refused = _action_entry(EntryKind.REFUSED, step, self.counters, action)
+            refused = refused_entries(EntryKind.REFUSED, step, self.counters, action)
             return self.stop_after(recorded, refused, reason)
+        if action.calls:
+            return self.act_together(recorded, step, action)
         return self.act(recorded, step, action)
 
     def next_action(self) -> Action | Stop:
@@ -258,7 +287,7 @@ class _Loop:
             return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
 
     def count(self, step: int, action: Action) -> None:
-        """Charge the step and its usage, and count the call's signature for repeats."""
+        """Charge the step and its usage, and count each call's signature for repeats."""
         c = self.counters
         self.counters = Counters(
             steps=step,
@@ -266,7 +295,9 @@ class _Loop:
             cost=c.cost + action.cost,
             error_streak=c.error_streak,
         )
-        if action.signature is not None:
+        if action.calls:
+            self.calls.update(action.signatures)
+        elif action.signature is not None:  # the common case, without a list
             self.calls[action.signature] += 1
 
     def stop_rule(self, action: Action) -> StopReason | None:
@@ -278,28 +309,33 @@ class _Loop:
             return StopReason.COST_BUDGET
         if action.kind is ActionKind.FINAL:
             return StopReason.FINAL
+        if b.max_repeats is None:
+            return None
+        if action.calls:
+            repeated = any(self.calls[s] > b.max_repeats for s in action.signatures)
+            return StopReason.REPEATED_CALL if repeated else None
         signature = action.signature
-        if signature is None or b.max_repeats is None:
+        if signature is None:
             return None
         return StopReason.REPEATED_CALL if self.calls[signature] > b.max_repeats else None
 
-    def answer(self, recorded: Entry | None, step: int, action: Action) -> Stop:
+    def answer(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop:
         """The model answered: record the answer and the run's end in one write."""
-        entry = _action_entry(EntryKind.FINAL, step, self.counters, action)
+        entry = action_entry(EntryKind.FINAL, step, self.counters, action)
         stop = Stop(StopReason.FINAL, output=action.content)
-        self.record(recorded, entry, stop)
+        self.record(recorded, (entry,), stop)
         self.show(entry)
         return stop
 
-    def act(self, recorded: Entry | None, step: int, action: Action) -> Stop | None:
+    def act(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:
         """Record the call, run it (unless its outcome is recorded), record what it gave."""
         # A recorded call keeps the key it was made with (a fork's copied steps keep their
         # parent's): a pending call is settled under the key its tool really saw.
-        key = (recorded.idempotency_key if recorded is not None else None) or (
+        key = (recorded[0].idempotency_key if recorded else None) or (
             f"{self.journal.run_id}-{step}"
         )
-        entry = _action_entry(EntryKind.ACTION, step, self.counters, action, key=key)
-        self.record(recorded, entry, None)
+        entry = action_entry(EntryKind.ACTION, step, self.counters, action, key=key)
+        self.record(recorded, (entry,), None)
         self.show(entry)
 
         answer = self.answer_for(entry)
@@ -309,16 +345,68 @@ class _Loop:
         fresh = observed is None
         if observed is None:
             # A call a person approved is pending only if a process took it up since.
-            pending = recorded is not None and (answer is None or self.journal.attempt(entry) > 1)
+            pending = bool(recorded) and (answer is None or self.journal.attempt(entry) > 1)
             observed = self.observe(entry, action, pending=pending, answer=answer)
         self.counters = observed.counters
         reason = self.reason_after(observed)
         if fresh:
             # The stop (if any) is written with the observation: one commit for the step.
-            self.journal.append(observed, None if self.wraps_up(reason) else _stop_of(reason))
+            self.journal.append(observed, self.stop_with(reason))
         self.show(observed)
-        if reason is None or (not fresh and self.replay.changes()):
-            return None  # no stop, or a recorded stop that a revival lifted
+        if reason is not None and not fresh and self.replay.changes():
+            return None  # a recorded stop that a revival lifted
+        return self.after(reason)
+
+    def act_together(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:
+        """Record every call in one write before any runs, run those whose outcome is not
+        recorded at once (at most max_parallel_tools), and record each outcome as it ends."""
+        calls = call_entries(EntryKind.ACTION, step, self.counters, action, self.journal.run_id)
+        if recorded:  # the keys the calls were made with (a fork's keep their parent's)
+            calls = [
+                replace(call, idempotency_key=row.idempotency_key)
+                for call, row in zip(calls, recorded, strict=True)
+            ]
+        self.record(recorded, calls, None)
+        batch = _Batch(self, calls, self.replayed_outcomes(step, calls))
+        done = {entry.idempotency_key for entry in batch.observed}
+        jobs = [
+            batch.job(call, pending=bool(recorded))
+            for call in calls
+            if call.idempotency_key not in done
+        ]
+        self.together.run(jobs)
+        last = batch.observed[-1]  # the last recorded: the step's counters, its stop if any
+        self.counters = last.counters
+        self.transcript.extend(step_messages(calls, batch.observed))
+        reason = self.reason_after(last)
+        if reason is not None and not jobs and self.replay.changes():
+            return None  # a recorded stop that a revival lifted
+        return self.after(reason)
+
+    def replayed_outcomes(self, step: int, calls: Sequence[Entry]) -> list[Entry]:
+        """The observations a previous process recorded for the step's calls, in its order."""
+        keys = {call.idempotency_key for call in calls}
+        observed: list[Entry] = []
+        while len(observed) < len(calls):
+            entry = self.replay.take(step, (EntryKind.OBSERVATION,))
+            if entry is None:
+                break
+            if entry.idempotency_key not in keys:
+                raise ReplayMismatch(
+                    f"step {step} has an observation (key {entry.idempotency_key}) for none "
+                    "of its calls: the agent's budgets or code changed since the run started"
+                )
+            keys.discard(entry.idempotency_key)
+            observed.append(entry)
+        return observed
+
+    def stop_with(self, reason: StopReason | None) -> Stop | None:
+        """The stop to record with the step's last entry (none if a wrap-up comes first)."""
+        return None if self.wraps_up(reason) else _stop_of(reason)
+
+    def after(self, reason: StopReason | None) -> Stop | None:
+        if reason is None:
+            return None
         return self.wrap_up(reason) if self.wraps_up(reason) else Stop(reason)
 
     def reason_after(self, observed: Entry) -> StopReason | None:
@@ -427,38 +515,31 @@ class _Loop:
     def observe(
         self, entry: Entry, action: Action, *, pending: bool, answer: Entry | None = None
     ) -> Entry:
-        """Run the tool (or settle a call a crash left pending) and record what it gave.
+        """Run the tool (or settle a call a crash left pending): the observation to record.
 
         An answered call runs only if it was approved; a denial or a reply is the observation.
         """
-        attempt = 1
         ruled = (
             None if answer is None else observation_of(Answer(str(answer.answer)), answer.content)
         )
         if action.kind is ActionKind.INVALID:
-            content, is_error = f"InvalidAction: {action.error}", True
+            content, is_error, attempt = f"InvalidAction: {action.error}", True, 1
         elif ruled is not None:
-            content, is_error = ruled
-        elif pending and action.tool in self.tools:
-            attempt = self.journal.attempt(entry)
-            content, is_error, attempt = self.settle(entry, attempt)
+            (content, is_error), attempt = ruled, 1
         else:
-            if answer is not None:
+            if answer is not None and not pending:
                 fault("before_approved_call")
-            content, is_error = self.call_tool(entry, attempt)
+            content, is_error, attempt = self.outcome(entry, pending=pending)
         c = self.counters
         streak = c.error_streak + 1 if is_error else 0
         counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
-        return Entry(
-            EntryKind.OBSERVATION,
-            entry.step,
-            counters,
-            content=content,
-            tool=action.tool,
-            is_error=is_error,
-            idempotency_key=entry.idempotency_key,
-            attempt=attempt,
-        )
+        return observation_entry(entry, counters, content, is_error, attempt)
+
+    def outcome(self, entry: Entry, *, pending: bool) -> tuple[str, bool, int]:
+        """The call's (content, is_error, attempt): run, or settled if a crash left it pending."""
+        if pending and entry.tool in self.tools:
+            return self.settle(entry, self.journal.attempt(entry))
+        return (*self.call_tool(entry, 1), 1)
 
     def settle(self, entry: Entry, attempt: int) -> tuple[str, bool, int]:
         """A crash left this call's outcome unknown: each tool says how to settle that."""
@@ -526,16 +607,22 @@ class _Loop:
 
     # -- recording and stopping -----------------------------------------------------------
 
-    def record(self, recorded: Entry | None, entry: Entry, stop: Stop | None) -> None:
-        if recorded is None:
-            self.journal.append(entry, stop)
-        elif recorded.kind != entry.kind:
+    def record(
+        self, recorded: Sequence[Entry], entries: Sequence[Entry], stop: Stop | None
+    ) -> None:
+        if not recorded:
+            if len(entries) == 1:
+                self.journal.append(entries[0], stop)
+            else:
+                self.journal.append_many(entries, stop)
+        elif recorded[0].kind != entries[0].kind:
+            # The same rows either way: the action was rebuilt from the recorded ones.
             raise ReplayMismatch(
-                f"step {entry.step} was recorded as {recorded.kind} but now decides "
-                f"{entry.kind}: the agent's budgets or code changed since the run started",
-                step=entry.step,
-                recorded=recorded,
-                now=_decision(entry, stop),
+                f"step {entries[0].step} was recorded as {recorded[0].kind} but now decides "
+                f"{entries[0].kind}: the agent's budgets or code changed since the run started",
+                step=entries[0].step,
+                recorded=recorded[0],
+                now=_decision(entries[0], stop),
             )
 
     def show(self, entry: Entry) -> None:
@@ -543,21 +630,23 @@ class _Loop:
         if message is not None:
             self.transcript.append(message)
 
-    def stop_after(self, recorded: Entry | None, entry: Entry, reason: StopReason) -> Stop | None:
+    def stop_after(
+        self, recorded: Sequence[Entry], entries: Sequence[Entry], reason: StopReason
+    ) -> Stop | None:
         """Record a refused action and stop for `reason`, after a wrap-up if one is wanted.
 
         A refusal replayed from the journal stays a refusal; if a revival was recorded after
         it, the run went on to the next step (the refused action is never run)."""
-        if recorded is not None:
-            self.record(recorded, entry, Stop(reason))  # a check only: it is recorded
+        if recorded:
+            self.record(recorded, entries, Stop(reason))  # a check only: it is recorded
             if self.replay.changes():
                 return None
             return self.wrap_up(reason) if self.wraps_up(reason) else Stop(reason)
         if self.wraps_up(reason):
-            self.record(recorded, entry, None)
+            self.record(recorded, entries, None)
             return self.wrap_up(reason)
         stop = Stop(reason)
-        self.record(recorded, entry, stop)
+        self.record(recorded, entries, stop)
         return stop
 
     def stop_now(self, reason: StopReason, *, error: str | None = None) -> Stop:
@@ -593,7 +682,7 @@ class _Loop:
             c = self.counters
             counters = replace(c, tokens=c.tokens + action.tokens, cost=c.cost + action.cost)
             kind = EntryKind.FINAL if action.kind is ActionKind.FINAL else EntryKind.REFUSED
-            answer = _action_entry(kind, step, counters, action)
+            answer = action_entry(kind, step, counters, action)
             wrapped = Stop(reason, output=action.content, wrapped_up=True)
             self.journal.append(answer, wrapped if kind is EntryKind.FINAL else Stop(reason))
         self.counters = answer.counters
@@ -618,24 +707,43 @@ class _Loop:
         )
 
 
-def _action_entry(
-    kind: EntryKind, step: int, counters: Counters, action: Action, *, key: str | None = None
-) -> Entry:
-    content = action.content if action.kind is ActionKind.FINAL else action.raw
-    return Entry(
-        kind,
-        step,
-        counters,
-        content=content,
-        action_type=action.kind,
-        tool=action.tool,
-        args=action.args,
-        is_error=action.kind is ActionKind.INVALID,
-        error=action.error,
-        idempotency_key=key if action.kind is ActionKind.TOOL else None,
-        tokens=action.tokens,
-        cost=action.cost,
-    )
+class _Batch:
+    """The outcomes of one step's calls, recorded as each call ends (on its own thread).
+
+    Recording is one call at a time, so the step's counters and its stop are decided in the
+    order the journal keeps: the error streak grows only if every call so far failed (a
+    step is a failed step only when all its calls failed), and the last call to end writes
+    the step's stop with its own observation, as a single-call step does.
+    """
+
+    def __init__(self, loop: _Loop, calls: Sequence[Entry], observed: list[Entry]) -> None:
+        self.loop = loop
+        self.calls = calls
+        self.observed = observed  # replayed first, then in the order they were recorded
+        self.lock = threading.Lock()
+
+    def job(self, call: Entry, *, pending: bool) -> Callable[[], None]:
+        def run() -> None:
+            tool = self.loop.tools.get(call.tool or "")
+            if tool is not None and tool.asks(call.args) is not None:
+                # A person's answer is asked of a call alone: never run it unasked here.
+                self.record(call, *_asked_alone(call.tool))
+                return
+            self.record(call, *self.loop.outcome(call, pending=pending))
+
+        return run
+
+    def record(self, call: Entry, content: str, is_error: bool, attempt: int) -> None:
+        loop = self.loop
+        with self.lock:
+            c = loop.counters
+            failed = is_error and all(entry.is_error for entry in self.observed)
+            streak = c.error_streak + 1 if failed else 0
+            counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
+            entry = observation_entry(call, counters, content, is_error, attempt)
+            last = len(self.observed) + 1 == len(self.calls)
+            loop.journal.append(entry, loop.stop_with(loop.reason_after(entry)) if last else None)
+            self.observed.append(entry)
 
 
 def _decision(entry: Entry, stop: Stop | None) -> str:
@@ -647,26 +755,17 @@ def _decision(entry: Entry, stop: Stop | None) -> str:
     return f"calls {entry.tool}" if entry.action_type is ActionKind.TOOL else "records the action"
 
 
+def _asked_alone(tool: str | None) -> tuple[str, bool, int]:
+    return (
+        f"NeedsAnswer: {tool} needs a person's answer before it runs, and asks it only as the "
+        "one call of its step: call it again on its own",
+        True,
+        1,
+    )
+
+
 def _stop_of(reason: StopReason | None) -> Stop | None:
     return None if reason is None else Stop(reason)
-
-
-def _action_of(entry: Entry) -> Action:
-    """The action a recorded entry holds, as the model first gave it."""
-    if entry.action_type is ActionKind.FINAL:
-        return Action(ActionKind.FINAL, content=entry.content, tokens=entry.tokens, cost=entry.cost)
-    if entry.action_type is ActionKind.TOOL:
-        return Action(
-            ActionKind.TOOL, tool=entry.tool, args=entry.args, tokens=entry.tokens, cost=entry.cost
-        )
-    return Action(
-        ActionKind.INVALID,
-        tool=entry.tool,
-        error=entry.error,
-        raw=entry.content,
-        tokens=entry.tokens,
-        cost=entry.cost,
-    )
 
 
 def _describe(exc: BaseException | None) -> str:

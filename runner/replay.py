@@ -88,6 +88,9 @@ class _RecordOnly:
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
         raise _Beyond(f"would record {entry.kind}")
 
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        raise _Beyond(f"would record {entries[0].kind}")
+
     def finish(self, stop: Stop, counters: Counters) -> None:
         raise _Stopped(stop)
 

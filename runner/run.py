@@ -32,6 +32,7 @@ def run_agent(
     retry_backoff: float = 0.5,
     tool_timeout: float | None = None,
     wrap_up: bool = False,
+    max_parallel_tools: int = 8,
     clock: Clock = SYSTEM,
     context: Context | None = None,
 ) -> AgentResult:
@@ -43,7 +44,9 @@ def run_agent(
     error observations. Budgets that are `None` are unlimited; invalid ones raise ValueError
     before anything runs. `clock` measures `max_seconds` and paces the model's retries.
     `context` maps the transcript to what the model is sent (see `runner.context`); the
-    result's transcript stays whole.
+    result's transcript stays whole. A model may also ask for several calls at once,
+    `{"type": "tool", "calls": [{"name": ..., "args": {...}, "id": ...}, ...]}`: they run
+    together, at most `max_parallel_tools` at a time (1: one after another, in order).
     """
     budgets = Budgets(
         max_steps=max_steps,
@@ -56,6 +59,7 @@ def run_agent(
         retry_backoff=retry_backoff,
         tool_timeout=tool_timeout,
         wrap_up=wrap_up,
+        max_parallel_tools=max_parallel_tools,
     )
     if not isinstance(task, str):
         raise ValueError(f"task must be a string, not {type(task).__name__}")

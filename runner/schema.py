@@ -149,5 +149,7 @@ entries = Table(
     Column("waits_for", String(16), nullable=True, comment="on a wait: approval or reply"),
     Column("answer", String(16), nullable=True, comment="approved/denied/replied/timed_out"),
     Column("answered_by", String(200), nullable=True, comment="on an answer: who gave it"),
+    # Revision 0007. Last, as ALTER TABLE adds it: `SELECT *` shows the same on every database.
+    Column("call_id", String(200), nullable=True, comment="the provider's id of a tool call"),
     comment="the journal: one row per transcript entry, append-only",
 )

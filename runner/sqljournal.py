@@ -1,4 +1,8 @@
-"""The durable journal: the loop's writes as fenced SQL transactions, plus the heartbeat."""
+"""The durable journal: the loop's writes as fenced SQL transactions, plus the heartbeat.
+
+The calls of a step of several record their observations from their own threads as they
+end: writes take a lock, so one connection serves them one at a time.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Stop
 from runner.storage_errors import refused, transient
 
+# Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
+# own thread for the outcomes of a step of several calls.
 Observer = Callable[[str, Entry], None]
 
 # A write that failed on a lost connection is tried again after these waits (doubling).
@@ -66,6 +72,7 @@ class SqlJournal:
         self._cancel = claim.run.cancel_requested
         # One connection for the run's writes: no pool checkout (or ping) per step.
         self.connection = engine.connect()
+        self._writing = threading.Lock()
         self.lost = threading.Event()
         # When the lease was last surely renewed: a write that failed on a lost connection is
         # tried again only while the lease lasts.
@@ -81,32 +88,43 @@ class SqlJournal:
         return self._recorded
 
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
-        self._check_lease()
-        name = "final" if entry.kind is EntryKind.FINAL else str(entry.kind)
-        fault(f"before_{name}_commit")
-        self._cancel = self._write(entry, stop)
-        self.seq += 1
-        # Committed before the tool runs: a crash now leaves a pending call, never a lost one.
-        fault(f"after_{name}_commit")
-        if self.observer is not None:
-            self.observer(self._run_id, entry)
+        self.append_many((entry,), stop)
 
     def wait(self, entry: Entry) -> bool:
-        self._check_lease()
-        fault("before_wait_commit")
-        # The run is `waiting` once this commits: the lease is gone, so no heartbeat renews
-        # it, and a crash from here on leaves a run that waits, not one to take over.
-        cancelled = self._write(entry, None, self._parking)
-        self.seq += 1
-        fault("after_wait_commit")
-        if self.observer is not None:
-            self.observer(self._run_id, entry)
+        with self._writing:
+            self._check_lease()
+            fault("before_wait_commit")
+            # The run is `waiting` once this commits: the lease is gone, so no heartbeat
+            # renews it, and a crash from here on leaves a run that waits, not one to take over.
+            cancelled = self._write((entry,), None, self._parking)
+            self.seq += 1
+            fault("after_wait_commit")
+            if self.observer is not None:
+                self.observer(self._run_id, entry)
         return not cancelled
 
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        with self._writing:
+            self._check_lease()
+            first = entries[0]
+            name = "final" if first.kind is EntryKind.FINAL else str(first.kind)
+            fault(f"before_{name}_commit")
+            self._cancel = self._write(entries, stop)
+            self.seq += len(entries)
+            # Committed before the tool runs: a crash now leaves a pending call, never a lost
+            # one (for a step of several calls, every call is pending at once).
+            fault(f"after_{name}_commit")
+            if self.observer is not None:
+                for entry in entries:
+                    self.observer(self._run_id, entry)
+
     def _write(
-        self, entry: Entry, stop: Stop | None, parking: fencing.Parking | None = None
+        self,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        parking: fencing.Parking | None = None,
     ) -> bool:
-        """Commit one entry; on a lost connection, try again while the lease lasts.
+        """Commit the entries; on a lost connection, try again while the lease lasts.
 
         A tool's result is worth keeping: dropping it on a short outage would turn a call
         that ran into OutcomeUnknown. A value the database refuses (not a blip: retrying
@@ -119,12 +137,12 @@ class SqlJournal:
             try:
                 if self.connection.closed:  # closed after a lost connection: open anew
                     self.connection = self.engine.connect()
-                cancel = fencing.append_entry(
+                cancel = fencing.append_entries(
                     self.connection,
                     self._run_id,
                     self.epoch,
                     self.seq,
-                    entry,
+                    entries,
                     stop,
                     self.lease_seconds,
                     self.clock,
@@ -133,14 +151,15 @@ class SqlJournal:
             except LeaseLost:
                 raise
             except IntegrityError:
-                # A retry of a write whose commit did happen (only its answer was lost).
+                # A retry of a write whose commit did happen (only its answer was lost): its
+                # entries went in together, so the first one tells.
                 written = fencing.entry_written(self.connection, self._run_id, self.seq, self.epoch)
                 if not retried or written is None:
                     raise
                 cancel = written
             except Exception as exc:
                 if refused(exc):
-                    self._give_up(entry, exc)
+                    self._give_up(entries[0], exc)
                 if not transient(exc) or not self._lease_has(backoff.current * 2 + 1):
                     raise
                 self._disconnect()
@@ -179,8 +198,11 @@ class SqlJournal:
         raise EntryRefused(f"run {self._run_id} stopped: {error}") from None
 
     def finish(self, stop: Stop, counters: Counters) -> None:
-        self._check_lease()
-        fencing.finish_run(self.connection, self._run_id, self.epoch, stop, counters, self.clock)
+        with self._writing:
+            self._check_lease()
+            fencing.finish_run(
+                self.connection, self._run_id, self.epoch, stop, counters, self.clock
+            )
 
     def cancel_requested(self) -> bool:
         self._check_lease()

@@ -189,6 +189,7 @@ def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> 
         "waits_for": entry.waits_for,
         "answer": entry.answer,
         "answered_by": plain_text(entry.answered_by),
+        "call_id": entry.call_id,
     }
 
 
@@ -211,6 +212,7 @@ def entry_of(row: Row[Any]) -> Entry:
         waits_for=m["waits_for"],
         answer=m["answer"],
         answered_by=m["answered_by"],
+        call_id=m["call_id"],
     )
 
 

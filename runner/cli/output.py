@@ -323,11 +323,10 @@ def render_run(
     lines.append("")
     width = None if full else _WIDTH
     if journal is None:
-        lines.extend(_message_line(message, width) for message in result.transcript)
+        for message in result.transcript:
+            lines.extend(_message_lines(message, width))
     for entry in journal or ():
-        shown = _entry_line(entry, width)
-        if shown is not None:
-            lines.append(shown)
+        lines.extend(_entry_lines(entry, width))
     lines.extend(_ending(result, row))
     return printable("\n".join(lines).replace("\r\n", "\n"))
 
@@ -340,14 +339,14 @@ def _agent_label(row: RunRow) -> str:
 
 def _ending(result: AgentResult, row: RunRow) -> list[str]:
     """How the transcript ends: the stop and what it means, or the call still in flight."""
-    last = result.transcript[-1] if result.transcript else None
     if row.stop_reason is None:
         if result.waiting is not None:
             wait = result.waiting
             return [f"  .. {wait.tool}: waits for a person's {wait.asks} (see above)"]
-        if last is not None and "tool" in last and last["role"] == "assistant":
-            return [f"  .. {last['tool']}: no result yet (running, or a resume will settle it)"]
-        return []
+        return [
+            f"  .. {name}: no result yet (running, or a resume will settle it)"
+            for name in _unanswered(result.transcript)
+        ]
     reason = StopReason(row.stop_reason)
     meaning, budget = reason.meaning, reason.budget
     if budget is not None and row.budgets.get(budget) is not None:
@@ -357,31 +356,63 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
     return ["", f"stopped   {row.stop_reason}: {meaning}"]
 
 
-def _entry_line(entry: Entry, width: int | None) -> str | None:
+def _entry_lines(entry: Entry, width: int | None) -> list[str]:
     """One journal entry as `show` prints it: its message, or what the model never saw."""
     if entry.kind in (EntryKind.REVIVED, EntryKind.EXTENDED):
-        return f"  == {entry.content}"
+        return [f"  == {entry.content}"]
     if entry.kind is EntryKind.REFUSED:
         what = f"{entry.tool}(...)" if entry.tool else str(entry.action_type)
-        return f"  x> {what} refused by a stop rule"
+        return [f"  x> {what} refused by a stop rule"]
     message = entry.message()
-    return None if message is None else _message_line(message, width)
+    return [] if message is None else _message_lines(message, width)
 
 
-def _message_line(message: dict[str, Any], width: int | None = _WIDTH) -> str:
+def _unanswered(transcript: Sequence[dict[str, Any]]) -> list[str]:
+    """The tools of the last step's calls that have no observation yet."""
+    for at in range(len(transcript) - 1, -1, -1):
+        message = transcript[at]
+        if message["role"] == "assistant":
+            calls = message.get("calls") or ([message] if "tool" in message else [])
+            answers = [m for m in transcript[at + 1 :] if m["role"] == "tool"]
+            waiting = []
+            for call in calls:
+                name = call.get("tool", call.get("name"))
+                # An observation names its call by id when the model gave ids, else by tool.
+                match = next(
+                    (a for a in answers if a.get("id", a["name"]) == call.get("id", name)), None
+                )
+                if match is None:
+                    waiting.append(str(name))
+                else:
+                    answers.remove(match)
+            return waiting
+        if message["role"] != "tool":
+            return []
+    return []
+
+
+def _message_lines(message: dict[str, Any], width: int | None = _WIDTH) -> list[str]:
     role = message["role"]
     if role == "user":
-        return f"user      {_short(message['content'], width)}"
+        return [f"user      {_short(message['content'], width)}"]
     if role == "tool":
         mark = "error" if message["is_error"] else "ok"
-        return f"  <- {message['name']} [{mark}]  {_short(message['content'], width)}"
+        return [f"  <- {message['name']} [{mark}]  {_short(message['content'], width)}"]
+    said = [f"  said: {_short(message['text'], width)}"] if message.get("text") else []
     if "tool" in message:
-        args = json.dumps(message["args"])
-        return f"  -> {message['tool']}({args if width is None else cut(args, 80)})"
+        return [*said, _call_line(message["tool"], message["args"], width)]
+    if "calls" in message:
+        calls = message["calls"]
+        return [*said, *(_call_line(call["name"], call["args"], width) for call in calls)]
     if "invalid" in message:
-        return f"  -> (invalid output) {_short(message['invalid'], width)}"
+        return [f"  -> (invalid output) {_short(message['invalid'], width)}"]
     # The answer is what the run is for: shown whole, continuation lines indented.
-    return "answer    " + text(message["content"], exact=True).replace("\n", "\n          ")
+    return ["answer    " + text(message["content"], exact=True).replace("\n", "\n          ")]
+
+
+def _call_line(tool: Any, args: Any, width: int | None = _WIDTH) -> str:
+    shown = json.dumps(args)
+    return f"  -> {tool}({shown if width is None else cut(shown, 80)})"
 
 
 def _short(content: Any, width: int | None = _WIDTH) -> str:

@@ -1,8 +1,9 @@
 """The loop's side of every adapter: its transcript read as turns, and actions written back.
 
 Reading is a pure function of the transcript, so a resumed run (whose transcript is rebuilt
-from the journal) sends exactly the requests an uncrashed run sends. A call or observation
-without a provider id gets one derived from its position (`call_<step>_<n>`), and each
+from the journal, provider call ids and the text beside calls included) sends exactly the
+requests an uncrashed run sends. A call or observation without a provider id (a model of
+one's own need give none) gets one derived from its position (`call_<step>_<n>`), and each
 observation answers the earliest call of the step before it that is still unanswered.
 An observation that answers no call (the error shown after malformed output) becomes a
 user message; a call left without an observation gets an error result, so every request

@@ -9,6 +9,9 @@ Environment, read at call time so one process can serve several tests:
 - RUNNER_TEST_LEDGER: the folder of the ledgers (each test has its own tmp dir).
 - RUNNER_TEST_TOOL_SLEEP: seconds every tool call sleeps (to kill runs at random moments).
 - RUNNER_TEST_GATE: a file path; every tool call waits until it exists (to hold a run still).
+- RUNNER_TEST_HOLD=N: holds a batch of parallel calls mid-flight for a fault point to kill:
+  deposit and notify, their effect done, mark themselves in held.log and wait to be killed;
+  square and quick return only once N calls of their process are held. Unset, nothing waits.
 
 Ledgers in that folder:
 - model_calls.log: `task step pid` per model call. The task is the run's label: the tests
@@ -33,6 +36,11 @@ The plan of the scripted model, one tool call per step, repeated for each round:
 then a final answer. The answer depends only on the deposit and square observations, never
 on notify's (which may be OutcomeUnknown after a crash), so a crashed and resumed run must
 answer exactly what an uncrashed one does.
+
+The parallel agent asks for four calls in its first step (quick, square, deposit, notify:
+one of each kind, quick a plain tool that finishes) and answers from square and deposit.
+`openai_parallel` is the same batch through `OpenAIChat`, talking to the fake server at
+RUNNER_TEST_OPENAI_URL (without notify, so a resumed run's requests equal an uncrashed one's).
 """
 
 from __future__ import annotations
@@ -47,10 +55,13 @@ from typing import Any
 
 from runner import Agent, Tool, ask_human, current_call, tool
 from runner.faults import fault
+from runner.models import OpenAIChat
 
 LEDGER_VARIABLE = "RUNNER_TEST_LEDGER"
 SLEEP_VARIABLE = "RUNNER_TEST_TOOL_SLEEP"
 GATE_VARIABLE = "RUNNER_TEST_GATE"
+HOLD_VARIABLE = "RUNNER_TEST_HOLD"
+OPENAI_URL_VARIABLE = "RUNNER_TEST_OPENAI_URL"
 
 AMOUNTS = (5, 7, 11, 13)
 TOKENS_PER_CALL = 10
@@ -93,6 +104,34 @@ def _before_work(name: str) -> tuple[str, int, int, str]:
     return call.run_id, call.step, call.attempt, call.idempotency_key
 
 
+def _hold() -> None:
+    """With RUNNER_TEST_HOLD set, stay in flight (effect done, nothing returned) until the
+    test's fault point kills this process."""
+    if not os.environ.get(HOLD_VARIABLE):
+        return
+    _append("held.log", os.getpid())
+    time.sleep(GATE_TIMEOUT)
+    raise TimeoutError("a held call was never killed")
+
+
+def _after_held() -> None:
+    """With RUNNER_TEST_HOLD=N set, wait until N calls of this process are held."""
+    wanted = int(os.environ.get(HOLD_VARIABLE) or 0)
+    give_up = time.monotonic() + GATE_TIMEOUT
+    while wanted:
+        held = [line for line in _read("held.log") if line == str(os.getpid())]
+        if len(held) >= wanted:
+            return
+        if time.monotonic() > give_up:
+            raise TimeoutError("the held calls never started")
+        time.sleep(0.01)
+
+
+def _read(name: str) -> list[str]:
+    path = ledger_folder() / name
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
 def deposit(amount: int, idempotency_key: str) -> str:
     """Add `amount` to this run's balance once per key; return the balance after it."""
     run_id, step, _attempt, _key = _before_work("deposit")
@@ -118,6 +157,7 @@ def deposit(amount: int, idempotency_key: str) -> str:
                 (idempotency_key, run_id, step, amount, balance),
             )
         db.execute("COMMIT")
+    _hold()
     fault("during_tool")
     return str(balance)
 
@@ -127,6 +167,7 @@ def square(x: str) -> str:
     """A pure function of its argument: running it twice is harmless."""
     _before_work("square")
     result = str(int(x) ** 2)
+    _after_held()
     fault("during_tool")
     return result
 
@@ -135,8 +176,46 @@ def notify(text: str) -> str:
     """Send a notice: a side effect with no key, which must never happen twice for a step."""
     run_id, step, attempt, _key = _before_work("notify")
     _append("notices.log", run_id, step, attempt, os.getpid())
+    _hold()
     fault("during_tool")
     return "sent"
+
+
+def quick(x: int) -> str:
+    """A plain tool that finishes: in a batch, it is the call a crash must never re-run."""
+    _before_work("quick")
+    _after_held()
+    return f"quick {x}"
+
+
+BATCH = [
+    {"id": "call_q", "name": "quick", "args": {"x": 1}},
+    {"id": "call_s", "name": "square", "args": {"x": "3"}},
+    {"id": "call_d", "name": "deposit", "args": {"amount": 5}},
+    {"id": "call_n", "name": "notify", "args": {"text": "batch"}},
+]
+
+
+def parallel_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Step 1: the four calls at once; step 2: the answer, from square and deposit only."""
+    step = _log_model_call(transcript)
+    if step == 1:
+        return {"type": "tool", "calls": BATCH, "text": "All four at once.", "usage": _usage()}
+    results = {m["id"]: m["content"] for m in transcript if m["role"] == "tool"}
+    answer = f"square {results['call_s']}; balance {results['call_d']}"
+    return {"type": "final", "content": answer, "usage": _usage()}
+
+
+def openai_parallel() -> Agent:
+    """The batch (less notify) through the OpenAI adapter, against the test's fake server."""
+    model = OpenAIChat(
+        "gpt-4.1-mini",
+        base_url=os.environ[OPENAI_URL_VARIABLE],
+        api_key="test-key-not-secret",
+        price=(0.4, 1.6),
+    )
+    tools = {"quick": quick, "square": square, "deposit": deposit}
+    return Agent(model, tools, name="openai-parallel", release="r5")
 
 
 def broken(n: int) -> str:
@@ -195,6 +274,10 @@ ANSWERS = {"ledgered": "balance 12; squares 25, 144"}
 # 13 steps, for killing at random moments (with RUNNER_TEST_TOOL_SLEEP set).
 long = Agent(planned_model(4), TOOLS, name="long", release="r2", max_steps=16)
 ANSWERS["long"] = "balance 36; squares 25, 144, 529, 1296"
+
+# 2 steps: four calls at once, then "square 9; balance 5".
+parallel = Agent(parallel_model, {**TOOLS, "quick": quick}, name="parallel", release="r4")
+ANSWERS["parallel"] = "square 9; balance 5"
 
 # Every tool call fails: stops with tool_errors (after 3 steps with the default budget).
 failing = Agent(broken_model, {"broken": broken}, name="failing", release="r3")

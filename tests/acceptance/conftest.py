@@ -24,7 +24,7 @@ def uncrashed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("uncrashed")
     db_url = f"sqlite:///{folder / 'runner.db'}"
     answers = {}
-    for name in ("ledgered", "long"):
+    for name in ("ledgered", "long", "parallel"):
         run_id = f"uncrashed-{name}"
         result = cli("run", agent_ref(name), run_id, "--id", run_id, db_url=db_url, ledger=folder)
         assert result.returncode == 0, described(result)

@@ -151,44 +151,70 @@ def committed_steps(db_url: str, run_id: str) -> set[int]:
 
 
 def check_journal(rows: list[dict[str, Any]], *, finished: bool = True) -> None:
-    """No gap and no duplicate: seq 0..n-1, steps 1..N in order, each step's entries once."""
+    """No gap and no duplicate: seq 0..n-1, steps 1..N in order, each step's entries once.
+
+    A tool step is its action, then its observation; a step of several calls is one action
+    per call (keys `<run_id>-<step>.<n>`), then one observation per call in any order.
+    """
     assert [row["seq"] for row in rows] == list(range(len(rows))), "seq has a gap"
     if not rows and not finished:
         return  # killed before its first entry
     assert rows and rows[0]["kind"] == "task" and rows[0]["step"] == 0
-    kinds_per_step: dict[int, list[str]] = {}
+    per_step: dict[int, list[dict[str, Any]]] = {}
     for row in rows[1:]:
-        kinds_per_step.setdefault(row["step"], []).append(row["kind"])
-    steps = sorted(kinds_per_step)
+        per_step.setdefault(row["step"], []).append(row)
+    steps = sorted(per_step)
     assert steps == list(range(1, len(steps) + 1)), f"steps are not contiguous: {steps}"
     assert [row["step"] for row in rows] == sorted(row["step"] for row in rows)
     for step in steps:
-        kinds = kinds_per_step[step]
+        kinds = [row["kind"] for row in per_step[step]]
         last = step == steps[-1]
         if kinds[0] == "action":
-            # A tool step: its action, then its observation, each exactly once (the last
-            # step of an unfinished run may still be pending); a call that waited for a
-            # person has its wait and the one answer between them.
-            waited = kinds[1:2] == ["wait"]
-            whole = CALL_WITH_WAIT if waited else CALL
+            if kinds[1:2] == ["wait"]:
+                # A call that waited for a person: action, wait, the one answer, then its
+                # observation (the last step of an unfinished run may stop anywhere).
+                if finished or not last:
+                    assert kinds == CALL_WITH_WAIT, (step, kinds)
+                else:
+                    assert kinds in [CALL_WITH_WAIT[:n] for n in range(1, 5)], (step, kinds)
+                keys = {row["idempotency_key"] for row in per_step[step]}
+                assert keys == {f"{per_step[step][0]['run_id']}-{step}"}, (step, keys)
+                assert {row["tool"] for row in per_step[step]} == {per_step[step][0]["tool"]}
+                continue
+            # Every call of the step first, then each call's observation exactly once (the
+            # last step of an unfinished run may still have calls pending).
+            actions = [row for row in per_step[step] if row["kind"] == "action"]
+            outcomes = per_step[step][len(actions) :]
+            assert kinds[: len(actions)] == ["action"] * len(actions), (step, kinds)
+            assert all(row["kind"] == "observation" for row in outcomes), (step, kinds)
             if finished or not last:
-                assert kinds == whole, (step, kinds)
+                assert len(outcomes) == len(actions), (step, kinds)
             else:
-                assert kinds in [whole[:n] for n in range(1, len(whole) + 1)], (step, kinds)
+                assert len(outcomes) <= len(actions), (step, kinds)
+            _check_keys(step, actions, outcomes)
         else:
             assert last, f"step {step} ({kinds}) ended the run but is not the last step"
             assert kinds in (["final"], ["refused"]), (step, kinds)
-    for i, row in enumerate(rows):
-        if row["kind"] in ("observation", "wait", "answer"):
-            waited = row["kind"] != "observation" or rows[i - 1]["kind"] == "answer"
-            action = rows[i - (CALL_WITH_WAIT if waited else CALL).index(row["kind"])]
-            assert action["kind"] == "action" and action["step"] == row["step"]
-            assert row["idempotency_key"] == action["idempotency_key"]
-            assert row["tool"] == action["tool"]
-        if row["kind"] == "answer":
-            assert rows[i - 1]["kind"] == "wait", "an answer follows its wait"
-        if row["kind"] == "action" and row["action_type"] == "tool":
-            assert row["idempotency_key"] == f"{row['run_id']}-{row['step']}"
+
+
+def _check_keys(step: int, actions: list[dict[str, Any]], outcomes: list[dict[str, Any]]) -> None:
+    """Each call has the key of its place in the step; each observation answers one call."""
+    by_key = {}
+    for n, action in enumerate(actions, 1):
+        if action["action_type"] != "tool":
+            assert len(actions) == 1 and action["idempotency_key"] is None, action
+            continue
+        suffix = "" if len(actions) == 1 else f".{n}"
+        assert action["idempotency_key"] == f"{action['run_id']}-{step}{suffix}", action
+        by_key[action["idempotency_key"]] = action
+    answered = [row["idempotency_key"] for row in outcomes]
+    assert len(answered) == len(set(answered)), f"a call of step {step} was observed twice"
+    for row in outcomes:
+        if row["idempotency_key"] is None:  # the error shown for malformed output
+            assert not by_key, row
+            continue
+        action = by_key[row["idempotency_key"]]
+        assert (row["tool"], row["call_id"]) == (action["tool"], action["call_id"])
 
 
 def tool_steps(rows: list[dict[str, Any]], tool: str) -> dict[int, dict[str, Any]]:
@@ -314,16 +340,23 @@ def check_effects(ledger: Path, rows: list[dict[str, Any]], run_id: str) -> None
     - square (idempotent): may have run more than once, always with the step's key.
     - notify (plain): never ran twice for one step; an OutcomeUnknown observation is the
       only way the model learns of a notify that was interrupted.
+    - quick (plain, in the parallel agent's batch): never ran twice either.
     """
     deposits = tool_steps(rows, "deposit")
+    # Each tool's call of a step has its own key (`<run_id>-<step>`, or `.n` in a batch).
+    keys = {
+        (row["step"], row["tool"]): row["idempotency_key"]
+        for row in rows
+        if row["kind"] == "action" and row["action_type"] == "tool"
+    }
     found = effects(ledger, run_id)
     assert [step for _, step, _, _ in found] == sorted(deposits), (found, sorted(deposits))
     for key, step, _amount, balance in found:
-        assert key == f"{run_id}-{step}"
+        assert key == keys[(step, "deposit")]
         observation = deposits[step]
         assert not observation["is_error"], observation["content"]
         assert observation["content"] == str(balance)
-    for name in ("deposit", "square", "notify"):
+    for name in ("deposit", "square", "notify", "quick"):
         by_step: dict[int, list[ToolCall]] = {}
         for call in tool_calls(ledger, run_id, name):
             by_step.setdefault(call.step, []).append(call)
@@ -338,12 +371,12 @@ def check_effects(ledger: Path, rows: list[dict[str, Any]], run_id: str) -> None
         shown = {step for step, row in observed.items() if not row["is_error"]}
         assert shown <= set(by_step), (name, sorted(shown - set(by_step)))
         for step, calls in by_step.items():
-            assert all(call.key == f"{run_id}-{step}" for call in calls)
+            assert all(call.key == keys[(step, name)] for call in calls)
             attempts = [call.attempt for call in calls]
             # Each claim of the run makes its own attempt: never two with one number.
             assert len(attempts) == len(set(attempts)), (name, step, attempts)
-            if name == "notify":
-                assert len(calls) == 1, f"notify ran {len(calls)} times for step {step}"
+            if name in ("notify", "quick"):  # plain tools: never run twice for one call
+                assert len(calls) == 1, f"{name} ran {len(calls)} times for step {step}"
     sent = notices(ledger, run_id)
     assert len(sent) == len({step for step, _ in sent}), f"a notice was sent twice: {sent}"
     for step, observation in tool_steps(rows, "notify").items():

@@ -209,7 +209,7 @@ def test_a_run_sends_tool_errors_flagged(server: FakeServer, claude: AnthropicMe
         "content": [
             {
                 "type": "tool_result",
-                "tool_use_id": "call_1_0",
+                "tool_use_id": "toolu_1",  # the provider's own id, kept by the loop
                 "content": "ZeroDivisionError: division by zero",
                 "is_error": True,
             }

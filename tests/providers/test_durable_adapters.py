@@ -6,6 +6,7 @@ provider exactly the bytes an uncrashed run sends, or a crash would change the r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,6 +78,10 @@ class Calculator:
             """Multiply two numbers."""
             self.calls.append("multiply")
             if self.crash_in_multiply:
+                # Beside add in one step, die only once add is running too (it then ends).
+                give_up = time.monotonic() + 10
+                while "add" not in self.calls and time.monotonic() < give_up:
+                    time.sleep(0.001)
                 raise Crash
             return a * b
 
@@ -173,3 +178,51 @@ def test_a_bad_key_stops_the_durable_run_and_no_key_reaches_the_database(
     assert stored and KEY not in repr(stored)
     assert "redacted" in repr(stored)
     assert len(server.requests) == 1
+
+
+def openai_parallel_script(server: FakeServer) -> None:
+    calls = [("call_1", "add", '{"a": 2, "b": 3}'), ("call_2", "multiply", '{"a": 5, "b": 7}')]
+    server.reply(openai_completion("Both at once.", calls=calls))
+    server.reply(openai_completion("5 and 35"))
+
+
+def anthropic_parallel_script(server: FakeServer) -> None:
+    server.reply(
+        anthropic_message(
+            text_block("Both at once."),
+            tool_use("toolu_1", "add", {"a": 2, "b": 3}),
+            tool_use("toolu_2", "multiply", {"a": 5, "b": 7}),
+        )
+    )
+    server.reply(anthropic_message(text_block("5 and 35")))
+
+
+PARALLEL = {"openai": openai_parallel_script, "anthropic": anthropic_parallel_script}
+
+
+def test_parallel_calls_crashed_mid_batch_resume_with_the_requests_of_an_uncrashed_run(
+    db_url: str, provider: str, agents: Any
+) -> None:
+    make_script = PARALLEL[provider]
+    with serving() as clean:
+        make_script(clean)
+        with Runner(db_url) as runner:
+            expected = runner.run(agents(provider, clean.url, Calculator()), TASK, id="clean")
+    with serving() as crashed:
+        make_script(crashed)
+        dying = Calculator(crash_in_multiply=True)
+        with Runner(db_url) as runner:
+            with pytest.raises(Crash):
+                runner.run(agents(provider, crashed.url, dying), TASK, id="crashed")
+            assert sorted(dying.calls) == ["add", "multiply"]  # add ended and was journaled
+            crash(runner.engine, "crashed")
+        calculator = Calculator()
+        with Runner(db_url) as runner:
+            result = runner.resume("crashed", agent=agents(provider, crashed.url, calculator))
+        assert calculator.calls == ["multiply"]  # only the unfinished call ran again
+    assert (result.stop_reason, result.output, result.steps) == ("final", "5 and 35", 2)
+    assert result.transcript == expected.transcript
+    assert result.transcript[1]["text"] == "Both at once."
+    assert [r.body for r in crashed.requests] == [r.body for r in clean.requests]
+    ids = {"openai": ["call_1", "call_2"], "anthropic": ["toolu_1", "toolu_2"]}[provider]
+    assert [m["id"] for m in result.transcript[2:4]] == ids

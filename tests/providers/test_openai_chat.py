@@ -236,7 +236,7 @@ def test_a_run_to_a_final_answer_counts_tokens_and_cost(
     assert server.bodies[1]["tools"] == TOOL_SCHEMAS  # run_agent hands the adapter its tools
     assert server.bodies[1]["messages"][-1] == {
         "role": "tool",
-        "tool_call_id": "call_1_0",
+        "tool_call_id": "call_a",  # the provider's own id, kept by the loop
         "content": "5",
     }
 

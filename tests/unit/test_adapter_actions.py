@@ -24,20 +24,24 @@ def test_an_invalid_type_without_an_error_text_is_still_a_type_complaint() -> No
     assert "'type' must be" in (parse_action({"type": "invalid"}).error or "")
 
 
-def test_a_single_call_keeps_working_with_its_provider_id_and_text() -> None:
+def test_a_single_call_keeps_its_provider_id_and_text() -> None:
     action = parse_action(
         {"type": "tool", "name": "add", "args": {"a": 1}, "id": "call_abc", "text": "Let me add."}
     )
     assert (action.kind, action.tool, action.args) == ("tool", "add", {"a": 1})
+    assert (action.call_id, action.text, action.calls) == ("call_abc", "Let me add.", ())
 
 
-def test_several_calls_are_refused_with_a_clear_error_until_the_loop_runs_them() -> None:
-    calls = [{"id": "a", "name": "add", "args": {}}, {"id": "b", "name": "add", "args": {}}]
-    action = parse_action({"type": "tool", "calls": calls, "usage": USAGE})
-    assert action.kind == "invalid" and action.tokens == 15
-    assert action.error == (
-        "several tool calls in one response are not supported yet: call one tool at a time"
-    )
+def test_several_calls_are_one_action_with_every_call() -> None:
+    calls = [{"id": "a", "name": "add", "args": {"x": 1}}, {"name": "add", "args": {}}]
+    action = parse_action({"type": "tool", "calls": calls, "text": "Both.", "usage": USAGE})
+    assert (action.kind, action.tool, action.args, action.text) == ("tool", None, None, "Both.")
+    assert action.tokens == 15 and action.cost == 0.25
+    assert [(c.tool, c.args, c.id) for c in action.calls] == [
+        ("add", {"x": 1}, "a"),
+        ("add", {}, None),
+    ]
+    assert action.signatures == [("add", '{"x": 1}'), ("add", "{}")]
 
 
 def test_a_refusal_is_an_observation_the_model_sees_not_a_crash() -> None:

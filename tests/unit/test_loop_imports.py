@@ -28,6 +28,7 @@ assert not loaded, f"importing {module} loaded {{loaded}}"
         "runner.tools",
         "runner.calls",
         "runner.spans",
+        "runner.steps",
     ],
 )
 def test_module_imports_no_storage_or_cli(module: str) -> None:
