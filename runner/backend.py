@@ -70,6 +70,8 @@ class Backend:
     title: str  # the database's name for people
     # Whether `runner` may migrate a brand-new, empty database by itself on first use.
     migrates_fresh_files = False
+    # Whether a fenced journal write also renews the lease (once a third of it is spent).
+    writes_renew_lease = False
     # Whether idle workers can be woken when a run is queued (else they only poll).
     notifies = False
 
@@ -228,6 +230,7 @@ class PostgresBackend(Backend):
     """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
 
     name = "postgresql"
+    writes_renew_lease = True
     title = "PostgreSQL"
     notifies = True
 

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from runner import fencing, leases, store
+from runner.backend import backend_for
 from runner.backoff import Backoff
 from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock
@@ -166,7 +167,7 @@ class SqlJournal:
                 self.clock.sleep(backoff.next())
                 retried = True
                 continue
-            if self.engine.dialect.name == "postgresql":
+            if backend_for(self.engine.dialect.name).writes_renew_lease:
                 # The write renewed the lease if a third of it was spent.
                 self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
             return cancel
