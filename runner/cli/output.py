@@ -120,6 +120,12 @@ def duration(seconds: float) -> str:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
+def cost_text(cost: float, tokens: int) -> str:
+    """`cost 0.0123`; `cost unknown` when tokens were spent at no recorded cost (a model
+    adapter with no price for its model records 0, never a made-up figure)."""
+    return "cost unknown (no price)" if cost == 0 and tokens > 0 else f"cost {cost:g}"
+
+
 def ago(then: datetime | None, now: datetime) -> str:
     """`4m07s ago`, `just now`, or `-` for no time at all."""
     if then is None:
@@ -303,7 +309,7 @@ def render_run(
         f"agent     {row.agent or '-'}" + _agent_label(row),
         f"status    {styled(status, state_style(state, row.stop_reason))}",
         f"counters  {plural(result.steps, 'step')}, {plural(result.tokens, 'token')}, "
-        f"cost {result.cost:g}, {plural(row.resumes, 'resume')}",
+        f"{cost_text(result.cost, result.tokens)}, {plural(row.resumes, 'resume')}",
         f"created   {_when(row.created_at)} UTC"
         + (f" ({ago(row.created_at, now)})" if now is not None else "")
         + (f", finished {_when(row.finished_at)} UTC" if row.finished_at else ""),
@@ -480,7 +486,8 @@ def stopped(result: AgentResult, seconds: float | None = None) -> None:
     took = f", {duration(seconds)}" if seconds is not None else ""
     line(
         f"stopped: {result.stop_reason} after {plural(result.steps, 'step')}, "
-        f"{plural(result.tokens, 'token')}, cost {result.cost:g}{took} (run {result.run_id})",
+        f"{plural(result.tokens, 'token')}, {cost_text(result.cost, result.tokens)}{took} "
+        f"(run {result.run_id})",
         err=True,
     )
     if result.output is not None:

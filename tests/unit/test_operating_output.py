@@ -145,7 +145,7 @@ def test_show_says_no_release_none_and_counts_in_the_singular() -> None:
     shown = output.render_run(result, a_row(), journal_of("ok"), NOW)
     assert "agent     agents:agent  (calc)\n" in shown
     assert "None" not in shown
-    assert "counters  1 step, 1 token, cost 0, 1 resume\n" in shown
+    assert "counters  1 step, 1 token, cost unknown (no price), 1 resume\n" in shown
     released = output.render_run(result, a_row(release="2.0"), journal_of("ok"), NOW)
     assert "agent     agents:agent  (calc, release 2.0)\n" in released
     nameless = output.render_run(result, a_row(agent_name=None), journal_of("ok"), NOW)
@@ -233,3 +233,9 @@ def test_a_module_reference_imports_from_the_current_folder(elsewhere: Path) -> 
     assert agent.model([]) == {"type": "final", "content": "hi"}
     assert agent.reference() == "here_agent:agent"
     assert sys.path[0] == str(elsewhere)  # first, as `python -m` puts it
+
+
+def test_a_cost_is_unknown_when_tokens_were_spent_at_no_recorded_cost() -> None:
+    assert output.cost_text(0.0, 120) == "cost unknown (no price)"
+    assert output.cost_text(0.0, 0) == "cost 0"
+    assert output.cost_text(0.0125, 120) == "cost 0.0125"
