@@ -38,6 +38,7 @@ class RunSummary:
     created_at: datetime
     finished_at: datetime | None
     duration_seconds: float | None
+    state: str = ""  # the status, or `stalled` (revision 0005: a lease past its expiry)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ def runs_page(
         v.created_at,
         v.finished_at,
         v.duration_seconds,
+        v.state,
     )
     for name, value in (
         ("status", status),

@@ -29,6 +29,7 @@ run_summary = table(
     column("finished_at", Timestamp),
     column("duration_seconds", Float),
     column("day", String),
+    column("state", String),
 )
 
 tool_calls = table(

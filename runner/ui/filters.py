@@ -38,8 +38,20 @@ def shown(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
+def state(run: Any) -> str:
+    """The run's status, or `stalled` for a running run nobody holds any more: for a run's
+    row, from its lease and holder; for a line of `run_summary`, the view's own `state`."""
+    from runner.liveness import is_stalled
+    from runner.store import RunRow
+
+    if isinstance(run, RunRow):
+        return "stalled" if is_stalled(run, datetime.now(UTC)) else str(run.status)
+    return str(getattr(run, "state", "") or run.status)
+
+
 FILTERS: dict[str, Callable[..., str]] = {
     "when": when,
+    "state": state,
     "seconds": seconds,
     "amount": amount,
     "shown": shown,

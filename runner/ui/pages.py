@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from starlette.datastructures import URL
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -47,6 +48,7 @@ NOTICES = {
     "cancel-requested": "Cancel requested: the run stops before its next step.",
     "cancelled": "The run is cancelled.",
     "finished": "The run had already finished: nothing to cancel.",
+    "answered": "Answered: the run is queued again (a worker takes it, or `runner resume`).",
 }
 
 
@@ -132,6 +134,7 @@ def run(request: Request) -> Response:
     ]
     now = datetime.now(UTC)
     totals = counters[-1] if counters else None
+    waiting = state.waiting_for(row.id) if row.status is RunStatus.WAITING else None
     meaning, budget = STOPS.get(str(row.stop_reason), (str(row.stop_reason or ""), None))
     if budget is not None and row.budgets.get(budget) is not None:
         meaning += f" ({budget}={row.budgets[budget]})"
@@ -148,6 +151,7 @@ def run(request: Request) -> Response:
         last_step=last_step,
         pages=_pages(request.url, first, last_step),
         meaning=meaning,
+        waiting=waiting,
         lease_live=row.lease_is_live(now),
         commands=state.commands(row),
         notice=NOTICES.get(request.query_params.get("notice", "")),
@@ -203,6 +207,34 @@ async def cancel(request: Request) -> Response:
     if result.status == RunStatus.FINISHED:
         notice = "cancelled" if result.stop_reason == StopReason.CANCELLED else "finished"
     target = request.url_for("run", run_id=result.run_id).include_query_params(notice=notice)
+    return RedirectResponse(str(target.path) + "?" + target.query, status_code=303)
+
+
+async def approve(request: Request) -> Response:
+    return await _answer(request, "approve", "note")
+
+
+async def deny(request: Request) -> Response:
+    return await _answer(request, "deny", "reason")
+
+
+async def reply(request: Request) -> Response:
+    return await _answer(request, "reply", "text")
+
+
+async def _answer(request: Request, how: str, field: str) -> Response:
+    """One answer to a waiting run, through the library call `runner approve/deny/reply`
+    makes; a lost race or a wrong answer is the error page's one line."""
+    state = _state(request)
+    form = await request.form()
+    state.check_csrf(request, form.get("csrf"))
+    given = str(form.get(field) or "")
+    call = str(form.get("call") or "") or None
+    try:
+        answered = await state.answer(request.path_params["run_id"], how, given, call)
+    except ValueError as exc:  # an empty reason or reply
+        raise HTTPException(400, str(exc)) from None
+    target = request.url_for("run", run_id=answered.run_id).include_query_params(notice="answered")
     return RedirectResponse(str(target.path) + "?" + target.query, status_code=303)
 
 

@@ -20,6 +20,7 @@ from runner.store import RunRow
 from runner.ui.filters import FILTERS
 from runner.ui.security import SESSION_COOKIE, Csrf
 from runner.urls import redact_url
+from runner.waiting import Answered, Wait
 
 # The commands a run's page shows as text, for a terminal: (name, arguments, when shown).
 # Commands that other releases add (fork, replay) appear once the CLI has them.
@@ -77,6 +78,23 @@ class UiState:
 
     async def cancel(self, run_id: str) -> AgentResult:
         return await run_in_threadpool(lambda: self._runner().cancel(run_id))
+
+    def waiting_for(self, run_id: str) -> Wait | None:
+        """What a waiting run waits for (a read, through the same library as the CLI)."""
+        return self._runner().waiting_for(run_id)
+
+    async def answer(self, run_id: str, how: str, text: str, call: str | None) -> Answered:
+        """Approve, deny or reply: the same library calls as `runner approve/deny/reply`."""
+        runner = self._runner()
+
+        def give() -> Answered:
+            if how == "approve":
+                return runner.approve(run_id, call=call, note=text or None)
+            if how == "deny":
+                return runner.deny(run_id, reason=text, call=call)
+            return runner.reply(run_id, text, call=call)
+
+        return await run_in_threadpool(give)
 
     def _runner(self) -> Runner:
         # Writes take the library's own path, on an ordinary (writable) engine, opened only

@@ -1,0 +1,119 @@
+"""A waiting run's page says what it waits for and answers it: approve, deny and reply are
+POSTs with the CSRF token, through the same library calls as `runner approve/deny/reply`;
+a running run nobody holds any more shows as stalled."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+from starlette.testclient import TestClient
+
+from runner import Agent, Runner, ask_human, tool
+from runner.schema import runs
+from runner.ui import make_app
+
+from .seed import Seeded
+
+BASE = "http://127.0.0.1:8780"
+Transcript = list[dict[str, Any]]
+
+
+@tool(approval=True)
+def refund(amount: float) -> str:
+    return f"refunded {amount}"
+
+
+def model(transcript: Transcript) -> dict[str, Any]:
+    seen = [m for m in transcript if m["role"] == "tool"]
+    if not seen:
+        if "question" in transcript[0]["content"]:
+            return {"type": "tool", "name": "ask_human", "args": {"question": "Which order?"}}
+        return {"type": "tool", "name": "refund", "args": {"amount": 249.0}}
+    return {"type": "final", "content": seen[-1]["content"]}
+
+
+AGENT = Agent(model, {"refund": refund, "ask_human": ask_human})
+
+
+@pytest.fixture(scope="module")
+def client(seeded: Seeded) -> Iterator[TestClient]:
+    with TestClient(make_app(seeded.url), base_url=BASE) as found:
+        yield found
+
+
+def waiting_run(seeded: Seeded, run_id: str, task: str) -> None:
+    with Runner(seeded.url) as runner:
+        result = runner.run(AGENT, task, id=run_id)
+    assert result.status == "waiting"
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert found, "no CSRF field in the form"
+    return found.group(1)
+
+
+def test_approve_and_deny_answer_a_waiting_run(client: TestClient, seeded: Seeded) -> None:
+    for run_id in ("ui-approve", "ui-deny"):
+        waiting_run(seeded, run_id, "refund order 1042")
+    page = client.get("/runs/ui-approve").text
+    assert "approval of" in page and 'action="/runs/ui-approve/approve"' in page
+    assert 'action="/runs/ui-approve/deny"' in page
+    token = csrf_of(page)
+    refused = client.post("/runs/ui-approve/approve", data={"call": "ui-approve-1"})
+    assert refused.status_code == 403  # no CSRF token: nothing answered
+    with Runner(seeded.url) as runner:
+        assert runner.row("ui-approve").status == "waiting"
+
+    done = client.post(
+        "/runs/ui-approve/approve",
+        data={"csrf": token, "call": "ui-approve-1", "note": "ok"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and done.headers["location"].endswith("notice=answered")
+    denied = client.post(
+        "/runs/ui-deny/deny",
+        data={"csrf": token, "call": "ui-deny-1", "reason": "already refunded"},
+        follow_redirects=False,
+    )
+    assert denied.status_code == 303
+    with Runner(seeded.url) as runner:
+        assert runner.row("ui-approve").status == "queued"
+        assert runner.resume("ui-approve", agent=AGENT).output == "refunded 249.0"
+        assert runner.resume("ui-deny", agent=AGENT).output == "Denied: already refunded"
+    again = client.post("/runs/ui-approve/approve", data={"csrf": token, "call": "ui-approve-1"})
+    assert again.status_code >= 400  # no longer waiting: one line, nothing run twice
+
+
+def test_reply_answers_a_question(client: TestClient, seeded: Seeded) -> None:
+    waiting_run(seeded, "ui-reply", "a question first")
+    page = client.get("/runs/ui-reply").text
+    assert "a reply to" in page and 'action="/runs/ui-reply/reply"' in page
+    done = client.post(
+        "/runs/ui-reply/reply",
+        data={"csrf": csrf_of(page), "call": "ui-reply-1", "text": "order 1042"},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303
+    with Runner(seeded.url) as runner:
+        assert runner.resume("ui-reply", agent=AGENT).output == "order 1042"
+
+
+def test_a_running_run_nobody_holds_shows_as_stalled(client: TestClient, seeded: Seeded) -> None:
+    waiting_run(seeded, "ui-stalled", "refund order 7")
+    with Runner(seeded.url) as runner:
+        past = datetime.now(UTC) - timedelta(minutes=5)
+        with runner.engine.begin() as connection:
+            connection.execute(
+                update(runs)
+                .where(runs.c.id == "ui-stalled")
+                .values(status="running", lease_owner="elsewhere:1:1", lease_expires_at=past)
+            )
+    assert 'class="status s-stalled">stalled<' in client.get("/runs/ui-stalled").text
+    listed = client.get("/", params={"status": "running"}).text
+    assert 'class="status s-stalled">stalled<' in listed
