@@ -35,6 +35,7 @@ from sqlalchemy import insert
 
 from runner import Agent, Runner, leases, store
 from runner.budgets import Budgets
+from runner.clock import utc_now
 from runner.database import open_engine
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry, EntryKind
@@ -93,7 +94,7 @@ def crashed_run(url: str, count: int) -> str:
         budgets=Budgets(**fakes.UNLIMITED).as_dict(),
     )
     claim = leases.claim_run(engine, run_id, owner=DEAD_OWNER, lease_seconds=3600, max_resumes=3)
-    at = store.now()
+    at = utc_now()
     rows = [
         store.entry_row(run_id, seq, claim.epoch, entry, at)  # the rows the store writes
         for seq, entry in enumerate(journal(run_id, count))
