@@ -150,7 +150,8 @@ class Worker:
                 self._alone.discard(run_id)
 
     def _progressed(self, run_id: str, _entry: Entry) -> None:
-        # Called on the run's thread after each journal commit.
+        # Called after each journal commit, on the thread that made it (the run's, or a
+        # call's in a step of several): it only touches a set and an event.
         if run_id in self._alone:
             self._alone.discard(run_id)
             self._wake.set()
