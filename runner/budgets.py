@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -31,6 +32,11 @@ class StopReason(StrEnum):
     def budget(self) -> str | None:
         """The budget whose limit this stop names (shown with its value), if any."""
         return _MEANINGS[self][1]
+
+    def explained(self, budgets: Mapping[str, Any]) -> str:
+        """The meaning, with the limit that was reached: `... (max_steps=8)`."""
+        limit = None if self.budget is None else budgets.get(self.budget)
+        return self.meaning if limit is None else f"{self.meaning} ({self.budget}={limit})"
 
 
 _MEANINGS: dict[StopReason, tuple[str, str | None]] = {

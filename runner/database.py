@@ -67,10 +67,7 @@ def open_read_only(url: str | None = None) -> Engine:
         try:
             current = current_revision(engine)
         except SQLAlchemyError as exc:
-            corrupt = damaged(engine.url, exc)
-            if corrupt is not None:
-                raise corrupt from None
-            _unavailable(engine, exc)
+            _unreadable(engine, exc)
         _require_head(engine, current)
     except BaseException:
         engine.dispose()
@@ -206,10 +203,7 @@ def ensure_schema(engine: Engine) -> None:
             return
         current = current_revision(engine)
     except SQLAlchemyError as exc:
-        corrupt = damaged(engine.url, exc)
-        if corrupt is not None:
-            raise corrupt from None
-        _unavailable(engine, exc)
+        _unreadable(engine, exc)
     _require_head(engine, current)
 
 
@@ -224,7 +218,12 @@ def _require_head(engine: Engine, current: str | None) -> None:
         )
 
 
-def _unavailable(engine: Engine, exc: SQLAlchemyError) -> NoReturn:
+def _unreadable(engine: Engine, exc: SQLAlchemyError) -> NoReturn:
+    """The one-line error for a database that would not give its revision: damaged (never
+    to be retried), or away or unreadable."""
+    corrupt = damaged(engine.url, exc)
+    if corrupt is not None:
+        raise corrupt from None
     verb = "open" if isinstance(exc, OperationalError) else "read"
     where = redact_url(engine.url)
     raise DatabaseUnavailable(f"cannot {verb} {where}: {first_line(exc)}") from None

@@ -353,10 +353,7 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
             f"  .. {name}: no result yet (running, or a resume will settle it)"
             for name in _unanswered(result.transcript)
         ]
-    reason = StopReason(row.stop_reason)
-    meaning, budget = reason.meaning, reason.budget
-    if budget is not None and row.budgets.get(budget) is not None:
-        meaning += f" ({budget}={row.budgets[budget]})"
+    meaning = StopReason(row.stop_reason).explained(row.budgets)
     if row.wrapped_up:
         meaning += "; the answer came from the wrap-up call"
     return ["", f"stopped   {row.stop_reason}: {meaning}"]

@@ -29,20 +29,6 @@ from runner.ui.state import UiState
 RUNS_PER_PAGE = 50
 STEPS_PER_PAGE = 50
 
-# What each stop means (the words of `runner show`), and the budget whose limit it names.
-STOPS = {
-    "final": ("answered", None),
-    "max_steps": ("gave up: the step cap was reached", "max_steps"),
-    "token_budget": ("gave up: the tokens spent went over the budget", "max_tokens"),
-    "cost_budget": ("gave up: the cost spent went over the budget", "max_cost"),
-    "time_budget": ("gave up: the wall-clock budget ran out", "max_seconds"),
-    "repeated_call": ("looped: the same tool call, same arguments, too many times", "max_repeats"),
-    "tool_errors": ("too many failed steps in a row", "max_consecutive_errors"),
-    "cancelled": ("cancelled on request", None),
-    "model_error": ("the model kept failing after its retries", None),
-    "crash_loop": ("given up: the run kept killing its worker", None),
-}
-
 # Messages a redirect after a POST may show: chosen by key, never text from the request.
 NOTICES = {
     "cancel-requested": "Cancel requested: the run stops before its next step.",
@@ -135,9 +121,7 @@ def run(request: Request) -> Response:
     now = datetime.now(UTC)
     totals = counters[-1] if counters else None
     waiting = state.waiting_for(row.id) if row.status is RunStatus.WAITING else None
-    meaning, budget = STOPS.get(str(row.stop_reason), (str(row.stop_reason or ""), None))
-    if budget is not None and row.budgets.get(budget) is not None:
-        meaning += f" ({budget}={row.budgets[budget]})"
+    meaning = StopReason(row.stop_reason).explained(row.budgets) if row.stop_reason else ""
     return state.render(
         request,
         "run.html",
