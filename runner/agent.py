@@ -9,13 +9,15 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.budgets import Budgets
 from runner.context import Context
 from runner.errors import AgentLoadError, BadAgentReference
-from runner.loop import Model
 from runner.tools import Tool, as_tools
+
+if TYPE_CHECKING:
+    from runner.loop import Model
 
 
 class Agent:

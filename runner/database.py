@@ -22,7 +22,11 @@ from runner.errors import (
     SchemaTooNew,
     first_line,
 )
+from runner.schema import SCHEMA_REVISION
 from runner.urls import encode_password, redact_url
+
+# Alembic's own table: one row, the revision the schema is at.
+VERSION_QUERY = "SELECT version_num FROM alembic_version"
 
 
 def resolve_url(url: str | None) -> str:
@@ -64,11 +68,12 @@ def open_read_only(url: str | None = None) -> Engine:
     except (ArgumentError, ImportError) as exc:
         raise DatabaseUnavailable(f"cannot use {redact_url(parsed)}: {exc}") from None
     try:
-        try:
-            current = current_revision(engine)
-        except SQLAlchemyError as exc:
-            _unreadable(engine, exc)
-        _require_head(engine, current)
+        if not _at_head(engine):
+            try:
+                current = current_revision(engine)
+            except SQLAlchemyError as exc:
+                _unreadable(engine, exc)
+            _require_head(engine, current)
     except BaseException:
         engine.dispose()
         raise
@@ -197,6 +202,8 @@ def failure_message(url: Any, exc: BaseException) -> str:
 
 def ensure_schema(engine: Engine) -> None:
     """Check the schema is at head; migrate a brand-new SQLite file, never anything else."""
+    if _at_head(engine):
+        return
     try:
         fresh = backend_for(engine.dialect.name).migrates_fresh_files
         if fresh and _migrate_if_fresh(engine):
@@ -205,6 +212,20 @@ def ensure_schema(engine: Engine) -> None:
     except SQLAlchemyError as exc:
         _unreadable(engine, exc)
     _require_head(engine, current)
+
+
+def _at_head(engine: Engine) -> bool:
+    """Whether the schema is at head, known from one SELECT and without Alembic: the common
+    case of every command. False sends the caller to the full check, which says why."""
+    try:
+        with engine.connect() as connection:
+            try:
+                stored = connection.exec_driver_sql(VERSION_QUERY).scalars().all()
+            except SQLAlchemyError:
+                return False  # no version table yet, or unreadable: the full check tells
+    except SQLAlchemyError as exc:
+        _unreadable(engine, exc)
+    return stored == [SCHEMA_REVISION]
 
 
 def _require_head(engine: Engine, current: str | None) -> None:

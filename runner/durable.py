@@ -7,9 +7,9 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner import approvals, fork, leases, liveness, revival, store
+from runner import approvals, leases, liveness, revival, store
 from runner.agent import Agent, load_agent, with_budgets
 from runner.backend import backend_for
 from runner.budget_changes import CHANGE_KINDS
@@ -22,15 +22,17 @@ from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exp
 from runner.errors import AgentLoadError, LeaseHeld, RunnerError, RunWaiting
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry, transcript_of
-from runner.loop import drive
 from runner.owner import local_prefix, this_process
-from runner.replay import Replay, replay_run
 from runner.result import AgentResult
-from runner.spans import run_trace
-from runner.sqljournal import SqlJournal
 from runner.status import STALLED, RunStatus
 from runner.waiting import Answer, Answered, Wait
 from runner.wakeup import Wakeup
+
+if TYPE_CHECKING:
+    from runner.replay import Replay
+
+# Forking, replaying and executing a run (the loop, the journal, traces) are imported by the
+# methods that do them: `runner list` and `show` never load them.
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 # How many live leases held on this host `list(state=...)` looks through for dead holders.
@@ -175,6 +177,8 @@ class Runner:
         parent: tuple[str, int] | None = None,
     ) -> None:
         """RunConflict unless the run `run_id` is what this request asks for."""
+        from runner import fork
+
         existing = store.get_run(self.engine, run_id)
         # Budget changes made since the run was created (a fork's own are part of it).
         later = [
@@ -301,6 +305,8 @@ class Runner:
         changed). Step `at_step` must be a tool call with its result (0: only the task).
         An `id` that names a run already returns it for the same request, else RunConflict.
         """
+        from runner import fork
+
         parent = store.find_run(self.engine, run_id)
         journal = [entry for entry, _ in store.load_entries(self.engine, parent.id)]
         copied = fork.prefix(parent, journal, at_step)
@@ -333,6 +339,8 @@ class Runner:
         """Replay a recorded run against the agent's code today (its stored reference, or
         `agent`): the recorded model outputs and observations, no model called, no tool
         run. Under the run's budgets, or with `agent_budgets` the agent's own."""
+        from runner.replay import replay_run
+
         run = store.find_run(self.engine, run_id)
         loaded = self._agent(agent) if agent is not None else self._stored_agent(run)
         journal = [entry for entry, _ in store.load_entries(self.engine, run.id)]
@@ -356,6 +364,10 @@ class Runner:
         A run that comes to a call needing a person's answer is left waiting, its lease let
         go: the result then has status `waiting`.
         """
+        from runner.loop import drive
+        from runner.spans import run_trace
+        from runner.sqljournal import SqlJournal
+
         run = claim.run
         budgets = Budgets(**run.budgets)
         deadline = run.deadline.timestamp() if run.deadline is not None else None

@@ -34,7 +34,7 @@ from runner.database import (
     open_engine,
     upgrade,
 )
-from runner.schema import metadata
+from runner.schema import SCHEMA_REVISION, metadata
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER_TABLES = {"runs", "entries"}
@@ -95,6 +95,8 @@ def test_there_is_exactly_one_head() -> None:
     heads = scripts().get_heads()
     assert len(heads) == 1
     assert heads[0] == head_revision()
+    # Commands check a database against the revision the tables declare, without Alembic.
+    assert heads[0] == SCHEMA_REVISION
     # The repository's alembic.ini points at the very same scripts.
     repo_scripts = ScriptDirectory(str(REPO / "migrations"))
     assert repo_scripts.get_heads() == heads

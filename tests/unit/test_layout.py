@@ -168,7 +168,8 @@ try:
 except SystemExit:
     pass
 heavy = ("sqlalchemy", "alembic", "psycopg", "rich", "runner.durable", "runner.history",
-         "opentelemetry", "starlette", "jinja2", "uvicorn", "runner.ui")
+         "opentelemetry", "starlette", "jinja2", "uvicorn", "runner.ui", "runner.loop",
+         "runner.models.openai_chat", "runner.models.anthropic_messages", "asyncio")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 """

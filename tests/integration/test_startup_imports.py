@@ -1,0 +1,71 @@
+"""`runner list` and `runner show` load what they need: no Alembic (the schema is checked
+with one SELECT), no loop, no provider adapter, no replay, no journal writer."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner import Runner
+from tests.integration.agents import solver_agent
+
+COMMAND = """
+import sys
+from runner.cli import main
+try:
+    main(sys.argv[1:], prog_name="runner")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+heavy = ("alembic", "runner.loop", "runner.models.openai_chat", "runner.models.anthropic_messages",
+         "runner.replay", "runner.fork", "runner.sqljournal", "opentelemetry", "psycopg")
+loaded = sorted(name for name in heavy if name in sys.modules)
+assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
+"""
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with Runner(url) as runner:
+        runner.run(solver_agent, "add 2 and 3", id="r1")
+    return url
+
+
+@pytest.mark.parametrize("args", [["list"], ["show", "r1"]])
+def test_reading_commands_load_neither_alembic_nor_the_loop(
+    database: str, args: list[str]
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", COMMAND, *args, "--db", database],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "r1" in done.stdout
+
+
+def test_a_database_behind_head_is_still_refused_without_alembic_loaded_up_front(
+    tmp_path: Path,
+) -> None:
+    # The fast check only ever says "at head": anything else takes the full check's path.
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    with Runner(url):
+        pass
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0006'")
+    engine.dispose()
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "list", "--db", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "schema revision 0006" in done.stderr and "runner db upgrade" in done.stderr
