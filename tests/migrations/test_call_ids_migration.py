@@ -150,7 +150,7 @@ def test_a_populated_0003_database_reads_back_after_0004(engine: Engine, empty_u
     ]
 
     upgrade(engine)
-    assert current_revision(engine) == head_revision() == "0007"
+    assert current_revision(engine) == head_revision()
     assert view_rows(engine) == before  # the same rows, paired by key now
     with engine.connect() as connection:
         assert connection.execute(text("SELECT * FROM run_summary ORDER BY id")).all() == summaries

@@ -1,0 +1,118 @@
+"""queues: named queues with limits, priorities and delayed runs
+
+- `runs.queue` (text, default 'default'): the queue a worker claims the run from
+  (`runner worker --queue a,b` serves only those);
+- `runs.priority` (integer, default 0): higher is claimed first, then the oldest;
+- `runs.not_before` (nullable): a delayed run, never claimed before that time (on the
+  database's clock);
+- the index `ix_runs_claim` (status, queue, priority DESC, created_at, not_before) that a
+  claim reads its next run from;
+- the table `queues` (name, max_running, updated_at): how many runs of a queue may run at
+  once across all workers, enforced where runs are claimed. A queue with no row, or a NULL
+  max_running, has no limit.
+
+The columns are added with plain ALTER TABLE on both databases, with server defaults, so
+every run already stored lands in the queue 'default' at priority 0: on SQLite a batch
+rebuild of `runs` would drop the old table, and its implicit DELETE would cascade to every
+journal entry. No view reads `SELECT *` of runs, so the views stay as they are. The
+reader role of revision 0004 may SELECT the new table (`runner sql "SELECT * FROM queues"`).
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-10
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0008"
+down_revision: str | None = "0007"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def _grant_reader(table: str, dialect: str) -> None:
+    """A new table has no grants: give revision 0004's reader its SELECT on it."""
+    if dialect != "postgresql":
+        return
+    op.execute(
+        "DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'runner_reader') "
+        f"THEN GRANT SELECT ON {table} TO runner_reader; END IF; END $$"
+    )
+
+
+def upgrade() -> None:
+    dialect = op.get_bind().dialect.name
+    op.add_column(
+        "runs",
+        sa.Column(
+            "queue",
+            sa.String(length=64),
+            nullable=False,
+            server_default="default",
+            comment="the queue a worker claims it from (--queue)",
+        ),
+    )
+    op.add_column(
+        "runs",
+        sa.Column(
+            "priority",
+            sa.Integer(),
+            nullable=False,
+            server_default="0",
+            comment="higher is claimed first within the queues a worker serves",
+        ),
+    )
+    op.add_column(
+        "runs",
+        sa.Column(
+            "not_before",
+            sa.DateTime(timezone=True),
+            nullable=True,
+            comment="a delayed run: no claim before this",
+        ),
+    )
+    op.create_index(
+        "ix_runs_claim",
+        "runs",
+        ["status", "queue", sa.text("priority DESC"), "created_at", "not_before"],
+        unique=False,
+    )
+    op.create_table(
+        "queues",
+        sa.Column(
+            "name",
+            sa.String(length=64),
+            nullable=False,
+            comment="the queue's name, as runs.queue",
+        ),
+        sa.Column(
+            "max_running",
+            sa.Integer(),
+            nullable=True,
+            comment="most runs of the queue running at once, across all workers; NULL: no limit",
+        ),
+        sa.Column(
+            "updated_at",
+            sa.DateTime(timezone=True),
+            nullable=False,
+            comment="when the limit was last set",
+        ),
+        sa.PrimaryKeyConstraint("name"),
+        comment="limits of queues; a queue with no row here has no limit",
+    )
+    _grant_reader("queues", dialect)
+
+
+def downgrade() -> None:
+    op.drop_table("queues")  # its grants go with it
+    op.drop_index("ix_runs_claim", table_name="runs")
+    # DROP COLUMN, not a batch rebuild (SQLite 3.35 or later): see revision 0006. No view
+    # reads these columns, so none needs dropping first.
+    op.drop_column("runs", "not_before")
+    op.drop_column("runs", "priority")
+    op.drop_column("runs", "queue")
