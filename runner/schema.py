@@ -127,7 +127,6 @@ runs = Table(
     ),
     Column("not_before", Timestamp, nullable=True, comment="a delayed run: no claim before this"),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
-
     # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
     Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),
     Index("ix_runs_created_at", "created_at"),

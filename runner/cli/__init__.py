@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import answers, db, history, logs, runs, ui, worker
+from runner.cli import answers, db, history, logs, queues, runs, ui, worker
 from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -131,6 +131,7 @@ for _command in (
     answers.deny,
     answers.reply,
     worker.worker,
+    queues.queue,
     db.db,
     history.sql,
     history.stats,
