@@ -39,6 +39,8 @@ from runner.errors import (
     RunWaiting,
     SchemaOutOfDate,
     SchemaTooNew,
+    SubmissionRefused,
+    SubmitInterrupted,
     WrongAnswer,
 )
 from runner.models import AnthropicMessages, OpenAIChat, Price
@@ -99,6 +101,8 @@ __all__ = [
     "SchemaOutOfDate",
     "SchemaTooNew",
     "StopReason",
+    "SubmissionRefused",
+    "SubmitInterrupted",
     "Tool",
     "ToolCall",
     "Wait",

@@ -9,12 +9,13 @@ passes: then the claim itself records the timeout as the answer, in its own tran
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Select, func, select, update
+from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, select, update
 
 from runner import approvals
 from runner import queues as queue_limits
@@ -202,40 +203,79 @@ def _next_runnable(
     queues: Sequence[str] | None,
     full: Sequence[str],
 ) -> Row[Any] | None:
-    """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL)."""
-    not_delayed = runs.c.not_before.is_(None) | (runs.c.not_before <= at)
-    runnable = (
-        ((runs.c.status == RunStatus.QUEUED) & not_delayed)
-        | (
-            (runs.c.status == RunStatus.RUNNING)
-            & ((runs.c.lease_expires_at.is_(None)) | (runs.c.lease_expires_at < at))
+    """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL).
+
+    One query per way of being runnable, each read in order along its own index and
+    stopped at its first row: one query with an OR of the three had to sort every queued
+    run on each claim (12 ms with 2,000 queued on PostgreSQL). A run that is runnable
+    only after a crash or a timed-out wait is rare, so the last two find nothing at once.
+    """
+    params = _bounds(skip_agents, queues, full, at=at)
+    found = []
+    for query in _runnable_queries(queues is not None, bool(full), bool(skip_agents)):
+        row = connection.execute(query, params).first()
+        if row is not None:
+            found.append(row)
+    # The others found stay locked until this claim commits, a moment: SKIP LOCKED passes
+    # them over meanwhile, as it passes over any run another claimer is taking.
+    return min(found, key=_claim_order) if found else None
+
+
+@functools.cache
+def _runnable_queries(served: bool, passed: bool, skipping: bool) -> tuple[Select[Any], ...]:
+    """The three queries of `_next_runnable`, built once for each shape of their bounds
+    (building one costs more than running it)."""
+    at = bindparam("at", type_=runs.c.lease_expires_at.type)
+    ways = (
+        (runs.c.status == RunStatus.QUEUED)
+        & (runs.c.not_before.is_(None) | (runs.c.not_before <= at)),
+        (runs.c.status == RunStatus.RUNNING)
+        & (runs.c.lease_expires_at.is_(None) | (runs.c.lease_expires_at < at)),
+        (runs.c.status == RunStatus.WAITING) & (runs.c.wait_expires_at < at),
+    )
+    return tuple(
+        _within(
+            select(runs)
+            .where(runnable)
+            .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
+            .limit(1)
+            .with_for_update(skip_locked=True),  # SQLite: dropped; BEGIN IMMEDIATE serialises
+            served,
+            passed,
+            skipping,
         )
-        | ((runs.c.status == RunStatus.WAITING) & (runs.c.wait_expires_at < at))
+        for runnable in ways
     )
-    query = (
-        select(runs)
-        .where(runnable)
-        .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
-        .limit(1)
-        .with_for_update(skip_locked=True)  # SQLite: dropped; BEGIN IMMEDIATE serialises
-    )
-    return connection.execute(_within(query, skip_agents, queues, full)).first()
 
 
-def _within(
-    query: Select[Any],
-    skip_agents: Collection[str],
-    queues: Sequence[str] | None,
-    full: Sequence[str],
-) -> Select[Any]:
-    """`query` kept to the queues served and not full, and to agents not skipped."""
-    if queues is not None:
-        query = query.where(runs.c.queue.in_(list(queues)))
-    if full:
-        query = query.where(runs.c.queue.not_in(list(full)))
-    if skip_agents:
-        query = query.where(runs.c.agent.not_in(list(skip_agents)))
+def _claim_order(row: Row[Any]) -> tuple[int, datetime, str]:
+    m = row._mapping
+    return (-m["priority"], m["created_at"], m["id"])
+
+
+def _within(query: Select[Any], served: bool, passed: bool, skipping: bool) -> Select[Any]:
+    """`query` kept to the queues served (`served`), not to those full (`passed`) and not to
+    the agents skipped: bound by `_bounds`."""
+    if served:
+        query = query.where(runs.c.queue.in_(bindparam("served", expanding=True)))
+    if passed:
+        query = query.where(runs.c.queue.not_in(bindparam("passed", expanding=True)))
+    if skipping:
+        query = query.where(runs.c.agent.not_in(bindparam("skipped", expanding=True)))
     return query
+
+
+def _bounds(
+    skip_agents: Collection[str], queues: Sequence[str] | None, full: Sequence[str], **more: Any
+) -> dict[str, Any]:
+    params = dict(more)
+    if queues is not None:
+        params["served"] = list(queues)
+    if full:
+        params["passed"] = list(full)
+    if skip_agents:
+        params["skipped"] = list(skip_agents)
+    return params
 
 
 # How many live leases held on this host one claim looks through for a dead holder.
@@ -265,7 +305,8 @@ def _orphan_here(
         .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
         .limit(_ORPHAN_SCAN)
     )
-    for candidate in connection.execute(_within(query, skip_agents, queues, full)).all():
+    query = _within(query, queues is not None, bool(full), bool(skip_agents))
+    for candidate in connection.execute(query, _bounds(skip_agents, queues, full)).all():
         if not is_dead(candidate.lease_owner):
             continue
         still = (

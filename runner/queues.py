@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, case, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.clock import SYSTEM, Clock, utc_now
@@ -70,9 +70,32 @@ class QueueInfo:
     waiting: int  # waiting for a person's answer (holding no slot)
 
 
-def _live(at: datetime) -> Any:
+def _live(at: Any) -> Any:
     """Runs that hold a slot of their queue: running, under a lease not expired at `at`."""
     return (runs.c.status == RunStatus.RUNNING) & (runs.c.lease_expires_at >= at)
+
+
+_AT = bindparam("at", type_=runs.c.lease_expires_at.type)
+
+
+# The claim's own queries, built once (building one costs more than running it).
+_LIMITED = select(queues.c.name).where(
+    queues.c.max_running.is_not(None),
+    select(func.count())
+    .select_from(runs)
+    .where(_live(_AT), runs.c.queue == queues.c.name)
+    .scalar_subquery()
+    >= queues.c.max_running,
+)
+_LIMITED_AMONG = _LIMITED.where(queues.c.name.in_(bindparam("among", expanding=True)))
+_LOCK_LIMIT = (
+    select(queues.c.max_running).where(queues.c.name == bindparam("queue")).with_for_update()
+)
+_OTHERS_LIVE = (
+    select(func.count())
+    .select_from(runs)
+    .where(_live(_AT), runs.c.queue == bindparam("queue"), runs.c.id != bindparam("run_id"))
+)
 
 
 def full_queues(connection: Connection, at: datetime, among: Sequence[str] | None) -> list[str]:
@@ -81,18 +104,9 @@ def full_queues(connection: Connection, at: datetime, among: Sequence[str] | Non
     Read without locks: the claim leaves these out of its search, and `has_room` checks
     the queue of the run it found again, under the queue's lock.
     """
-    running = (
-        select(func.count())
-        .select_from(runs)
-        .where(_live(at), runs.c.queue == queues.c.name)
-        .scalar_subquery()
-    )
-    query = select(queues.c.name).where(
-        queues.c.max_running.is_not(None), running >= queues.c.max_running
-    )
-    if among is not None:
-        query = query.where(queues.c.name.in_(list(among)))
-    return list(connection.execute(query).scalars())
+    if among is None:
+        return list(connection.execute(_LIMITED, {"at": at}).scalars())
+    return list(connection.execute(_LIMITED_AMONG, {"at": at, "among": list(among)}).scalars())
 
 
 def has_room(connection: Connection, queue: str, run_id: str, at: datetime) -> bool:
@@ -105,17 +119,13 @@ def has_room(connection: Connection, queue: str, run_id: str, at: datetime) -> b
     already (its compiler drops FOR UPDATE). The run itself is not counted: a run taken
     over from a dead holder whose lease has not expired yet holds its slot already.
     """
-    limit = connection.execute(
-        select(queues.c.max_running).where(queues.c.name == queue).with_for_update()
-    ).first()
-    if limit is None or limit.max_running is None:
-        return True
+    limit = connection.execute(_LOCK_LIMIT, {"queue": queue}).scalar()
+    if limit is None:
+        return True  # no row, or no limit in it
     running = connection.execute(
-        select(func.count())
-        .select_from(runs)
-        .where(_live(at), runs.c.queue == queue, runs.c.id != run_id)
+        _OTHERS_LIVE, {"queue": queue, "run_id": run_id, "at": at}
     ).scalar_one()
-    return bool(running < limit.max_running)
+    return bool(running < limit)
 
 
 def set_limit(engine: Engine, name: str, limit: int | None, clock: Clock = SYSTEM) -> None:

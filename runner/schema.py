@@ -140,14 +140,26 @@ runs = Table(
     comment="one row per run",
 )
 
-# Claims (revision 0008): the runnable runs of the queues a worker serves, highest priority
-# first, then oldest; not_before in the key lets a claim pass delayed runs by the index alone.
+# Claims (revision 0008): the queued runs of the queue a worker serves (or of any queue),
+# highest priority first, then oldest (the id breaks ties), read in index order and stopped
+# at the first: the key is the claim's ORDER BY whole, or PostgreSQL sorts every queued run.
+# With not_before (and queue) after it, a claim passes delayed runs by the index alone.
 Index(
     "ix_runs_claim",
     runs.c.status,
     runs.c.queue,
     runs.c.priority.desc(),
     runs.c.created_at,
+    runs.c.id,
+    runs.c.not_before,
+)
+Index(
+    "ix_runs_claim_any_queue",
+    runs.c.status,
+    runs.c.priority.desc(),
+    runs.c.created_at,
+    runs.c.id,
+    runs.c.queue,
     runs.c.not_before,
 )
 

@@ -285,6 +285,12 @@ def insert_runs(engine: Engine, rows: Sequence[dict[str, Any]], *, wake: bool = 
             backend_for(engine.dialect.name).wake_workers(connection)
 
 
+def refresh_statistics(engine: Engine) -> None:
+    """After a bulk insert: statistics the planner reads the claim index by (PostgreSQL)."""
+    with engine.begin() as connection:
+        backend_for(engine.dialect.name).refresh_statistics(connection)
+
+
 def existing_runs(engine: Engine, run_ids: Sequence[str]) -> dict[str, RunRow]:
     """The runs among `run_ids` that exist, by id."""
     found: dict[str, RunRow] = {}

@@ -225,4 +225,6 @@ def submit_items(
                 submitted=submitted,
             ) from exc
         submitted.extend(item.row["id"] for item in batch)
+    if len(submitted) >= batch_size:
+        store.refresh_statistics(engine)
     return Submitted([item.row["id"] for item in items], existing)

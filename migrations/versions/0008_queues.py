@@ -5,8 +5,10 @@
 - `runs.priority` (integer, default 0): higher is claimed first, then the oldest;
 - `runs.not_before` (nullable): a delayed run, never claimed before that time (on the
   database's clock);
-- the index `ix_runs_claim` (status, queue, priority DESC, created_at, not_before) that a
-  claim reads its next run from;
+- the indexes a claim reads its next queued run from, in order: `ix_runs_claim` (status,
+  queue, priority DESC, created_at, id, not_before) for a worker serving one queue, and
+  `ix_runs_claim_any_queue` (status, priority DESC, created_at, id, queue, not_before) for
+  one serving several or all;
 - the table `queues` (name, max_running, updated_at): how many runs of a queue may run at
   once across all workers, enforced where runs are claimed. A queue with no row, or a NULL
   max_running, has no limit.
@@ -79,7 +81,13 @@ def upgrade() -> None:
     op.create_index(
         "ix_runs_claim",
         "runs",
-        ["status", "queue", sa.text("priority DESC"), "created_at", "not_before"],
+        ["status", "queue", sa.text("priority DESC"), "created_at", "id", "not_before"],
+        unique=False,
+    )
+    op.create_index(
+        "ix_runs_claim_any_queue",
+        "runs",
+        ["status", sa.text("priority DESC"), "created_at", "id", "queue", "not_before"],
         unique=False,
     )
     op.create_table(
@@ -110,6 +118,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("queues")  # its grants go with it
+    op.drop_index("ix_runs_claim_any_queue", table_name="runs")
     op.drop_index("ix_runs_claim", table_name="runs")
     # DROP COLUMN, not a batch rebuild (SQLite 3.35 or later): see revision 0006. No view
     # reads these columns, so none needs dropping first.

@@ -123,7 +123,6 @@ def test_three_workers_never_run_more_of_a_queue_than_its_limit(
     assert most_at_once(limited) == 2  # never more; and the limit was reached
     # The unlimited queue was not held back: more of its runs ran at once.
     assert most_at_once({t: s for t, s in found.items() if t.startswith("free")}) > 2
-    assert len({span["pid"] for span in limited.values()}) > 1  # the workers shared it
 
 
 def test_one_worker_claims_by_priority(db_url: str, ledger: Path) -> None:
