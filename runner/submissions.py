@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from runner import fork, store
+from runner import store
 from runner.agent import with_budgets
 from runner.budget_changes import CHANGE_KINDS
 from runner.budgets import Budgets
@@ -164,10 +164,12 @@ def refuse_another(
 
     Budget changes made since the run was created are read from its journal (a fork's own,
     copied with its steps, are part of what it was created with)."""
+    from runner.fork import FORKED_EPOCH  # here: `runner list` and `show` never load forks
+
     later = [
         entry
         for entry, epoch in store.load_entries(engine, existing.id, CHANGE_KINDS)
-        if epoch != fork.FORKED_EPOCH
+        if epoch != FORKED_EPOCH
     ]
     found = differences(
         existing,
