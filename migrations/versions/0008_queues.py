@@ -16,8 +16,10 @@
 The columns are added with plain ALTER TABLE on both databases, with server defaults, so
 every run already stored lands in the queue 'default' at priority 0: on SQLite a batch
 rebuild of `runs` would drop the old table, and its implicit DELETE would cascade to every
-journal entry. No view reads `SELECT *` of runs, so the views stay as they are. The
-reader role of revision 0004 may SELECT the new table (`runner sql "SELECT * FROM queues"`).
+journal entry. `run_summary` is made again with `queue`, `priority` and `not_before` last
+(stop reasons per queue are one GROUP BY away), and its SELECT given back to the reader
+role of revision 0004, which may SELECT the new table too (`runner sql "SELECT * FROM
+queues"`). The other views read no new column and stay as they are.
 
 Revision ID: 0008
 Revises: 0007
@@ -26,7 +28,9 @@ Create Date: 2026-12-10
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
@@ -37,8 +41,30 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+COLUMNS = ("queue", "priority", "not_before")
+
+
+def _run_summary_0005(dialect: str) -> str:
+    # Alembic loads revisions by path, not as a package: load 0005 the same way.
+    path = Path(__file__).with_name("0005_operating_runs.py")
+    spec = importlib.util.spec_from_file_location("runner_revision_0005", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return str(module._run_summary(dialect))
+
+
+def _run_summary(dialect: str) -> str:
+    """Revision 0005's run_summary with the run's queue, priority and not_before last."""
+    before = _run_summary_0005(dialect)
+    last = "    r.parent_step\nFROM runs r"
+    assert last in before
+    added = "".join(f",\n    r.{column}" for column in COLUMNS)
+    return before.replace(last, f"    r.parent_step{added}\nFROM runs r")
+
+
 def _grant_reader(table: str, dialect: str) -> None:
-    """A new table has no grants: give revision 0004's reader its SELECT on it."""
+    """A new table or view has no grants: give revision 0004's reader its SELECT on it."""
     if dialect != "postgresql":
         return
     op.execute(
@@ -114,14 +140,20 @@ def upgrade() -> None:
         comment="limits of queues; a queue with no row here has no limit",
     )
     _grant_reader("queues", dialect)
+    op.execute("DROP VIEW IF EXISTS run_summary")
+    op.execute(_run_summary(dialect))
+    _grant_reader("run_summary", dialect)
 
 
 def downgrade() -> None:
+    dialect = op.get_bind().dialect.name
     op.drop_table("queues")  # its grants go with it
+    # The view reads the columns: it goes first, and comes back as revision 0005 made it.
+    op.execute("DROP VIEW IF EXISTS run_summary")
     op.drop_index("ix_runs_claim_any_queue", table_name="runs")
     op.drop_index("ix_runs_claim", table_name="runs")
-    # DROP COLUMN, not a batch rebuild (SQLite 3.35 or later): see revision 0006. No view
-    # reads these columns, so none needs dropping first.
-    op.drop_column("runs", "not_before")
-    op.drop_column("runs", "priority")
-    op.drop_column("runs", "queue")
+    # DROP COLUMN, not a batch rebuild (SQLite 3.35 or later): see revision 0006.
+    for column in reversed(COLUMNS):
+        op.drop_column("runs", column)
+    op.execute(_run_summary_0005(dialect))
+    _grant_reader("run_summary", dialect)
