@@ -43,6 +43,8 @@ if TYPE_CHECKING:
         RunWaiting,
         SchemaOutOfDate,
         SchemaTooNew,
+        SubmissionRefused,
+        SubmitInterrupted,
         WrongAnswer,
     )
     from runner.models import AnthropicMessages, OpenAIChat, Price
@@ -86,6 +88,8 @@ _HOMES = {
     "RunnerError": "runner.errors",
     "SchemaOutOfDate": "runner.errors",
     "SchemaTooNew": "runner.errors",
+    "SubmissionRefused": "runner.errors",
+    "SubmitInterrupted": "runner.errors",
     "WrongAnswer": "runner.errors",
     "AnthropicMessages": "runner.models",
     "OpenAIChat": "runner.models",
@@ -149,6 +153,8 @@ __all__ = [
     "SchemaOutOfDate",
     "SchemaTooNew",
     "StopReason",
+    "SubmissionRefused",
+    "SubmitInterrupted",
     "Tool",
     "ToolCall",
     "Wait",

@@ -122,6 +122,9 @@ class Backend:
         """A new connection that hears those announcements; None where workers must poll."""
         return None
 
+    def refresh_statistics(self, connection: Connection) -> None:
+        """Tell the planner how many runs there are now (after a bulk submit)."""
+
 
 def _entry_values(row: int | None = None) -> list[Any]:
     suffix = "" if row is None else f"_{row}"
@@ -311,6 +314,13 @@ class PostgresBackend(Backend):
             connection.close()
             raise
         return _PostgresListening(connection)
+
+    def refresh_statistics(self, connection: Connection) -> None:
+        # Thousands of runs just inserted into a table the planner last saw (nearly) empty:
+        # it then estimates one queued run, and sorts them all on every claim instead of
+        # reading the claim index in order (6 ms against 0.1 ms with 2,000 queued), until
+        # autovacuum's ANALYZE comes round. A role that does not own `runs` gets a warning.
+        connection.exec_driver_sql("ANALYZE runs")
 
 
 class _PostgresListening:

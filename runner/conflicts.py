@@ -2,8 +2,9 @@
 run, a different one is refused with what differs.
 
 The same request means the same agent, task and budgets (and, for a fork, the same parent
-and step). Budgets are compared with those the run was created with, so repeating the
-original request still names a run that was revived since with larger ones.
+and step; for a request that names them, the same queue and priority). Budgets are
+compared with those the run was created with, so repeating the original request still
+names a run that was revived since with larger ones.
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ def differences(
     budgets: Mapping[str, Any],
     later_changes: Iterable[Entry] = (),
     parent: tuple[str, int] | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
 ) -> dict[str, tuple[Any, Any]]:
     """What differs between the stored run and a request for it: field -> (stored, asked).
 
     `later_changes` are the budget changes made after the run was created (revivals,
     extensions): asked budgets equal to the run's first ones are no difference. An agent is
-    compared by reference when both sides have one, else by name when both have one.
+    compared by reference when both sides have one, else by name when both have one. A
+    queue or priority is compared when the request names one (None: whatever it is); when a
+    delayed run may start never is, since `--in 10m` asked again names another time.
     """
     found: dict[str, tuple[Any, Any]] = {}
     if run.agent is not None and agent is not None:
@@ -51,6 +56,10 @@ def differences(
         for name, value in asked.items():
             if value != first[name]:
                 found[name] = (first[name], value)
+    if queue is not None and run.queue != queue:
+        found["queue"] = (run.queue, queue)
+    if priority is not None and run.priority != priority:
+        found["priority"] = (run.priority, priority)
     stored_parent = (run.parent_run_id, run.parent_step) if run.parent_run_id else None
     if parent is not None and stored_parent != parent:
         found["parent"] = (_parent(stored_parent), _parent(parent))

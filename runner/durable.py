@@ -5,25 +5,26 @@ from __future__ import annotations
 import getpass
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runner import approvals, leases, liveness, revival, store
+from runner import approvals, leases, liveness, revival, store, submissions
+from runner import queues as queue_limits
 from runner.agent import Agent, load_agent, with_budgets
 from runner.backend import backend_for
-from runner.budget_changes import CHANGE_KINDS
 from runner.budgets import Budgets, StopReason
 from runner.clock import Clock, utc_now
-from runner.conflicts import conflict, differences
 from runner.database import connect, resolve_url
 from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re-exported
 from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
+from runner.delays import start_time
 from runner.errors import AgentLoadError, LeaseHeld, RunnerError, RunWaiting
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry, transcript_of
 from runner.owner import local_prefix, this_process
 from runner.result import AgentResult
+from runner.schema import DEFAULT_QUEUE
 from runner.status import STALLED, RunStatus
 from runner.waiting import Answer, Answered, Wait
 from runner.wakeup import Wakeup
@@ -88,22 +89,74 @@ class Runner:
         *,
         id: str | None = None,
         wake: bool = True,
+        queue: str | None = None,
+        priority: int | None = None,
+        not_before: datetime | None = None,
+        delay: float | timedelta | None = None,
         **budgets: Any,
     ) -> str:
         """Queue a run for a worker. An `id` that names a run already returns it when the
-        request is the same (agent, task, budgets); a different one raises RunConflict.
+        request is the same (agent, task, budgets, and the queue and priority if given); a
+        different one raises RunConflict.
 
-        On PostgreSQL idle workers are woken at once (NOTIFY); `wake=False` leaves the run
-        to their polling (for a caller about to resume it itself).
+        `queue` (default 'default') is the queue workers claim it from, `priority` (default
+        0; higher first) its place in it. A delayed run is claimed no earlier than
+        `not_before` (an aware datetime) or `delay` (seconds or a timedelta) from now, on
+        the database's clock. On PostgreSQL idle workers are woken at once (NOTIFY);
+        `wake=False` leaves the run to their polling (for a caller about to resume it).
         """
-        loaded = self._agent(agent)
+        loaded = self._queueable(agent)
+        placed = submissions.Placement(queue, priority, start_time(self.now(), not_before, delay))
+        return self._create(loaded, loaded.reference(), task, id, budgets, wake=wake, at=placed)
+
+    def submit_many(
+        self,
+        agent: Agent | str,
+        tasks: Iterable[str | Mapping[str, Any]],
+        *,
+        batch_size: int = submissions.BATCH_SIZE,
+        wake: bool = True,
+    ) -> submissions.Submitted:
+        """Queue many runs of one agent: each item a task, or a mapping of `task` and
+        optionally `id`, `budgets`, `queue`, `priority`, `delay` or `not_before` (as for
+        `submit`). Every item and every existing id is checked first: SubmissionRefused
+        names the first bad one (by number, from 1) and nothing is submitted. The runs then
+        go in batches of `batch_size`, one transaction each; SubmitInterrupted says which
+        were submitted when a batch fails (nothing of that batch is). Ids that exist with
+        the same request are kept, as by `submit`.
+        """
+        loaded = self._queueable(agent)
         ref = loaded.reference()
-        if ref is None:
+        assert ref is not None
+        items = submissions.prepare(
+            tasks,
+            ref=ref,
+            agent_name=loaded.name,
+            release=loaded.release,
+            base=loaded.budgets,
+            now=self.now(),
+            check_id=self._new_id,
+        )
+        return submissions.submit_items(self.engine, items, batch_size=batch_size, wake=wake)
+
+    def _queueable(self, agent: Agent | str) -> Agent:
+        loaded = self._agent(agent)
+        if loaded.reference() is None:
             raise AgentLoadError(
                 "a queued run needs an agent a worker can import: define the Agent at module "
                 "level or pass ref='module:attr'"
             )
-        return self._create(loaded, ref, task, id, budgets, wake=wake)
+        return loaded
+
+    def set_queue_limit(self, name: str, limit: int | None) -> None:
+        """At most `limit` runs of queue `name` run at once, across all workers (None: no
+        limit; 0 holds the queue). Runs already running go on under a lower limit."""
+        queue_limits.set_limit(self.engine, name, limit, clock=self.clock)
+
+    def queues(self) -> list[queue_limits.QueueInfo]:
+        """Every queue with a limit or an unfinished run: its limit, and its runs queued,
+        delayed, running (under a live lease: what the limit counts) and waiting."""
+        return queue_limits.list_queues(self.engine, self.now())
 
     def run(
         self,
@@ -135,12 +188,12 @@ class Runner:
         budgets: Any,
         *,
         wake: bool = True,
+        at: submissions.Placement | None = None,
     ) -> str:
-        if not isinstance(task, str):
-            raise ValueError(f"task must be a string, not {type(task).__name__}")
-        if "\x00" in task:
-            # runs.task is plain text for SQL users, and PostgreSQL's text holds no NUL.
-            raise ValueError("task must not contain a NUL character")
+        submissions.check_task(task)
+        placed = at or submissions.Placement()
+        queue = None if placed.queue is None else queue_limits.check_queue(placed.queue)
+        priority = None if placed.priority is None else queue_limits.check_priority(placed.priority)
         # As in run_agent, a budget given as None is unlimited; one not given is the agent's.
         chosen = with_budgets(budgets, agent.budgets)
         run_id = self._new_id(run_id)
@@ -154,9 +207,15 @@ class Runner:
             budgets=chosen.as_dict(),
             clock=self.clock,
             wake=wake,
+            queue=DEFAULT_QUEUE if queue is None else queue,
+            priority=0 if priority is None else priority,
+            not_before=placed.not_before,
         )
         if not created:
-            self._same_request(run_id, ref, agent.name, task, chosen.as_dict())
+            existing = store.get_run(self.engine, run_id)
+            submissions.refuse_another(
+                existing, self.engine, ref, agent.name, task, chosen.as_dict(), queue, priority
+            )
         return run_id
 
     @staticmethod
@@ -166,37 +225,6 @@ class Runner:
         if not RUN_ID_PATTERN.fullmatch(run_id):
             raise ValueError(f"run id {run_id!r} must be 1 to 32 letters, digits, '_', '.' or '-'")
         return run_id
-
-    def _same_request(
-        self,
-        run_id: str,
-        ref: str | None,
-        name: str | None,
-        task: str,
-        budgets: Mapping[str, Any],
-        parent: tuple[str, int] | None = None,
-    ) -> None:
-        """RunConflict unless the run `run_id` is what this request asks for."""
-        from runner import fork
-
-        existing = store.get_run(self.engine, run_id)
-        # Budget changes made since the run was created (a fork's own are part of it).
-        later = [
-            entry
-            for entry, epoch in store.load_entries(self.engine, run_id, CHANGE_KINDS)
-            if epoch != fork.FORKED_EPOCH
-        ]
-        found = differences(
-            existing,
-            agent=ref,
-            agent_name=name,
-            task=task,
-            budgets=budgets,
-            later_changes=later,
-            parent=parent,
-        )
-        if found:
-            raise conflict(run_id, found)
 
     @staticmethod
     def _agent(agent: Agent | str) -> Agent:
@@ -330,7 +358,10 @@ class Runner:
         )
         if not created:
             origin = (parent.id, at_step)
-            self._same_request(new_id, ref, name, parent.task, chosen.as_dict(), origin)
+            existing = store.get_run(self.engine, new_id)
+            submissions.refuse_another(
+                existing, self.engine, ref, name, parent.task, chosen.as_dict(), parent=origin
+            )
         return new_id
 
     def replay(

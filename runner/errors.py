@@ -61,6 +61,30 @@ class RunConflict(RequestRefused):
         self.differences = differences
 
 
+class SubmissionRefused(RequestRefused):
+    """An item of a bulk submit is malformed, or names a run that exists with another
+    request: nothing was submitted. `item` is its number (1 for the first), `reason` why."""
+
+    def __init__(self, reason: str, *, item: int) -> None:
+        super().__init__(f"item {item}: {reason}")
+        self.item = item
+        self.reason = reason
+
+
+class SubmitInterrupted(RunnerError):
+    """A bulk submit failed part of the way: the batches before item `item` are submitted
+    (`submitted`: their run ids, in order), nothing of that batch or after it is."""
+
+    def __init__(self, reason: str, *, item: int, submitted: list[str]) -> None:
+        super().__init__(
+            f"item {item}: {reason}; {len(submitted)} runs before it were submitted, "
+            "nothing from it on"
+        )
+        self.item = item
+        self.reason = reason
+        self.submitted = submitted
+
+
 class CannotContinue(RequestRefused):
     """The run cannot go on as asked: it answered, or the new budgets leave it no room."""
 

@@ -104,6 +104,9 @@ def create_fork(
         at=at,
         parent_run_id=parent.id,
         parent_step=at_step,
+        # A fork left to a worker waits in its parent's queue, at its priority.
+        queue=parent.queue,
+        priority=parent.priority,
     )
     columns = [column.name for column in entries.columns]
     replaced: dict[str, ColumnElement[Any]] = {

@@ -9,14 +9,16 @@ passes: then the claim itself records the timeout as the answer, in its own tran
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import functools
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, func, select, update
+from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, select, update
 
 from runner import approvals
+from runner import queues as queue_limits
 from runner.backend import backend_for
 from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock, utc_now
@@ -155,45 +157,125 @@ def claim_next(
     max_resumes: int,
     skip_agents: Collection[str] = (),
     suspects: bool = True,
+    queues: Sequence[str] | None = None,
     clock: Clock = SYSTEM,
 ) -> Claim | None:
-    """Take the oldest runnable run: queued, running under a lease that expired, or waiting
-    past its approval_timeout (the timeout is recorded as its answer in this transaction).
+    """Take the next runnable run: queued (and not delayed past now), running under a lease
+    that expired, or waiting past its approval_timeout (the timeout is recorded as its
+    answer in this transaction). The highest priority goes first, then the oldest.
 
+    `queues` limits the claim to those queues (None: every queue). A queue's limit is never
+    exceeded: a queue whose live runs reach it is passed over, checked again under the
+    queue's lock for the run found (`runner.queues.has_room`), in this same transaction.
     `skip_agents` leaves alone the runs of agents this worker cannot load right now.
-    `suspects=False` (a worker that has runs in flight) takes nothing when the oldest
+    `suspects=False` (a worker that has runs in flight) takes nothing when the next
     runnable run is a suspect, one whose last worker died before it wrote anything: if it
     kills this worker too, the runs beside it would die without progress and be counted
     against them. Taking nothing, rather than the next run, lets busy workers drain so an
     idle one takes the suspect instead of it waiting behind the whole queue.
     """
     at = utc_now(clock)
-    runnable = (
-        (runs.c.status == RunStatus.QUEUED)
-        | (
-            (runs.c.status == RunStatus.RUNNING)
-            & ((runs.c.lease_expires_at.is_(None)) | (runs.c.lease_expires_at < at))
-        )
-        | ((runs.c.status == RunStatus.WAITING) & (runs.c.wait_expires_at < at))
-    )
-    query = (
-        select(runs)
-        .where(runnable)
-        .order_by(runs.c.created_at, runs.c.id)
-        .limit(1)
-        .with_for_update(skip_locked=True)  # SQLite: dropped; BEGIN IMMEDIATE serialises
-    )
-    if skip_agents:
-        query = query.where(runs.c.agent.not_in(list(skip_agents)))
     with engine.begin() as connection:
-        row = connection.execute(query).first()
-        if row is None:
-            row = _orphan_here(connection, at, skip_agents)
-        if row is None or (not suspects and _stalls(connection, row)):
-            return None
+        full = queue_limits.full_queues(connection, at, queues)
+        # Each pass leaves out one more queue found with no room under its lock (a race
+        # lost to another claimer on PostgreSQL): at most one pass per limited queue.
+        refused: list[str] = []
+        while True:
+            row = _next_runnable(connection, at, skip_agents, queues, [*full, *refused])
+            if row is None:
+                # A dead holder's run already holds its slot: a full queue may take it over.
+                row = _orphan_here(connection, at, skip_agents, queues, refused)
+            if row is None or (not suspects and _stalls(connection, row)):
+                return None
+            queue = row._mapping["queue"]
+            if queue_limits.has_room(connection, queue, row._mapping["id"], at):
+                break
+            refused.append(queue)
         if row._mapping["status"] == RunStatus.WAITING:
             row = _timed_out(connection, RunRow.of(row), at)
         return _take(connection, row, owner, lease_seconds, max_resumes, at)
+
+
+def _next_runnable(
+    connection: Connection,
+    at: datetime,
+    skip_agents: Collection[str],
+    queues: Sequence[str] | None,
+    full: Sequence[str],
+) -> Row[Any] | None:
+    """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL).
+
+    One query per way of being runnable, each read in order along its own index and
+    stopped at its first row: one query with an OR of the three had to sort every queued
+    run on each claim (12 ms with 2,000 queued on PostgreSQL). A run that is runnable
+    only after a crash or a timed-out wait is rare, so the last two find nothing at once.
+    """
+    params = _bounds(skip_agents, queues, full, at=at)
+    found = []
+    for query in _runnable_queries(queues is not None, bool(full), bool(skip_agents)):
+        row = connection.execute(query, params).first()
+        if row is not None:
+            found.append(row)
+    # The others found stay locked until this claim commits, a moment: SKIP LOCKED passes
+    # them over meanwhile, as it passes over any run another claimer is taking.
+    return min(found, key=_claim_order) if found else None
+
+
+@functools.cache
+def _runnable_queries(served: bool, passed: bool, skipping: bool) -> tuple[Select[Any], ...]:
+    """The three queries of `_next_runnable`, built once for each shape of their bounds
+    (building one costs more than running it)."""
+    at = bindparam("at", type_=runs.c.lease_expires_at.type)
+    ways = (
+        (runs.c.status == RunStatus.QUEUED)
+        & (runs.c.not_before.is_(None) | (runs.c.not_before <= at)),
+        (runs.c.status == RunStatus.RUNNING)
+        & (runs.c.lease_expires_at.is_(None) | (runs.c.lease_expires_at < at)),
+        (runs.c.status == RunStatus.WAITING) & (runs.c.wait_expires_at < at),
+    )
+    return tuple(
+        _within(
+            select(runs)
+            .where(runnable)
+            .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
+            .limit(1)
+            .with_for_update(skip_locked=True),  # SQLite: dropped; BEGIN IMMEDIATE serialises
+            served,
+            passed,
+            skipping,
+        )
+        for runnable in ways
+    )
+
+
+def _claim_order(row: Row[Any]) -> tuple[int, datetime, str]:
+    m = row._mapping
+    return (-m["priority"], m["created_at"], m["id"])
+
+
+def _within(query: Select[Any], served: bool, passed: bool, skipping: bool) -> Select[Any]:
+    """`query` kept to the queues served (`served`), not to those full (`passed`) and not to
+    the agents skipped: bound by `_bounds`."""
+    if served:
+        query = query.where(runs.c.queue.in_(bindparam("served", expanding=True)))
+    if passed:
+        query = query.where(runs.c.queue.not_in(bindparam("passed", expanding=True)))
+    if skipping:
+        query = query.where(runs.c.agent.not_in(bindparam("skipped", expanding=True)))
+    return query
+
+
+def _bounds(
+    skip_agents: Collection[str], queues: Sequence[str] | None, full: Sequence[str], **more: Any
+) -> dict[str, Any]:
+    params = dict(more)
+    if queues is not None:
+        params["served"] = list(queues)
+    if full:
+        params["passed"] = list(full)
+    if skip_agents:
+        params["skipped"] = list(skip_agents)
+    return params
 
 
 # How many live leases held on this host one claim looks through for a dead holder.
@@ -201,7 +283,11 @@ _ORPHAN_SCAN = 50
 
 
 def _orphan_here(
-    connection: Connection, at: datetime, skip_agents: Collection[str]
+    connection: Connection,
+    at: datetime,
+    skip_agents: Collection[str],
+    queues: Sequence[str] | None,
+    full: Sequence[str],
 ) -> Row[Any] | None:
     """A run whose lease has not expired but whose holder, a process on this host, is dead.
 
@@ -216,12 +302,11 @@ def _orphan_here(
             runs.c.lease_expires_at >= at,
             starts_with(runs.c.lease_owner, local_prefix()),
         )
-        .order_by(runs.c.created_at, runs.c.id)
+        .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
         .limit(_ORPHAN_SCAN)
     )
-    if skip_agents:
-        query = query.where(runs.c.agent.not_in(list(skip_agents)))
-    for candidate in connection.execute(query).all():
+    query = _within(query, queues is not None, bool(full), bool(skip_agents))
+    for candidate in connection.execute(query, _bounds(skip_agents, queues, full)).all():
         if not is_dead(candidate.lease_owner):
             continue
         still = (

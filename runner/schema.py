@@ -32,7 +32,9 @@ metadata = MetaData()
 # The Alembic revision these tables are: the newest in migrations/. A command checks a
 # database against it with one SELECT instead of loading Alembic (a tenth of a second).
 # tests/migrations asserts it is the migrations' head: a new revision must change it.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
+# The queue of a run submitted without one.
+DEFAULT_QUEUE = "default"
 
 # Plain JSON, not JSONB, on PostgreSQL: it keeps the text exactly as written, so arguments
 # come back as the tool first got them (JSONB rewrites 1.5e17 as an integer and refuses
@@ -111,6 +113,23 @@ runs = Table(
     # A waiting run (migration 0006): since when, and when approval_timeout denies its call.
     Column("waiting_since", Timestamp, nullable=True, comment="when the run began to wait"),
     Column("wait_expires_at", Timestamp, nullable=True, comment="when its wait times out"),
+    # Queues (revision 0008): last, as ALTER TABLE adds them. Server defaults, so rows
+    # written before the revision (and INSERTs by hand) land in the default queue.
+    Column(
+        "queue",
+        String(64),
+        nullable=False,
+        server_default=DEFAULT_QUEUE,
+        comment="the queue a worker claims it from (--queue)",
+    ),
+    Column(
+        "priority",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="higher is claimed first within the queues a worker serves",
+    ),
+    Column("not_before", Timestamp, nullable=True, comment="a delayed run: no claim before this"),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
     Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),
@@ -123,6 +142,29 @@ runs = Table(
     Index("ix_runs_stop_reason_created_at", "stop_reason", "created_at"),
     Index("ix_runs_status_finished_at", "status", "finished_at"),
     comment="one row per run",
+)
+
+# Claims (revision 0008): the queued runs of the queue a worker serves (or of any queue),
+# highest priority first, then oldest (the id breaks ties), read in index order and stopped
+# at the first: the key is the claim's ORDER BY whole, or PostgreSQL sorts every queued run.
+# With not_before (and queue) after it, a claim passes delayed runs by the index alone.
+Index(
+    "ix_runs_claim",
+    runs.c.status,
+    runs.c.queue,
+    runs.c.priority.desc(),
+    runs.c.created_at,
+    runs.c.id,
+    runs.c.not_before,
+)
+Index(
+    "ix_runs_claim_any_queue",
+    runs.c.status,
+    runs.c.priority.desc(),
+    runs.c.created_at,
+    runs.c.id,
+    runs.c.queue,
+    runs.c.not_before,
 )
 
 entries = Table(
@@ -157,4 +199,18 @@ entries = Table(
     # Revision 0007. Last, as ALTER TABLE adds it: `SELECT *` shows the same on every database.
     Column("call_id", String(200), nullable=True, comment="the provider's id of a tool call"),
     comment="the journal: one row per transcript entry, append-only",
+)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", String(64), primary_key=True, comment="the queue's name, as runs.queue"),
+    Column(
+        "max_running",
+        Integer,
+        nullable=True,
+        comment="most runs of the queue running at once, across all workers; NULL: no limit",
+    ),
+    Column("updated_at", Timestamp, nullable=False, comment="when the limit was last set"),
+    comment="limits of queues; a queue with no row here has no limit",
 )

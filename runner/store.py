@@ -27,7 +27,7 @@ from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import AmbiguousRunId, RunNotFound
 from runner.journal import Counters, Entry, EntryKind
 from runner.owner import is_dead
-from runner.schema import COUNTER_MAX, entries, runs
+from runner.schema import COUNTER_MAX, DEFAULT_QUEUE, entries, runs
 from runner.status import RunStatus
 
 # -- values in and out ----------------------------------------------------------------------
@@ -116,6 +116,9 @@ class RunRow:
     state: str = ""
     waiting_since: datetime | None = None  # while waiting: since when
     wait_expires_at: datetime | None = None  # while waiting: when approval_timeout passes
+    queue: str = DEFAULT_QUEUE  # the queue workers claim it from
+    priority: int = 0  # higher is claimed first
+    not_before: datetime | None = None  # a delayed run: claimed no earlier than this
 
     @classmethod
     def of(cls, row: Row[Any]) -> RunRow:
@@ -151,6 +154,9 @@ class RunRow:
             state=str(m["status"]),
             waiting_since=m["waiting_since"],
             wait_expires_at=m["wait_expires_at"],
+            queue=m["queue"],
+            priority=m["priority"],
+            not_before=m["not_before"],
         )
 
     def lease_is_live(self, at: datetime) -> bool:
@@ -237,6 +243,9 @@ def create_run(
     budgets: dict[str, Any],
     clock: Clock = SYSTEM,
     wake: bool = True,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    not_before: datetime | None = None,
 ) -> bool:
     """Insert a queued run; False (and nothing written) when the id exists already.
 
@@ -251,6 +260,9 @@ def create_run(
         task=task,
         budgets=budgets,
         at=utc_now(clock),
+        queue=queue,
+        priority=priority,
+        not_before=not_before,
     )
     try:
         with engine.begin() as connection:
@@ -260,6 +272,34 @@ def create_run(
     except IntegrityError:
         return False
     return True
+
+
+def insert_runs(engine: Engine, rows: Sequence[dict[str, Any]], *, wake: bool = True) -> None:
+    """Insert queued runs (rows of `new_run`) in ONE transaction: all of them, or none
+    (IntegrityError when an id exists). SQLAlchemy sends them as multi-row INSERTs."""
+    if not rows:
+        return
+    with engine.begin() as connection:
+        connection.execute(insert(runs), list(rows))
+        if wake:
+            backend_for(engine.dialect.name).wake_workers(connection)
+
+
+def refresh_statistics(engine: Engine) -> None:
+    """After a bulk insert: statistics the planner reads the claim index by (PostgreSQL)."""
+    with engine.begin() as connection:
+        backend_for(engine.dialect.name).refresh_statistics(connection)
+
+
+def existing_runs(engine: Engine, run_ids: Sequence[str]) -> dict[str, RunRow]:
+    """The runs among `run_ids` that exist, by id."""
+    found: dict[str, RunRow] = {}
+    with reading(engine) as connection:
+        for at in range(0, len(run_ids), 500):
+            chunk = list(run_ids[at : at + 500])
+            for row in connection.execute(select(runs).where(runs.c.id.in_(chunk))):
+                found[row.id] = RunRow.of(row)
+    return found
 
 
 def new_run(
@@ -273,6 +313,9 @@ def new_run(
     at: datetime,
     parent_run_id: str | None = None,
     parent_step: int | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    not_before: datetime | None = None,
 ) -> dict[str, Any]:
     """The row of a run just submitted (queued, nothing spent)."""
     return {
@@ -296,6 +339,9 @@ def new_run(
         "updated_at": at,
         "parent_run_id": parent_run_id,
         "parent_step": parent_step,
+        "queue": queue,
+        "priority": priority,
+        "not_before": not_before,
     }
 
 

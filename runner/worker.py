@@ -23,13 +23,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from runner import leases
+from runner import queues as queue_limits
 from runner.agent import Agent, load_agent
 from runner.backoff import Backoff
 from runner.database import damaged
@@ -66,9 +67,12 @@ class Worker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_resumes: int = DEFAULT_MAX_RESUMES,
         once: bool = False,
+        queues: Sequence[str] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        # The queues this worker claims from (None: every queue).
+        self.queues = queue_limits.chosen(queues)
         self.runner = Runner(
             url, lease_seconds=lease_seconds, max_resumes=max_resumes, observer=self._progressed
         )
@@ -110,6 +114,7 @@ class Worker:
         self._log(
             logging.INFO,
             f"worker {self.name} serving {redact_url(self.runner.engine.url)}"
+            + (f", queues {', '.join(self.queues)}" if self.queues is not None else "")
             + (" (woken by NOTIFY)" if listening else ""),
         )
         try:
@@ -169,6 +174,7 @@ class Worker:
                 max_resumes=self.runner.max_resumes,
                 skip_agents=skip,
                 suspects=not self._active,
+                queues=self.queues,
                 clock=self.runner.clock,
             )
         except SQLAlchemyError as exc:

@@ -1,9 +1,9 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
-Each family of commands has its module (runs, answers, worker, db, history); they share the options
-of `runner.cli.options` and print through `runner.cli.output`. This module builds the
-group, registers every command and gives each one runner's error handling: the command
-modules never import this one.
+Each family of commands has its module (runs, answers, worker, queues, db, history); they
+share the options of `runner.cli.options` and print through `runner.cli.output`. This
+module builds the group, registers every command and gives each one runner's error
+handling: the command modules never import this one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import answers, db, history, logs, runs, ui, worker
+from runner.cli import answers, db, history, logs, queues, runs, ui, worker
 from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -131,6 +131,7 @@ for _command in (
     answers.deny,
     answers.reply,
     worker.worker,
+    queues.queue,
     db.db,
     history.sql,
     history.stats,

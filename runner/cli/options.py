@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import click
 
 from runner.defaults import URL_VARIABLE
+from runner.delays import parse_duration, parse_time
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -87,3 +88,71 @@ class Moment(click.ParamType):  # type: ignore[type-arg]
 
 
 MOMENT = Moment()
+
+
+class StartTime(click.ParamType):  # type: ignore[type-arg]
+    """`--at`: an ISO 8601 time, UTC unless it says otherwise (see runner.delays)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return parse_time(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """`--in`: 30s, 10m, 2h or 1d (see runner.delays)."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+START_TIME = StartTime()
+DURATION = Duration()
+
+
+def placement_options(fn: F) -> F:
+    """--queue, --priority, --at and --in: where a submitted run waits, and from when."""
+    for option in reversed(
+        [
+            click.option(
+                "--queue",
+                default=None,
+                metavar="NAME",
+                help="The queue workers claim the run from (default: default).",
+            ),
+            click.option(
+                "--priority",
+                type=click.IntRange(-(2**31), 2**31 - 1),
+                default=None,
+                help="Higher is claimed first within its queue (default 0).",
+            ),
+            click.option(
+                "--at",
+                "start_at",
+                type=START_TIME,
+                default=None,
+                help="Start no earlier than this ISO 8601 time (UTC unless it has an offset).",
+            ),
+            click.option(
+                "--in",
+                "start_in",
+                type=DURATION,
+                default=None,
+                help="Start no earlier than this long from now: 30s, 10m, 2h, 1d.",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn

@@ -22,11 +22,13 @@ import click
 from runner.budgets import StopReason
 from runner.journal import Entry, EntryKind
 from runner.result import AgentResult
+from runner.status import RunStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from runner.history import Group, Pruned
+    from runner.queues import QueueInfo
     from runner.replay import Replay
     from runner.store import RunRow
     from runner.waiting import Answered, Wait
@@ -249,6 +251,9 @@ def run_json(
             lease_expires_at=_iso(row.lease_expires_at),
             parent_run_id=row.parent_run_id,
             parent_step=row.parent_step,
+            queue=row.queue,
+            priority=row.priority,
+            not_before=_iso(row.not_before),
             created_at=_iso(row.created_at),
             finished_at=_iso(row.finished_at),
         )
@@ -314,6 +319,7 @@ def render_run(
         + (f" ({ago(row.created_at, now)})" if now is not None else "")
         + (f", finished {_when(row.finished_at)} UTC" if row.finished_at else ""),
     ]
+    lines.append(f"queue     {row.queue}, priority {row.priority}" + _delayed(row, now))
     if row.parent_run_id:
         lines.append(f"forked    from run {row.parent_run_id} at step {row.parent_step}")
     if row.lease_owner:
@@ -335,6 +341,25 @@ def render_run(
         lines.extend(_entry_lines(entry, width))
     lines.extend(_ending(result, row))
     return printable("\n".join(lines).replace("\r\n", "\n"))
+
+
+def _delayed(row: RunRow, now: datetime | None) -> str:
+    """`, starts 2026-12-01 12:00:00 UTC (in 9m00s)` for a queued run still delayed."""
+    if row.status is not RunStatus.QUEUED or row.not_before is None:
+        return ""
+    if now is not None and row.not_before <= now:
+        return ""
+    when = f", starts {_when(row.not_before)} UTC"
+    return when + (f" (in {duration((row.not_before - now).total_seconds())})" if now else "")
+
+
+def _queue_cell(row: RunRow, now: datetime) -> str:
+    """`batch`, `batch +5` (its priority, when not 0), `, in 9m00s` while it is delayed."""
+    cell = row.queue + (f" {row.priority:+d}" if row.priority else "")
+    start = row.not_before
+    if row.status is RunStatus.QUEUED and start is not None and start > now:
+        cell += f", in {duration((start - now).total_seconds())}"
+    return cell
 
 
 def _agent_label(row: RunRow) -> str:
@@ -429,7 +454,8 @@ def runs_table(rows: Sequence[RunRow], now: datetime) -> str:
     if not rows:
         return "no runs"
     header = (
-        "ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "CREATED", "TIME", "WORKER",
+        "ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "QUEUE", "CREATED", "TIME",
+        "WORKER",
     )  # fmt: skip
     return table(
         header,
@@ -444,6 +470,7 @@ def runs_table(rows: Sequence[RunRow], now: datetime) -> str:
                 str(row.tokens),
                 row.agent_name or (row.agent or "-"),
                 row.release or "-",
+                _queue_cell(row, now),
                 ago(row.created_at, now),
                 duration(((row.finished_at or now) - row.created_at).total_seconds()),
                 f"{row.lease_owner}, seen {ago(row.last_seen_at or row.leased_at, now)}"
@@ -452,7 +479,7 @@ def runs_table(rows: Sequence[RunRow], now: datetime) -> str:
             )
             for row in rows
         ),
-        right=(3, 4, 8),
+        right=(3, 4, 9),
     )
 
 
@@ -741,3 +768,39 @@ def pruned_line(pruned: Pruned, finished_before: datetime, dry_run: bool) -> str
         + (f" ({detail})" if detail else "")
         + f" and {pruned.entries} journal entries"
     )
+
+
+# -- queues (`runner queue list`) -----------------------------------------------------------
+
+
+def queues_table(found: Sequence[QueueInfo]) -> str:
+    """Each queue's limit and its runs: queued (ready), delayed, running and waiting."""
+    if not found:
+        return "no queues"
+    return table(
+        ("QUEUE", "LIMIT", "QUEUED", "DELAYED", "RUNNING", "WAITING"),
+        (
+            (
+                info.name,
+                "-" if info.limit is None else str(info.limit),
+                str(info.queued),
+                str(info.delayed),
+                str(info.running),
+                str(info.waiting),
+            )
+            for info in found
+        ),
+        right=(1, 2, 3, 4, 5),
+        right_headers=(1, 2, 3, 4, 5),
+    )
+
+
+def queue_json(info: QueueInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "limit": info.limit,
+        "queued": info.queued,
+        "delayed": info.delayed,
+        "running": info.running,
+        "waiting": info.waiting,
+    }

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from runner.budgets import StopReason
 from runner.cli import output
-from runner.cli.options import RUN_ID, budget_options, db_option, given, json_option
+from runner.cli.options import (
+    RUN_ID,
+    budget_options,
+    db_option,
+    given,
+    json_option,
+    placement_options,
+)
 from runner.cli.progress import Progress
 from runner.defaults import DEFAULT_MAX_RESUMES
 from runner.result import AgentResult
@@ -127,7 +135,7 @@ def run(
 
 @click.command()
 @click.argument("agent")
-@click.argument("task")
+@click.argument("task", required=False)
 @budget_options
 @click.option(
     "--id",
@@ -135,19 +143,99 @@ def run(
     default=None,
     help="Choose the run id (one that exists is kept for the same request, refused if not).",
 )
+@placement_options
+@click.option(
+    "--from",
+    "source",
+    type=click.File("r"),
+    default=None,
+    metavar="FILE",
+    help="Submit one run per line of FILE (JSON objects: task, and optionally id, budgets, "
+    "queue, priority, at, in; '-' reads stdin). The flags are every line's defaults.",
+)
 @db_option
 @json_option
 def submit(
-    agent: str, task: str, run_id: str | None, url: str | None, as_json: bool, **budgets: Any
+    agent: str,
+    task: str | None,
+    run_id: str | None,
+    queue: str | None,
+    priority: int | None,
+    start_at: datetime | None,
+    start_in: timedelta | None,
+    source: IO[str] | None,
+    url: str | None,
+    as_json: bool,
+    **budgets: Any,
 ) -> None:
-    """Queue AGENT on TASK for a worker and print the run id."""
+    """Queue AGENT on TASK for a worker and print the run id; or, with --from, a run per
+    line of a file, all checked before any is submitted.
+
+    --queue and --priority place it (higher first); --at or --in delay its start (on the
+    database's clock). A bad line of --from is named by its number and nothing is
+    submitted; the runs then go in batches of 1,000, one transaction each.
+    """
+    if start_at is not None and start_in is not None:
+        raise click.UsageError("give --at or --in, not both")
+    if (task is None) == (source is None):
+        raise click.UsageError("give a TASK or --from FILE (one of them)")
+    if source is not None:
+        if run_id is not None:
+            raise click.UsageError("--id names one run: with --from, give each line an id")
+        _submit_file(agent, source, queue, priority, start_at, start_in, given(budgets), url,
+                     as_json)  # fmt: skip
+        return
+    assert task is not None
     with _runner(url) as runner:
-        chosen = runner.submit(agent, task, id=run_id, **given(budgets))
+        chosen = runner.submit(
+            agent, task, id=run_id, queue=queue, priority=priority, not_before=start_at,
+            delay=start_in, **given(budgets),
+        )  # fmt: skip
         row = runner.row(chosen)
     if as_json:
         output.print_json(output.run_json(None, row))
     else:
         output.line(chosen)
+
+
+def _submit_file(
+    agent: str,
+    source: IO[str],
+    queue: str | None,
+    priority: int | None,
+    start_at: datetime | None,
+    start_in: timedelta | None,
+    budgets: dict[str, Any],
+    url: str | None,
+    as_json: bool,
+) -> None:
+    from runner.cli.tasks_file import BadLine, read_items
+    from runner.errors import SubmissionRefused, SubmitInterrupted
+
+    try:
+        items, lines = read_items(
+            source, queue=queue, priority=priority, start_at=start_at, start_in=start_in,
+            budgets=budgets,
+        )  # fmt: skip
+    except BadLine as exc:
+        raise click.UsageError(str(exc)) from None
+    if not items:
+        raise click.UsageError(f"no tasks in {source.name}: one JSON object per line")
+    with _runner(url) as runner:
+        try:
+            done = runner.submit_many(agent, items)
+        except SubmissionRefused as exc:
+            raise click.UsageError(f"line {lines[exc.item - 1]}: {exc.reason}") from None
+        except SubmitInterrupted as exc:
+            raise click.ClickException(
+                f"line {lines[exc.item - 1]}: {exc.reason}; the {len(exc.submitted)} runs of "
+                "the lines before its batch were submitted, nothing from its batch on"
+            ) from None
+    if as_json:
+        output.print_json({"submitted": done.created, "existing": done.existing, "ids": done.ids})
+    else:
+        existed = f" ({len(done.existing)} existed already)" if done.existing else ""
+        output.line(f"submitted {output.plural(done.created, 'run')}{existed}")
 
 
 @click.command()

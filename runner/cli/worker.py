@@ -39,6 +39,13 @@ from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
     show_default=True,
     help="Takeovers in a row without progress before a run stops with crash_loop.",
 )
+@click.option(
+    "--queue",
+    "queue_names",
+    default=None,
+    metavar="A,B",
+    help="Claim only from these queues, comma-separated (default: every queue).",
+)
 @db_option
 def worker(
     concurrency: int,
@@ -46,6 +53,7 @@ def worker(
     poll: float,
     lease_seconds: float,
     max_resumes: int,
+    queue_names: str | None,
     url: str | None,
 ) -> None:
     """Claim queued runs (and runs whose worker died) and execute them.
@@ -59,6 +67,8 @@ def worker(
     # Imported here: the worker loads SQLAlchemy, which `runner --help` does without.
     from runner.worker import Worker, start_worker
 
+    served = None if queue_names is None else [name.strip() for name in queue_names.split(",")]
+
     serving = start_worker(
         lambda: Worker(
             url,
@@ -67,6 +77,7 @@ def worker(
             lease_seconds=lease_seconds,
             max_resumes=max_resumes,
             once=once,
+            queues=served,
         ),
         wait=not once,
     )

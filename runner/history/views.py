@@ -30,6 +30,9 @@ run_summary = table(
     column("duration_seconds", Float),
     column("day", String),
     column("state", String),
+    column("queue", String),
+    column("priority", Integer),
+    column("not_before", Timestamp),
 )
 
 tool_calls = table(

@@ -13,9 +13,9 @@ from sqlalchemy import Engine, MetaData, Table, insert, text
 
 from runner import Agent, Runner
 from runner.actions import ActionKind
-from runner.database import current_revision, head_revision, open_engine, upgrade
+from runner.database import current_revision, downgrade, head_revision, open_engine, upgrade
 from runner.journal import Counters, Entry, EntryKind
-from runner.store import create_run, entry_row
+from runner.store import entry_row, new_run
 from tests.integration.support import DEAD_OWNER
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -90,18 +90,22 @@ def journals() -> dict[str, list[Entry]]:
 
 def populate_at_0003(engine: Engine) -> None:
     entries = Table("entries", MetaData(), autoload_with=engine)  # the table as 0003 has it
+    runs = Table("runs", MetaData(), autoload_with=engine)
     assert "call_id" not in entries.c
     for n, (run_id, journal) in enumerate(journals().items()):
-        assert create_run(
-            engine,
+        run = new_run(
             run_id=run_id,
             agent=None,
             agent_name="old",
             release="0003",
             task=str(journal[0].content),
             budgets={"max_steps": 8},
+            at=START,
         )
+        for column in ("queue", "priority", "not_before"):
+            del run[column]  # revision 0008's, which this database has not reached
         with engine.begin() as connection:
+            connection.execute(insert(runs).values(**run))
             for seq, entry in enumerate(journal):
                 at = START + timedelta(minutes=n, seconds=seq)
                 row = entry_row(run_id, seq, 1, entry, at)
@@ -150,10 +154,14 @@ def test_a_populated_0003_database_reads_back_after_0004(engine: Engine, empty_u
     ]
 
     upgrade(engine)
-    assert current_revision(engine) == head_revision() == "0007"
+    assert current_revision(engine) == head_revision()
     assert view_rows(engine) == before  # the same rows, paired by key now
     with engine.connect() as connection:
-        assert connection.execute(text("SELECT * FROM run_summary ORDER BY id")).all() == summaries
+        after = connection.execute(text("SELECT * FROM run_summary ORDER BY id")).all()
+        # The same rows; revision 0008 adds queue, priority and not_before at the end.
+        width = len(summaries[0])
+        assert [tuple(row)[:width] for row in after] == [tuple(row) for row in summaries]
+        assert {tuple(row)[width:] for row in after} == {("default", 0, None)}
         ids = connection.execute(text("SELECT call_id FROM tool_calls")).scalars().all()
         assert ids == [None, None, None]
 
@@ -179,3 +187,24 @@ def test_a_populated_0003_database_reads_back_after_0004(engine: Engine, empty_u
     assert str(resumed.output).startswith("OutcomeUnknown: send was interrupted")
     statuses = {r["run_id"]: (r["status"], r["attempt"]) for r in view_rows(engine)}
     assert statuses == {"done": ("done", 1), "failed": ("failed", 1), "pending": ("unknown", 2)}
+
+
+def test_revision_0008_puts_every_stored_run_in_the_default_queue(engine: Engine) -> None:
+    upgrade(engine, "0007")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO runs (id, task, budgets, status, wrapped_up, steps, tokens, cost,"
+                " resumes, stalled_resumes, progress_seq, cancel_requested, lease_epoch,"
+                " created_at, updated_at) VALUES ('old', 't', '{}', 'queued', false, 0, 0, 0,"
+                " 0, 0, 0, false, 0, '2026-12-01 09:00:00', '2026-12-01 09:00:00')"
+            )
+        )
+    upgrade(engine)
+    with engine.connect() as connection:
+        row = connection.execute(text("SELECT queue, priority, not_before FROM runs")).one()
+        assert tuple(row) == ("default", 0, None)
+        assert connection.execute(text("SELECT count(*) FROM queues")).scalar_one() == 0
+    downgrade(engine, "0007")
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT id FROM runs")).scalar_one() == "old"

@@ -108,10 +108,11 @@ def test_the_list_has_relative_times_durations_and_states() -> None:
     )
     header, first, second = output.runs_table([a_row(), stalled], NOW).splitlines()
     assert header.split() == [
-        "ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "CREATED", "TIME", "WORKER",
+        "ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "QUEUE", "CREATED", "TIME",
+        "WORKER",
     ]  # fmt: skip
-    assert first.split() == ["r1", "finished", "final", "1", "1", "calc", "-", "5m00s", "ago",
-                             "7.0s", "-"]  # fmt: skip
+    assert first.split() == ["r1", "finished", "final", "1", "1", "calc", "-", "default", "5m00s",
+                             "ago", "7.0s", "-"]  # fmt: skip
     assert second.split()[:3] == ["r2", "stalled", "-"]
     assert second.endswith("5m00s  host:1:2:3, seen 1m30s ago")
 

@@ -1,0 +1,189 @@
+"""Queues: named lines of runs, and the limits on how many of a queue run at once.
+
+A run's queue, priority and `not_before` are columns of `runs`; a limit is a row of
+`queues` (no row, or a NULL `max_running`: no limit). The limit is enforced where runs are
+claimed (`runner.leases.claim_next`), in the claim's own transaction, so it holds with any
+number of workers on any number of machines: a run counts against its queue while its
+status is `running` under a lease that has not expired. A waiting run holds no slot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from runner.clock import SYSTEM, Clock, utc_now
+from runner.schema import queues, runs
+from runner.status import RunStatus
+from runner.store import reading
+
+# Letters, digits and `_ . : -`, like a run id: a name a shell and `--queue a,b` keep whole.
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+# runs.priority is a 32-bit integer on PostgreSQL.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def check_queue(name: object) -> str:
+    """The queue name, or ValueError saying what a name may be."""
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
+        raise ValueError(
+            f"queue {name!r} must be 1 to 64 letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_priority(priority: object) -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"priority must be a whole number, not {priority!r}")
+    if not low <= priority <= high:
+        raise ValueError(f"priority must be between {low} and {high}, got {priority}")
+    return priority
+
+
+def check_limit(limit: object) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"a queue's limit must be a whole number, 0 or more, not {limit!r}")
+    if limit > PRIORITY_RANGE[1]:
+        raise ValueError(f"a queue's limit must be at most {PRIORITY_RANGE[1]}, got {limit}")
+    return limit
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue as `runner queue list` shows it: its limit and how many runs it holds."""
+
+    name: str
+    limit: int | None  # most runs running at once; None: no limit
+    queued: int  # ready to be claimed
+    delayed: int  # queued, with a not_before still to come
+    running: int  # running under a live lease: what the limit counts
+    waiting: int  # waiting for a person's answer (holding no slot)
+
+
+def _live(at: Any) -> Any:
+    """Runs that hold a slot of their queue: running, under a lease not expired at `at`."""
+    return (runs.c.status == RunStatus.RUNNING) & (runs.c.lease_expires_at >= at)
+
+
+_AT = bindparam("at", type_=runs.c.lease_expires_at.type)
+
+
+# The claim's own queries, built once (building one costs more than running it).
+_LIMITED = select(queues.c.name).where(
+    queues.c.max_running.is_not(None),
+    select(func.count())
+    .select_from(runs)
+    .where(_live(_AT), runs.c.queue == queues.c.name)
+    .scalar_subquery()
+    >= queues.c.max_running,
+)
+_LIMITED_AMONG = _LIMITED.where(queues.c.name.in_(bindparam("among", expanding=True)))
+_LOCK_LIMIT = (
+    select(queues.c.max_running).where(queues.c.name == bindparam("queue")).with_for_update()
+)
+_OTHERS_LIVE = (
+    select(func.count())
+    .select_from(runs)
+    .where(_live(_AT), runs.c.queue == bindparam("queue"), runs.c.id != bindparam("run_id"))
+)
+
+
+def full_queues(connection: Connection, at: datetime, among: Sequence[str] | None) -> list[str]:
+    """The queues (of `among`, or all) whose limit their live runs already reach.
+
+    Read without locks: the claim leaves these out of its search, and `has_room` checks
+    the queue of the run it found again, under the queue's lock.
+    """
+    if among is None:
+        return list(connection.execute(_LIMITED, {"at": at}).scalars())
+    return list(connection.execute(_LIMITED_AMONG, {"at": at, "among": list(among)}).scalars())
+
+
+def has_room(connection: Connection, queue: str, run_id: str, at: datetime) -> bool:
+    """Whether run `run_id` may start in `queue` now: fewer live runs than its limit.
+
+    The queue's row is locked first (FOR UPDATE, held to the end of the claim): on
+    PostgreSQL two claimers of one queue would otherwise both count, under READ COMMITTED,
+    before either commits, and both see room for one. The second now waits for the first to
+    commit and then counts its run. On SQLite BEGIN IMMEDIATE has serialised the claims
+    already (its compiler drops FOR UPDATE). The run itself is not counted: a run taken
+    over from a dead holder whose lease has not expired yet holds its slot already.
+    """
+    limit = connection.execute(_LOCK_LIMIT, {"queue": queue}).scalar()
+    if limit is None:
+        return True  # no row, or no limit in it
+    running = connection.execute(
+        _OTHERS_LIVE, {"queue": queue, "run_id": run_id, "at": at}
+    ).scalar_one()
+    return bool(running < limit)
+
+
+def set_limit(engine: Engine, name: str, limit: int | None, clock: Clock = SYSTEM) -> None:
+    """Store the queue's limit (None: no limit). Runs already running go on: a lower limit
+    only holds back the claims that follow until fewer run."""
+    check_queue(name)
+    limit = check_limit(limit)
+    at = utc_now(clock)
+    for _attempt in range(3):
+        try:
+            with engine.begin() as connection:
+                changed = connection.execute(
+                    update(queues)
+                    .where(queues.c.name == name)
+                    .values(max_running=limit, updated_at=at)
+                ).rowcount
+                if not changed:
+                    connection.execute(
+                        queues.insert().values(name=name, max_running=limit, updated_at=at)
+                    )
+            return
+        except IntegrityError:
+            continue  # another process made the row meanwhile: update it this time
+    raise RuntimeError(f"could not store the limit of queue {name}")  # pragma: no cover
+
+
+def list_queues(engine: Engine, at: datetime) -> list[QueueInfo]:
+    """Every queue that has a limit stored or an unfinished run, by name."""
+    unfinished = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)
+    queued = runs.c.status == RunStatus.QUEUED
+    delayed = queued & runs.c.not_before.is_not(None) & (runs.c.not_before > at)
+
+    def count(condition: Any) -> Any:
+        return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+    counts = (
+        select(
+            runs.c.queue,
+            count(queued & ~delayed),
+            count(delayed),
+            count(_live(at)),
+            count(runs.c.status == RunStatus.WAITING),
+        )
+        .where(runs.c.status.in_(unfinished))
+        .group_by(runs.c.queue)
+    )
+    with reading(engine) as connection:
+        limits = {row.name: row.max_running for row in connection.execute(select(queues))}
+        found = {row[0]: tuple(int(n) for n in row[1:]) for row in connection.execute(counts)}
+    names = sorted(set(limits) | set(found))
+    return [QueueInfo(name, limits.get(name), *found.get(name, (0, 0, 0, 0))) for name in names]
+
+
+def chosen(names: Collection[str] | None) -> list[str] | None:
+    """The queues a worker serves, each checked (None: every queue)."""
+    if names is None:
+        return None
+    picked = [check_queue(name) for name in names]
+    if not picked:
+        raise ValueError("a worker must serve at least one queue")
+    return picked
