@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -284,11 +284,14 @@ def _too_deep(value: object, length: int) -> bool:
     """Whether JSON data (`length` characters of JSON text) nests past MAX_NESTING."""
     if length < 2 * MAX_NESTING:
         return False  # each level takes two characters at least: the common case, free
-    pending = [(value, 1)]
+    pending: list[tuple[object, int]] = [(value, 1)]
     while pending:  # iterative: the point is not to depend on the stack's depth
         item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if not isinstance(item, dict | list):
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
             continue
         if depth > MAX_NESTING:
             return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -97,9 +98,10 @@ class Backend:
         raise NotImplementedError
 
     def begin_write(
-        self, connection: Connection, dbapi_connection: Any, cursor: Any, one_statement: bool
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
     ) -> bool:
-        """Begin a journal write on the driver's own cursor (see runner.driver).
+        """Begin a journal write on the driver's own cursor (see runner.driver): `execute`
+        runs a statement there.
 
         True when it switched the driver connection to autocommit (a write of
         `one_statement`, which is then its own transaction): `end_write` switches it back.
@@ -226,10 +228,10 @@ class SqliteBackend(Backend):
         )
 
     def begin_write(
-        self, connection: Connection, dbapi_connection: Any, cursor: Any, one_statement: bool
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
     ) -> bool:
         # As the engine's `begin` hook does, without its trip through Connection.execute.
-        connection._cursor_execute(cursor, "BEGIN IMMEDIATE", ())
+        execute("BEGIN IMMEDIATE")
         return False
 
     def is_corrupt(self, exc: BaseException) -> bool:
@@ -299,7 +301,7 @@ class PostgresBackend(Backend):
         )
 
     def begin_write(
-        self, connection: Connection, dbapi_connection: Any, cursor: Any, one_statement: bool
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
     ) -> bool:
         # psycopg begins a transaction with a BEGIN of its own, a round trip, and COMMIT is
         # another: one statement (a fenced insert is one CTE) needs neither in autocommit,

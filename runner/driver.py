@@ -7,12 +7,16 @@ journal row, twice a step. The journal's writes skip that:
 - Each statement is rendered once per dialect (`Prepared`, from a Core statement): its SQL
   text, the order of its binds, and their types' bind processors, so a row is byte for
   byte what `Connection.execute` writes.
-- A write (`write`) runs on the DBAPI cursor through the path SQLAlchemy itself takes for
-  the statements it runs outside an execution context (`Connection._cursor_execute`,
-  `_commit_impl`, `_rollback_impl`). So the engine's events still hear every statement and
-  every commit (tests/integration/test_write_path.py counts them), `echo` still logs them, a
-  driver's error is still raised as SQLAlchemy's (IntegrityError, OperationalError, ...),
-  and a lost connection is invalidated, so the next use reconnects.
+- A write (`Write`) runs on the DBAPI cursor. When the engine has listeners for its
+  statements or commits, or `echo` is on, it takes the path SQLAlchemy itself takes for the
+  statements it runs outside an execution context (`Connection._cursor_execute`,
+  `_commit_impl`), so they still hear every statement and commit
+  (tests/integration/test_write_path.py counts them) and the log shows them; otherwise the
+  statement goes straight to the driver. Either way a driver's error is handled by
+  SQLAlchemy (`_handle_dbapi_exception`): raised as its IntegrityError, OperationalError,
+  ..., and a lost connection invalidated, so the next use reconnects. Those are private
+  methods of SQLAlchemy's Connection, stable since 1.4; tests/integration/test_driver_writes.py
+  fails loudly if one goes.
 - How a write transaction begins is the backend's (`begin_write`): BEGIN IMMEDIATE on
   SQLite; on PostgreSQL a write of one statement runs in autocommit, its own transaction,
   which saves the BEGIN and COMMIT round trips of psycopg's implicit transaction.
@@ -23,8 +27,7 @@ begins, and ends, on the driver connection beneath it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -91,46 +94,81 @@ def prepared(dialect: Dialect, key: Hashable, build: Callable[[], ClauseElement]
 
 
 class Write:
-    """The statements of one write transaction, on the driver's cursor."""
+    """One write transaction on a connection's driver connection, as a `with` block:
+    committed when the block ends, rolled back if it raises. `one_statement`: the block
+    runs exactly one statement (which the backend may then run as its own transaction)."""
 
-    def __init__(self, connection: Connection, cursor: Any) -> None:
+    def __init__(self, connection: Connection, *, one_statement: bool = False) -> None:
         self.connection = connection
-        self.cursor = cursor
+        self.one_statement = one_statement
+        dbapi_connection = connection.connection.dbapi_connection  # reconnects if invalidated
+        assert dbapi_connection is not None
+        self.dbapi_connection = dbapi_connection
+        self.cursor = dbapi_connection.cursor()
+        # Whether anything listens to or logs the statements (the engine's events, `echo`):
+        # then each goes through SQLAlchemy's own path, which tells them; else straight to
+        # the driver, errors still handled (wrapped, a lost connection invalidated) by it.
+        self.watched = bool(
+            connection._echo
+            or connection.dialect._has_events
+            or connection.dispatch.before_cursor_execute
+            or connection.dispatch.after_cursor_execute
+        )
+        self.switched = False
 
-    def rows(self, sql: str, parameters: Parameters) -> list[Any]:
+    def __enter__(self) -> Write:
+        try:
+            backend = backend_for(self.connection.dialect.name)
+            self.switched = backend.begin_write(
+                self.execute, self.dbapi_connection, self.one_statement
+            )
+        except BaseException:
+            self.cursor.close()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        connection = self.connection
+        try:
+            if kind is None:
+                self._commit()
+            else:
+                # After a driver's error SQLAlchemy has rolled back already (or invalidated
+                # a lost connection, which this then leaves alone); a LeaseLost still needs it.
+                connection._rollback_impl()
+        finally:
+            if self.switched:
+                backend_for(connection.dialect.name).end_write(self.dbapi_connection)
+            self.cursor.close()
+
+    def execute(self, sql: str, parameters: Parameters = ()) -> None:
+        if self.watched:
+            self.connection._cursor_execute(self.cursor, sql, parameters)
+            return
+        try:
+            self.cursor.execute(sql, parameters)
+        except BaseException as exc:
+            self.connection._handle_dbapi_exception(exc, sql, parameters, self.cursor, None)
+
+    def rows(self, sql: str, parameters: Parameters) -> Sequence[Any]:
         """Run a statement; the rows it returns (all of them: a statement with RETURNING is
         done only once they are read)."""
-        self.connection._cursor_execute(self.cursor, sql, parameters)
-        rows: list[Any] = self.cursor.fetchall()
+        self.execute(sql, parameters)
+        rows: Sequence[Any] = self.cursor.fetchall()
         return rows
 
     def count(self, sql: str, parameters: Parameters) -> int:
         """Run a statement; how many rows it changed."""
-        self.connection._cursor_execute(self.cursor, sql, parameters)
+        self.execute(sql, parameters)
         changed: int = self.cursor.rowcount
         return changed
 
-
-@contextmanager
-def write(connection: Connection, *, one_statement: bool = False) -> Iterator[Write]:
-    """One write transaction on `connection`'s driver connection: committed when the block
-    ends, rolled back if it raises. `one_statement`: the block runs exactly one statement
-    (which the backend may then run as its own transaction)."""
-    backend = backend_for(connection.dialect.name)
-    dbapi_connection = connection.connection.dbapi_connection  # reconnects if invalidated
-    assert dbapi_connection is not None
-    cursor = dbapi_connection.cursor()
-    switched = False
-    try:
-        switched = backend.begin_write(connection, dbapi_connection, cursor, one_statement)
-        yield Write(connection, cursor)
-        connection._commit_impl()
-    except BaseException:
-        # After a driver's error SQLAlchemy has rolled back already (or invalidated a lost
-        # connection, which this then leaves alone); a LeaseLost still needs it.
-        connection._rollback_impl()
-        raise
-    finally:
-        if switched:
-            backend.end_write(dbapi_connection)
-        cursor.close()
+    def _commit(self) -> None:
+        connection = self.connection
+        if self.watched or connection.dispatch.commit:
+            connection._commit_impl()  # tells the listeners (the write-path test counts)
+            return
+        try:
+            self.dbapi_connection.commit()  # autocommit: nothing left to commit, no trip
+        except BaseException as exc:
+            connection._handle_dbapi_exception(exc, None, None, None, None)

@@ -119,56 +119,57 @@ def append_entries(
     Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
     """
     at = utc_now(clock)
-    fence = _fence(run_id, epoch, at, lease_seconds)
     dialect = bind.dialect
+    fence = _fence(dialect, run_id, epoch, at, lease_seconds)
     # Every row is built and its values converted before the transaction begins: the write
     # lock (SQLite's whole file, PostgreSQL's run row) is held for the statements alone.
-    inserts = []
-    for start in range(0, len(entries), ROWS_PER_STATEMENT):
-        chunk = entries[start : start + ROWS_PER_STATEMENT]
-        statement = _fenced_insert(dialect, len(chunk))
-        inserts.append(
-            (
-                statement.sql,
-                statement.parameters(_rows(run_id, epoch, seq + start, chunk, fence, at)),
-            )
-        )
-    finish = (
-        None if stop is None else _finish_parameters(dialect, stop, entries[-1].counters, fence, at)
-    )
+    if len(entries) <= ROWS_PER_STATEMENT:  # the common case: one statement
+        statement = _fenced_insert(dialect, len(entries))
+        inserts = [
+            (statement.sql, statement.parameters(_rows(run_id, epoch, seq, entries, fence, at)))
+        ]
+    else:
+        inserts = []
+        for start in range(0, len(entries), ROWS_PER_STATEMENT):
+            chunk = entries[start : start + ROWS_PER_STATEMENT]
+            statement = _fenced_insert(dialect, len(chunk))
+            values = _rows(run_id, epoch, seq + start, chunk, fence, at)
+            inserts.append((statement.sql, statement.parameters(values)))
+    counters = entries[-1].counters
+    finish = None if stop is None else _finish_parameters(dialect, stop, counters, fence, at)
     one_statement = len(inserts) == 1 and stop is None and parking is None
-    cancel = False
-    with (
-        _connected(bind) as connection,
-        driver.write(connection, one_statement=one_statement) as write,
-    ):
-        for sql, parameters in inserts:
-            written = write.rows(sql, parameters)
-            # The fence holds for every row or for none: the first returned row says which.
-            if not written:
-                raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
-            cancel = bool(written[0][1])
-        if finish is not None:
-            _finish(write, run_id, finish)
-        elif parking is not None and cancel:
-            cancelled = Stop(StopReason.CANCELLED)
-            _finish(
-                write,
-                run_id,
-                _finish_parameters(dialect, cancelled, entries[-1].counters, fence, at),
-            )
-        elif parking is not None:
-            _park(write, run_id, dialect, parking, fence, at)
+    # No connection of its own: one from the pool, for this write alone.
+    connection = bind if isinstance(bind, Connection) else bind.connect()
+    try:
+        cancel = False
+        with driver.Write(connection, one_statement=one_statement) as write:
+            for sql, parameters in inserts:
+                written = write.rows(sql, parameters)
+                # The fence holds for every row or for none: the first returned row says which.
+                if not written:
+                    raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+                cancel = bool(written[0][1])
+            if finish is not None:
+                _finish(write, run_id, finish)
+            elif parking is not None and cancel:
+                cancelled = Stop(StopReason.CANCELLED)
+                _finish(write, run_id, _finish_parameters(dialect, cancelled, counters, fence, at))
+            elif parking is not None:
+                _park(write, run_id, dialect, parking, fence, at)
+    finally:
+        if connection is not bind:
+            connection.close()
     return cancel
 
 
-def _fence(run_id: str, epoch: int, at: datetime, lease_seconds: float) -> dict[str, Any]:
-    return {
-        "fence_run": run_id,
-        "fence_epoch": epoch,
-        "fence_expiry": at + timedelta(seconds=lease_seconds),
-        "fence_renew_after": at + timedelta(seconds=lease_seconds * 2 / 3),
-    }
+def _fence(
+    dialect: Dialect, run_id: str, epoch: int, at: datetime, lease_seconds: float
+) -> dict[str, Any]:
+    fence: dict[str, Any] = {"fence_run": run_id, "fence_epoch": epoch}
+    if backend_for(dialect.name).writes_renew_lease:  # else the statement has no use for them
+        fence["fence_expiry"] = at + timedelta(seconds=lease_seconds)
+        fence["fence_renew_after"] = at + timedelta(seconds=lease_seconds * 2 / 3)
+    return fence
 
 
 def _rows(
@@ -215,8 +216,9 @@ def finish_run(
     clock: Clock = SYSTEM,
 ) -> None:
     at = utc_now(clock)
-    finish = _finish_parameters(bind.dialect, stop, counters, _fence(run_id, epoch, at, 0), at)
-    with _connected(bind) as connection, driver.write(connection, one_statement=True) as write:
+    fence = {"fence_run": run_id, "fence_epoch": epoch}
+    finish = _finish_parameters(bind.dialect, stop, counters, fence, at)
+    with _connected(bind) as connection, driver.Write(connection, one_statement=True) as write:
         _finish(write, run_id, finish)
 
 

@@ -54,6 +54,8 @@ def decode(text: str | None, fmt: str | None) -> Any:
 def _storable(text: str) -> bool:
     if "\x00" in text:
         return False
+    if text.isascii():  # the common case, and free: CPython knows it without a scan
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -159,8 +161,17 @@ class RunRow:
         return self.lease_expires_at > at and not is_dead(self.lease_owner)
 
 
+# Each kind's role in the transcript (Entry.message's), without building the message.
+_ROLES = {
+    EntryKind.TASK: "user",
+    EntryKind.WRAP_UP: "user",
+    EntryKind.FINAL: "assistant",
+    EntryKind.ACTION: "assistant",
+    EntryKind.OBSERVATION: "tool",
+}
+
+
 def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> dict[str, Any]:
-    message = entry.message()
     content, fmt = encode(entry.content)
     c = entry.counters
     return {
@@ -168,7 +179,7 @@ def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> 
         "seq": seq,
         "step": entry.step,
         "kind": str(entry.kind),
-        "role": message["role"] if message else None,
+        "role": _ROLES.get(entry.kind),
         "content": content,
         "content_format": fmt,
         "action_type": entry.action_type,
