@@ -15,6 +15,10 @@ but the loop that issues them.
   runner), each commit the INSERT and `commit()`, on one reused cursor (psycopg prepares
   the statement server-side after its fifth execution, as it does runner's).
 
+`autocommit=True` is a stricter floor still: each INSERT sent alone, in the driver's
+autocommit mode, is its own transaction (no BEGIN, no COMMIT: one round trip on
+PostgreSQL instead of three, which is how runner writes one-statement entries there).
+
 The rows are turned into the values the driver takes (JSON as text, datetimes as SQLite
 stores them) before the clock starts, with the column types' own bind processors.
 """
@@ -43,12 +47,14 @@ def driver_rows(engine: Engine, table: Table, rows: list[dict[str, Any]]) -> lis
     ]
 
 
-def commits(engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any) -> Any:
+def commits(
+    engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any, autocommit: bool = False
+) -> Any:
     """Time one commit per row through the raw driver; `clock()` starts the timer and the
     returned object's `since()` reads it (the benchmark's own Clock)."""
     if engine.dialect.name == "sqlite":
-        return _sqlite(engine, table, rows, clock)
-    return _postgres(engine, table, rows, clock)
+        return _sqlite(engine, table, rows, clock, autocommit)
+    return _postgres(engine, table, rows, clock, autocommit)
 
 
 def _insert_sql(table: Table, marker: str) -> str:
@@ -57,7 +63,9 @@ def _insert_sql(table: Table, marker: str) -> str:
     return f"INSERT INTO {table.name} ({columns}) VALUES ({values})"
 
 
-def _sqlite(engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any) -> Any:
+def _sqlite(
+    engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any, autocommit: bool
+) -> Any:
     database = engine.url.database
     assert database, "the raw floor needs a SQLite file"
     with engine.connect() as connection:  # the engine's own setting, as its hook set it
@@ -71,27 +79,33 @@ def _sqlite(engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: An
         sql = _insert_sql(table, "?")
         cursor = raw.cursor()
         started = clock()
-        for row in rows:
-            cursor.execute("BEGIN IMMEDIATE")
-            cursor.execute(sql, row)
-            raw.commit()
+        if autocommit:
+            for row in rows:
+                cursor.execute(sql, row)  # its own transaction: isolation_level is None
+        else:
+            for row in rows:
+                cursor.execute("BEGIN IMMEDIATE")
+                cursor.execute(sql, row)
+                raw.commit()
         return started.since()
     finally:
         raw.close()
 
 
-def _postgres(engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any) -> Any:
+def _postgres(
+    engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any, autocommit: bool
+) -> Any:
     import psycopg
 
     args, kwargs = engine.dialect.create_connect_args(engine.url)
-    raw = psycopg.connect(*args, **{**kwargs, "autocommit": False})
+    raw = psycopg.connect(*args, **{**kwargs, "autocommit": autocommit})
     try:
         sql = _insert_sql(table, "%s")
         cursor = raw.cursor()
         started = clock()
         for row in rows:
             cursor.execute(sql, row)
-            raw.commit()
+            raw.commit()  # in autocommit: nothing to commit, no round trip
         return started.since()
     finally:
         raw.close()

@@ -9,8 +9,10 @@ process, right after each durable run, the floor: as many commits as that run ma
 with SQLAlchemy's commit event), each one INSERT of one of the rows the run wrote into a
 table with the entries table's columns and primary key, through plain SQLAlchemy Core on an
 engine opened with the same settings, over one connection; and the raw floor: the same
-commits of the same rows through the plain `sqlite3` or `psycopg` driver, no SQLAlchemy
-(`raw_floor.py` says what it includes). The three take turns going first. All are
+commits of the same rows through the plain `sqlite3` or `psycopg` driver, no SQLAlchemy,
+each a transaction of its own (BEGIN, INSERT, COMMIT), and once more with each INSERT
+alone in the driver's autocommit mode (`raw_floor.py` says what they include). The four
+take turns going first. All are
 reported per step of the run, and the durable time as a ratio to each floor (per
 repetition, then the median); "(durable - memory) / floor" is the overhead durability adds
 to a step (the durable step less the same step in memory) over the floor. The last column
@@ -91,11 +93,11 @@ def floor_rows(rows: list[dict[str, Any]], commits: int) -> list[dict[str, Any]]
 
 
 def raw(
-    engine: Engine, table: Table, rows: list[dict[str, Any]], commits: int
+    engine: Engine, table: Table, rows: list[dict[str, Any]], commits: int, autocommit: bool
 ) -> tuple[float, float]:
     """The same commits through the plain driver (see raw_floor.py)."""
     batch = raw_floor.driver_rows(engine, table, floor_rows(rows, commits))
-    elapsed: tuple[float, float] = raw_floor.commits(engine, table, batch, Clock)
+    elapsed: tuple[float, float] = raw_floor.commits(engine, table, batch, Clock, autocommit)
     return elapsed
 
 
@@ -126,9 +128,10 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     # Warm up (caches, the pool, the file); its rows and commit count make the floor's work.
     _, commits, run_id = durable(runner, steps)
     rows = common.entry_rows(runner.engine, run_id)
-    kinds = ("memory", "durable", "floor", "raw")
+    kinds = ("memory", "durable", "floor", "raw", "raw_autocommit")
     samples: dict[str, list[float]] = {k: [] for k in (*kinds, *(f"{k}_cpu" for k in kinds))}
-    for ratio in ("ratio", "overhead_ratio", "raw_ratio", "raw_overhead_ratio"):
+    prefixes = {"": "floor", "raw_": "raw", "raw_autocommit_": "raw_autocommit"}
+    for ratio in (f"{prefix}{what}" for prefix in prefixes for what in ("ratio", "overhead_ratio")):
         samples[ratio] = []
     commit_counts = {commits}
     made = commits
@@ -141,7 +144,8 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     contenders = {
         "durable": run_durable,
         "floor": lambda: floor(runner.engine, table, rows, commits),
-        "raw": lambda: raw(runner.engine, table, rows, commits),
+        "raw": lambda: raw(runner.engine, table, rows, commits, False),
+        "raw_autocommit": lambda: raw(runner.engine, table, rows, commits, True),
     }
     order = list(contenders)
     try:
@@ -157,7 +161,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
                 samples[kind].append(wall / steps * 1e6)
                 samples[f"{kind}_cpu"].append(cpu / steps * 1e6)
             overhead = timed["durable"][0] - timed["memory"][0]
-            for prefix, base in (("", "floor"), ("raw_", "raw")):
+            for prefix, base in prefixes.items():
                 samples[f"{prefix}ratio"].append(timed["durable"][0] / timed[base][0])
                 samples[f"{prefix}overhead_ratio"].append(overhead / timed[base][0])
     finally:
@@ -174,6 +178,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "overhead_ratio_to_floor": common.spread(samples["overhead_ratio"]),
         "ratio_to_raw_floor": common.spread(samples["raw_ratio"]),
         "overhead_ratio_to_raw_floor": common.spread(samples["raw_overhead_ratio"]),
+        "ratio_to_raw_autocommit_floor": common.spread(samples["raw_autocommit_ratio"]),
         "samples": samples,
     }
 
@@ -209,8 +214,10 @@ def main() -> None:
                 common.fmt_spread(us["durable"]),
                 common.fmt_spread(us["floor"]),
                 common.fmt_spread(us["raw"]),
+                common.fmt_spread(us["raw_autocommit"]),
                 common.fmt_spread(r["ratio_to_floor"], 2),
                 common.fmt_spread(r["ratio_to_raw_floor"], 2),
+                common.fmt_spread(r["ratio_to_raw_autocommit_floor"], 2),
                 common.fmt_spread(r["overhead_ratio_to_floor"], 2),
                 common.fmt_spread(r["overhead_ratio_to_raw_floor"], 2),
                 f"{us['durable_cpu']['median']:.0f} / {us['floor_cpu']['median']:.0f}"
@@ -227,8 +234,10 @@ def main() -> None:
             "durable us/step",
             "floor us/step",
             "raw floor us/step",
+            "raw autocommit us/step",
             "durable / floor",
             "durable / raw floor",
+            "durable / raw autocommit",
             "(durable - memory) / floor",
             "(durable - memory) / raw floor",
             "CPU us/step durable / floor / raw",
