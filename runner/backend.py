@@ -36,7 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from runner.clock import SYSTEM, Clock
 from runner.errors import DatabaseUnavailable
-from runner.schema import entries, runs
+from runner.schema import ENTRY_COLUMNS, entries, runs
 
 # `synchronous=FULL` is the default: a commit that survives only a process crash, not a
 # power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
@@ -46,7 +46,6 @@ WAL_SWITCH_RETRY_SECONDS = 0.005
 # Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
 DEFERRED = "sqlite_deferred"
 
-ENTRY_COLUMNS = [column.name for column in entries.columns]
 # The advisory lock key of runner's migrations on PostgreSQL: "runner" in ASCII.
 MIGRATION_LOCK = 0x72756E6E6572
 

@@ -53,23 +53,25 @@ class Prepared:
     sql: str
     order: Callable[[dict[str, Any]], tuple[Any, ...]] | None  # positional drivers (SQLite)
     convert: tuple[tuple[str, Callable[[Any], Any]], ...]  # (bind name, its type's processor)
+    names: tuple[str, ...] | None = None  # a positional driver's binds, in their order
 
     @classmethod
     def of(cls, statement: ClauseElement, dialect: Dialect) -> Prepared:
         compiled = statement.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
         order = None
+        names: tuple[str, ...] | None = None
         if compiled.positional:
             assert compiled.positiontup is not None
-            names = compiled.positiontup
+            names = tuple(compiled.positiontup)
             # itemgetter of one name returns the value itself, not a 1-tuple
-            order = itemgetter(*names) if len(names) > 1 else lambda v: (v[names[0]],)
+            order = itemgetter(*names) if len(names) > 1 else lambda v: tuple(v[n] for n in names)
         convert = []
         for name, bind in compiled.binds.items():
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:
                 convert.append((name, process))
-        return cls(sql=compiled.string, order=order, convert=tuple(convert))
+        return cls(sql=compiled.string, order=order, convert=tuple(convert), names=names)
 
     def parameters(self, values: dict[str, Any]) -> Parameters:
         """`values` keyed by bind name, as the driver takes them (converted in place)."""

@@ -10,11 +10,12 @@ of several are one fenced INSERT of all their rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine, Update, bindparam, null, select, update
 from sqlalchemy.engine import Dialect
@@ -26,9 +27,9 @@ from runner.clock import SYSTEM, Clock, utc_now
 from runner.driver import Parameters, Prepared, prepared
 from runner.errors import LeaseLost
 from runner.journal import Counters, Entry, Stop
-from runner.schema import entries, runs
+from runner.schema import ENTRY_COLUMNS, entries, runs
 from runner.status import RunStatus
-from runner.store import amount, counter, encode, entry_row, plain_text
+from runner.store import amount, counter, encode, entry_row, entry_values, plain_text
 
 # The most entries one statement writes: a model asking for hundreds of calls at once must
 # not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements
@@ -57,6 +58,49 @@ def _fenced_insert(dialect: Dialect, rows: int) -> Prepared:
     return prepared(
         dialect, ("fenced_insert", rows), lambda: backend_for(dialect.name).fenced_insert(rows)
     )
+
+
+@dataclass(frozen=True)
+class _Positional:
+    """A one-entry fenced insert whose binds are the entry's columns in order, then the
+    fence's (SQLite's, as rendered): its parameters made from `store.entry_values` with no
+    dict on the way, the same values `Prepared.parameters` would give (test_driver_writes)."""
+
+    sql: str
+    convert: tuple[tuple[int, Callable[[Any], Any]], ...]  # (column index, processor)
+    fence: tuple[str, ...]  # the fence's bind names after the entry's
+
+    @classmethod
+    def of(cls, statement: Prepared) -> _Positional | None:
+        names = statement.names
+        width = len(ENTRY_COLUMNS)
+        if names is None or list(names[:width]) != ENTRY_COLUMNS:
+            return None
+        processed = dict(statement.convert)
+        if any(name in processed for name in names[width:]):
+            return None  # a fence value that needs converting: take the general path
+        index = {name: i for i, name in enumerate(ENTRY_COLUMNS)}
+        convert = tuple((index[name], process) for name, process in statement.convert)
+        return cls(sql=statement.sql, convert=convert, fence=tuple(names[width:]))
+
+    def parameters(self, row: tuple[Any, ...], fence: dict[str, Any]) -> tuple[Any, ...]:
+        values = list(row)
+        for i, process in self.convert:
+            values[i] = process(values[i])
+        values.extend([fence[name] for name in self.fence])
+        return tuple(values)
+
+
+_POSITIONAL: WeakKeyDictionary[Dialect, _Positional | None] = WeakKeyDictionary()
+
+
+def _positional(dialect: Dialect) -> _Positional | None:
+    """The one-entry insert's positional fast path for `dialect`, if its driver has one."""
+    try:
+        return _POSITIONAL[dialect]
+    except KeyError:
+        found = _POSITIONAL[dialect] = _Positional.of(_fenced_insert(dialect, 1))
+        return found
 
 
 def _fenced_update(columns: tuple[str, ...]) -> Update:
@@ -123,7 +167,12 @@ def append_entries(
     fence = _fence(dialect, run_id, epoch, at, lease_seconds)
     # Every row is built and its values converted before the transaction begins: the write
     # lock (SQLite's whole file, PostgreSQL's run row) is held for the statements alone.
-    if len(entries) <= ROWS_PER_STATEMENT:  # the common case: one statement
+    positional = _positional(dialect) if len(entries) == 1 else None
+    inserts: list[tuple[str, Parameters]]
+    if positional is not None:  # the common case on SQLite: one entry, no dict on the way
+        row = entry_values(run_id, seq, epoch, entries[0], at)
+        inserts = [(positional.sql, positional.parameters(row, fence))]
+    elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
         statement = _fenced_insert(dialect, len(entries))
         inserts = [
             (statement.sql, statement.parameters(_rows(run_id, epoch, seq, entries, fence, at)))

@@ -153,3 +153,6 @@ entries = Table(
     Column("call_id", String(200), nullable=True, comment="the provider's id of a tool call"),
     comment="the journal: one row per transcript entry, append-only",
 )
+
+# The entries table's columns in order: how a journal row's values are laid out.
+ENTRY_COLUMNS = [column.name for column in entries.columns]

@@ -6,6 +6,7 @@ and, on PostgreSQL, a one-statement write that is its own transaction."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from runner import Runner, driver, fencing, leases, store
 from runner.budgets import StopReason
+from runner.clock import utc_now
 from runner.errors import LeaseLost
 from runner.journal import Counters, Stop
 from runner.schema import entries
@@ -173,3 +175,26 @@ def test_on_postgres_a_one_statement_write_is_its_own_transaction(runner: Runner
         assert raw.autocommit is False and not in_transaction(connection)
     row = runner.row("one")
     assert (row.status, row.stop_reason, row.output) == ("finished", "final", "done")
+
+
+def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runner) -> None:
+    dialect = runner.engine.dialect
+    positional = fencing._positional(dialect)
+    if dialect.name != "sqlite":
+        assert positional is None  # named binds (psycopg): the general path only
+        return
+    assert positional is not None
+    statement = fencing._fenced_insert(dialect, 1)
+    at = utc_now()
+    fence = fencing._fence(dialect, "r", 3, at, 60)
+    action = tool_action("r", 1, "add", {"a": 1, "é": [None, 2.5]}, Counters(1, 2**70, 1e308))
+    entries = [
+        task_entry("t\x00\ud800 NUL and a lone surrogate"),
+        action,
+        replace(observation(action, "3 ✓"), is_error=True, attempt=2, call_id="call-1"),
+        replace(task_entry("x"), content={"json": [1, "two"]}, cost=float("inf")),
+    ]
+    for seq, entry in enumerate(entries):
+        general = statement.parameters(fencing._rows("r", 3, seq, (entry,), fence, at))
+        fast = positional.parameters(store.entry_values("r", seq, 3, entry, at), fence)
+        assert fast == general, entry
