@@ -6,6 +6,10 @@ data-modifying CTE that also renews the lease and takes the run's row lock), com
 one transaction, with the run's stop in the same transaction when the entry ends the run,
 or its move to `waiting` when the entry is a call waiting for a person. The calls of a step
 of several are one fenced INSERT of all their rows.
+
+The statements run on the driver's own cursor (`runner.driver`), their rows built and
+converted before the transaction begins. On PostgreSQL a write of one statement (an entry
+or a step's calls, with no stop and no wait) is its own transaction, in autocommit.
 """
 
 from __future__ import annotations
