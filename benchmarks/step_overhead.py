@@ -1,4 +1,4 @@
-"""Step overhead: what durability costs a step, measured against the two-commit floor.
+"""Step overhead: what durability costs a step, measured against two-commit floors.
 
     .venv/bin/python benchmarks/step_overhead.py [--steps 200] [--repeats 7] [--json out.json]
 
@@ -8,12 +8,16 @@ with `?synchronous=full` and with `?synchronous=normal`, and on PostgreSQL. In t
 process, right after each durable run, the floor: as many commits as that run made (counted
 with SQLAlchemy's commit event), each one INSERT of one of the rows the run wrote into a
 table with the entries table's columns and primary key, through plain SQLAlchemy Core on an
-engine opened with the same settings, over one connection. Both are reported per step of
-the run, and the durable time as a ratio to its floor (per repetition, then the median);
-"(durable - memory) / floor" is the overhead durability adds to a step (the durable step
-less the same step in memory) over the floor. The last column is this process's CPU time
-per step (the database server's is not in it): on a busy machine it shows what the wall
-times cannot, where the client's time goes.
+engine opened with the same settings, over one connection; and the raw floor: the same
+commits of the same rows through the plain `sqlite3` or `psycopg` driver, no SQLAlchemy,
+each a transaction of its own (BEGIN, INSERT, COMMIT), and once more with each INSERT
+alone in the driver's autocommit mode (`raw_floor.py` says what they include). The four
+take turns going first. All are
+reported per step of the run, and the durable time as a ratio to each floor (per
+repetition, then the median); "(durable - memory) / floor" is the overhead durability adds
+to a step (the durable step less the same step in memory) over the floor. The last column
+is this process's CPU time per step (the database server's is not in it): on a busy
+machine it shows what the wall times cannot, where the client's time goes.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from typing import Any
 
 import common
 import fakes
-from sqlalchemy import Engine, event, insert, text
+import raw_floor
+from sqlalchemy import Engine, Table, event, insert, text
 
 from runner import Runner, run_agent
 from runner.ids import new_run_id
@@ -78,15 +83,29 @@ def durable(runner: Runner, steps: int) -> tuple[tuple[float, float], int, str]:
     return elapsed, commits, result.run_id
 
 
+def floor_rows(rows: list[dict[str, Any]], commits: int) -> list[dict[str, Any]]:
+    """`commits` of the run's own rows (cycled) under a new run id."""
+    run_id = new_run_id()  # same length as the run's id: the same bytes, a new key
+    return [
+        {**row, "run_id": run_id, "seq": seq}
+        for seq, row in enumerate(islice(cycle(rows), commits))
+    ]
+
+
+def raw(
+    engine: Engine, table: Table, rows: list[dict[str, Any]], commits: int, autocommit: bool
+) -> tuple[float, float]:
+    """The same commits through the plain driver (see raw_floor.py)."""
+    batch = raw_floor.driver_rows(engine, table, floor_rows(rows, commits))
+    elapsed: tuple[float, float] = raw_floor.commits(engine, table, batch, Clock, autocommit)
+    return elapsed
+
+
 def floor(
     engine: Engine, table: Any, rows: list[dict[str, Any]], commits: int
 ) -> tuple[float, float]:
     """`commits` single-row INSERT commits of the run's own rows (cycled) on one connection."""
-    run_id = new_run_id()  # same length as the run's id: the same bytes, a new key
-    batch = [
-        {**row, "run_id": run_id, "seq": seq}
-        for seq, row in enumerate(islice(cycle(rows), commits))
-    ]
+    batch = floor_rows(rows, commits)
     statement = insert(table)
     with engine.connect() as connection:
         clock = Clock()
@@ -109,29 +128,42 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     # Warm up (caches, the pool, the file); its rows and commit count make the floor's work.
     _, commits, run_id = durable(runner, steps)
     rows = common.entry_rows(runner.engine, run_id)
-    kinds = ("memory", "durable", "floor")
+    kinds = ("memory", "durable", "floor", "raw", "raw_autocommit")
     samples: dict[str, list[float]] = {k: [] for k in (*kinds, *(f"{k}_cpu" for k in kinds))}
-    samples["ratio"] = []
-    samples["overhead_ratio"] = []
+    prefixes = {"": "floor", "raw_": "raw", "raw_autocommit_": "raw_autocommit"}
+    for ratio in (f"{prefix}{what}" for prefix in prefixes for what in ("ratio", "overhead_ratio")):
+        samples[ratio] = []
     commit_counts = {commits}
+    made = commits
+
+    def run_durable() -> tuple[float, float]:
+        nonlocal made
+        elapsed, made, _ = durable(runner, steps)
+        return elapsed
+
+    contenders = {
+        "durable": run_durable,
+        "floor": lambda: floor(runner.engine, table, rows, commits),
+        "raw": lambda: raw(runner.engine, table, rows, commits, False),
+        "raw_autocommit": lambda: raw(runner.engine, table, rows, commits, True),
+    }
+    order = list(contenders)
     try:
         for repeat in range(repeats):
             gc.collect()
             timed = {"memory": in_memory(steps)}
-            # Alternate which goes first, so a slow spell of the machine hits both alike.
-            if repeat % 2 == 0:
-                timed["durable"], made, _ = durable(runner, steps)
-                timed["floor"] = floor(runner.engine, table, rows, commits)
-            else:
-                timed["floor"] = floor(runner.engine, table, rows, commits)
-                timed["durable"], made, _ = durable(runner, steps)
+            # Take turns going first, so a slow spell of the machine hits all alike.
+            turn = repeat % len(order)
+            for kind in order[turn:] + order[:turn]:
+                timed[kind] = contenders[kind]()
             commit_counts.add(made)
             for kind, (wall, cpu) in timed.items():
                 samples[kind].append(wall / steps * 1e6)
                 samples[f"{kind}_cpu"].append(cpu / steps * 1e6)
-            samples["ratio"].append(timed["durable"][0] / timed["floor"][0])
             overhead = timed["durable"][0] - timed["memory"][0]
-            samples["overhead_ratio"].append(overhead / timed["floor"][0])
+            for prefix, base in prefixes.items():
+                samples[f"{prefix}ratio"].append(timed["durable"][0] / timed[base][0])
+                samples[f"{prefix}overhead_ratio"].append(overhead / timed[base][0])
     finally:
         with runner.engine.begin() as connection:
             connection.execute(text("DROP TABLE bench_floor"))
@@ -144,6 +176,9 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "us_per_step": {k: common.spread(v) for k, v in samples.items() if "ratio" not in k},
         "ratio_to_floor": common.spread(samples["ratio"]),
         "overhead_ratio_to_floor": common.spread(samples["overhead_ratio"]),
+        "ratio_to_raw_floor": common.spread(samples["raw_ratio"]),
+        "overhead_ratio_to_raw_floor": common.spread(samples["raw_overhead_ratio"]),
+        "ratio_to_raw_autocommit_floor": common.spread(samples["raw_autocommit_ratio"]),
         "samples": samples,
     }
 
@@ -178,9 +213,15 @@ def main() -> None:
                 common.fmt_spread(us["memory"], 1),
                 common.fmt_spread(us["durable"]),
                 common.fmt_spread(us["floor"]),
+                common.fmt_spread(us["raw"]),
+                common.fmt_spread(us["raw_autocommit"]),
                 common.fmt_spread(r["ratio_to_floor"], 2),
+                common.fmt_spread(r["ratio_to_raw_floor"], 2),
+                common.fmt_spread(r["ratio_to_raw_autocommit_floor"], 2),
                 common.fmt_spread(r["overhead_ratio_to_floor"], 2),
-                f"{us['durable_cpu']['median']:.0f} / {us['floor_cpu']['median']:.0f}",
+                common.fmt_spread(r["overhead_ratio_to_raw_floor"], 2),
+                f"{us['durable_cpu']['median']:.0f} / {us['floor_cpu']['median']:.0f}"
+                f" / {us['raw_cpu']['median']:.0f}",
             ]
         )
     common.print_table(
@@ -192,9 +233,14 @@ def main() -> None:
             "in memory us/step",
             "durable us/step",
             "floor us/step",
+            "raw floor us/step",
+            "raw autocommit us/step",
             "durable / floor",
+            "durable / raw floor",
+            "durable / raw autocommit",
             "(durable - memory) / floor",
-            "CPU us/step durable / floor",
+            "(durable - memory) / raw floor",
+            "CPU us/step durable / floor / raw",
         ],
         rows,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,6 +28,11 @@ _RAW_LIMIT = 500
 # The longest tool name or provider call id (the providers' own limits are shorter; the
 # journal's columns hold this many characters).
 MAX_TOOL_NAME = 200
+# The deepest nesting of lists and objects kept in args or an answer. A fixed limit, far
+# inside the interpreter's recursion limit: the parse-time round trip and every later
+# encode and decode of the value (the journal's write, a resume's read) run at different
+# stack depths, and a value accepted at one must never overflow at another.
+MAX_NESTING = 200
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,8 @@ def _call(shape: Mapping[Any, Any]) -> _Parsed | _Unusable:
         return _Unusable("tool 'args' are nested too deeply", name)
     except (TypeError, ValueError) as exc:
         return _Unusable(_cut(f"tool 'args' are not valid JSON: {exc}"), name)
+    if _too_deep(plain_args, len(canonical)):
+        return _Unusable("tool 'args' are nested too deeply", name)
     return (name, plain_args, call_id or None, canonical)
 
 
@@ -262,12 +269,34 @@ def _answer(content: object) -> object:
     if isinstance(content, str) or content is None:
         return content
     try:
-        kept = json.loads(json.dumps(content, allow_nan=False))
+        text = json.dumps(content, allow_nan=False)
+        kept = json.loads(text)
     except RecursionError:
         return _Unusable("a final answer is nested too deeply to be kept")
     except (TypeError, ValueError) as exc:
         return _Unusable(_cut(f"a final answer must be text or JSON data: {exc}"))
+    if _too_deep(kept, len(text)):
+        return _Unusable("a final answer is nested too deeply to be kept")
     return content if kept == content else kept
+
+
+def _too_deep(value: object, length: int) -> bool:
+    """Whether JSON data (`length` characters of JSON text) nests past MAX_NESTING."""
+    if length < 2 * MAX_NESTING:
+        return False  # each level takes two characters at least: the common case, free
+    pending: list[tuple[object, int]] = [(value, 1)]
+    while pending:  # iterative: the point is not to depend on the stack's depth
+        item, depth = pending.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > MAX_NESTING:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _unusable_name(name: str, label: str = "tool 'name'") -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,7 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from runner.clock import SYSTEM, Clock
 from runner.errors import DatabaseUnavailable
-from runner.schema import entries, runs
+from runner.schema import ENTRY_COLUMNS, entries, runs
 
 # `synchronous=FULL` is the default: a commit that survives only a process crash, not a
 # power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
@@ -45,9 +46,12 @@ WAL_SWITCH_RETRY_SECONDS = 0.005
 # Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
 DEFERRED = "sqlite_deferred"
 
-ENTRY_COLUMNS = [column.name for column in entries.columns]
 # The advisory lock key of runner's migrations on PostgreSQL: "runner" in ASCII.
 MIGRATION_LOCK = 0x72756E6E6572
+
+# psycopg's pq.TransactionStatus.IDLE: no transaction open (not imported: SQLite's users
+# never load psycopg).
+_IDLE = 0
 
 # The channel on which a run queued (submitted, answered, given back) is announced.
 WAKE_CHANNEL = "runner_wake"
@@ -91,6 +95,20 @@ class Backend:
         more than 1: the calls of a step of several), the fence's as `fence_*`.
         """
         raise NotImplementedError
+
+    def begin_write(
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
+    ) -> bool:
+        """Begin a journal write on the driver's own cursor (see runner.driver): `execute`
+        runs a statement there.
+
+        True when it switched the driver connection to autocommit (a write of
+        `one_statement`, which is then its own transaction): `end_write` switches it back.
+        """
+        return False
+
+    def end_write(self, dbapi_connection: Any) -> None:
+        """Undo what `begin_write` switched, once the write has ended."""
 
     def read_options(self) -> dict[str, Any]:
         """Execution options for a connection that only reads."""
@@ -211,6 +229,13 @@ class SqliteBackend(Backend):
             .returning(entries.c.seq, flag.scalar_subquery())
         )
 
+    def begin_write(
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
+    ) -> bool:
+        # As the engine's `begin` hook does, without its trip through Connection.execute.
+        execute("BEGIN IMMEDIATE")
+        return False
+
     def is_corrupt(self, exc: BaseException) -> bool:
         # SQLITE_NOTADB: not a database file at all; SQLITE_CORRUPT (and its extended
         # codes): "database disk image is malformed".
@@ -276,6 +301,24 @@ class PostgresBackend(Backend):
             .add_cte(fenced)
             .returning(entries.c.seq, select(fenced.c.cancel_requested).scalar_subquery())
         )
+
+    def begin_write(
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
+    ) -> bool:
+        # psycopg begins a transaction with a BEGIN of its own, a round trip, and COMMIT is
+        # another: one statement (a fenced insert is one CTE) needs neither in autocommit,
+        # where it is its own transaction, committed (and durable) when it returns. Only
+        # between transactions: a write inside an open one joins it, as before.
+        if not one_statement or dbapi_connection.autocommit:
+            return False
+        if dbapi_connection.info.transaction_status != _IDLE:
+            return False
+        dbapi_connection.autocommit = True
+        return True
+
+    def end_write(self, dbapi_connection: Any) -> None:
+        if not dbapi_connection.closed:  # a lost connection is discarded anyway
+            dbapi_connection.autocommit = False
 
     def snapshot_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ"}

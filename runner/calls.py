@@ -37,8 +37,15 @@ def invoke(
         return _await(fn(*args, **kwargs), timeout)
     if timeout is None:
         result = fn(*args, **kwargs)
+        if type(result) in _PLAIN:  # what models and tools return: never awaitable
+            return result
         return _await(result, None) if inspect.isawaitable(result) else result
     return _in_thread(fn, args, kwargs, timeout)
+
+
+# Results that cannot be awaitable: checked by exact type first, since inspect.isawaitable
+# asks the Awaitable ABC, which costs more than the rest of a call's bookkeeping.
+_PLAIN = frozenset({str, dict, list, int, float, bool, type(None)})
 
 
 class Together:

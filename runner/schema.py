@@ -214,3 +214,5 @@ queues = Table(
     Column("updated_at", Timestamp, nullable=False, comment="when the limit was last set"),
     comment="limits of queues; a queue with no row here has no limit",
 )
+# The entries table's columns in order: how a journal row's values are laid out.
+ENTRY_COLUMNS = [column.name for column in entries.columns]

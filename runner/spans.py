@@ -48,19 +48,24 @@ class _NoModelCall:
 _NO_MODEL_CALL = _NoModelCall()
 
 
+# nullcontext holds no state between enter and exit: one of each serves every call.
+_EMPTY: AbstractContextManager[object] = nullcontext()
+_EMPTY_MODEL_CALL: AbstractContextManager[ModelCall] = nullcontext(_NO_MODEL_CALL)
+
+
 class NoSpans:
     """Tracing off: every context is empty."""
 
     def step(self, step: int) -> AbstractContextManager[object]:
-        return nullcontext()
+        return _EMPTY
 
     def model_call(self, step: int) -> AbstractContextManager[ModelCall]:
-        return nullcontext(_NO_MODEL_CALL)
+        return _EMPTY_MODEL_CALL
 
     def tool_call(
         self, step: int, tool: str, key: str, attempt: int
     ) -> AbstractContextManager[object]:
-        return nullcontext()
+        return _EMPTY
 
     def finished(self, result: AgentResult) -> None:
         pass

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner import Agent, Runner, run_agent
+from runner.actions import MAX_NESTING
 
 from .support import TOOLS, Transcript
 
@@ -175,3 +176,48 @@ def test_any_model_output_ends_the_run_finished_with_a_reason(
     assert result.stop_reason is not None
     assert (row.status, row.stop_reason) == ("finished", result.stop_reason)
     assert stored.transcript == result.transcript
+
+
+# -- nesting: refused at parse time by a fixed limit, never later by the stack's depth -------
+
+
+def deep_stack(levels: int, call: Callable[[], Any]) -> Any:
+    """`call()` from `levels` frames further down the stack than here."""
+    return call() if levels == 0 else deep_stack(levels - 1, call)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"type": "final", "content": nested(MAX_NESTING)},
+        {"type": "tool", "name": "search", "args": {"q": nested(MAX_NESTING - 1)}},
+    ],
+    ids=["answer", "args"],
+)
+def test_a_value_at_the_nesting_limit_is_journaled_from_however_deep_a_stack(
+    db_url: str, output: Any
+) -> None:
+    # The parse-time check used to be the interpreter's own RecursionError: a value that
+    # passed it near the limit could overflow when the journal encoded it a few frames
+    # deeper, and the run died with EntryRefused. The fixed limit leaves room for a caller's
+    # deep stack (600 frames here) on top of the journal's own.
+    with Runner(db_url) as runner:
+        run = deep_stack(600, lambda: runner.run(Agent(once(output), TOOLS), "t", id="deep"))
+        stored = runner.get("deep")
+    assert run.stop_reason == "final"
+    assert "InvalidAction" not in str(run.transcript)
+    assert stored.transcript == run.transcript
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"type": "final", "content": nested(MAX_NESTING + 1)},
+        {"type": "tool", "name": "search", "args": {"q": nested(MAX_NESTING)}},
+    ],
+    ids=["answer", "args"],
+)
+def test_one_level_past_the_nesting_limit_is_refused_at_parse_time(output: Any) -> None:
+    result = run_agent(once(output), TOOLS, "t")
+    assert result.transcript[2]["content"].startswith("InvalidAction:")
+    assert "nested too deeply" in result.transcript[2]["content"]

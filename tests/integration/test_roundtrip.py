@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner import fencing, leases, store
+from runner.actions import ActionKind
 from runner.budgets import StopReason
+from runner.clock import utc_now
 from runner.database import open_engine
 from runner.journal import Counters, Entry, EntryKind, Stop
 from runner.owner import this_process
@@ -75,3 +77,13 @@ def test_entries_and_output_round_trip(
         assert store.get_run(engine, run_id).output == output
     finally:
         engine.dispose()
+
+
+def test_an_entry_rows_role_is_its_transcript_messages_role() -> None:
+    # store.entry_row reads the role from a table rather than building the message.
+    for kind in EntryKind:
+        for action_type in (None, *ActionKind):
+            entry = Entry(kind, 1, Counters(), action_type=action_type)
+            message = entry.message()
+            row = store.entry_row("r", 0, 1, entry, utc_now())
+            assert row["role"] == (message["role"] if message else None), (kind, action_type)

@@ -1,0 +1,200 @@
+"""The journal's writes on the driver's own cursor (runner.driver) keep what SQLAlchemy's
+execute gave them: errors raised as SQLAlchemy's, a lost connection reconnected, a fenced-out
+write leaving nothing behind, statements rendered once per dialect whatever the connection,
+and, on PostgreSQL, a one-statement write that is its own transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, event
+from sqlalchemy.exc import IntegrityError
+
+from runner import Runner, driver, fencing, leases, store
+from runner.budgets import StopReason
+from runner.clock import utc_now
+from runner.errors import LeaseLost
+from runner.journal import Counters, Stop
+from runner.schema import entries
+from runner.sqljournal import SqlJournal
+
+from .support import entry_rows, observation, task_entry, tool_action
+
+
+def claimed(runner: Runner, run_id: str) -> leases.Claim:
+    assert store.create_run(
+        runner.engine,
+        run_id=run_id,
+        agent=None,
+        agent_name=None,
+        release=None,
+        task="t",
+        budgets={},
+    )
+    return leases.claim_run(runner.engine, run_id, owner="w:1:1", lease_seconds=60, max_resumes=3)
+
+
+@pytest.fixture
+def runner(db_url: str) -> Iterator[Runner]:
+    with Runner(db_url) as opened:
+        yield opened
+
+
+def in_transaction(connection: Connection) -> bool:
+    """Whether the driver connection beneath `connection` has a transaction open."""
+    raw: Any = connection.connection.dbapi_connection
+    if connection.dialect.name == "sqlite":
+        return bool(raw.in_transaction)
+    return int(raw.info.transaction_status) != 0  # psycopg: 0 is IDLE
+
+
+def test_the_private_sqlalchemy_methods_it_relies_on_are_there() -> None:
+    # runner.driver runs its statements through these (SQLAlchemy's own path for the
+    # statements it runs outside an execution context): an upgrade that drops one must
+    # fail here, by name, not somewhere in a run.
+    for name in ("_cursor_execute", "_commit_impl", "_rollback_impl", "_handle_dbapi_exception"):
+        assert callable(getattr(Connection, name, None)), name
+
+
+def test_a_duplicate_entry_is_sqlalchemys_integrity_error_and_leaves_no_transaction(
+    runner: Runner,
+) -> None:
+    claim = claimed(runner, "dup")
+    with runner.engine.connect() as connection:
+        fencing.append_entry(connection, "dup", claim.epoch, 0, task_entry("t"), None, 60)
+        with pytest.raises(IntegrityError):  # SqlJournal's retry tells a lost answer by it
+            fencing.append_entry(connection, "dup", claim.epoch, 0, task_entry("t"), None, 60)
+        assert not in_transaction(connection)
+        # The connection goes on writing.
+        action = tool_action("dup", 1, "add", {"a": 1}, Counters())
+        fencing.append_entry(connection, "dup", claim.epoch, 1, action, None, 60)
+    assert [r["seq"] for r in entry_rows(runner.engine, "dup")] == [0, 1]
+
+
+def test_a_fenced_out_write_writes_nothing_and_leaves_no_transaction(runner: Runner) -> None:
+    claim = claimed(runner, "fenced")
+    with runner.engine.connect() as connection:
+        fencing.append_entry(connection, "fenced", claim.epoch, 0, task_entry("t"), None, 60)
+        action = tool_action("fenced", 1, "add", {"a": 1}, Counters())
+        with pytest.raises(LeaseLost):
+            fencing.append_entry(connection, "fenced", claim.epoch + 1, 1, action, None, 60)
+        assert not in_transaction(connection)
+    assert [r["seq"] for r in entry_rows(runner.engine, "fenced")] == [0]
+
+
+def test_a_write_after_its_connection_was_invalidated_reconnects(runner: Runner) -> None:
+    claim = claimed(runner, "again")
+    journal = SqlJournal(runner.engine, claim, lease_seconds=60)
+    try:
+        journal.append(task_entry("t"))
+        statement = fencing._fenced_insert(runner.engine.dialect, 1)
+        before = journal.connection.connection.dbapi_connection
+        journal.connection.invalidate()  # as SQLAlchemy does when it sees the server gone
+        action = tool_action("again", 1, "add", {"a": 1}, Counters(steps=1))
+        journal.append(action)
+        journal.append(observation(action, "3"))
+        after = journal.connection.connection.dbapi_connection
+        # A new driver connection, and the statement rendered once is still the one used.
+        assert after is not before
+        assert fencing._fenced_insert(runner.engine.dialect, 1) is statement
+    finally:
+        journal.connection.close()
+    assert [r["kind"] for r in entry_rows(runner.engine, "again")] == [
+        "task",
+        "action",
+        "observation",
+    ]
+
+
+def test_statements_are_rendered_once_per_dialect() -> None:
+    with Runner("sqlite://") as first, Runner("sqlite://") as second:
+        built: list[int] = []
+
+        def build() -> Any:
+            built.append(1)
+            return entries.select()
+
+        one = driver.prepared(first.engine.dialect, "test-select", build)
+        again = driver.prepared(first.engine.dialect, "test-select", build)
+        other = driver.prepared(second.engine.dialect, "test-select", build)
+    assert one is again and other is not one
+    assert len(built) == 2  # once for each engine's dialect
+
+
+def test_listeners_hear_every_statement_and_commit_and_silence_costs_nothing_of_them(
+    runner: Runner,
+) -> None:
+    claim = claimed(runner, "heard")
+    statements: list[str] = []
+    commits: list[int] = []
+
+    def on_statement(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        statements.append(statement)
+
+    def on_commit(_conn: Any) -> None:
+        commits.append(1)
+
+    with runner.engine.connect() as connection:
+        fencing.append_entry(connection, "heard", claim.epoch, 0, task_entry("t"), None, 60)
+        assert statements == [] and commits == []  # nobody listened: nothing was told
+        event.listen(runner.engine, "before_cursor_execute", on_statement)
+        event.listen(runner.engine, "commit", on_commit)
+        try:
+            action = tool_action("heard", 1, "add", {"a": 1}, Counters())
+            fencing.append_entry(connection, "heard", claim.epoch, 1, action, None, 60)
+        finally:
+            event.remove(runner.engine, "before_cursor_execute", on_statement)
+            event.remove(runner.engine, "commit", on_commit)
+    inserts = [s for s in statements if s.lstrip().startswith(("INSERT", "WITH"))]
+    assert len(inserts) == 1 and commits == [1]
+    if runner.engine.dialect.name == "sqlite":
+        assert statements[0] == "BEGIN IMMEDIATE"
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_on_postgres_a_one_statement_write_is_its_own_transaction(runner: Runner) -> None:
+    claim = claimed(runner, "one")
+    with runner.engine.connect() as connection:
+        raw: Any = connection.connection.dbapi_connection
+        server_pid = raw.info.backend_pid
+        fencing.append_entry(connection, "one", claim.epoch, 0, task_entry("t"), None, 60)
+        # Committed when the statement returned: another session sees the row at once.
+        assert [r["seq"] for r in entry_rows(runner.engine, "one")] == [0]
+        # The connection is as the pool expects it again: no autocommit, no transaction.
+        assert raw.autocommit is False and not in_transaction(connection)
+        assert raw.info.backend_pid == server_pid
+        # A write with the run's stop is two statements, in one transaction.
+        stop = Stop(StopReason.FINAL, output="done")
+        final = tool_action("one", 1, "add", {"a": 1}, Counters())
+        fencing.append_entry(connection, "one", claim.epoch, 1, final, stop, 60)
+        assert raw.autocommit is False and not in_transaction(connection)
+    row = runner.row("one")
+    assert (row.status, row.stop_reason, row.output) == ("finished", "final", "done")
+
+
+def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runner) -> None:
+    dialect = runner.engine.dialect
+    positional = fencing._positional(dialect)
+    if dialect.name != "sqlite":
+        assert positional is None  # named binds (psycopg): the general path only
+        return
+    assert positional is not None
+    statement = fencing._fenced_insert(dialect, 1)
+    at = utc_now()
+    fence = fencing._fence(dialect, "r", 3, at, 60)
+    action = tool_action("r", 1, "add", {"a": 1, "é": [None, 2.5]}, Counters(1, 2**70, 1e308))
+    entries = [
+        task_entry("t\x00\ud800 NUL and a lone surrogate"),
+        action,
+        replace(observation(action, "3 ✓"), is_error=True, attempt=2, call_id="call-1"),
+        replace(task_entry("x"), content={"json": [1, "two"]}, cost=float("inf")),
+    ]
+    for seq, entry in enumerate(entries):
+        general = statement.parameters(fencing._rows("r", 3, seq, (entry,), fence, at))
+        fast = positional.parameters(store.entry_values("r", seq, 3, entry, at), fence)
+        assert fast == general, entry
