@@ -72,7 +72,9 @@ def test_a_listener_that_loses_its_connection_listens_again(pg_url: str) -> None
             killed = connection.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE query LIKE 'LISTEN runner_wake%' AND pid <> pg_backend_pid()"
+                    # This database only: another test process's listener is not this one.
+                    "WHERE query LIKE 'LISTEN runner_wake%' AND pid <> pg_backend_pid() "
+                    "AND datname = current_database()"
                 )
             ).all()
         assert len(killed) == 1
