@@ -394,7 +394,12 @@ class DatabaseClock:
         return self._offset
 
     def _measure(self, now: float) -> None:
-        with self._lock:
+        # Once there is an offset, one thread measures and the others go on with the last
+        # one: a thread may ask the time while it holds a pooled connection, and threads
+        # queued here holding theirs could leave a small pool none to measure with.
+        if not self._lock.acquire(blocking=self._offset is None):
+            return
+        try:
             if self._offset is not None and abs(now - self._measured_at) <= self.refresh:
                 return  # another thread measured meanwhile
             try:
@@ -411,3 +416,5 @@ class DatabaseClock:
             middle = (before + after) / 2
             self._offset = server.astimezone(UTC).timestamp() - middle
             self._measured_at = after
+        finally:
+            self._lock.release()

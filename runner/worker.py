@@ -29,10 +29,10 @@ from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from runner import leases
+from runner import leases, pooling
 from runner.agent import Agent, load_agent
 from runner.backoff import Backoff
-from runner.database import damaged
+from runner.database import damaged, resolve_url
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import (
     AgentLoadError,
@@ -43,6 +43,7 @@ from runner.errors import (
     first_line,
 )
 from runner.journal import Entry
+from runner.pooling import choose_pool
 from runner.status import RunStatus
 from runner.urls import redact_url
 from runner.wakeup import Wakeup
@@ -66,11 +67,19 @@ class Worker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         max_resumes: int = DEFAULT_MAX_RESUMES,
         once: bool = False,
+        connections: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        # The pool, from the concurrency and what the database can spare (at most
+        # `connections`): runs hold a connection only while they write.
+        self.pool = choose_pool(resolve_url(url), concurrency, cap=connections)
         self.runner = Runner(
-            url, lease_seconds=lease_seconds, max_resumes=max_resumes, observer=self._progressed
+            url,
+            lease_seconds=lease_seconds,
+            max_resumes=max_resumes,
+            observer=self._progressed,
+            connections=self.pool.size,
         )
         self.concurrency = concurrency
         self.poll = poll
@@ -112,6 +121,7 @@ class Worker:
             f"worker {self.name} serving {redact_url(self.runner.engine.url)}"
             + (" (woken by NOTIFY)" if listening else ""),
         )
+        self._log(logging.INFO, self.pool.describe(self.concurrency))
         try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
                 try:
@@ -162,15 +172,8 @@ class Worker:
         now = time.monotonic()
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
-            claim = leases.claim_next(
-                self.runner.engine,
-                owner=self.name,
-                lease_seconds=self.runner.lease_seconds,
-                max_resumes=self.runner.max_resumes,
-                skip_agents=skip,
-                suspects=not self._active,
-                clock=self.runner.clock,
-            )
+            with pooling.writing(self.runner.engine):
+                claim = self._claim_next(skip)
         except SQLAlchemyError as exc:
             corrupt = damaged(self.runner.engine.url, exc)
             if corrupt is not None:
@@ -201,6 +204,17 @@ class Worker:
         self._active[run.id] = future
         future.add_done_callback(lambda _: self._wake.set())
         return True
+
+    def _claim_next(self, skip: list[str]) -> leases.Claim | None:
+        return leases.claim_next(
+            self.runner.engine,
+            owner=self.name,
+            lease_seconds=self.runner.lease_seconds,
+            max_resumes=self.runner.max_resumes,
+            skip_agents=skip,
+            suspects=not self._active,
+            clock=self.runner.clock,
+        )
 
     # -- one run --------------------------------------------------------------------------
 
@@ -267,9 +281,10 @@ class Worker:
 
     def _release(self, claim: leases.Claim, error: str | None) -> None:
         try:
-            leases.release_run(
-                self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
-            )
+            with pooling.writing(self.runner.engine):
+                leases.release_run(
+                    self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
+                )
         except SQLAlchemyError as exc:
             self._log(
                 logging.WARNING,
