@@ -10,7 +10,7 @@ real model's latency, for `--calls` calls (three tool calls, then the answer). T
 
 Reported, per repetition: the wall time from starting the worker process to its exit
 (start-up included) and the window from the first claim to the last finish (the runs' own
-timestamps); the peak number of runs in flight (claimed and not yet finished, from those
+timestamps); the worker process's CPU time (all its threads); the peak number of runs in flight (claimed and not yet finished, from those
 timestamps); the peak number of database connections the worker process held, sampled
 every 10 ms (PostgreSQL: the backends connected to the scratch database, which nothing but
 the worker uses meanwhile; SQLite: the worker's open file descriptors on the database file,
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -146,11 +147,14 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
         else:
             probe, close = postgres_connections(url)
         try:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             with Peak(probe) as connections:
                 code = worker.wait(timeout=600)
             wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
         finally:
             close()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = log.read_text()
     log.unlink()
     if code != 0:
@@ -173,6 +177,7 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
         "concurrency": concurrency,
         "submit_seconds": submit_seconds,
         "wall_seconds": wall,
+        "worker_cpu_seconds": cpu,
         "window_seconds": (last - first).total_seconds(),
         "peak_in_flight": in_flight(spans),
         "peak_connections": connections.peak,
@@ -212,6 +217,7 @@ def main() -> None:
             "first claim to last finish s",
             "peak runs in flight",
             "peak connections",
+            "worker CPU s",
             "submit s",
             "the worker's pool",
         ],
@@ -223,6 +229,7 @@ def main() -> None:
                 f"{r['window_seconds']:.1f}",
                 r["peak_in_flight"],
                 r["peak_connections"],
+                f"{r['worker_cpu_seconds']:.1f}",
                 f"{r['submit_seconds']:.1f}",
                 r["pool"],
             ]

@@ -66,7 +66,9 @@ class SqlJournal:
         self.epoch = claim.epoch
         self.lease_seconds = lease_seconds
         self.observer = observer
-        journal = store.load_entries(engine, self._run_id)
+        # A run claimed with nothing recorded (most claims of a busy queue) has nothing to
+        # read: the claim counted its entries in its own transaction.
+        journal = store.load_entries(engine, self._run_id) if claim.next_seq else []
         self._recorded = [entry for entry, _ in journal]
         # Per step, the epoch since which its call may have been tried, and by how many
         # claims already: its action's writer tried it once; after a person's answer (the

@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import FrameType
@@ -88,6 +89,7 @@ class Worker:
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._active: dict[str, Future[None]] = {}
+        self._ended: deque[str] = deque()  # appended from the runs' threads as they end
         # Suspects (taken over with no new journal entry since their previous claim) run
         # with no other run beside them until they write one: if a suspect kills this
         # worker, no innocent run dies with it and gets counted towards crash_loop.
@@ -154,10 +156,12 @@ class Worker:
             self._wake.wait(self._db_wait or self.poll)
 
     def _reap(self) -> None:
-        for run_id, future in list(self._active.items()):
-            if future.done():
-                del self._active[run_id]
-                self._alone.discard(run_id)
+        # The runs that ended since the last look (told by their futures): a worker with a
+        # thousand runs in flight does not look through all of them at every claim.
+        while self._ended:
+            run_id = self._ended.popleft()
+            self._active.pop(run_id, None)
+            self._alone.discard(run_id)
 
     def _progressed(self, run_id: str, _entry: Entry) -> None:
         # Called after each journal commit, on the thread that made it (the run's, or a
@@ -200,10 +204,16 @@ class Worker:
                 run.id,
             )
             self._alone.add(run.id)  # before it starts, so its first entry is seen
-        future = pool.submit(self._execute, claim)
-        self._active[run.id] = future
-        future.add_done_callback(lambda _: self._wake.set())
+        self._active[run.id] = pool.submit(self._execute_and_tell, claim)
         return True
+
+    def _execute_and_tell(self, claim: leases.Claim) -> None:
+        try:
+            self._execute(claim)
+        finally:
+            # Before the future is done: whoever waits for it finds the run ended at once.
+            self._ended.append(claim.run.id)
+            self._wake.set()
 
     def _claim_next(self, skip: list[str]) -> leases.Claim | None:
         return leases.claim_next(
