@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, create_engine, event, text
 
-from runner import Agent, AgentResult, Runner, leases, pooling, store
+from runner import Agent, AgentResult, Runner, backend, leases, pooling, store
 from runner.agent import load_agent
 from runner.clock import ManualClock, utc_now
 from runner.database import open_engine
@@ -200,3 +200,32 @@ def test_sqlite_writes_of_a_process_take_one_lock_per_file(tmp_path: Path) -> No
     finally:
         for engine in (first, same_file, other_file):
             engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_connection_is_pinged_only_after_sitting_idle(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = open_engine(db_url)
+    pings: list[int] = []
+    ping = engine.dialect.do_ping
+    monkeypatch.setattr(engine.dialect, "do_ping", lambda c: pings.append(1) or ping(c))
+    try:
+        for _ in range(5):  # back to back, as a run's writes are: no round trip of a ping
+            with engine.connect() as connection:
+                pid = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        assert pings == []
+        # Idle past the limit, and closed by the server meanwhile: pinged, found dead,
+        # replaced by a new connection before the statement runs.
+        monkeypatch.setattr(backend, "PING_AFTER_IDLE_SECONDS", 0.0)
+        admin = create_engine(db_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            connection.execute(text(f"SELECT pg_terminate_backend({pid})"))
+        admin.dispose()
+        with engine.connect() as connection:
+            again = connection.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+        assert pings and again != pid
+    finally:
+        engine.dispose()
