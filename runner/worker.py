@@ -89,7 +89,8 @@ class Worker:
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._active: dict[str, Future[None]] = {}
-        self._ended: deque[str] = deque()  # appended from the runs' threads as they end
+        self._epochs: dict[str, int] = {}  # the epoch of each run's claim in _active
+        self._ended: deque[tuple[str, int]] = deque()  # (run id, epoch) of claims that ended
         # Suspects (taken over with no new journal entry since their previous claim) run
         # with no other run beside them until they write one: if a suspect kills this
         # worker, no innocent run dies with it and gets counted towards crash_loop.
@@ -159,9 +160,12 @@ class Worker:
         # The runs that ended since the last look (told by their futures): a worker with a
         # thousand runs in flight does not look through all of them at every claim.
         while self._ended:
-            run_id = self._ended.popleft()
-            self._active.pop(run_id, None)
-            self._alone.discard(run_id)
+            run_id, epoch = self._ended.popleft()
+            # Only the claim that ended: the run may have been claimed again meanwhile (a
+            # person's answer queued it the moment it began to wait).
+            if self._epochs.get(run_id) == epoch:
+                del self._active[run_id], self._epochs[run_id]
+                self._alone.discard(run_id)
 
     def _progressed(self, run_id: str, _entry: Entry) -> None:
         # Called after each journal commit, on the thread that made it (the run's, or a
@@ -204,6 +208,7 @@ class Worker:
                 run.id,
             )
             self._alone.add(run.id)  # before it starts, so its first entry is seen
+        self._epochs[run.id] = claim.epoch
         self._active[run.id] = pool.submit(self._execute_and_tell, claim)
         return True
 
@@ -212,7 +217,7 @@ class Worker:
             self._execute(claim)
         finally:
             # Before the future is done: whoever waits for it finds the run ended at once.
-            self._ended.append(claim.run.id)
+            self._ended.append((claim.run.id, claim.epoch))
             self._wake.set()
 
     def _claim_next(self, skip: list[str]) -> leases.Claim | None:
