@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from runner.database import open_engine
+from runner.errors import DatabaseUnavailable, first_line
+from runner.urls import redact_url
 
 # A worker's pool on PostgreSQL: at most this many connections, and at most a fifth of what
 # the server has free (others' workers, the page and psql need theirs too).
@@ -58,7 +61,13 @@ def choose_pool(url: str, concurrency: int, cap: int | None = None) -> PoolChoic
     engine = open_engine(url, pool=False)
     try:
         if engine.dialect.name == "postgresql":
-            free, reason = _postgres_room(engine)
+            try:
+                free, reason = _postgres_room(engine)
+            except SQLAlchemyError as exc:
+                # As when the runner itself cannot connect: a worker waits for its database.
+                raise DatabaseUnavailable(
+                    f"cannot open {redact_url(engine.url)}: {first_line(exc)}"
+                ) from None
             size = min(needed, POSTGRES_POOL_CAP, max(POOL_FLOOR, free // POSTGRES_SHARE))
         else:
             size, reason = min(needed, SQLITE_POOL_CAP), "SQLite: writes take turns"
