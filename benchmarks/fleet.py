@@ -10,12 +10,16 @@ real model's latency, for `--calls` calls (three tool calls, then the answer). T
 
 Reported, per repetition: the wall time from starting the worker process to its exit
 (start-up included) and the window from the first claim to the last finish (the runs' own
-timestamps); the worker process's CPU time (all its threads); the peak number of runs in flight (claimed and not yet finished, from those
-timestamps); the peak number of database connections the worker process held, sampled
-every 10 ms (PostgreSQL: the backends connected to the scratch database, which nothing but
-the worker uses meanwhile; SQLite: the worker's open file descriptors on the database file,
-one per connection); and the pool the worker chose (its start-up line). "floor" is calls x
-sleep: what the model's latency alone allows a run.
+timestamps); the worker process's CPU time (all its threads); the peak number of runs in
+flight (claimed and not yet finished, from those timestamps); the peak number of database
+connections the worker process held, sampled every 10 ms (PostgreSQL: the backends
+connected to the scratch database, which nothing but the worker uses meanwhile; SQLite: the
+worker's open file descriptors on the database file, one per connection); and the pool the
+worker chose (its start-up line). "floor" is calls x sleep: what the model's latency alone
+allows a run. Beside them, what the database allowed: the drain's commits (one per journal
+entry, one per claim), the time of one commit measured right after it on the same database
+(300 single-row commits into a table like `entries`), and their product, the time those
+commits take one after another, which binds a SQLite file (one writer at a time).
 """
 
 from __future__ import annotations
@@ -34,11 +38,12 @@ from typing import Any
 
 import common
 import fakes
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, func, insert, select, text
 from sqlalchemy.pool import NullPool
 
 from runner import Runner
-from runner.schema import runs
+from runner.database import open_engine
+from runner.schema import entries, runs
 
 RUNNER = Path(sys.executable).parent / "runner"
 SAMPLE_SECONDS = 0.01
@@ -119,6 +124,23 @@ def sqlite_connections(pid: int, database: Path) -> Callable[[], int]:
     return probe
 
 
+def commit_latency(url: str, run_id: str, commits: int = 300) -> float:
+    """Milliseconds per commit of one entries row, one after another (the floor table, on
+    an engine with runner's settings): right after the drain, on the same database."""
+    engine = open_engine(url)
+    table = common.create_floor(engine)
+    rows = common.entry_rows(engine, run_id)
+    statement = insert(table)
+    with engine.connect() as connection:
+        started = time.perf_counter()
+        for seq in range(commits):
+            with connection.begin():
+                connection.execute(statement, {**rows[seq % len(rows)], "seq": seq})
+        elapsed = time.perf_counter() - started
+    engine.dispose()
+    return elapsed / commits * 1000
+
+
 def in_flight(spans: list[tuple[datetime, datetime]]) -> int:
     """The most runs claimed and not yet finished at one moment."""
     events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
@@ -163,12 +185,18 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
     engine = create_engine(url, poolclass=NullPool)
     with engine.connect() as connection:
         rows = connection.execute(
-            select(runs.c.leased_at, runs.c.finished_at, runs.c.stop_reason, runs.c.steps)
+            select(
+                runs.c.id, runs.c.leased_at, runs.c.finished_at, runs.c.stop_reason, runs.c.steps
+            )
         ).all()
+        written = connection.execute(select(func.count()).select_from(entries)).scalar_one()
     engine.dispose()
+    first_run = rows[0].id
     finished = [r for r in rows if r.stop_reason == "final" and r.steps == options.calls]
     if len(finished) != options.runs:
         raise SystemExit(f"only {len(finished)} of {options.runs} runs finished as asked")
+    commits = written + len(rows)  # one per entry written, and one per claim
+    commit_ms = commit_latency(url, first_run)
     spans = [(r.leased_at, r.finished_at) for r in rows]
     first = min(start for start, _ in spans)
     last = max(end for _, end in spans)
@@ -179,6 +207,9 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
         "wall_seconds": wall,
         "worker_cpu_seconds": cpu,
         "window_seconds": (last - first).total_seconds(),
+        "commits": commits,
+        "commit_ms": commit_ms,
+        "serial_commit_seconds": commits * commit_ms / 1000,
         "peak_in_flight": in_flight(spans),
         "peak_connections": connections.peak,
         "connection_samples": connections.samples,
@@ -218,6 +249,9 @@ def main() -> None:
             "peak runs in flight",
             "peak connections",
             "worker CPU s",
+            "commits",
+            "commit ms",
+            "commits one after another s",
             "submit s",
             "the worker's pool",
         ],
@@ -230,6 +264,9 @@ def main() -> None:
                 r["peak_in_flight"],
                 r["peak_connections"],
                 f"{r['worker_cpu_seconds']:.1f}",
+                r["commits"],
+                f"{r['commit_ms']:.2f}",
+                f"{r['serial_commit_seconds']:.1f}",
                 f"{r['submit_seconds']:.1f}",
                 r["pool"],
             ]
