@@ -88,3 +88,21 @@ def approval_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
 
 approval_agent = Agent(approval_model, {"pay": pay}, name="approvals-bench")
 APPROVAL_REF = f"{Path(__file__).resolve()}:approval_agent"
+
+
+# benchmarks/fleet.py: a model that waits like a real one. The task "4:1.0" asks for four
+# model calls of 1.0 s each: three tool calls (`echo`), then the answer.
+def waiting_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    calls, _, seconds = str(transcript[0]["content"]).partition(":")
+    time.sleep(float(seconds))
+    done = (len(transcript) - 1) // 2
+    if done >= int(calls) - 1:
+        return {"type": "final", "content": f"done after {done} tool calls"}
+    return {"type": "tool", "name": "echo", "args": {"i": done}}
+
+
+def make_waiting_agent() -> Agent:
+    return Agent(waiting_model, {"echo": echo}, name="fleet-bench", ref=WAITING_REF, **UNLIMITED)
+
+
+WAITING_REF = f"{Path(__file__).resolve()}:make_waiting_agent"

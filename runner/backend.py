@@ -32,7 +32,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, Connection
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
 from runner.clock import SYSTEM, Clock
 from runner.errors import DatabaseUnavailable
@@ -43,6 +43,8 @@ from runner.schema import ENTRY_COLUMNS, entries, runs
 SYNCHRONOUS_MODES = ("full", "normal")
 BUSY_TIMEOUT_MS = 30_000
 WAL_SWITCH_RETRY_SECONDS = 0.005
+# A pooled PostgreSQL connection idle longer than this is pinged before it is used again.
+PING_AFTER_IDLE_SECONDS = 1.0
 # Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
 DEFERRED = "sqlite_deferred"
 
@@ -263,7 +265,9 @@ class PostgresBackend(Backend):
     notifies = True
 
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
-        return create_engine(url, pool_pre_ping=True, **kwargs)
+        engine = create_engine(url, **kwargs)
+        _ping_after_idle(engine)
+        return engine
 
     def read_only_engine(self, url: URL) -> Engine:
         engine = self.create_engine(url, {})
@@ -380,6 +384,32 @@ class _PostgresListening:
         self.connection.close()
 
 
+def _ping_after_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use only if it sat idle for a while.
+
+    A run checks a connection out for each journal write, a few milliseconds after the last
+    one came back: pinging each (SQLAlchemy's pool_pre_ping) would add a round trip to every
+    write. A connection idle for longer, which a server restart or an idle timeout may have
+    closed, is pinged and replaced if dead; one that broke in the last second fails its
+    statement, and the journal's write tries again on a new connection.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def idle_from(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool discards this connection and checks out another (a new one).
+            raise DisconnectionError(f"a pooled connection was dead: {exc}") from exc
+
+
 _BACKENDS: dict[str, Backend] = {"sqlite": SqliteBackend(), "postgresql": PostgresBackend()}
 
 
@@ -447,7 +477,12 @@ class DatabaseClock:
         return self._offset
 
     def _measure(self, now: float) -> None:
-        with self._lock:
+        # Once there is an offset, one thread measures and the others go on with the last
+        # one: a thread may ask the time while it holds a pooled connection, and threads
+        # queued here holding theirs could leave a small pool none to measure with.
+        if not self._lock.acquire(blocking=self._offset is None):
+            return
+        try:
             if self._offset is not None and abs(now - self._measured_at) <= self.refresh:
                 return  # another thread measured meanwhile
             try:
@@ -464,3 +499,5 @@ class DatabaseClock:
             middle = (before + after) / 2
             self._offset = server.astimezone(UTC).timestamp() - middle
             self._measured_at = after
+        finally:
+            self._lock.release()

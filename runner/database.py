@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from sqlalchemy import Connection, Engine, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, QueuePool
 
 from runner.backend import backend_for
 from runner.defaults import DEFAULT_URL, URL_VARIABLE
@@ -47,12 +47,21 @@ def _parsed(url: str | None) -> URL:
     return parsed
 
 
-def open_engine(url: str | None = None, *, pool: bool = True) -> Engine:
-    """An engine for `url` (or RUNNER_DATABASE_URL, or ./runner.db) with runner's hooks."""
+def open_engine(
+    url: str | None = None, *, pool: bool = True, pool_size: int | None = None
+) -> Engine:
+    """An engine for `url` (or RUNNER_DATABASE_URL, or ./runner.db) with runner's hooks.
+
+    `pool_size`: at most that many connections, all kept (a worker's pool); else
+    SQLAlchemy's default pool (5, and 10 more while busy).
+    """
     parsed = _parsed(url)
     kwargs: dict[str, Any] = {}
     if not pool:
         kwargs["poolclass"] = NullPool
+    elif pool_size is not None and parsed.database not in (None, "", ":memory:"):
+        # Checking out waits for a connection given back rather than opening one more.
+        kwargs.update(poolclass=QueuePool, pool_size=pool_size, max_overflow=0)
     try:
         return backend_for(parsed.get_backend_name()).create_engine(parsed, kwargs)
     except (ArgumentError, ImportError) as exc:
@@ -80,10 +89,10 @@ def open_read_only(url: str | None = None) -> Engine:
     return engine
 
 
-def connect(url: str | None = None) -> Engine:
+def connect(url: str | None = None, *, pool_size: int | None = None) -> Engine:
     """An engine for `url` whose schema is at head: a brand-new SQLite file is migrated,
     any other database must have been upgraded (`ensure_schema`)."""
-    engine = open_engine(url)
+    engine = open_engine(url, pool_size=pool_size)
     try:
         ensure_schema(engine)
     except BaseException:

@@ -20,6 +20,7 @@ from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re
 from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
 from runner.delays import start_time
 from runner.errors import AgentLoadError, LeaseHeld, RunnerError, RunWaiting
+from runner.heartbeat import Heartbeat
 from runner.ids import new_run_id
 from runner.journal import Counters, Entry, transcript_of
 from runner.owner import local_prefix, this_process
@@ -56,9 +57,12 @@ class Runner:
         clock: Clock | None = None,
         heartbeat_seconds: float | None = None,
         tracer_provider: Any = None,
+        connections: int | None = None,
     ) -> None:
         self.url = resolve_url(url)
-        self.engine = connect(self.url)
+        # `connections`: the most this runner holds at once (a worker's pool); a run holds
+        # one only while it writes, so far fewer than runs in flight serve them.
+        self.engine = connect(self.url, pool_size=connections)
         self.lease_seconds = lease_seconds
         self.max_resumes = max_resumes
         self.observer = observer
@@ -70,8 +74,17 @@ class Runner:
         self.clock = (
             clock if clock is not None else backend_for(self.engine.dialect.name).clock(self.engine)
         )
+        # One heartbeat for every run this runner executes: one statement a beat renews
+        # all their leases (a third of the lease apart unless `heartbeat_seconds`).
+        self.heartbeat = Heartbeat(
+            self.engine,
+            lease_seconds=lease_seconds,
+            interval=heartbeat_seconds or lease_seconds / 3,
+            clock=self.clock,
+        )
 
     def close(self) -> None:
+        self.heartbeat.close()
         self.engine.dispose()
 
     def __enter__(self) -> Runner:
@@ -408,7 +421,7 @@ class Runner:
             lease_seconds=self.lease_seconds,
             observer=self.observer,
             clock=self.clock,
-            heartbeat_seconds=self.heartbeat_seconds,
+            heartbeat=self.heartbeat,
         )
         spans = run_trace(
             run.id,

@@ -1,26 +1,30 @@
-"""The durable journal: the loop's writes as fenced SQL transactions, plus the heartbeat.
+"""The durable journal: the loop's writes as fenced SQL transactions, and its lease.
 
-The calls of a step of several record their observations from their own threads as they
-end: writes take a lock, so one connection serves them one at a time.
+A run holds a database connection only while it writes: each write checks one out of the
+engine's pool and gives it back at its commit, so a worker's runs waiting for their models
+hold none (a thousand of them share a handful). The calls of a step of several record their
+observations from their own threads as they end: a run's writes take its lock, one at a
+time. The lease is renewed by the runner's one heartbeat (runner.heartbeat), beside every
+other lease the process holds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 
-from runner import fencing, leases, store
+from runner import fencing, leases, pooling, store
 from runner.backend import backend_for
 from runner.backoff import Backoff
 from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock
 from runner.errors import EntryRefused, LeaseLost, describe
 from runner.faults import fault
+from runner.heartbeat import Heartbeat
 from runner.journal import Counters, Entry, EntryKind, Stop
 from runner.storage_errors import refused, transient
 
@@ -45,16 +49,26 @@ class SqlJournal:
         observer: Observer | None = None,
         clock: Clock = SYSTEM,
         heartbeat_seconds: float | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.engine = engine
         self.clock = clock
-        # Real seconds between beats (a third of the lease unless a test wants it faster).
-        self.heartbeat_seconds = heartbeat_seconds or lease_seconds / 3
+        # The runner's heartbeat, shared by all its leases; else one of this journal's own
+        # (real seconds between beats: a third of the lease unless a test wants it faster).
+        self._own_heartbeat = heartbeat is None
+        self.heartbeat = heartbeat or Heartbeat(
+            engine,
+            lease_seconds=lease_seconds,
+            interval=heartbeat_seconds or lease_seconds / 3,
+            clock=clock,
+        )
         self._run_id = claim.run.id
         self.epoch = claim.epoch
         self.lease_seconds = lease_seconds
         self.observer = observer
-        journal = store.load_entries(engine, self._run_id)
+        # A run claimed with nothing recorded (most claims of a busy queue) has nothing to
+        # read: the claim counted its entries in its own transaction.
+        journal = store.load_entries(engine, self._run_id) if claim.next_seq else []
         self._recorded = [entry for entry, _ in journal]
         # Per step, the epoch since which its call may have been tried, and by how many
         # claims already: its action's writer tried it once; after a person's answer (the
@@ -71,15 +85,11 @@ class SqlJournal:
         # Every write reports the run's cancel flag: the loop's check before each model call
         # costs no query of its own.
         self._cancel = claim.run.cancel_requested
-        # One connection for the run's writes: no pool checkout (or ping) per step.
-        self.connection = engine.connect()
         self._writing = threading.Lock()
         self.lost = threading.Event()
         # When the lease was last surely renewed: a write that failed on a lost connection is
         # tried again only while the lease lasts.
         self._renewed_at = clock.time()
-        self._stop_heartbeat = threading.Event()
-        self._heartbeat: threading.Thread | None = None
 
     @property
     def run_id(self) -> str:
@@ -136,10 +146,36 @@ class SqlJournal:
         retried = False
         while True:
             try:
-                if self.connection.closed:  # closed after a lost connection: open anew
-                    self.connection = self.engine.connect()
-                cancel = fencing.append_entries(
-                    self.connection,
+                cancel = self._commit(entries, stop, parking, retried)
+            except (LeaseLost, IntegrityError):
+                raise
+            except Exception as exc:
+                if refused(exc):
+                    self._give_up(entries[0], exc)
+                if not transient(exc) or not self._lease_has(backoff.current * 2 + 1):
+                    raise
+                # The pool has discarded the broken connection: the next try checks out
+                # another (a new one if need be), after a wait outside any lock.
+                self.clock.sleep(backoff.next())
+                retried = True
+                continue
+            if backend_for(self.engine.dialect.name).writes_renew_lease:
+                # The write renewed the lease if a third of it was spent.
+                self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
+            return cancel
+
+    def _commit(
+        self,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        parking: fencing.Parking | None,
+        retried: bool,
+    ) -> bool:
+        """One try: a connection from the pool for this write only, given back at once."""
+        with pooling.writing(self.engine), self.engine.connect() as connection:
+            try:
+                return fencing.append_entries(
+                    connection,
                     self._run_id,
                     self.epoch,
                     self.seq,
@@ -149,61 +185,41 @@ class SqlJournal:
                     self.clock,
                     parking,
                 )
-            except LeaseLost:
-                raise
             except IntegrityError:
                 # A retry of a write whose commit did happen (only its answer was lost): its
                 # entries went in together, so the first one tells.
-                written = fencing.entry_written(self.connection, self._run_id, self.seq, self.epoch)
+                written = fencing.entry_written(connection, self._run_id, self.seq, self.epoch)
                 if not retried or written is None:
                     raise
-                cancel = written
-            except Exception as exc:
-                if refused(exc):
-                    self._give_up(entries[0], exc)
-                if not transient(exc) or not self._lease_has(backoff.current * 2 + 1):
-                    raise
-                self._disconnect()
-                self.clock.sleep(backoff.next())
-                retried = True
-                continue
-            if backend_for(self.engine.dialect.name).writes_renew_lease:
-                # The write renewed the lease if a third of it was spent.
-                self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
-            return cancel
+                return written
 
     def _lease_has(self, seconds: float) -> bool:
         """Whether the lease surely lasts `seconds` more (with a margin for clock error)."""
         until = self._renewed_at + self.lease_seconds * 0.9
         return self.clock.time() + seconds < until
 
-    def _disconnect(self) -> None:
-        with contextlib.suppress(SQLAlchemyError):  # already broken: the pool discards it
-            self.connection.close()
-
     def _give_up(self, entry: Entry, exc: BaseException) -> NoReturn:
         what = (
             "the model's output" if entry.kind is not EntryKind.OBSERVATION else "a tool's result"
         )
         error = f"{what} at step {entry.step} could not be journaled: {describe(exc)}"
-        self._disconnect()  # the failed statement may have left the connection unusable
-        self.connection = self.engine.connect()
-        fencing.finish_run(
-            self.connection,
-            self._run_id,
-            self.epoch,
-            Stop(StopReason.MODEL_ERROR, error=error),
-            entry.counters,
-            self.clock,
-        )
+        # On a connection of its own: the refused statement's may be unusable.
+        with pooling.writing(self.engine), self.engine.connect() as connection:
+            fencing.finish_run(
+                connection,
+                self._run_id,
+                self.epoch,
+                Stop(StopReason.MODEL_ERROR, error=error),
+                entry.counters,
+                self.clock,
+            )
         raise EntryRefused(f"run {self._run_id} stopped: {error}") from None
 
     def finish(self, stop: Stop, counters: Counters) -> None:
         with self._writing:
             self._check_lease()
-            fencing.finish_run(
-                self.connection, self._run_id, self.epoch, stop, counters, self.clock
-            )
+            with pooling.writing(self.engine), self.engine.connect() as connection:
+                fencing.finish_run(connection, self._run_id, self.epoch, stop, counters, self.clock)
 
     def cancel_requested(self) -> bool:
         self._check_lease()
@@ -222,39 +238,27 @@ class SqlJournal:
         if self.lost.is_set():
             raise LeaseLost(f"run {self._run_id} was taken over by another worker")
 
-    # -- heartbeat ------------------------------------------------------------------------
+    # -- the lease ------------------------------------------------------------------------
 
     def __enter__(self) -> SqlJournal:
-        self._heartbeat = threading.Thread(
-            target=self._beat, name=f"runner-heartbeat-{self._run_id}", daemon=True
-        )
-        self._heartbeat.start()
+        self.heartbeat.hold(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop_heartbeat.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join()
-        self.connection.close()
+        self.heartbeat.drop(self)
+        if self._own_heartbeat:
+            self.heartbeat.close()
 
-    def _beat(self) -> None:
-        """Renew the lease during slow model and tool calls, at a third of its length."""
-        while not self._stop_heartbeat.wait(self.heartbeat_seconds):
-            if not self.beat():
-                return
+    def renewed(self, started: float) -> None:
+        """Told by the heartbeat: a beat that started at `started` renewed the lease."""
+        self._renewed_at = max(self._renewed_at, started)
+
+    def taken_over(self) -> None:
+        """Told by the heartbeat: another worker holds the run; the next write refuses."""
+        self.lost.set()
 
     def beat(self) -> bool:
-        """Renew the lease once; False (and the journal marked lost) once another worker took
-        the run. A database error keeps the lease as it was: it has slack for a blip."""
-        try:
-            started = self.clock.time()
-            renewed = leases.renew_lease(
-                self.engine, self._run_id, self.epoch, self.lease_seconds, self.clock
-            )
-        except SQLAlchemyError:
-            return True
-        if not renewed:
-            self.lost.set()
-        else:
-            self._renewed_at = max(self._renewed_at, started)
-        return renewed
+        """Renew the lease once, now; False (and the journal marked lost) once another worker
+        took the run. A database error keeps the lease as it was: it has slack for a blip."""
+        self.heartbeat.beat([self])
+        return not self.lost.is_set()

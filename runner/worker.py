@@ -23,17 +23,18 @@ import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import FrameType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from runner import leases
+from runner import leases, pooling
 from runner import queues as queue_limits
 from runner.agent import Agent, load_agent
 from runner.backoff import Backoff
-from runner.database import damaged
+from runner.database import damaged, resolve_url
 from runner.durable import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.errors import (
     AgentLoadError,
@@ -44,6 +45,7 @@ from runner.errors import (
     first_line,
 )
 from runner.journal import Entry
+from runner.pooling import choose_pool
 from runner.status import RunStatus
 from runner.urls import redact_url
 from runner.wakeup import Wakeup
@@ -68,13 +70,21 @@ class Worker:
         max_resumes: int = DEFAULT_MAX_RESUMES,
         once: bool = False,
         queues: Sequence[str] | None = None,
+        connections: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         # The queues this worker claims from (None: every queue).
         self.queues = queue_limits.chosen(queues)
+        # The pool, from the concurrency and what the database can spare (at most
+        # `connections`): runs hold a connection only while they write.
+        self.pool = choose_pool(resolve_url(url), concurrency, cap=connections)
         self.runner = Runner(
-            url, lease_seconds=lease_seconds, max_resumes=max_resumes, observer=self._progressed
+            url,
+            lease_seconds=lease_seconds,
+            max_resumes=max_resumes,
+            observer=self._progressed,
+            connections=self.pool.size,
         )
         self.concurrency = concurrency
         self.poll = poll
@@ -83,6 +93,8 @@ class Worker:
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._active: dict[str, Future[None]] = {}
+        self._epochs: dict[str, int] = {}  # the epoch of each run's claim in _active
+        self._ended: deque[tuple[str, int]] = deque()  # (run id, epoch) of claims that ended
         # Suspects (taken over with no new journal entry since their previous claim) run
         # with no other run beside them until they write one: if a suspect kills this
         # worker, no innocent run dies with it and gets counted towards crash_loop.
@@ -117,6 +129,7 @@ class Worker:
             + (f", queues {', '.join(self.queues)}" if self.queues is not None else "")
             + (" (woken by NOTIFY)" if listening else ""),
         )
+        self._log(logging.INFO, self.pool.describe(self.concurrency))
         try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
                 try:
@@ -149,9 +162,14 @@ class Worker:
             self._wake.wait(self._db_wait or self.poll)
 
     def _reap(self) -> None:
-        for run_id, future in list(self._active.items()):
-            if future.done():
-                del self._active[run_id]
+        # The runs that ended since the last look (told by their futures): a worker with a
+        # thousand runs in flight does not look through all of them at every claim.
+        while self._ended:
+            run_id, epoch = self._ended.popleft()
+            # Only the claim that ended: the run may have been claimed again meanwhile (a
+            # person's answer queued it the moment it began to wait).
+            if self._epochs.get(run_id) == epoch:
+                del self._active[run_id], self._epochs[run_id]
                 self._alone.discard(run_id)
 
     def _progressed(self, run_id: str, _entry: Entry) -> None:
@@ -167,16 +185,8 @@ class Worker:
         now = time.monotonic()
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
-            claim = leases.claim_next(
-                self.runner.engine,
-                owner=self.name,
-                lease_seconds=self.runner.lease_seconds,
-                max_resumes=self.runner.max_resumes,
-                skip_agents=skip,
-                suspects=not self._active,
-                queues=self.queues,
-                clock=self.runner.clock,
-            )
+            with pooling.writing(self.runner.engine):
+                claim = self._claim_next(skip)
         except SQLAlchemyError as exc:
             corrupt = damaged(self.runner.engine.url, exc)
             if corrupt is not None:
@@ -203,10 +213,29 @@ class Worker:
                 run.id,
             )
             self._alone.add(run.id)  # before it starts, so its first entry is seen
-        future = pool.submit(self._execute, claim)
-        self._active[run.id] = future
-        future.add_done_callback(lambda _: self._wake.set())
+        self._epochs[run.id] = claim.epoch
+        self._active[run.id] = pool.submit(self._execute_and_tell, claim)
         return True
+
+    def _execute_and_tell(self, claim: leases.Claim) -> None:
+        try:
+            self._execute(claim)
+        finally:
+            # Before the future is done: whoever waits for it finds the run ended at once.
+            self._ended.append((claim.run.id, claim.epoch))
+            self._wake.set()
+
+    def _claim_next(self, skip: list[str]) -> leases.Claim | None:
+        return leases.claim_next(
+            self.runner.engine,
+            owner=self.name,
+            lease_seconds=self.runner.lease_seconds,
+            max_resumes=self.runner.max_resumes,
+            skip_agents=skip,
+            suspects=not self._active,
+            queues=self.queues,
+            clock=self.runner.clock,
+        )
 
     # -- one run --------------------------------------------------------------------------
 
@@ -273,9 +302,10 @@ class Worker:
 
     def _release(self, claim: leases.Claim, error: str | None) -> None:
         try:
-            leases.release_run(
-                self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
-            )
+            with pooling.writing(self.runner.engine):
+                leases.release_run(
+                    self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
+                )
         except SQLAlchemyError as exc:
             self._log(
                 logging.WARNING,

@@ -79,3 +79,44 @@ class Gate:
 gated_agent = Agent(Gate(), {"add": add}, name="gated")
 
 GATED_REF = f"{Path(__file__).resolve()}:gated_agent"
+
+
+class Rendezvous:
+    """A model whose first call in each run waits until `expected` runs are all in their
+    model call at once: a run can only finish once that many were in flight together.
+
+    Each run then makes two calls of `add` and answers; `peak` is the most calls in flight
+    at one moment.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self.expected = 0
+        self.inside = 0
+        self.peak = 0
+        self._met = False
+
+    def reset(self, expected: int) -> None:
+        with self._changed:
+            self.expected, self.inside, self.peak, self._met = expected, 0, 0, False
+
+    def __call__(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        seen = [m for m in transcript if m["role"] == "tool"]
+        with self._changed:
+            self.inside += 1
+            self.peak = max(self.peak, self.inside)
+            if self.inside >= self.expected:
+                self._met = True
+                self._changed.notify_all()
+            met = self._changed.wait_for(lambda: self._met, 60) if not seen else True
+            self.inside -= 1
+        if not met:
+            raise RuntimeError(f"only {self.peak} of {self.expected} runs were ever in flight")
+        if len(seen) < 2:
+            return {"type": "tool", "name": "add", "args": {"a": len(seen), "b": 1}}
+        return {"type": "final", "content": seen[-1]["content"]}
+
+
+rendezvous_agent = Agent(Rendezvous(), {"add": add}, name="rendezvous")
+
+RENDEZVOUS_REF = f"{Path(__file__).resolve()}:rendezvous_agent"

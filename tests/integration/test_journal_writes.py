@@ -31,15 +31,12 @@ def test_an_entry_the_database_refuses_stops_the_run_with_the_reason(db_url: str
         )
         claim = leases.claim_run(runner.engine, "r", owner="w:1:1", lease_seconds=30, max_resumes=3)
         journal = SqlJournal(runner.engine, claim, lease_seconds=30)
-        try:
-            journal.append(task_entry("t"))
-            # No column holds an attempt number past 2**63: SQLite's driver and PostgreSQL
-            # both refuse it, and no retry would change that.
-            action = tool_action("r", 1, "add", {"a": 1}, Counters(steps=1))
-            with pytest.raises(EntryRefused, match="could not be journaled"):
-                journal.append(replace(action, attempt=2**64))
-        finally:
-            journal.connection.close()
+        journal.append(task_entry("t"))
+        # No column holds an attempt number past 2**63: SQLite's driver and PostgreSQL
+        # both refuse it, and no retry would change that.
+        action = tool_action("r", 1, "add", {"a": 1}, Counters(steps=1))
+        with pytest.raises(EntryRefused, match="could not be journaled"):
+            journal.append(replace(action, attempt=2**64))
         row = runner.row("r")
         rows = entry_rows(runner.engine, "r")
     assert (row.status, row.stop_reason) == ("finished", "model_error")

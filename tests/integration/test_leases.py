@@ -198,17 +198,14 @@ def test_the_heartbeat_of_a_fenced_journal_notices(db_url: str) -> None:
         queued(engine, "hb")
         first = leases.claim_run(engine, "hb", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3)
         zombie = SqlJournal(engine, first, lease_seconds=30)
-        try:
-            assert zombie.beat() and not zombie.lost.is_set()
-            leases.claim_run(
-                engine, "hb", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
-            )
-            assert not zombie.beat()
-            assert zombie.lost.is_set()
-            with pytest.raises(LeaseLost):
-                zombie.append(task_entry("2+3?"))
-        finally:
-            zombie.connection.close()
+        assert zombie.beat() and not zombie.lost.is_set()
+        leases.claim_run(
+            engine, "hb", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
+        )
+        assert not zombie.beat()
+        assert zombie.lost.is_set()
+        with pytest.raises(LeaseLost):
+            zombie.append(task_entry("2+3?"))
         assert count_entries(engine, "hb") == 0
 
 
@@ -350,20 +347,20 @@ def test_a_database_blip_in_the_heartbeat_keeps_the_lease(
     # opened), well inside the lease; the third renews it. A slow, non-idempotent tool call
     # is in flight throughout: it must end with its own observation, not OutcomeUnknown.
     unreachable = create_engine(f"sqlite:///{tmp_path / 'gone' / 'runner.db'}")
-    renew_lease = leases.renew_lease
+    renew_leases = leases.renew_leases
     beats: list[str] = []
     recovered = threading.Event()
 
-    def blipping_renew(engine: Any, run_id: str, epoch: int, *rest: Any) -> bool:
+    def blipping_renew(engine: Any, held: dict[str, int], *rest: Any) -> set[str]:
         if len(beats) < 2:
             beats.append("failed")
-            return renew_lease(unreachable, run_id, epoch, *rest)  # raises
-        kept = renew_lease(engine, run_id, epoch, *rest)
-        beats.append(f"renewed: {kept}")
+            return renew_leases(unreachable, held, *rest)  # raises
+        kept = renew_leases(engine, held, *rest)
+        beats.append(f"renewed: {'blip' in kept}")
         recovered.set()
         return kept
 
-    monkeypatch.setattr(leases, "renew_lease", blipping_renew)
+    monkeypatch.setattr(leases, "renew_leases", blipping_renew)
 
     def transfer(amount: int) -> str:
         # Returns once the heartbeat has come through the blip, however slow the machine.
@@ -408,20 +405,17 @@ def test_a_journal_write_renews_the_lease_on_postgres(db_url: str) -> None:
         queued(engine, "w")
         claim = leases.claim_run(engine, "w", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3)
         journal = SqlJournal(engine, claim, lease_seconds=30)
-        try:
-            # 25 s of a 30 s lease spent: this write is due to renew it.
-            set_expiry(engine, "w", datetime.now(UTC) + timedelta(seconds=5))
-            before_write = datetime.now(UTC)
-            journal.append(task_entry("2+3?"))
-            renewed = runner.row("w").lease_expires_at
+        # 25 s of a 30 s lease spent: this write is due to renew it.
+        set_expiry(engine, "w", datetime.now(UTC) + timedelta(seconds=5))
+        before_write = datetime.now(UTC)
+        journal.append(task_entry("2+3?"))
+        renewed = runner.row("w").lease_expires_at
 
-            # Far from spent: the write leaves the expiry as it is (a HOT update).
-            far = datetime.now(UTC) + timedelta(hours=1)
-            set_expiry(engine, "w", far)
-            journal.append(tool_action("w", 1, "add", {"a": 2, "b": 3}, Counters()))
-            untouched = runner.row("w").lease_expires_at
-        finally:
-            journal.connection.close()
+        # Far from spent: the write leaves the expiry as it is (a HOT update).
+        far = datetime.now(UTC) + timedelta(hours=1)
+        set_expiry(engine, "w", far)
+        journal.append(tool_action("w", 1, "add", {"a": 2, "b": 3}, Counters()))
+        untouched = runner.row("w").lease_expires_at
     assert renewed is not None and renewed >= before_write + timedelta(seconds=30)
     assert untouched == far
 

@@ -1,0 +1,107 @@
+"""Acceptance: a worker SIGKILLed with many runs in flight mid-step, on a few connections,
+leaves nothing lost and nothing doubled: a second worker resumes every run from its journal.
+
+The cluster, the ledgers and the outcome checks are the worker tests' (test_workers.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .harness import check_journal, journal
+from .test_workers import (
+    MODEL_STEPS,
+    TOOL_STEPS,
+    Cluster,
+    assert_outcomes,
+    mode_of,
+    wait_for,
+)
+
+RUNS = 24
+
+
+@pytest.fixture
+def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    workers = Cluster(db_url, tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.close()
+
+
+def connections_on_file(pid: int, database: Path) -> int:
+    """The process's open descriptors on the SQLite file: one per connection."""
+    folder = Path(f"/proc/{pid}/fd")
+    target = str(database.resolve())
+    count = 0
+    for fd in os.listdir(folder):
+        try:
+            count += os.readlink(folder / fd) == target
+        except OSError:
+            continue
+    return count
+
+
+def test_a_worker_killed_with_many_runs_mid_step_loses_no_step(cluster: Cluster) -> None:
+    # Each run's two tool calls apply their effect, then take 3 s: the kill lands with
+    # nearly every run inside one, or in a model call beside them.
+    victim = cluster.start("--concurrency", str(RUNS), slow=3.0, lease=2.0)
+    ids = cluster.submit("slow", RUNS // 2) + cluster.submit("thinking", RUNS // 2)
+    wait_for(
+        lambda: len({t["run"] for t in cluster.in_tool(victim.pid)}) >= RUNS // 2 - 2,
+        60,
+        cluster.logs,
+    )
+    held = {
+        run_id
+        for run_id, row in cluster.rows().items()
+        if row.lease_owner and f":{victim.pid}:" in row.lease_owner
+    }
+    if cluster.url.startswith("sqlite"):
+        database = Path(cluster.url.removeprefix("sqlite:///"))
+        # Runs in flight are not connections: a handful serve them all.
+        assert connections_on_file(victim.pid, database) <= 4 < len(held), held
+    victim.signal(signal.SIGKILL)
+    assert victim.wait(10) == -signal.SIGKILL, victim.log()
+    interrupted = cluster.in_tool(victim.pid)  # killed inside these tool calls
+    assert len(interrupted) >= RUNS // 2 - 2, interrupted
+
+    rescuer = cluster.start("--once", "--concurrency", str(RUNS), slow=0.1, serving=False)
+    assert rescuer.wait(90) == 0, rescuer.log()
+    rows = cluster.rows()
+
+    assert_outcomes(cluster, rows, ids)  # every run final, every key's effect exactly once
+    for run_id in ids:
+        check_journal(journal(cluster.url, run_id))  # no gap, no step twice
+        if run_id in held:
+            assert rows[run_id].resumes == 1, rows[run_id]
+    # A step the victim recorded is never asked of the model again; each step is asked of
+    # the rescuer at most once.
+    asked: dict[tuple[str, int], list[int]] = {}
+    for call in cluster.model_calls():
+        asked.setdefault((call["run"], call["step"]), []).append(call["pid"])
+    assert set(asked) == {(i, s) for i in ids for s in MODEL_STEPS[mode_of(i)]}
+    for pids in asked.values():
+        assert pids.count(rescuer.pid) <= 1 and len(pids) <= 2, pids
+    for call in interrupted:
+        assert asked[(call["run"], call["step"])] == [victim.pid], call
+    # A tool call runs again only if the kill interrupted it: once more, with its key.
+    begun = Counter(t["key"] for t in cluster.tool_begins())
+    expected = Counter(f"{i}-{s}" for i in ids for s in TOOL_STEPS[mode_of(i)])
+    expected.update(call["key"] for call in interrupted)
+    assert begun == expected
+    retries = [t for t in cluster.tool_begins() if t["attempt"] == 2]
+    assert {t["pid"] for t in retries} == {rescuer.pid}
+    retried = {t["key"] for t in retries}
+    assert {c["key"] for c in interrupted} <= retried
+    # Any other retry is of a call the kill caught between its action's commit and its
+    # start: the victim never began it.
+    victims = {t["key"] for t in cluster.tool_begins() if t["pid"] == victim.pid}
+    assert not (retried - {c["key"] for c in interrupted}) & victims
