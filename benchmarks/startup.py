@@ -1,0 +1,89 @@
+"""Start-up: how long `runner --help` and `runner list` take, beside a bare interpreter.
+
+    .venv/bin/python benchmarks/startup.py [--repeats 21] [--runs 20] [--json out.json]
+
+Each command runs as the user runs it, a fresh `runner` process (the installed script),
+`--repeats` times, the commands taking turns so that the machine's load falls on each
+alike: `python -c pass` (the interpreter's own start, the floor no command can go under),
+`runner --help`, `runner list --db FILE` on a SQLite file holding `--runs` finished runs
+(the default database kind), and `runner show ID` of one of them. Reported per command:
+wall time and CPU time (user + system of the child), median (min-max), in milliseconds, and
+the wall time less the bare interpreter's. The goals (issue 13) are under 150 ms for
+`--help` and under 250 ms for `list`.
+"""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+import fakes
+
+from runner import Runner
+
+RUNNER = Path(sys.executable).parent / "runner"
+
+
+def timed(command: list[str]) -> tuple[float, float]:
+    """One run of `command`: its wall and CPU milliseconds."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert done.returncode == 0, done.stderr
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return wall, cpu
+
+
+def main() -> None:
+    p = common.parser(__doc__)
+    p.add_argument("--repeats", type=int, default=21)
+    p.add_argument("--runs", type=int, default=20, help="finished runs in the listed database")
+    options = p.parse_args()
+    with common.scratch_folder(options.dir) as folder:
+        url = common.sqlite_url(folder, "startup")
+        with Runner(url) as runner:
+            for i in range(options.runs):
+                runner.run(fakes.make_agent(), fakes.task(3), id=f"run-{i}")
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "runner --help": [str(RUNNER), "--help"],
+            "runner list": [str(RUNNER), "list", "--db", url],
+            "runner show": [str(RUNNER), "show", "run-0", "--db", url],
+        }
+        walls: dict[str, list[float]] = {name: [] for name in commands}
+        cpus: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(options.repeats):
+            for name, command in commands.items():
+                wall, cpu = timed(command)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+    floor = common.spread(walls["python -c pass"])["median"]
+    results: dict[str, Any] = {}
+    rows = []
+    for name in commands:
+        wall, cpu = common.spread(walls[name]), common.spread(cpus[name])
+        results[name] = {
+            "wall_ms": wall,
+            "cpu_ms": cpu,
+            "over_interpreter_ms": wall["median"] - floor,
+        }
+        rows.append(
+            [name, common.fmt_spread(wall), common.fmt_spread(cpu), f"{wall['median'] - floor:.0f}"]
+        )
+    common.print_table(
+        f"Start-up, {options.repeats} repetitions (ms, median (min-max))",
+        ["command", "wall", "CPU", "wall - interpreter"],
+        rows,
+    )
+    common.write_json(options.json, "startup", options, results)
+
+
+if __name__ == "__main__":
+    main()
