@@ -85,28 +85,30 @@ def test_a_fenced_out_write_writes_nothing_and_leaves_no_transaction(runner: Run
     assert [r["seq"] for r in entry_rows(runner.engine, "fenced")] == [0]
 
 
-def test_a_write_after_its_connection_was_invalidated_reconnects(runner: Runner) -> None:
-    claim = claimed(runner, "again")
-    journal = SqlJournal(runner.engine, claim, lease_seconds=60)
-    try:
+def test_a_write_after_its_connection_was_invalidated_reconnects(db_url: str) -> None:
+    # A pool of one: the connection invalidated is the very one the journal's next write
+    # checks out (a run holds none between writes).
+    with Runner(db_url, connections=1) as runner:
+        claim = claimed(runner, "again")
+        journal = SqlJournal(runner.engine, claim, lease_seconds=60)
         journal.append(task_entry("t"))
         statement = fencing._fenced_insert(runner.engine.dialect, 1)
-        before = journal.connection.connection.dbapi_connection
-        journal.connection.invalidate()  # as SQLAlchemy does when it sees the server gone
+        with runner.engine.connect() as connection:
+            before = connection.connection.dbapi_connection
+            connection.invalidate()  # as SQLAlchemy does when it sees the server gone
         action = tool_action("again", 1, "add", {"a": 1}, Counters(steps=1))
         journal.append(action)
         journal.append(observation(action, "3"))
-        after = journal.connection.connection.dbapi_connection
+        with runner.engine.connect() as connection:
+            after = connection.connection.dbapi_connection
         # A new driver connection, and the statement rendered once is still the one used.
         assert after is not before
         assert fencing._fenced_insert(runner.engine.dialect, 1) is statement
-    finally:
-        journal.connection.close()
-    assert [r["kind"] for r in entry_rows(runner.engine, "again")] == [
-        "task",
-        "action",
-        "observation",
-    ]
+        assert [r["kind"] for r in entry_rows(runner.engine, "again")] == [
+            "task",
+            "action",
+            "observation",
+        ]
 
 
 def test_statements_are_rendered_once_per_dialect() -> None:
