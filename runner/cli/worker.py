@@ -46,6 +46,13 @@ from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
     metavar="A,B",
     help="Claim only from these queues, comma-separated (default: every queue).",
 )
+@click.option(
+    "--connections",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most this many database connections (default: sized from --concurrency and "
+    "what the database can spare; said at start).",
+)
 @db_option
 def worker(
     concurrency: int,
@@ -54,6 +61,7 @@ def worker(
     lease_seconds: float,
     max_resumes: int,
     queue_names: str | None,
+    connections: int | None,
     url: str | None,
 ) -> None:
     """Claim queued runs (and runs whose worker died) and execute them.
@@ -78,6 +86,7 @@ def worker(
             max_resumes=max_resumes,
             once=once,
             queues=served,
+            connections=connections,
         ),
         wait=not once,
     )

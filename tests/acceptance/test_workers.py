@@ -302,8 +302,9 @@ def test_submit_queues_once_per_id_and_worker_once_drains(cluster: Cluster) -> N
     assert rows[other].budgets["max_steps"] == 2
     assert all(row.status is RunStatus.QUEUED for row in rows.values())
 
-    worker = cluster.start("--once", "--concurrency", "2", serving=False)
+    worker = cluster.start("--once", "--concurrency", "2", "--connections", "2", serving=False)
     assert worker.wait(30) == 0, worker.log()
+    assert "pool 2 connections for concurrency 2 (capped at 2;" in worker.log()
     rows = cluster.rows()
     assert str(rows["final-000"].stop_reason) == "final"
     assert (str(rows[other].stop_reason), rows[other].steps) == ("max_steps", 2)
