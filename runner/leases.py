@@ -121,17 +121,21 @@ def _take(
         "updated_at": at,
     }
     crash_loop = stalled > max_resumes
-    if crash_loop:
+    if crash_loop:  # rare: a statement of its own shape, built here
         values.update(
             stopped_values(connection, run.id, StopReason.CRASH_LOOP, at),
             error=crash_loop_error(run.id, stalled, max_resumes),
             lease_owner=None,
             lease_expires_at=None,
         )
-    fresh = connection.execute(
-        update(runs).where(runs.c.id == run.id).values(**values).returning(*runs.c),
-        {"run_id": run.id},
-    ).one()
+        statement = update(runs).where(runs.c.id == run.id).values(**values)
+        fresh = connection.execute(statement.returning(*runs.c), {"run_id": run.id}).one()
+    else:
+        counted = recorded is _RECORDED_HERE
+        if counted:
+            del values["progress_seq"]
+        bound = {f"new_{name}": value for name, value in values.items()}
+        fresh = connection.execute(_take_statement(counted), {"run_id": run.id, **bound}).one()
     return Claim(
         RunRow.of(fresh),
         epoch,
@@ -148,6 +152,31 @@ _RECORDED_HERE = (
     .where(entries.c.run_id == bindparam("run_id"))
     .scalar_subquery()
 )
+
+# The columns a claim sets, each bound as "new_<column>" in `_take_statement`.
+_TAKEN = (
+    "status",
+    "lease_owner",
+    "lease_epoch",
+    "lease_expires_at",
+    "leased_at",
+    "last_seen_at",
+    "resumes",
+    "stalled_resumes",
+    "progress_seq",
+    "deadline",
+    "updated_at",
+)
+
+
+@functools.cache
+def _take_statement(counted: bool) -> Any:
+    """The UPDATE ... RETURNING of a claim, built once for each shape (building one costs
+    more than running it): `counted`, the journal's length is counted in it."""
+    values: dict[str, Any] = {name: bindparam(f"new_{name}") for name in _TAKEN}
+    if counted:
+        values["progress_seq"] = _RECORDED_HERE
+    return update(runs).where(runs.c.id == bindparam("run_id")).values(values).returning(*runs.c)
 
 
 def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
