@@ -87,13 +87,19 @@ def _take(
     max_resumes: int,
     at: datetime,
 ) -> Claim:
-    """Bump the epoch and take the lease, in the caller's transaction (row already locked)."""
+    """Bump the epoch and take the lease, in the caller's transaction (row already locked).
+
+    One UPDATE ... RETURNING (both backends have it) gives back the row as taken. A run
+    nobody held counts its journal in that UPDATE; a takeover counts it first, to know
+    whether the last holder made progress.
+    """
     run = RunRow.of(row)
     m = row._mapping
-    recorded = _recorded(connection, run.id)
     takeover = m["lease_owner"] is not None  # the last holder never let go: it crashed
     resumes, stalled = m["resumes"], m["stalled_resumes"]
+    recorded: Any = _RECORDED_HERE
     if takeover:
+        recorded = _recorded(connection, run.id)
         resumes += 1
         stalled = stalled + 1 if recorded == m["progress_seq"] else 0
     epoch = m["lease_epoch"] + 1
@@ -115,16 +121,62 @@ def _take(
         "updated_at": at,
     }
     crash_loop = stalled > max_resumes
-    if crash_loop:
+    if crash_loop:  # rare: a statement of its own shape, built here
         values.update(
             stopped_values(connection, run.id, StopReason.CRASH_LOOP, at),
             error=crash_loop_error(run.id, stalled, max_resumes),
             lease_owner=None,
             lease_expires_at=None,
         )
-    connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
-    fresh = connection.execute(select(runs).where(runs.c.id == run.id)).one()
-    return Claim(RunRow.of(fresh), epoch, recorded, crash_loop=crash_loop, stalled=stalled)
+        statement = update(runs).where(runs.c.id == run.id).values(**values)
+        fresh = connection.execute(statement.returning(*runs.c), {"run_id": run.id}).one()
+    else:
+        counted = recorded is _RECORDED_HERE
+        if counted:
+            del values["progress_seq"]
+        bound = {f"new_{name}": value for name, value in values.items()}
+        fresh = connection.execute(_take_statement(counted), {"run_id": run.id, **bound}).one()
+    return Claim(
+        RunRow.of(fresh),
+        epoch,
+        fresh._mapping["progress_seq"],
+        crash_loop=crash_loop,
+        stalled=stalled,
+    )
+
+
+# The journal's length, counted inside the UPDATE that takes a run (bound by "run_id").
+_RECORDED_HERE = (
+    select(func.count())
+    .select_from(entries)
+    .where(entries.c.run_id == bindparam("run_id"))
+    .scalar_subquery()
+)
+
+# The columns a claim sets, each bound as "new_<column>" in `_take_statement`.
+_TAKEN = (
+    "status",
+    "lease_owner",
+    "lease_epoch",
+    "lease_expires_at",
+    "leased_at",
+    "last_seen_at",
+    "resumes",
+    "stalled_resumes",
+    "progress_seq",
+    "deadline",
+    "updated_at",
+)
+
+
+@functools.cache
+def _take_statement(counted: bool) -> Any:
+    """The UPDATE ... RETURNING of a claim, built once for each shape (building one costs
+    more than running it): `counted`, the journal's length is counted in it."""
+    values: dict[str, Any] = {name: bindparam(f"new_{name}") for name in _TAKEN}
+    if counted:
+        values["progress_seq"] = _RECORDED_HERE
+    return update(runs).where(runs.c.id == bindparam("run_id")).values(values).returning(*runs.c)
 
 
 def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
@@ -160,40 +212,118 @@ def claim_next(
     queues: Sequence[str] | None = None,
     clock: Clock = SYSTEM,
 ) -> Claim | None:
-    """Take the next runnable run: queued (and not delayed past now), running under a lease
-    that expired, or waiting past its approval_timeout (the timeout is recorded as its
-    answer in this transaction). The highest priority goes first, then the oldest.
+    """Take the next runnable run, as `claim_some` takes each of its claims; None: none."""
+    taken = claim_some(
+        engine,
+        limit=1,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        max_resumes=max_resumes,
+        skip_agents=skip_agents,
+        suspects=suspects,
+        queues=queues,
+        clock=clock,
+    )
+    return taken[0] if taken else None
 
-    `queues` limits the claim to those queues (None: every queue). A queue's limit is never
+
+def claim_some(
+    engine: Engine,
+    *,
+    limit: int,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    skip_agents: Collection[str] = (),
+    suspects: bool = True,
+    queues: Sequence[str] | None = None,
+    clock: Clock = SYSTEM,
+) -> list[Claim]:
+    """Take up to `limit` runnable runs in one transaction, in claim order: queued (and not
+    delayed past now), running under a lease that expired, or waiting past its
+    approval_timeout (the timeout is recorded as its answer in this transaction). The
+    highest priority goes first, then the oldest. One transaction for many claims is what
+    lets one worker fill a thousand slots in seconds.
+
+    `queues` limits the claims to those queues (None: every queue). A queue's limit is never
     exceeded: a queue whose live runs reach it is passed over, checked again under the
-    queue's lock for the run found (`runner.queues.has_room`), in this same transaction.
-    `skip_agents` leaves alone the runs of agents this worker cannot load right now.
-    `suspects=False` (a worker that has runs in flight) takes nothing when the next
-    runnable run is a suspect, one whose last worker died before it wrote anything: if it
-    kills this worker too, the runs beside it would die without progress and be counted
-    against them. Taking nothing, rather than the next run, lets busy workers drain so an
-    idle one takes the suspect instead of it waiting behind the whole queue.
+    queue's lock for each run found (`runner.queues.Slots`), counting the runs this same
+    transaction took before. `skip_agents` leaves alone the runs of agents this worker
+    cannot load right now.
+
+    A suspect, a run whose last worker died before it wrote anything, is taken only alone
+    and only by an idle worker (`suspects=True`): the batch stops before a suspect it
+    cannot take, and ends with one it took. If a suspect kills this worker too, the runs
+    beside it would die without progress and be counted against them. Taking nothing,
+    rather than the next run, lets busy workers drain so an idle one takes the suspect
+    instead of it waiting behind the whole queue.
     """
     at = utc_now(clock)
+    claims: list[Claim] = []
     with engine.begin() as connection:
         full = queue_limits.full_queues(connection, at, queues)
-        # Each pass leaves out one more queue found with no room under its lock (a race
-        # lost to another claimer on PostgreSQL): at most one pass per limited queue.
-        refused: list[str] = []
-        while True:
-            row = _next_runnable(connection, at, skip_agents, queues, [*full, *refused])
-            if row is None:
-                # A dead holder's run already holds its slot: a full queue may take it over.
-                row = _orphan_here(connection, at, skip_agents, queues, refused)
-            if row is None or (not suspects and _stalls(connection, row)):
-                return None
-            queue = row._mapping["queue"]
-            if queue_limits.has_room(connection, queue, row._mapping["id"], at):
+        slots = queue_limits.Slots(connection, at)
+        refused: list[str] = []  # queues found with no room under their lock, this batch
+        spent: set[int] = set()  # the ways of being runnable found empty, this batch
+        while len(claims) < limit:
+            found = _next_claimable(
+                connection,
+                at,
+                skip_agents,
+                queues,
+                full,
+                refused,
+                spent,
+                slots,
+                suspects=suspects and not claims,
+            )
+            if found is None:
                 break
-            refused.append(queue)
-        if row._mapping["status"] == RunStatus.WAITING:
-            row = _timed_out(connection, RunRow.of(row), at)
-        return _take(connection, row, owner, lease_seconds, max_resumes, at)
+            row, holds_slot, suspect = found
+            queue = row._mapping["queue"]
+            if row._mapping["status"] == RunStatus.WAITING:
+                row = _timed_out(connection, RunRow.of(row), at)
+            claim = _take(connection, row, owner, lease_seconds, max_resumes, at)
+            slots.took(queue, holds_slot)
+            claims.append(claim)
+            if suspect:
+                break  # it runs alone
+    return claims
+
+
+def _next_claimable(
+    connection: Connection,
+    at: datetime,
+    skip_agents: Collection[str],
+    queues: Sequence[str] | None,
+    full: Sequence[str],
+    refused: list[str],
+    spent: set[int],
+    slots: queue_limits.Slots,
+    *,
+    suspects: bool,
+) -> tuple[Row[Any], bool, bool] | None:
+    """The next run to take, whether it holds its queue's slot already (a dead holder's,
+    under a lease not expired) and whether it is a suspect; None: none, or a suspect first
+    when `suspects` is False. Each pass leaves out one more queue found with no room under
+    its lock (full now, or a race lost to another claimer on PostgreSQL): `refused` keeps
+    them for the rest of the batch."""
+    while True:
+        row = _next_runnable(connection, at, skip_agents, queues, [*full, *refused], spent)
+        holds_slot = False
+        if row is None:
+            # A dead holder's run already holds its slot: a full queue may take it over.
+            row = _orphan_here(connection, at, skip_agents, queues, refused)
+            holds_slot = True
+        if row is None:
+            return None
+        suspect = _stalls(connection, row)
+        if suspect and not suspects:
+            return None
+        queue = row._mapping["queue"]
+        if slots.has_room(queue, holds_slot):
+            return row, holds_slot, suspect
+        refused.append(queue)
 
 
 def _next_runnable(
@@ -202,6 +332,7 @@ def _next_runnable(
     skip_agents: Collection[str],
     queues: Sequence[str] | None,
     full: Sequence[str],
+    spent: set[int],
 ) -> Row[Any] | None:
     """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL).
 
@@ -209,12 +340,20 @@ def _next_runnable(
     stopped at its first row: one query with an OR of the three had to sort every queued
     run on each claim (12 ms with 2,000 queued on PostgreSQL). A run that is runnable
     only after a crash or a timed-out wait is rare, so the last two find nothing at once.
+    A way found empty is added to `spent` and not asked again in the same batch: with as
+    many queues passed over or more it finds nothing still (a run that became runnable
+    that way meanwhile waits for the next batch).
     """
     params = _bounds(skip_agents, queues, full, at=at)
     found = []
-    for query in _runnable_queries(queues is not None, bool(full), bool(skip_agents)):
+    queries = _runnable_queries(queues is not None, bool(full), bool(skip_agents))
+    for way, query in enumerate(queries):
+        if way in spent:
+            continue
         row = connection.execute(query, params).first()
-        if row is not None:
+        if row is None:
+            spent.add(way)
+        else:
             found.append(row)
     # The others found stay locked until this claim commits, a moment: SKIP LOCKED passes
     # them over meanwhile, as it passes over any run another claimer is taking.

@@ -2,7 +2,7 @@
 
 A run's queue, priority and `not_before` are columns of `runs`; a limit is a row of
 `queues` (no row, or a NULL `max_running`: no limit). The limit is enforced where runs are
-claimed (`runner.leases.claim_next`), in the claim's own transaction, so it holds with any
+claimed (`runner.leases.claim_some`), in the claim's own transaction, so it holds with any
 number of workers on any number of machines: a run counts against its queue while its
 status is `running` under a lease that has not expired. A waiting run holds no slot.
 """
@@ -91,41 +91,60 @@ _LIMITED_AMONG = _LIMITED.where(queues.c.name.in_(bindparam("among", expanding=T
 _LOCK_LIMIT = (
     select(queues.c.max_running).where(queues.c.name == bindparam("queue")).with_for_update()
 )
-_OTHERS_LIVE = (
-    select(func.count())
-    .select_from(runs)
-    .where(_live(_AT), runs.c.queue == bindparam("queue"), runs.c.id != bindparam("run_id"))
+_LIVE_IN = (
+    select(func.count()).select_from(runs).where(_live(_AT), runs.c.queue == bindparam("queue"))
 )
 
 
 def full_queues(connection: Connection, at: datetime, among: Sequence[str] | None) -> list[str]:
     """The queues (of `among`, or all) whose limit their live runs already reach.
 
-    Read without locks: the claim leaves these out of its search, and `has_room` checks
-    the queue of the run it found again, under the queue's lock.
+    Read without locks, once per claim transaction: the claim leaves these out of its
+    search, and `Slots` checks the queue of each run it finds again, under the queue's lock.
     """
     if among is None:
         return list(connection.execute(_LIMITED, {"at": at}).scalars())
     return list(connection.execute(_LIMITED_AMONG, {"at": at, "among": list(among)}).scalars())
 
 
-def has_room(connection: Connection, queue: str, run_id: str, at: datetime) -> bool:
-    """Whether run `run_id` may start in `queue` now: fewer live runs than its limit.
+class Slots:
+    """The room left in each queue, for one claim transaction of one or more runs.
 
-    The queue's row is locked first (FOR UPDATE, held to the end of the claim): on
-    PostgreSQL two claimers of one queue would otherwise both count, under READ COMMITTED,
-    before either commits, and both see room for one. The second now waits for the first to
-    commit and then counts its run. On SQLite BEGIN IMMEDIATE has serialised the claims
-    already (its compiler drops FOR UPDATE). The run itself is not counted: a run taken
-    over from a dead holder whose lease has not expired yet holds its slot already.
+    A queue's row is locked the first time a run of it is to be taken (FOR UPDATE, held to
+    the end of the transaction), and its live runs are counted then, once: on PostgreSQL
+    two claimers of one queue would otherwise both count, under READ COMMITTED, before
+    either commits, and both see room for one. The second now waits for the first to
+    commit and then counts its runs. On SQLite BEGIN IMMEDIATE has serialised the claims
+    already (its compiler drops FOR UPDATE). While the lock is held no other claimer can
+    add a live run to the queue, so the count stays true if each run this transaction takes
+    is added to it (`took`): a batch never takes a queue past its limit.
     """
-    limit = connection.execute(_LOCK_LIMIT, {"queue": queue}).scalar()
-    if limit is None:
-        return True  # no row, or no limit in it
-    running = connection.execute(
-        _OTHERS_LIVE, {"queue": queue, "run_id": run_id, "at": at}
-    ).scalar_one()
-    return bool(running < limit)
+
+    def __init__(self, connection: Connection, at: datetime) -> None:
+        self.connection, self.at = connection, at
+        self._known: dict[str, tuple[int | None, int]] = {}  # queue -> (limit, live runs)
+
+    def has_room(self, queue: str, holds_slot: bool) -> bool:
+        """Whether one more run may start in `queue`. `holds_slot`: the run is live already
+        (taken over from a dead holder whose lease has not expired) and is counted."""
+        limit, live = self._counted(queue)
+        return limit is None or live - holds_slot < limit
+
+    def took(self, queue: str, holds_slot: bool) -> None:
+        """Count a run this transaction has just taken in `queue`."""
+        limit, live = self._counted(queue)
+        self._known[queue] = (limit, live if holds_slot else live + 1)
+
+    def _counted(self, queue: str) -> tuple[int | None, int]:
+        if queue not in self._known:
+            limit = self.connection.execute(_LOCK_LIMIT, {"queue": queue}).scalar()
+            live = 0
+            if limit is not None:  # no row, or no limit in it: nothing to count
+                live = self.connection.execute(
+                    _LIVE_IN, {"queue": queue, "at": self.at}
+                ).scalar_one()
+            self._known[queue] = (limit, live)
+        return self._known[queue]
 
 
 def set_limit(engine: Engine, name: str, limit: int | None, clock: Clock = SYSTEM) -> None:

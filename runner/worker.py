@@ -56,6 +56,11 @@ log = logging.getLogger("runner.worker")
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
 
+# Most runs claimed in one transaction: enough that a worker fills a thousand slots in a
+# second or two (50 left PostgreSQL at 600-770 in flight of 1,000), few enough that the claim
+# holds its locks (SQLite's file) for tens of milliseconds at most (~0.5 ms a claim).
+CLAIMS_PER_TRANSACTION = 100
+
 
 class Worker:
     """Claims runnable runs from one database and executes up to `concurrency` at once."""
@@ -186,7 +191,7 @@ class Worker:
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
             with pooling.writing(self.runner.engine):
-                claim = self._claim_next(skip)
+                claims = self._claim_some(skip)
         except SQLAlchemyError as exc:
             corrupt = damaged(self.runner.engine.url, exc)
             if corrupt is not None:
@@ -199,12 +204,15 @@ class Worker:
             return False
         self._db_backoff.reset()
         self._db_wait = 0.0
-        if claim is None:
-            return False
+        for claim in claims:
+            self._start(claim, pool)
+        return bool(claims)
+
+    def _start(self, claim: leases.Claim, pool: ThreadPoolExecutor) -> None:
         run = claim.run
         if claim.crash_loop:
             self._log(logging.WARNING, f"run {run.id} stopped: crash_loop ({run.error})", run.id)
-            return True
+            return
         if claim.stalled:
             self._log(
                 logging.WARNING,
@@ -215,7 +223,6 @@ class Worker:
             self._alone.add(run.id)  # before it starts, so its first entry is seen
         self._epochs[run.id] = claim.epoch
         self._active[run.id] = pool.submit(self._execute_and_tell, claim)
-        return True
 
     def _execute_and_tell(self, claim: leases.Claim) -> None:
         try:
@@ -225,9 +232,14 @@ class Worker:
             self._ended.append((claim.run.id, claim.epoch))
             self._wake.set()
 
-    def _claim_next(self, skip: list[str]) -> leases.Claim | None:
-        return leases.claim_next(
+    def _claim_some(self, skip: list[str]) -> list[leases.Claim]:
+        # A batch per transaction: claims one at a time (a transaction each) filled a
+        # thousand slots at only 70-130 a second, the worker's CPU the limit. A batch is
+        # capped so the claim's transaction, and SQLite's write lock, stay short.
+        free = self.concurrency - len(self._active)
+        return leases.claim_some(
             self.runner.engine,
+            limit=min(free, CLAIMS_PER_TRANSACTION),
             owner=self.name,
             lease_seconds=self.runner.lease_seconds,
             max_resumes=self.runner.max_resumes,

@@ -3,9 +3,9 @@ takeover (it may be what kills its workers) never has a neighbour beside it, so 
 run dies with it and is counted towards crash_loop; and a run that did progress is no
 suspect, however it was taken over.
 
-The worker's claims are made one at a time, from the test, and its runs are held in their
-model call by a gate: "nothing else was claimed" is then a fact, not a wait that was long
-enough.
+The worker's claims are made one turn at a time, from the test (each turn one transaction,
+a batch of up to the worker's free slots), and its runs are held in their model call by a
+gate: "nothing else was claimed" is then a fact, not a wait that was long enough.
 """
 
 from __future__ import annotations
@@ -54,14 +54,12 @@ class Stepped:
     def engine(self) -> Engine:
         return self.worker.runner.engine
 
-    def claim(self) -> str | None:
-        """One turn of the serving loop's claim: the run it took, or None."""
+    def claim(self) -> list[str]:
+        """One turn of the serving loop's claim: the runs it took, in the order taken."""
         self.worker._reap()
         before = set(self.worker._active)
         self.worker._claim_into(self.pool)
-        taken = set(self.worker._active) - before
-        assert len(taken) <= 1, taken
-        return taken.pop() if taken else None
+        return [run_id for run_id in self.worker._active if run_id not in before]
 
     def finish(self, run_id: str) -> None:
         self.worker._active[run_id].result(timeout=30)
@@ -144,17 +142,17 @@ def test_a_suspect_runs_alone_until_it_records_an_entry(stepped: Stepped, gate: 
     suspect(engine, "a-suspect")
     queued(engine, "b-queued")
 
-    assert stepped.claim() == "a-suspect"
+    assert stepped.claim() == ["a-suspect"]  # alone: the batch ends with it
     assert stalled(engine, "a-suspect") == 1
     assert any("running it alone" in line for line in stepped.lines), stepped.lines
     assert gate.entered("a-suspect", 1)
     # In flight and still without a new entry: nothing is claimed beside it.
-    assert stepped.claim() is None
+    assert stepped.claim() == []
     assert store.find_run(engine, "b-queued").status == "queued"
 
     gate.open("a-suspect", 1)
     assert gate.entered("a-suspect", 2)  # its step 1 is journaled: it is a suspect no more
-    assert stepped.claim() == "b-queued"
+    assert stepped.claim() == ["b-queued"]
     assert stalled(engine, "b-queued") == 0
 
 
@@ -164,17 +162,18 @@ def test_a_busy_worker_leaves_a_suspect_until_it_is_idle(stepped: Stepped, gate:
     suspect(engine, "b-suspect")
     queued(engine, "c-queued")
 
-    assert stepped.claim() == "a-neighbour"
+    # The batch stops at the suspect: not beside the run it took, nor the run behind it.
+    assert stepped.claim() == ["a-neighbour"]
     assert gate.entered("a-neighbour", 1)
     # The oldest runnable run is a suspect: a worker with a run in flight takes nothing (not
     # the run behind it either, so that busy workers drain and an idle one takes it).
-    assert stepped.claim() is None
+    assert stepped.claim() == []
     assert holder(engine, "b-suspect") == DEAD_OWNER
     assert holder(engine, "c-queued") is None
 
     gate.open("a-neighbour", 1, 2)
     stepped.finish("a-neighbour")
-    assert stepped.claim() == "b-suspect"
+    assert stepped.claim() == ["b-suspect"]
     assert gate.entered("b-suspect", 1)
     # The suspect's neighbour was never taken over without progress.
     assert stalled(engine, "a-neighbour") == 0
@@ -187,12 +186,9 @@ def test_runs_that_progressed_run_side_by_side(stepped: Stepped, gate: Any) -> N
     progressed(engine, "b-progressed")
     queued(engine, "c-queued")
 
-    assert stepped.claim() == "a-progressed"
-    # Taken over, and nothing written by this worker yet, but it had progressed before:
-    # no suspect, so the worker goes on claiming beside it.
-    assert gate.entered("a-progressed", 1)
-    assert stepped.claim() == "b-progressed"
-    assert gate.entered("b-progressed", 1)
-    assert stepped.claim() == "c-queued"
+    # Taken over, but they had progressed before: no suspects, so one batch takes them
+    # side by side with the queued run.
+    assert stepped.claim() == ["a-progressed", "b-progressed", "c-queued"]
+    assert all(gate.entered(r, 1) for r in ("a-progressed", "b-progressed", "c-queued"))
     assert not any("running it alone" in line for line in stepped.lines), stepped.lines
     assert [stalled(engine, r) for r in ("a-progressed", "b-progressed", "c-queued")] == [0] * 3
