@@ -193,7 +193,9 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
     finished = [r for r in rows if r.stop_reason == "final" and r.steps == options.calls]
     if len(finished) != options.runs:
         raise SystemExit(f"only {len(finished)} of {options.runs} runs finished as asked")
-    commits = written + len(rows)  # one per entry written, and one per claim
+    # One per entry written, and at most one per claim (a worker claims in batches): the
+    # commits a drain makes at most, to set their time in a row beside the drain.
+    commits = written + len(rows)
     commit_ms = commit_latency(url, first_run)
     spans = [(r.leased_at, r.finished_at) for r in rows]
     first = min(start for start, _ in spans)
