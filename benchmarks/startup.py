@@ -1,6 +1,7 @@
 """Start-up: how long `runner --help` and `runner list` take, beside a bare interpreter.
 
     .venv/bin/python benchmarks/startup.py [--repeats 21] [--runs 20] [--json out.json]
+                                           [--baseline OTHER/.venv/bin]
 
 Each command runs as the user runs it, a fresh `runner` process (the installed script),
 `--repeats` times, the commands taking turns so that the machine's load falls on each
@@ -10,6 +11,10 @@ alike: `python -c pass` (the interpreter's own start, the floor no command can g
 wall time and CPU time (user + system of the child), median (min-max), in milliseconds, and
 the wall time less the bare interpreter's. The goals (issue 13) are under 150 ms for
 `--help` and under 250 ms for `list`.
+
+`--baseline` names another installation's bin folder (a checkout of an earlier commit with
+its own `.venv`): its `runner --help`, `list` and `show` (on a database it made itself)
+then take their turns beside these, and each is reported as a ratio to it.
 
 The commands run as an installed copy does: with Python's bytecode cache (the children's
 environment drops PYTHONDONTWRITEBYTECODE, which would make each start compile every runner
@@ -22,14 +27,12 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import common
-import fakes
-
-from runner import Runner
 
 RUNNER = Path(sys.executable).parent / "runner"
 CACHED = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
@@ -47,22 +50,51 @@ def timed(command: list[str]) -> tuple[float, float]:
     return wall, cpu
 
 
+def runner_commands(runner: Path, url: str) -> dict[str, list[str]]:
+    return {
+        "runner --help": [str(runner), "--help"],
+        "runner list": [str(runner), "list", "--db", url],
+        "runner show": [str(runner), "show", "run-0", "--db", url],
+    }
+
+
+def fill(python: str, url: str, runs: int) -> None:
+    """Finished runs in a new database, made by that installation's own `python`."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import fakes; from runner import Runner\n"
+        "with Runner(sys.argv[2]) as runner:\n"
+        "    for i in range(int(sys.argv[3])):\n"
+        "        runner.run(fakes.make_agent(), fakes.task(3), id=f'run-{i}')\n"
+    )
+    here = str(Path(__file__).parent)
+    # Not from this checkout's folder: `python -c` would import its runner, not that one's.
+    subprocess.run(
+        [python, "-c", script, here, url, str(runs)],
+        check=True,
+        env=CACHED,
+        cwd=tempfile.gettempdir(),
+    )
+
+
 def main() -> None:
     p = common.parser(__doc__)
     p.add_argument("--repeats", type=int, default=21)
     p.add_argument("--runs", type=int, default=20, help="finished runs in the listed database")
+    p.add_argument("--baseline", metavar="BIN", help="another installation's bin folder")
     options = p.parse_args()
     with common.scratch_folder(options.dir) as folder:
         url = common.sqlite_url(folder, "startup")
-        with Runner(url) as runner:
-            for i in range(options.runs):
-                runner.run(fakes.make_agent(), fakes.task(3), id=f"run-{i}")
+        fill(sys.executable, url, options.runs)
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
-            "runner --help": [str(RUNNER), "--help"],
-            "runner list": [str(RUNNER), "list", "--db", url],
-            "runner show": [str(RUNNER), "show", "run-0", "--db", url],
+            **runner_commands(RUNNER, url),
         }
+        if options.baseline is not None:
+            bin_folder = Path(options.baseline)
+            other = f"sqlite:///{folder / 'baseline.db'}"  # made (and migrated) by that one
+            fill(str(bin_folder / "python"), other, options.runs)
+            for name, command in runner_commands(bin_folder / "runner", other).items():
+                commands[f"{name} (baseline)"] = command
         for command in commands.values():
             timed(command)  # warm-up: the bytecode cache written, the file in the page cache
         walls: dict[str, list[float]] = {name: [] for name in commands}
@@ -77,17 +109,31 @@ def main() -> None:
     rows = []
     for name in commands:
         wall, cpu = common.spread(walls[name]), common.spread(cpus[name])
+        baseline = walls.get(f"{name} (baseline)")
+        # Per repetition (the two took turns), then the median.
+        ratio = (
+            common.spread([a / b for a, b in zip(walls[name], baseline, strict=True)])
+            if baseline is not None
+            else None
+        )
         results[name] = {
             "wall_ms": wall,
             "cpu_ms": cpu,
             "over_interpreter_ms": wall["median"] - floor,
+            "to_baseline": ratio,
         }
         rows.append(
-            [name, common.fmt_spread(wall), common.fmt_spread(cpu), f"{wall['median'] - floor:.0f}"]
+            [
+                name,
+                common.fmt_spread(wall),
+                common.fmt_spread(cpu),
+                f"{wall['median'] - floor:.0f}",
+                "" if ratio is None else common.fmt_spread(ratio, 2),
+            ]
         )
     common.print_table(
         f"Start-up, {options.repeats} repetitions (ms, median (min-max))",
-        ["command", "wall", "CPU", "wall - interpreter"],
+        ["command", "wall", "CPU", "wall - interpreter", "to baseline"],
         rows,
     )
     common.write_json(options.json, "startup", options, results)
