@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine, text, update
 
-from runner import fencing, leases, store
+from runner import Runner, fencing, leases, store
 from runner.budgets import Budgets
 from runner.journal import Counters, Entry, EntryKind
 from runner.owner import owner_name
@@ -245,3 +246,13 @@ def died_with(
     for seq, entry in enumerate([task_entry(task), *entries]):
         fencing.append_entry(engine, run_id, claim.epoch, seq, entry, None, 3600)
     return claim.epoch
+
+
+def expire(runner: Runner, run_id: str) -> None:
+    """The run's worker died on another machine: its lease ran out five seconds ago."""
+    with runner.engine.begin() as connection:
+        connection.execute(
+            update(runs)
+            .where(runs.c.id == run_id)
+            .values(lease_expires_at=runner.now() - timedelta(seconds=5))
+        )

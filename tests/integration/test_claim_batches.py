@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,8 @@ from sqlalchemy import select, update
 
 from runner import Runner, leases
 from runner.schema import runs
+
+from .support import expire
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"
@@ -27,16 +28,6 @@ def batch(runner: Runner, limit: int, owner: str = "tester:1:1", **kwargs: Any) 
         runner.engine, limit=limit, owner=owner, lease_seconds=30, max_resumes=3, **kwargs
     )
     return [claim.run.id for claim in taken]
-
-
-def expire(runner: Runner, run_id: str) -> None:
-    """The run's worker died on another machine, its lease run out."""
-    with runner.engine.begin() as connection:
-        connection.execute(
-            update(runs)
-            .where(runs.c.id == run_id)
-            .values(lease_expires_at=runner.now() - timedelta(seconds=5))
-        )
 
 
 def test_a_batch_claims_in_priority_then_age_and_stops_at_its_limit(db_url: str) -> None:

@@ -8,7 +8,7 @@ milliseconds either side of its start, so no test sleeps.
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from runner.clock import Clock
 from runner.errors import SubmissionRefused
 from runner.schema import runs
 from runner.status import RunStatus
+
+from .support import expire
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"
@@ -40,9 +42,7 @@ class Shifted:
 
 def claim(runner: Runner, owner: str = "tester:1:1", **kwargs: Any) -> leases.Claim | None:
     kwargs.setdefault("clock", runner.clock)
-    return leases.claim_next(
-        runner.engine, owner=owner, lease_seconds=30, max_resumes=3, **kwargs
-    )
+    return leases.claim_next(runner.engine, owner=owner, lease_seconds=30, max_resumes=3, **kwargs)
 
 
 def claimed_ids(runner: Runner, **kwargs: Any) -> list[str]:
@@ -58,15 +58,6 @@ def finish(runner: Runner, run_id: str) -> None:
             update(runs)
             .where(runs.c.id == run_id)
             .values(status=RunStatus.FINISHED, lease_owner=None, lease_expires_at=None)
-        )
-
-
-def expire(runner: Runner, run_id: str) -> None:
-    with runner.engine.begin() as connection:
-        connection.execute(
-            update(runs)
-            .where(runs.c.id == run_id)
-            .values(lease_expires_at=runner.now() - timedelta(seconds=5))
         )
 
 
