@@ -1,13 +1,16 @@
-"""Fixtures of the acceptance tests: a ledger folder per test, and uncrashed answers."""
+"""Fixtures of the acceptance tests: a ledger folder per test, uncrashed answers, and a
+cluster of `runner worker` processes on one database."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .agents import ANSWERS
 from .harness import agent_ref, check_finished, cli, described
+from .test_workers import Cluster
 
 
 @pytest.fixture
@@ -34,3 +37,13 @@ def uncrashed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         assert set(asked.values()) == {1}
     assert answers == ANSWERS
     return answers
+
+
+@pytest.fixture
+def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    """Worker processes started on `db_url` by the test, all stopped at its end."""
+    workers = Cluster(db_url, tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.close()

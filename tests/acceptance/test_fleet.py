@@ -9,10 +9,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from .harness import check_journal, journal
 from .test_workers import (
@@ -26,14 +23,6 @@ from .test_workers import (
 
 RUNS = 24
 
-
-@pytest.fixture
-def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    workers = Cluster(db_url, tmp_path)
-    try:
-        yield workers
-    finally:
-        workers.close()
 
 
 def connections_on_file(pid: int, database: Path) -> int:

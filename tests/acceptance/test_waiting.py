@@ -35,14 +35,6 @@ from .test_workers import AGENT, RUNNER, Cluster, wait_for
 ANSWERER = Path(__file__).with_name("answerer.py")
 
 
-@pytest.fixture
-def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    workers = Cluster(db_url, tmp_path)
-    try:
-        yield workers
-    finally:
-        workers.close()
-
 
 def answers_of(cluster: Cluster, run_id: str) -> list[str]:
     journal = load_entries(cluster.runner.engine, run_id)

@@ -249,14 +249,6 @@ class Cluster:
         self.runner.close()
 
 
-@pytest.fixture
-def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
-    workers = Cluster(db_url, tmp_path)
-    try:
-        yield workers
-    finally:
-        workers.close()
-
 
 def assert_outcomes(cluster: Cluster, rows: dict[str, RunRow], ids: list[str]) -> None:
     """Every run stopped for its mode's reason; every key-aware effect happened once."""
