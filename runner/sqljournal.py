@@ -1,8 +1,10 @@
 """The durable journal: the loop's writes as fenced SQL transactions, and its lease.
 
-A run holds a database connection only while it writes: each write checks one out of the
-engine's pool and gives it back at its commit, so a worker's runs waiting for their models
-hold none (a thousand of them share a handful). The calls of a step of several record their
+A run holds a database connection only while it writes, so a worker's runs waiting for their
+models hold none (a thousand of them share a handful): on PostgreSQL each write checks one
+out of the engine's pool and gives it back at its commit; on SQLite, where a process's
+writes take turns anyway, they share the one connection it keeps for writing
+(`pooling.writer`). The calls of a step of several record their
 observations from their own threads as they end: a run's writes take its lock, one at a
 time. The lease is renewed by the runner's one heartbeat (runner.heartbeat), beside every
 other lease the process holds.
@@ -171,8 +173,8 @@ class SqlJournal:
         parking: fencing.Parking | None,
         retried: bool,
     ) -> bool:
-        """One try: a connection from the pool for this write only, given back at once."""
-        with pooling.writing(self.engine), self.engine.connect() as connection:
+        """One try, on the connection the process writes on (pooling.writer)."""
+        with pooling.writer(self.engine) as connection:
             try:
                 return fencing.append_entries(
                     connection,
@@ -218,7 +220,7 @@ class SqlJournal:
     def finish(self, stop: Stop, counters: Counters) -> None:
         with self._writing:
             self._check_lease()
-            with pooling.writing(self.engine), self.engine.connect() as connection:
+            with pooling.writer(self.engine) as connection:
                 fencing.finish_run(connection, self._run_id, self.epoch, stop, counters, self.clock)
 
     def cancel_requested(self) -> bool:

@@ -4,6 +4,8 @@ concurrency and what the database can spare."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,7 +18,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from runner import Agent, AgentResult, Runner, backend, leases, pooling, store
 from runner.agent import load_agent
 from runner.clock import ManualClock, utc_now
-from runner.database import open_engine
+from runner.database import ensure_schema, open_engine
 from runner.errors import LeaseLost
 from runner.heartbeat import Heartbeat
 from runner.journal import Counters
@@ -24,7 +26,7 @@ from runner.sqljournal import SqlJournal
 from runner.worker import Worker
 
 from .agents import RENDEZVOUS_REF
-from .support import entry_rows, task_entry, tool_action
+from .support import entry_rows, task_entry, tool_action, wander
 
 
 class Connections:
@@ -32,6 +34,7 @@ class Connections:
 
     def __init__(self, engine: Engine) -> None:
         self.opened = 0
+        self.taken = 0  # checkouts, all told
         self.out = 0
         self.peak = 0
         self._lock = threading.Lock()
@@ -45,6 +48,7 @@ class Connections:
 
     def _checkout(self, *_: Any) -> None:
         with self._lock:
+            self.taken += 1
             self.out += 1
             self.peak = max(self.peak, self.out)
 
@@ -200,6 +204,74 @@ def test_sqlite_writes_of_a_process_take_one_lock_per_file(tmp_path: Path) -> No
     finally:
         for engine in (first, same_file, other_file):
             engine.dispose()
+
+
+def _open_handles(path: Path) -> int:
+    """How many of this process's file descriptors have the database file open."""
+    target = os.path.realpath(path)
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == target)
+
+
+def test_sqlite_writes_of_a_process_share_one_kept_connection(tmp_path: Path) -> None:
+    database = tmp_path / "kept.db"
+    runner = Runner(f"sqlite:///{database}")
+    try:
+        pool = Connections(runner.engine)
+        agent = Agent(wander(), {"search": lambda q: f"found {q}"}, name="wanderer")
+        result = runner.run(agent, "look around", max_steps=30)
+        assert result.steps == 30  # 30 tool calls: 61 journal writes
+        # Checking a connection out per write took at least 61; the writes now share one,
+        # and only the run's few reads check out connections of their own.
+        assert pool.taken < 10, pool.taken
+        assert pooling.keeps_writer(runner.engine)
+        assert runner.engine.pool.checkedout() == 1  # the kept writer, ready for the next
+        assert _open_handles(database) >= 1
+    finally:
+        runner.close()
+    assert _open_handles(database) == 0  # dispose closed the kept writer with the pool
+
+
+def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Path) -> None:
+    database = tmp_path / "fenced.db"
+    clock = ManualClock()
+    engine = open_engine(f"sqlite:///{database}")
+    try:
+        ensure_schema(engine)
+        store.create_run(
+            engine, run_id="f1", agent=None, agent_name=None, release=None, task="t",
+            budgets={}, clock=clock,
+        )  # fmt: skip
+        claim = leases.claim_run(
+            engine, "f1", owner="w:1:1", lease_seconds=30, max_resumes=3, clock=clock
+        )
+        with SqlJournal(engine, claim, lease_seconds=30, clock=clock) as journal:
+            journal.append(task_entry("t"))
+            leases.claim_run(
+                engine, "f1", owner="t:1:1", lease_seconds=30, max_resumes=3, steal=True,
+                clock=clock,
+            )  # fmt: skip
+            with pytest.raises(LeaseLost):  # fenced out inside the write's transaction
+                journal.append(tool_action("f1", 1, "add", {"a": 1}, Counters(steps=1)))
+        # The kept connection rolled back: another process's writer gets the lock at once.
+        other = sqlite3.connect(database, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+    finally:
+        engine.dispose()
+
+
+def test_a_pool_too_small_to_spare_a_writer_keeps_none(tmp_path: Path) -> None:
+    with Runner(f"sqlite:///{tmp_path / 'one.db'}", connections=1) as runner:
+        agent = Agent(wander(), {"search": lambda q: f"found {q}"}, name="wanderer")
+        # Its reads need the one connection between writes: kept by a writer, they would
+        # wait for it until the pool's timeout.
+        assert runner.run(agent, "look around", max_steps=5).steps == 5
+        assert not pooling.keeps_writer(runner.engine)
+        assert runner.engine.pool.checkedout() == 0
 
 
 @pytest.mark.parametrize(
