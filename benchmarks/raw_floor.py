@@ -15,6 +15,11 @@ but the loop that issues them.
   runner), each commit the INSERT and `commit()`, on one reused cursor (psycopg prepares
   the statement server-side after its fifth execution, as it does runner's).
 
+`CommittingJournal` is the loop's floor: the in-memory journal of `run_agent`, each of its
+writes also one raw commit of the next prebuilt row, so a run through it pays the loop's own
+work and the raw commits, and nothing a durable journal adds (no row built, no fence, no
+SQLAlchemy). No durable runner of this loop can go under it.
+
 `autocommit=True` is a stricter floor still: each INSERT sent alone, in the driver's
 autocommit mode, is its own transaction (no BEGIN, no COMMIT: one round trip on
 PostgreSQL instead of three, which is how runner writes one-statement entries there).
@@ -26,11 +31,15 @@ stores them) before the clock starts, with the column types' own bind processors
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine, Table
 
 from runner.backend import BUSY_TIMEOUT_MS
+from runner.journal import Counters, Entry, MemoryJournal, Stop
 
 
 def driver_rows(engine: Engine, table: Table, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -52,9 +61,25 @@ def commits(
 ) -> Any:
     """Time one commit per row through the raw driver; `clock()` starts the timer and the
     returned object's `since()` reads it (the benchmark's own Clock)."""
+    with committer(engine, table, autocommit) as commit:
+        started = clock()
+        for row in rows:
+            commit(row)
+        return started.since()
+
+
+@contextmanager
+def committer(
+    engine: Engine, table: Table, autocommit: bool = False
+) -> Iterator[Callable[[tuple[Any, ...]], None]]:
+    """A raw driver connection to the engine's database, as a function that commits one row
+    (`driver_rows`' tuples) in a transaction of its own."""
     if engine.dialect.name == "sqlite":
-        return _sqlite(engine, table, rows, clock, autocommit)
-    return _postgres(engine, table, rows, clock, autocommit)
+        with _sqlite(engine, table, autocommit) as commit:
+            yield commit
+    else:
+        with _postgres(engine, table, autocommit) as commit:
+            yield commit
 
 
 def _insert_sql(table: Table, marker: str) -> str:
@@ -63,9 +88,10 @@ def _insert_sql(table: Table, marker: str) -> str:
     return f"INSERT INTO {table.name} ({columns}) VALUES ({values})"
 
 
+@contextmanager
 def _sqlite(
-    engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any, autocommit: bool
-) -> Any:
+    engine: Engine, table: Table, autocommit: bool
+) -> Iterator[Callable[[tuple[Any, ...]], None]]:
     database = engine.url.database
     assert database, "the raw floor needs a SQLite file"
     with engine.connect() as connection:  # the engine's own setting, as its hook set it
@@ -78,23 +104,25 @@ def _sqlite(
         raw.execute("PRAGMA foreign_keys=ON")
         sql = _insert_sql(table, "?")
         cursor = raw.cursor()
-        started = clock()
-        if autocommit:
-            for row in rows:
-                cursor.execute(sql, row)  # its own transaction: isolation_level is None
-        else:
-            for row in rows:
-                cursor.execute("BEGIN IMMEDIATE")
-                cursor.execute(sql, row)
-                raw.commit()
-        return started.since()
+        execute, commit = cursor.execute, raw.commit
+
+        def in_transaction(row: tuple[Any, ...]) -> None:
+            execute("BEGIN IMMEDIATE")
+            execute(sql, row)
+            commit()
+
+        def alone(row: tuple[Any, ...]) -> None:
+            execute(sql, row)  # its own transaction: isolation_level is None
+
+        yield alone if autocommit else in_transaction
     finally:
         raw.close()
 
 
+@contextmanager
 def _postgres(
-    engine: Engine, table: Table, rows: list[tuple[Any, ...]], clock: Any, autocommit: bool
-) -> Any:
+    engine: Engine, table: Table, autocommit: bool
+) -> Iterator[Callable[[tuple[Any, ...]], None]]:
     import psycopg
 
     args, kwargs = engine.dialect.create_connect_args(engine.url)
@@ -102,10 +130,32 @@ def _postgres(
     try:
         sql = _insert_sql(table, "%s")
         cursor = raw.cursor()
-        started = clock()
-        for row in rows:
-            cursor.execute(sql, row)
-            raw.commit()  # in autocommit: nothing to commit, no round trip
-        return started.since()
+        execute, commit = cursor.execute, raw.commit
+
+        def one(row: tuple[Any, ...]) -> None:
+            execute(sql, row)
+            commit()  # in autocommit: nothing to commit, no round trip
+
+        yield one
     finally:
         raw.close()
+
+
+@dataclass
+class CommittingJournal(MemoryJournal):
+    """`run_agent`'s journal, each write also committing the next of `rows` through `commit`."""
+
+    commit: Callable[[tuple[Any, ...]], None] = field(default=lambda row: None)
+    rows: Iterator[tuple[Any, ...]] = field(default_factory=lambda: iter(()))
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        self.commit(next(self.rows))
+        super().append(entry, stop)
+
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        self.commit(next(self.rows))
+        super().append_many(entries, stop)
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        self.commit(next(self.rows))
+        super().finish(stop, counters)

@@ -11,8 +11,10 @@ table with the entries table's columns and primary key, through plain SQLAlchemy
 engine opened with the same settings, over one connection; and the raw floor: the same
 commits of the same rows through the plain `sqlite3` or `psycopg` driver, no SQLAlchemy,
 each a transaction of its own (BEGIN, INSERT, COMMIT), and once more with each INSERT
-alone in the driver's autocommit mode (`raw_floor.py` says what they include). The four
-take turns going first. All are
+alone in the driver's autocommit mode (`raw_floor.py` says what they include); and the
+loop's floor: the in-memory run once more, each of its journal writes also one raw commit of
+a prebuilt row (`raw_floor.CommittingJournal`), the least any durable runner of this loop
+can cost. The five take turns going first. All are
 reported per step of the run, and the durable time as a ratio to each floor (per
 repetition, then the median); "(durable - memory) / floor" is the overhead durability adds
 to a step (the durable step less the same step in memory) over the floor. The last column
@@ -33,7 +35,11 @@ import raw_floor
 from sqlalchemy import Engine, Table, event, insert, text
 
 from runner import Runner, run_agent
+from runner.agent import bind_tools
+from runner.budgets import Budgets
 from runner.ids import new_run_id
+from runner.loop import drive
+from runner.tools import as_tools
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 SQLITE = {
@@ -101,6 +107,24 @@ def raw(
     return elapsed
 
 
+def loop_floor(
+    engine: Engine, table: Table, rows: list[dict[str, Any]], commits: int, steps: int
+) -> tuple[float, float]:
+    """The in-memory run, each journal write also one raw commit (raw_floor.CommittingJournal):
+    what any durable runner of this loop pays at least."""
+    # Rows to spare: the loop writes no more often than the durable run commits.
+    batch = raw_floor.driver_rows(engine, table, floor_rows(rows, 2 * commits))
+    tools = as_tools(fakes.tools())
+    model = bind_tools(fakes.model, tools)
+    with raw_floor.committer(engine, table) as commit:
+        journal = raw_floor.CommittingJournal(commit=commit, rows=iter(batch))
+        clock = Clock()
+        result = drive(model, tools, fakes.task(steps), Budgets(**fakes.UNLIMITED), journal)
+        elapsed = clock.since()
+    assert result.stop_reason == "final" and result.steps == steps, result
+    return elapsed
+
+
 def floor(
     engine: Engine, table: Any, rows: list[dict[str, Any]], commits: int
 ) -> tuple[float, float]:
@@ -128,11 +152,17 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     # Warm up (caches, the pool, the file); its rows and commit count make the floor's work.
     _, commits, run_id = durable(runner, steps)
     rows = common.entry_rows(runner.engine, run_id)
-    kinds = ("memory", "durable", "floor", "raw", "raw_autocommit")
+    kinds = ("memory", "durable", "floor", "raw", "raw_autocommit", "loop_floor")
     samples: dict[str, list[float]] = {k: [] for k in (*kinds, *(f"{k}_cpu" for k in kinds))}
-    prefixes = {"": "floor", "raw_": "raw", "raw_autocommit_": "raw_autocommit"}
+    prefixes = {
+        "": "floor",
+        "raw_": "raw",
+        "raw_autocommit_": "raw_autocommit",
+        "loop_floor_": "loop_floor",
+    }
     for ratio in (f"{prefix}{what}" for prefix in prefixes for what in ("ratio", "overhead_ratio")):
         samples[ratio] = []
+    samples["loop_floor_to_raw_ratio"] = []
     commit_counts = {commits}
     made = commits
 
@@ -146,6 +176,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "floor": lambda: floor(runner.engine, table, rows, commits),
         "raw": lambda: raw(runner.engine, table, rows, commits, False),
         "raw_autocommit": lambda: raw(runner.engine, table, rows, commits, True),
+        "loop_floor": lambda: loop_floor(runner.engine, table, rows, commits, steps),
     }
     order = list(contenders)
     try:
@@ -160,6 +191,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
             for kind, (wall, cpu) in timed.items():
                 samples[kind].append(wall / steps * 1e6)
                 samples[f"{kind}_cpu"].append(cpu / steps * 1e6)
+            samples["loop_floor_to_raw_ratio"].append(timed["loop_floor"][0] / timed["raw"][0])
             overhead = timed["durable"][0] - timed["memory"][0]
             for prefix, base in prefixes.items():
                 samples[f"{prefix}ratio"].append(timed["durable"][0] / timed[base][0])
@@ -179,6 +211,8 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "ratio_to_raw_floor": common.spread(samples["raw_ratio"]),
         "overhead_ratio_to_raw_floor": common.spread(samples["raw_overhead_ratio"]),
         "ratio_to_raw_autocommit_floor": common.spread(samples["raw_autocommit_ratio"]),
+        "ratio_to_loop_floor": common.spread(samples["loop_floor_ratio"]),
+        "loop_floor_to_raw_floor": common.spread(samples["loop_floor_to_raw_ratio"]),
         "samples": samples,
     }
 
@@ -218,6 +252,9 @@ def main() -> None:
                 common.fmt_spread(r["ratio_to_floor"], 2),
                 common.fmt_spread(r["ratio_to_raw_floor"], 2),
                 common.fmt_spread(r["ratio_to_raw_autocommit_floor"], 2),
+                common.fmt_spread(us["loop_floor"]),
+                common.fmt_spread(r["loop_floor_to_raw_floor"], 2),
+                common.fmt_spread(r["ratio_to_loop_floor"], 2),
                 common.fmt_spread(r["overhead_ratio_to_floor"], 2),
                 common.fmt_spread(r["overhead_ratio_to_raw_floor"], 2),
                 f"{us['durable_cpu']['median']:.0f} / {us['floor_cpu']['median']:.0f}"
@@ -238,6 +275,9 @@ def main() -> None:
             "durable / floor",
             "durable / raw floor",
             "durable / raw autocommit",
+            "loop + raw floor us/step",
+            "loop + raw floor / raw floor",
+            "durable / loop + raw floor",
             "(durable - memory) / floor",
             "(durable - memory) / raw floor",
             "CPU us/step durable / floor / raw",
