@@ -23,8 +23,8 @@ from runner.urls import redact_url
 from runner.waiting import Answered, Wait
 
 # The commands a run's page shows as text, for a terminal: (name, arguments, when shown).
-# Commands that other releases add (fork, replay) appear once the CLI has them.
-_COMMANDS = (
+# Each is a command of the CLI with these options (tests/ui/test_pages.py holds it so).
+COMMANDS = (
     ("show", "{id}", "always"),
     ("resume", "{id}", "unfinished"),
     ("cancel", "{id}", "unfinished"),
@@ -51,7 +51,6 @@ class UiState:
         )
         environment.filters.update(FILTERS)
         self.templates = Jinja2Templates(env=environment)
-        self.cli_commands = _cli_commands()
 
     def render(
         self, request: Request, template: str, status_code: int = 200, **context: Any
@@ -72,8 +71,8 @@ class UiState:
         finished = row.status is RunStatus.FINISHED
         return [
             f"runner {name} {arguments.format(id=row.id)}"
-            for name, arguments, when_shown in _COMMANDS
-            if name in self.cli_commands and (when_shown == "always" or not finished)
+            for name, arguments, when_shown in COMMANDS
+            if when_shown == "always" or not finished
         ]
 
     async def cancel(self, run_id: str) -> AgentResult:
@@ -108,9 +107,3 @@ class UiState:
         if self._writer is not None:
             self._writer.close()
         self.reader.dispose()
-
-
-def _cli_commands() -> set[str]:
-    from runner.cli import main
-
-    return set(main.commands)

@@ -130,6 +130,17 @@ def test_a_run_is_a_conversation_with_its_tool_calls(client: TestClient) -> None
     assert 'action="/runs/r1-00/cancel"' not in raw
 
 
+def test_every_command_a_page_shows_is_one_the_cli_has() -> None:
+    from runner.cli import main
+    from runner.ui.state import COMMANDS
+
+    for name, arguments, _ in COMMANDS:
+        assert name in main.commands, name
+        options = {flag for param in main.commands[name].params for flag in param.opts}
+        for word in arguments.split():
+            assert not word.startswith("--") or word in options, (name, word)
+
+
 def test_an_unfinished_run_shows_its_owner_lease_and_commands(
     client: TestClient, seeded: Seeded
 ) -> None:
