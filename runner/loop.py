@@ -14,12 +14,12 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from runner.actions import Action, ActionKind, parse_action
 from runner.backoff import Backoff
-from runner.budget_changes import CHANGE_KINDS, applied, before_changes
+from runner.budget_changes import applied, before_changes
 from runner.budgets import WRAP_UP_REASONS, Budgets, StopReason
 from runner.calls import CallTimedOut, Together, invoke
 from runner.clock import SYSTEM, Clock
@@ -27,6 +27,7 @@ from runner.context import Context
 from runner.errors import ModelFatal, ModelRetryable, ReplayMismatch, RunPaused, RunWaiting
 from runner.faults import fault
 from runner.journal import Counters, Entry, EntryKind, Journal, Stop, step_messages
+from runner.recorded import Recorded
 from runner.result import AgentResult
 from runner.spans import NO_SPANS, Spans
 from runner.steps import (
@@ -57,103 +58,12 @@ WRAP_UP_NOTE = (
 WRAP_UP_SECONDS = 30.0
 
 
-# What a step's first entry may be: a call, an answer, or an action a stop rule refused.
-_ACTION_KINDS = (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED)
-
-
 class _ModelFailed(Exception):
     pass
 
 
 class _OutOfTime(Exception):
     pass
-
-
-@dataclass
-class _Replay:
-    """A cursor over the entries a previous process recorded.
-
-    Budget changes (revivals, extensions) are applied where they were recorded, by
-    `on_change`: every other entry is taken by the loop in its order.
-    """
-
-    entries: Sequence[Entry]
-    on_change: Callable[[Entry], None]
-    position: int = 0
-
-    def take(self, step: int, kinds: tuple[EntryKind, ...]) -> Entry | None:
-        self.changes()
-        if self.position >= len(self.entries):
-            return None
-        entry = self.entries[self.position]
-        if entry.step != step or entry.kind not in kinds:
-            expected = "/".join(kinds)
-            raise ReplayMismatch(
-                f"journal entry {self.position} is {entry.kind} of step {entry.step}, "
-                f"but the loop expected {expected} of step {step}: the agent's budgets or "
-                "code changed since the run started",
-                step=min(step, entry.step),
-                recorded=entry,
-                now=f"expects {expected} of step {step}",
-            )
-        self.position += 1
-        return entry
-
-    def changes(self) -> bool:
-        """Apply the budget changes recorded next; True if there was one (a stop the loop
-        just replayed was lifted by it, and the run went on)."""
-        found = False
-        while self.position < len(self.entries) and self.entries[self.position].kind in (
-            CHANGE_KINDS
-        ):
-            self.on_change(self.entries[self.position])
-            self.position += 1
-            found = True
-        return found
-
-    def expect_end(self, step: int, stop: Stop) -> None:
-        """The loop stops here: the journal must not go on (else the code now stops where
-        the recorded run did not)."""
-        if self.position >= len(self.entries):
-            return
-        entry = self.entries[self.position]
-        raise ReplayMismatch(
-            f"the loop stops at step {step} ({stop.reason}) but journal entry "
-            f"{self.position} is {entry.kind} of step {entry.step}: the agent's budgets or "
-            "code changed since the run started",
-            step=step,
-            recorded=entry,
-            now=f"stops with {stop.reason}",
-        )
-
-    def take_if(self, step: int, kind: EntryKind) -> Entry | None:
-        """The next entry if it is `kind` of `step`; else None, and nothing is taken."""
-        self.changes()
-        if self.position < len(self.entries):
-            entry = self.entries[self.position]
-            if entry.step == step and entry.kind is kind:
-                self.position += 1
-                return entry
-        return None
-
-    @property
-    def done(self) -> bool:
-        return self.position >= len(self.entries)
-
-    def take_action(self, step: int) -> tuple[Entry, ...]:
-        """The step's recorded action: one row, or one per call of a step of several."""
-        first = self.take(step, _ACTION_KINDS)
-        if first is None:
-            return ()
-        rows = [first]
-        if first.action_type is ActionKind.TOOL:
-            while self.position < len(self.entries):
-                entry = self.entries[self.position]
-                if entry.step != step or entry.kind is not first.kind:
-                    break
-                rows.append(entry)
-                self.position += 1
-        return tuple(rows)
 
 
 def drive(
@@ -213,7 +123,7 @@ class _Loop:
         recorded = journal.recorded()
         # Each recorded step is replayed under the budgets it ran with.
         self.budgets = before_changes(budgets, recorded)
-        self.replay = _Replay(recorded, self.change_budgets)
+        self.replay = Recorded(recorded, self.change_budgets)
         self.transcript: list[dict[str, Any]] = []
         self.counters = Counters()
         self.calls: Counter[tuple[str, str]] = Counter()
