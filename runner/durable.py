@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runner import approvals, leases, liveness, revival, store, submissions
+from runner import approvals, leases, liveness, pooling, revival, store, submissions
 from runner import queues as queue_limits
 from runner.agent import Agent, load_agent, with_budgets
 from runner.backend import backend_for
@@ -63,6 +63,8 @@ class Runner:
         # `connections`: the most this runner holds at once (a worker's pool); a run holds
         # one only while it writes, so far fewer than runs in flight serve them.
         self.engine = connect(self.url, pool_size=connections)
+        # The journals' writes: on SQLite they share one connection, kept until close().
+        self.writer = pooling.Writer(self.engine)
         self.lease_seconds = lease_seconds
         self.max_resumes = max_resumes
         self.observer = observer
@@ -85,6 +87,7 @@ class Runner:
 
     def close(self) -> None:
         self.heartbeat.close()
+        self.writer.close()
         self.engine.dispose()
 
     def __enter__(self) -> Runner:
@@ -422,6 +425,7 @@ class Runner:
             observer=self.observer,
             clock=self.clock,
             heartbeat=self.heartbeat,
+            writer=self.writer,
         )
         spans = run_trace(
             run.id,

@@ -11,7 +11,7 @@ meet it wait in SQLite's busy handler, which sleeps (1, 2, 5 ... 100 ms) and lea
 idle between writers; so every write of a process takes a lock per database file first, and
 a thousand threads queue on it in Python, handed over the moment a commit ends. Since the
 process's writes to a file take turns anyway, the journal's share one connection, kept for
-the engine's life (`writer`), instead of each checking one out of the pool and giving it
+the runner's life (`Writer`), instead of each checking one out of the pool and giving it
 back.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, Engine, event
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
@@ -134,44 +134,57 @@ def writing(engine: Engine) -> Iterator[None]:
 
 # -- the journal's writer ------------------------------------------------------------------
 
-_WRITERS: WeakKeyDictionary[Engine, Connection] = WeakKeyDictionary()
 
-
-@contextlib.contextmanager
-def writer(engine: Engine) -> Iterator[Connection]:
-    """A connection to write on, with this process's turn to write to `engine` held.
+class Writer:
+    """Where a runner's journal writes go: a connection to write on, with the process's turn
+    to write to the database held.
 
     On SQLite the process's writes take turns on the file's lock, so they can share one
-    connection: it is kept, checked out of the pool once for the engine's life (until
-    `engine.dispose()`), where a checkout and return cost a journal write about 25 us of
-    CPU, a sixth of its own. Not when the pool is too small to spare it: a reader waiting
-    for the one connection the writer keeps would wait for ever. On PostgreSQL, whose row
-    locks let writers run side by side, a connection from the pool for this write alone.
+    connection: it is kept, checked out of the pool at the first write and given back at
+    `close` (the `Runner` closes its writer with itself), where a checkout and return per
+    write cost it about 12 us, 25 of CPU after an fsync. Not when the pool is too small to
+    spare it: a reader waiting for the one connection the writer keeps would wait for ever.
+    On PostgreSQL, whose row locks let writers run side by side, and with `keep=False`, each
+    write has a connection from the pool for itself alone.
     """
-    lock = _lock_of(engine)
-    if lock is None or not _can_keep(engine):
-        with writing(engine), engine.connect() as connection:
-            yield connection
-        return
-    with lock:
-        kept = _WRITERS.get(engine)
-        if kept is None or kept.closed:
-            if not event.contains(engine, "engine_disposed", _forget_writer):
-                event.listen(engine, "engine_disposed", _forget_writer)
-            kept = _WRITERS[engine] = engine.connect()
-        try:
-            yield kept
-        finally:
-            _reset(kept)
+
+    def __init__(self, engine: Engine, *, keep: bool = True) -> None:
+        self.engine = engine
+        self._lock = _lock_of(engine)
+        self._keep = keep and self._lock is not None and _can_spare(engine)
+        self._kept: Connection | None = None
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[Connection]:
+        if not self._keep or self._lock is None:
+            with writing(self.engine), self.engine.connect() as connection:
+                yield connection
+            return
+        with self._lock:
+            kept = self._kept
+            if kept is None or kept.closed:
+                kept = self._kept = self.engine.connect()
+            try:
+                yield kept
+            finally:
+                _reset(kept)
+
+    @property
+    def keeps(self) -> bool:
+        """Whether a connection is kept checked out for the writes."""
+        return self._kept is not None and not self._kept.closed
+
+    def close(self) -> None:
+        """Give the kept connection back to the pool (a later write takes it again)."""
+        if self._lock is None or self._kept is None:
+            return
+        with self._lock:
+            if self._kept is not None:
+                self._kept.close()
+                self._kept = None
 
 
-def keeps_writer(engine: Engine) -> bool:
-    """Whether this process keeps a connection checked out for writing to `engine`."""
-    kept = _WRITERS.get(engine)
-    return kept is not None and not kept.closed
-
-
-def _can_keep(engine: Engine) -> bool:
+def _can_spare(engine: Engine) -> bool:
     pool = engine.pool
     # A pool of one, or of a fixed few with no overflow, has no connection to spare.
     return not isinstance(pool, QueuePool) or pool.size() + max(pool._max_overflow, 0) >= 2
@@ -187,16 +200,3 @@ def _reset(connection: Connection) -> None:
     dbapi_connection = connection.connection.dbapi_connection
     if dbapi_connection is not None and dbapi_connection.in_transaction:
         dbapi_connection.rollback()
-
-
-def _forget_writer(engine: Engine) -> None:
-    lock = _lock_of(engine)
-    connection = _WRITERS.pop(engine, None)
-    if connection is None or lock is None:
-        return
-    with lock:
-        # Called once the pool is disposed of: given back to it, the connection would stay
-        # open in the discarded pool until the collector found it. Detached, close shuts it.
-        if not connection.closed and not connection.invalidated:
-            connection.detach()
-        connection.close()

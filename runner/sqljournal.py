@@ -3,8 +3,8 @@
 A run holds a database connection only while it writes, so a worker's runs waiting for their
 models hold none (a thousand of them share a handful): on PostgreSQL each write checks one
 out of the engine's pool and gives it back at its commit; on SQLite, where a process's
-writes take turns anyway, they share the one connection it keeps for writing
-(`pooling.writer`). The calls of a step of several record their
+writes take turns anyway, a runner's share the one connection it keeps for writing
+(`pooling.Writer`). The calls of a step of several record their
 observations from their own threads as they end: a run's writes take its lock, one at a
 time. The lease is renewed by the runner's one heartbeat (runner.heartbeat), beside every
 other lease the process holds.
@@ -52,8 +52,12 @@ class SqlJournal:
         clock: Clock = SYSTEM,
         heartbeat_seconds: float | None = None,
         heartbeat: Heartbeat | None = None,
+        writer: pooling.Writer | None = None,
     ) -> None:
         self.engine = engine
+        # The runner's writer, shared by all its journals; else one of this journal's own
+        # that keeps no connection between writes.
+        self.writer = writer or pooling.Writer(engine, keep=False)
         self.clock = clock
         # The runner's heartbeat, shared by all its leases; else one of this journal's own
         # (real seconds between beats: a third of the lease unless a test wants it faster).
@@ -173,8 +177,8 @@ class SqlJournal:
         parking: fencing.Parking | None,
         retried: bool,
     ) -> bool:
-        """One try, on the connection the process writes on (pooling.writer)."""
-        with pooling.writer(self.engine) as connection:
+        """One try, on the connection the writer gives (pooling.Writer)."""
+        with self.writer.turn() as connection:
             try:
                 return fencing.append_entries(
                     connection,
@@ -220,7 +224,7 @@ class SqlJournal:
     def finish(self, stop: Stop, counters: Counters) -> None:
         with self._writing:
             self._check_lease()
-            with pooling.writer(self.engine) as connection:
+            with self.writer.turn() as connection:
                 fencing.finish_run(connection, self._run_id, self.epoch, stop, counters, self.clock)
 
     def cancel_requested(self) -> bool:

@@ -224,12 +224,12 @@ def test_sqlite_writes_of_a_process_share_one_kept_connection(tmp_path: Path) ->
         # Checking a connection out per write took at least 61; the writes now share one,
         # and only the run's few reads check out connections of their own.
         assert pool.taken < 10, pool.taken
-        assert pooling.keeps_writer(runner.engine)
+        assert runner.writer.keeps
         assert runner.engine.pool.checkedout() == 1  # the kept writer, ready for the next
         assert _open_handles(database) >= 1
     finally:
         runner.close()
-    assert _open_handles(database) == 0  # dispose closed the kept writer with the pool
+    assert _open_handles(database) == 0  # close gave the kept writer back, dispose shut it
 
 
 def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Path) -> None:
@@ -245,7 +245,8 @@ def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Pat
         claim = leases.claim_run(
             engine, "f1", owner="w:1:1", lease_seconds=30, max_resumes=3, clock=clock
         )
-        with SqlJournal(engine, claim, lease_seconds=30, clock=clock) as journal:
+        writer = pooling.Writer(engine)
+        with SqlJournal(engine, claim, lease_seconds=30, clock=clock, writer=writer) as journal:
             journal.append(task_entry("t"))
             leases.claim_run(
                 engine, "f1", owner="t:1:1", lease_seconds=30, max_resumes=3, steal=True,
@@ -253,6 +254,7 @@ def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Pat
             )  # fmt: skip
             with pytest.raises(LeaseLost):  # fenced out inside the write's transaction
                 journal.append(tool_action("f1", 1, "add", {"a": 1}, Counters(steps=1)))
+        assert writer.keeps
         # The kept connection rolled back: another process's writer gets the lock at once.
         other = sqlite3.connect(database, timeout=0, isolation_level=None)
         try:
@@ -260,6 +262,7 @@ def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Pat
             other.execute("ROLLBACK")
         finally:
             other.close()
+        writer.close()
     finally:
         engine.dispose()
 
@@ -270,7 +273,7 @@ def test_a_pool_too_small_to_spare_a_writer_keeps_none(tmp_path: Path) -> None:
         # Its reads need the one connection between writes: kept by a writer, they would
         # wait for it until the pool's timeout.
         assert runner.run(agent, "look around", max_steps=5).steps == 5
-        assert not pooling.keeps_writer(runner.engine)
+        assert not runner.writer.keeps
         assert runner.engine.pool.checkedout() == 0
 
 
