@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ from runner.status import STATES, RunStatus
 if TYPE_CHECKING:
     from runner.durable import Runner
     from runner.journal import Entry
+    from runner.rows import RunRow
+    from runner.waiting import Wait
 
 EXIT_FINAL = 0
 EXIT_ERROR = 1
@@ -422,21 +424,41 @@ def list_(
 ) -> None:
     """List runs, newest first, with their state (stalled: running, but nobody holds it;
     `--status waiting`: what each waits for, and since when)."""
-    with _runner(url) as runner:
-        rows = runner.list(
-            state=status,
-            stop_reason=StopReason(stop_reason) if stop_reason else None,
-            release=release,
-            limit=limit,
-        )
-        now = runner.now()
-        waits = runner.waits(rows)
+    reason = StopReason(stop_reason) if stop_reason else None
+    rows, now, waits = _listed(url, status, reason, release, limit)
     if as_json:
         output.print_json([output.run_json(None, row, wait=waits.get(row.id)) for row in rows])
     elif status == RunStatus.WAITING:
         output.line(output.waits_table(rows, waits))
     else:
         output.line(output.runs_table(rows, now))
+
+
+def _listed(
+    url: str | None, state: str | None, stop_reason: StopReason | None, release: str | None,
+    limit: int,
+) -> tuple[Sequence[RunRow], datetime, dict[str, Wait]]:  # fmt: skip
+    """The runs `runner list` shows, the time they are judged at and their waits: read on a
+    plain connection without loading SQLAlchemy where runner.direct opens one, else (and on
+    any driver error, to report it as every command does) through a Runner."""
+    from runner import listing
+    from runner.direct import open_reader
+
+    reader = open_reader(url)
+    if reader is not None:
+        try:
+            now = listing.clock_now(reader)
+            rows = listing.runs(
+                reader, now, state=state, stop_reason=stop_reason, release=release, limit=limit
+            )
+            return rows, now, listing.waits(reader, rows)
+        except reader.errors:
+            pass  # only reads were made: the full path reads again, and words the error
+        finally:
+            reader.close()
+    with _runner(url) as runner:
+        listed = runner.list(state=state, stop_reason=stop_reason, release=release, limit=limit)
+        return listed, runner.now(), runner.waits(listed)
 
 
 @click.command()
