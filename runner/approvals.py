@@ -45,7 +45,8 @@ class _Open:
 
 def _open_wait(connection: Connection, run_id: str) -> _Open | None:
     """The run's last entry if it is a wait (the answer, when it comes, goes right after)."""
-    last = reads.last_entry(plain(connection), run_id)
+    with plain(connection) as reader:
+        last = reads.last_entry(reader, run_id)
     if last is None or last[0].kind is not EntryKind.WAIT:
         return None
     return _Open(*last)

@@ -8,8 +8,8 @@ connections (`runner.store.plain_reading`): each of these reads has one implemen
 The SQL is written with `:name` binds (sqlite3's style) and rewritten once per statement
 for psycopg (`%(name)s`). Values come back as SQLAlchemy's column types of runner.schema
 give them: timestamps aware and in UTC (SQLite keeps them as UTC text), JSON columns
-decoded (SQLite keeps text; psycopg decodes `json` itself); booleans are 0/1 on SQLite,
-which RunRow and Entry make bool.
+decoded (SQLite keeps text; psycopg decodes `json` itself), booleans bool (SQLite keeps
+0 and 1).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ _TIMESTAMPS = frozenset(
     }
 )  # fmt: skip
 _JSON = frozenset({"budgets", "args"})
+_BOOLEANS = frozenset({"wrapped_up", "cancel_requested", "is_error"})
 # SQLAlchemy's storage format of a timestamp on SQLite (its DATETIME type's): UTC, naive.
 _SQLITE_TIME = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
 # At most this many ids in one IN list (SQLite's limit of binds is far above it).
@@ -97,6 +98,7 @@ class Reader:
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.sqlite = isinstance(connection, sqlite3.Connection)
+        self.statement: str | None = None  # the last one run, for an error's message
 
     @property
     def errors(self) -> tuple[type[Exception], ...]:
@@ -107,6 +109,7 @@ class Reader:
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The rows of one SELECT, each by column name, decoded (see the module's doc)."""
+        self.statement = sql
         cursor = self.connection.cursor()
         try:
             cursor.execute(sql if self.sqlite else _pyformat(sql), params or {})
@@ -116,6 +119,7 @@ class Reader:
             cursor.close()
         times = [i for i, name in enumerate(names) if name in _TIMESTAMPS]
         texts = [i for i, name in enumerate(names) if name in _JSON] if self.sqlite else []
+        flags = [i for i, name in enumerate(names) if name in _BOOLEANS] if self.sqlite else []
         decoded = []
         for values in fetched:
             row = dict(zip(names, values, strict=True))
@@ -124,6 +128,9 @@ class Reader:
             for i in texts:
                 if values[i] is not None:
                     row[names[i]] = json.loads(values[i])
+            for i in flags:
+                if values[i] is not None:
+                    row[names[i]] = bool(values[i])
             decoded.append(row)
         return decoded
 

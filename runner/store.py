@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Engine, Row, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from runner import reads
 from runner.backend import backend_for
@@ -144,14 +144,28 @@ def plain_reading(engine: Engine) -> Iterator[Reader]:
     runner.reads (which `runner list` runs without SQLAlchemy). Its statements are plain
     SELECTs in no transaction of SQLAlchemy's; the pool rolls back whatever the driver
     began when the connection goes back."""
-    with engine.connect() as connection:
-        yield Reader(connection.connection.dbapi_connection)
+    with engine.connect() as connection, plain(connection) as reader:
+        yield reader
 
 
-def plain(connection: Connection) -> Reader:
+@contextmanager
+def plain(connection: Connection) -> Iterator[Reader]:
     """The driver's connection beneath `connection`, inside its transaction (a read there
-    sees what the transaction wrote and the locks it holds)."""
-    return Reader(connection.connection.dbapi_connection)
+    sees what the transaction wrote). A driver's error comes out as SQLAlchemy's own would
+    (every caller, and the CLI's one-line errors, know those), a lost connection discarded."""
+    dbapi_connection = connection.connection.dbapi_connection
+    reader = Reader(dbapi_connection)
+    try:
+        yield reader
+    except reader.errors as exc:
+        dialect = connection.dialect
+        lost = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            reader.statement, None, exc, dialect.loaded_dbapi.Error,
+            connection_invalidated=lost, dialect=dialect,
+        ) from exc  # fmt: skip
 
 
 # -- creating and finding runs --------------------------------------------------------------
