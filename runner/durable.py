@@ -22,7 +22,7 @@ from runner.delays import start_time
 from runner.errors import AgentLoadError, LeaseHeld, RunnerError, RunWaiting
 from runner.heartbeat import Heartbeat
 from runner.ids import new_run_id
-from runner.journal import Counters, Entry, transcript_of
+from runner.journal import Entry
 from runner.owner import this_process
 from runner.result import AgentResult
 from runner.schema import DEFAULT_QUEUE
@@ -459,25 +459,8 @@ class Runner:
     def get(self, run_id: str) -> AgentResult:
         """The run's result so far (stop_reason None while it has not stopped)."""
         run = store.find_run(self.engine, run_id)
-        journal = store.load_entries(self.engine, run.id)
-        transcript = transcript_of([entry for entry, _ in journal])
-        # A finished run stores its final counters; an unfinished one has them in its journal.
-        counters = Counters(run.steps, run.tokens, run.cost)
-        if run.status is not RunStatus.FINISHED and journal:
-            counters = journal[-1][0].counters
-        return AgentResult(
-            stop_reason=run.stop_reason,
-            output=run.output,
-            steps=counters.steps,
-            transcript=transcript,
-            tokens=counters.tokens,
-            cost=counters.cost,
-            error=run.error,
-            wrapped_up=run.wrapped_up,
-            run_id=run.id,
-            status=run.status,
-            waiting=approvals.pending(self.engine, [run]).get(run.id),
-        )
+        journal = [entry for entry, _ in store.load_entries(self.engine, run.id)]
+        return listing.result_of(run, journal, approvals.pending(self.engine, [run]).get(run.id))
 
     def row(self, run_id: str) -> store.RunRow:
         """The run's row as stored (lease holder, timestamps, budgets), with its `state`

@@ -1,9 +1,10 @@
-"""What `runner list` shows, over runner.reads: the runs in a state, as they stand now (the
-counters of an unfinished run's journal, stalled or not), and what the waiting ones wait for.
+"""What `runner list` and `runner show` show, over runner.reads: the runs in a state, as
+they stand now (the counters of an unfinished run's journal, stalled or not), what the
+waiting ones wait for, and a run's result so far.
 
-`Runner.list`, `Runner.row` and `Runner.waits` use these over their engine; `runner list`
-over a connection opened without SQLAlchemy (runner.direct). One implementation of how a
-state is listed, whichever way the database was opened.
+`Runner.list`, `row`, `waits` and `get` use these over their engine; `runner list` and
+`show` over a connection opened without SQLAlchemy (runner.direct). One implementation of
+each, whichever way the database was opened.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 
 from runner import liveness, reads
 from runner.clock import SYSTEM, utc_now
-from runner.journal import Entry, EntryKind
+from runner.journal import Counters, Entry, EntryKind, transcript_of
 from runner.owner import local_prefix
 from runner.reads import Reader
+from runner.result import AgentResult
 from runner.rows import RunRow
 from runner.status import STALLED, RunStatus
 from runner.waiting import Asks, Wait
@@ -107,4 +109,27 @@ def wait_of(run: RunRow, entry: Entry, at: datetime) -> Wait:
         question=str(entry.content),
         since=run.waiting_since or at,
         expires_at=run.wait_expires_at,
+    )
+
+
+def result_of(run: RunRow, journal: Sequence[Entry], waiting: Wait | None) -> AgentResult:
+    """The run's result so far (stop_reason None while it has not stopped), from its row,
+    its journal and what it waits for."""
+    transcript = transcript_of(list(journal))
+    # A finished run stores its final counters; an unfinished one has them in its journal.
+    counters = Counters(run.steps, run.tokens, run.cost)
+    if run.status is not RunStatus.FINISHED and journal:
+        counters = journal[-1].counters
+    return AgentResult(
+        stop_reason=run.stop_reason,
+        output=run.output,
+        steps=counters.steps,
+        transcript=transcript,
+        tokens=counters.tokens,
+        cost=counters.cost,
+        error=run.error,
+        wrapped_up=run.wrapped_up,
+        run_id=run.id,
+        status=run.status,
+        waiting=waiting,
     )

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from runner.journal import Counters, Entry
+from runner.errors import AmbiguousRunId, RunNotFound
+from runner.journal import Counters, Entry, EntryKind
 from runner.rows import RunRow, entry_of
 from runner.status import RunStatus
 
@@ -239,3 +240,52 @@ def last_entry(reader: Reader, run_id: str) -> tuple[Entry, int, datetime] | Non
         return None
     row = rows[0]
     return entry_of(row), row["seq"], row["created_at"]
+
+
+def get_run(reader: Reader, run_id: str) -> RunRow:
+    """The run with this id (RunNotFound if there is none)."""
+    rows = reader.rows(f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE id = :id", {"id": run_id})
+    if not rows:
+        raise RunNotFound(f"no run with id {run_id}")
+    return RunRow.of(rows[0])
+
+
+def find_run(reader: Reader, prefix: str) -> RunRow:
+    """The run whose id is `prefix`, or the only one whose id starts with it."""
+    if not prefix.strip():
+        # Every id starts with the empty prefix: `runner cancel ""` cancelled the only run.
+        raise ValueError("a run id (or a prefix of one) cannot be empty")
+    columns = ", ".join(RUN_FIELDS)
+    exact = reader.rows(f"SELECT {columns} FROM runs WHERE id = :id", {"id": prefix})
+    if exact:
+        return RunRow.of(exact[0])
+    # SQLite's LIKE ignores ASCII case, PostgreSQL's does not: the substr test keeps a
+    # prefix as case-sensitive as the ids it abbreviates, on both. LIKE, not substr alone:
+    # the primary key's index serves it.
+    rows = reader.rows(
+        f"SELECT {columns} FROM runs WHERE id LIKE :pattern ESCAPE '\\' "
+        "AND substr(id, 1, :length) = :prefix LIMIT 2",
+        {"pattern": like_prefix(prefix), "length": len(prefix), "prefix": prefix},
+    )
+    if not rows:
+        raise RunNotFound(f"no run with id {prefix}")
+    if len(rows) > 1:
+        raise AmbiguousRunId(f"more than one run id starts with {prefix}: give more of it")
+    return RunRow.of(rows[0])
+
+
+def load_entries(
+    reader: Reader, run_id: str, kinds: Sequence[EntryKind] = ()
+) -> list[tuple[Entry, int]]:
+    """A run's journal in order (only the entries of `kinds`, if given), each entry with the
+    lease epoch that wrote it."""
+    params: dict[str, Any] = {"run_id": run_id}
+    only = ""
+    if kinds:
+        params.update({f"kind_{i}": str(kind) for i, kind in enumerate(kinds)})
+        only = f" AND kind IN ({', '.join(f':kind_{i}' for i in range(len(kinds)))})"
+    rows = reader.rows(
+        f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries WHERE run_id = :run_id{only} ORDER BY seq",
+        params,
+    )
+    return [(entry_of(row), row["lease_epoch"]) for row in rows]

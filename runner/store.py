@@ -16,14 +16,14 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Row, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from runner import reads
 from runner.backend import backend_for
 from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock, utc_now
-from runner.errors import AmbiguousRunId, RunNotFound
+from runner.errors import RunNotFound
 from runner.journal import Counters, Entry, EntryKind
 from runner.reads import Reader
 from runner.rows import RunRow as RunRow  # re-exported: rows are built without SQLAlchemy
@@ -291,31 +291,14 @@ def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
 
 
 def get_run(engine: Engine, run_id: str) -> RunRow:
-    with reading(engine) as connection:
-        row = connection.execute(select(runs).where(runs.c.id == run_id)).first()
-    if row is None:
-        raise RunNotFound(f"no run with id {run_id}")
-    return RunRow.of(row)
+    with plain_reading(engine) as reader:
+        return reads.get_run(reader, run_id)
 
 
 def find_run(engine: Engine, prefix: str) -> RunRow:
     """The run whose id is `prefix`, or the only one whose id starts with it."""
-    if not prefix.strip():
-        # Every id starts with the empty prefix: `runner cancel ""` cancelled the only run.
-        raise ValueError("a run id (or a prefix of one) cannot be empty")
-    with reading(engine) as connection:
-        exact = connection.execute(select(runs).where(runs.c.id == prefix)).first()
-        if exact is not None:
-            return RunRow.of(exact)
-        # SQLite's LIKE ignores ASCII case, PostgreSQL's does not: the substr test keeps a
-        # prefix as case-sensitive as the ids it abbreviates, on both.
-        starts = starts_with(runs.c.id, prefix) & (func.substr(runs.c.id, 1, len(prefix)) == prefix)
-        rows = connection.execute(select(runs).where(starts).limit(2)).all()
-    if not rows:
-        raise RunNotFound(f"no run with id {prefix}")
-    if len(rows) > 1:
-        raise AmbiguousRunId(f"more than one run id starts with {prefix}: give more of it")
-    return RunRow.of(rows[0])
+    with plain_reading(engine) as reader:
+        return reads.find_run(reader, prefix)
 
 
 def load_entries(
@@ -323,11 +306,8 @@ def load_entries(
 ) -> list[tuple[Entry, int]]:
     """A run's journal in order (only the entries of `kinds`, if given), each entry with the
     lease epoch that wrote it."""
-    query = select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq)
-    if kinds:
-        query = query.where(entries.c.kind.in_([str(kind) for kind in kinds]))
-    with reading(engine) as connection:
-        return [(entry_of(row), row.lease_epoch) for row in connection.execute(query)]
+    with plain_reading(engine) as reader:
+        return reads.load_entries(reader, run_id, kinds)
 
 
 def last_entries(engine: Engine, run_ids: Sequence[str]) -> dict[str, tuple[Counters, datetime]]:

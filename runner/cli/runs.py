@@ -383,16 +383,35 @@ def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
     """Show run ID: its status, counters and transcript (observations cut unless --full)."""
     from runner.liveness import stall_reason
 
-    with _runner(url) as runner:
-        row = runner.row(run_id)
-        result = runner.get(row.id)
-        journal = runner.journal(row.id)
-        now = runner.now()
+    result, row, journal, now = _shown(url, run_id)
     if as_json:
         output.print_json(output.run_json(result, row, transcript=True))
     else:
         stalled = stall_reason(row, now)
         output.line(output.render_run(result, row, journal, now, full=full, stalled=stalled))
+
+
+def _shown(url: str | None, run_id: str) -> tuple[AgentResult, RunRow, list[Entry], datetime]:
+    """What `runner show` shows of run `run_id` (a prefix of its id), and when: read as
+    `runner list` reads (see `_listed`)."""
+    from runner import listing, reads
+    from runner.direct import open_reader
+
+    reader = open_reader(url)
+    if reader is not None:
+        try:
+            now = listing.clock_now(reader)
+            run = reads.find_run(reader, run_id)
+            journal = [entry for entry, _ in reads.load_entries(reader, run.id)]
+            result = listing.result_of(run, journal, listing.waits(reader, [run]).get(run.id))
+            return result, listing.observe(reader, [run], now)[0], journal, now
+        except reader.errors:
+            pass  # only reads were made: the full path reads again, and words the error
+        finally:
+            reader.close()
+    with _runner(url) as runner:
+        row = runner.row(run_id)
+        return runner.get(row.id), row, runner.journal(row.id), runner.now()
 
 
 @click.command(name="list")

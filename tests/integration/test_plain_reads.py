@@ -1,4 +1,4 @@
-"""The reads of `runner list` written once as plain SQL (runner.reads), on SQLite and
+"""The reads of `runner list` and `show` written once as plain SQL (runner.reads), on SQLite and
 PostgreSQL: every value as SQLAlchemy's column types read it, on a connection beneath the
 engine and on one opened without SQLAlchemy (runner.direct), and the command's output the
 same on its fast path and on the full one (a Runner)."""
@@ -168,8 +168,17 @@ LISTINGS = [
 ]
 
 
-@pytest.mark.parametrize("args", LISTINGS, ids=" ".join)
-def test_runner_list_prints_the_same_on_the_fast_path_and_the_full_one(
+SHOWINGS = [
+    *(["show", run_id] for run_id in IDS),
+    ["show", "done-j"],  # a prefix
+    ["show", "waiting", "--json"],
+    ["show", "live", "--json"],
+    ["show", "done-json", "--full"],
+]
+
+
+@pytest.mark.parametrize("args", [*(["list", *a] for a in LISTINGS), *SHOWINGS], ids=" ".join)
+def test_list_and_show_print_the_same_on_the_fast_path_and_the_full_one(
     filled: str, args: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[Reader | None] = []
@@ -180,14 +189,25 @@ def test_runner_list_prints_the_same_on_the_fast_path_and_the_full_one(
         return opened[-1]
 
     monkeypatch.setattr(direct, "open_reader", watched)
-    fast = CliRunner().invoke(main, ["list", *args, "--db", filled])
+    fast = CliRunner().invoke(main, [*args, "--db", filled])
     assert fast.exit_code == 0, fast.output
     assert len(opened) == 1 and opened[0] is not None  # it took the fast path
     monkeypatch.setattr(direct, "open_reader", lambda url: None)  # the full path: a Runner
-    full = CliRunner().invoke(main, ["list", *args, "--db", filled])
+    full = CliRunner().invoke(main, [*args, "--db", filled])
     assert full.exit_code == 0, full.output
     assert fast.output == full.output
     assert "no runs" not in fast.output and fast.output not in ("[]\n", "")
+
+
+@pytest.mark.parametrize("args", [["show", "d"], ["show", "nothing"], ["show", " "]], ids=" ".join)
+def test_show_refuses_alike_on_both_paths(
+    filled: str, args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = CliRunner().invoke(main, [*args, "--db", filled])
+    monkeypatch.setattr(direct, "open_reader", lambda url: None)
+    full = CliRunner().invoke(main, [*args, "--db", filled])
+    assert (fast.exit_code, fast.output) == (full.exit_code, full.output)
+    assert fast.exit_code in (1, 2) and fast.output.startswith("Error: ")
 
 
 def test_a_driver_error_on_the_fast_path_is_reported_by_the_full_one(

@@ -71,7 +71,7 @@ def test_a_database_behind_head_is_still_refused_without_alembic_loaded_up_front
     assert "schema revision 0006" in done.stderr and "runner db upgrade" in done.stderr
 
 
-# `runner list` reads on a plain driver connection (runner.direct): no SQLAlchemy at all.
+# `runner list` and `show` read on a plain driver connection (runner.direct): no SQLAlchemy.
 PLAIN = """
 import sys
 from runner.cli import main
@@ -96,10 +96,12 @@ print("psycopg" in sys.modules, file=sys.stderr)
         ["list", "--status", "waiting"],
         ["list", "--json"],
         ["list", "--status", "waiting", "--json"],
+        ["show", "waiting"],
+        ["show", "live", "--json"],
     ],
     ids=" ".join,
 )
-def test_runner_list_loads_no_sqlalchemy(db_url: str, args: list[str]) -> None:
+def test_runner_list_and_show_load_no_sqlalchemy(db_url: str, args: list[str]) -> None:
     from tests.integration.listed_runs import fill
 
     fill(db_url)
