@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
 
@@ -28,8 +28,6 @@ from runner.status import STATES, RunStatus
 if TYPE_CHECKING:
     from runner.durable import Runner
     from runner.journal import Entry
-    from runner.rows import RunRow
-    from runner.waiting import Wait
 
 EXIT_FINAL = 0
 EXIT_ERROR = 1
@@ -381,37 +379,17 @@ def replay(
 @json_option
 def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
     """Show run ID: its status, counters and transcript (observations cut unless --full)."""
+    from runner.listing import shown
     from runner.liveness import stall_reason
 
-    result, row, journal, now = _shown(url, run_id)
+    run = shown(url, run_id)
     if as_json:
-        output.print_json(output.run_json(result, row, transcript=True))
+        output.print_json(output.run_json(run.result, run.row, transcript=True))
     else:
-        stalled = stall_reason(row, now)
-        output.line(output.render_run(result, row, journal, now, full=full, stalled=stalled))
-
-
-def _shown(url: str | None, run_id: str) -> tuple[AgentResult, RunRow, list[Entry], datetime]:
-    """What `runner show` shows of run `run_id` (a prefix of its id), and when: read as
-    `runner list` reads (see `_listed`)."""
-    from runner import listing, reads
-    from runner.direct import open_reader
-
-    reader = open_reader(url)
-    if reader is not None:
-        try:
-            now = listing.clock_now(reader)
-            run = reads.find_run(reader, run_id)
-            journal = [entry for entry, _ in reads.load_entries(reader, run.id)]
-            result = listing.result_of(run, journal, listing.waits(reader, [run]).get(run.id))
-            return result, listing.observe(reader, [run], now)[0], journal, now
-        except reader.errors:
-            pass  # only reads were made: the full path reads again, and words the error
-        finally:
-            reader.close()
-    with _runner(url) as runner:
-        row = runner.row(run_id)
-        return runner.get(row.id), row, runner.journal(row.id), runner.now()
+        stalled = stall_reason(run.row, run.now)
+        output.line(
+            output.render_run(run.result, run.row, run.journal, run.now, full=full, stalled=stalled)
+        )
 
 
 @click.command(name="list")
@@ -443,41 +421,19 @@ def list_(
 ) -> None:
     """List runs, newest first, with their state (stalled: running, but nobody holds it;
     `--status waiting`: what each waits for, and since when)."""
+    # Imported here: `runner --help` loads no database code. It reads without SQLAlchemy.
+    from runner.listing import listed
+
     reason = StopReason(stop_reason) if stop_reason else None
-    rows, now, waits = _listed(url, status, reason, release, limit)
+    found = listed(url, state=status, stop_reason=reason, release=release, limit=limit)
     if as_json:
-        output.print_json([output.run_json(None, row, wait=waits.get(row.id)) for row in rows])
+        output.print_json(
+            [output.run_json(None, row, wait=found.waits.get(row.id)) for row in found.rows]
+        )
     elif status == RunStatus.WAITING:
-        output.line(output.waits_table(rows, waits))
+        output.line(output.waits_table(found.rows, found.waits))
     else:
-        output.line(output.runs_table(rows, now))
-
-
-def _listed(
-    url: str | None, state: str | None, stop_reason: StopReason | None, release: str | None,
-    limit: int,
-) -> tuple[Sequence[RunRow], datetime, dict[str, Wait]]:  # fmt: skip
-    """The runs `runner list` shows, the time they are judged at and their waits: read on a
-    plain connection without loading SQLAlchemy where runner.direct opens one, else (and on
-    any driver error, to report it as every command does) through a Runner."""
-    from runner import listing
-    from runner.direct import open_reader
-
-    reader = open_reader(url)
-    if reader is not None:
-        try:
-            now = listing.clock_now(reader)
-            rows = listing.runs(
-                reader, now, state=state, stop_reason=stop_reason, release=release, limit=limit
-            )
-            return rows, now, listing.waits(reader, rows)
-        except reader.errors:
-            pass  # only reads were made: the full path reads again, and words the error
-        finally:
-            reader.close()
-    with _runner(url) as runner:
-        listed = runner.list(state=state, stop_reason=stop_reason, release=release, limit=limit)
-        return listed, runner.now(), runner.waits(listed)
+        output.line(output.runs_table(found.rows, found.now))
 
 
 @click.command()
