@@ -1,5 +1,8 @@
 """Runs as stored: their values, and the short named queries that create, find, list and
-cancel them. Claims and leases are in `runner.leases`, the journal's fenced writes in
+cancel them. The reads that `runner list` and `show` make without SQLAlchemy are written
+once as plain SQL in `runner.reads`, and the functions here that read runs and journals
+run that SQL on the driver connection beneath a pooled one (`plain_reading`). Claims and
+leases are in `runner.leases`, the journal's fenced writes in
 `runner.fencing`, opening and migrating the database in `runner.database`, the reads,
 export and prune of the run history in the `runner.history` package; what differs between
 SQLite and PostgreSQL is in `runner.backend` (and, for `runner sql`'s read-only
