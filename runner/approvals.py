@@ -24,7 +24,6 @@ from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import NotWaiting, RunNotFound, WrongAnswer
 from runner.faults import fault
 from runner.journal import Entry, EntryKind
-from runner.listing import wait_of
 from runner.schema import entries, runs
 from runner.status import RunStatus
 from runner.store import RunRow, entry_row, lock_run, plain, plain_reading
@@ -53,7 +52,7 @@ def _open_wait(connection: Connection, run_id: str) -> _Open | None:
 
 
 def _wait_of(run: RunRow, found: _Open) -> Wait:
-    return wait_of(run, found.entry, found.at)
+    return listing.wait_of(run, found.entry, found.at)
 
 
 # -- reading --------------------------------------------------------------------------------
