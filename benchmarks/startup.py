@@ -10,7 +10,9 @@ alike: `python -c pass` (the interpreter's own start, the floor no command can g
 (the default database kind), and `runner show ID` of one of them. Reported per command:
 wall time and CPU time (user + system of the child), median (min-max), in milliseconds, and
 the wall time less the bare interpreter's. The goals (issue 13) are under 150 ms for
-`--help` and under 250 ms for `list`.
+`--help` and under 250 ms for `list`. With PostgreSQL at hand (`--postgres URL`, the local
+server by default; `--no-postgres` skips it), `runner list` of a scratch PostgreSQL
+database holding as many runs takes its turn too (the baseline lists the same database).
 
 `--baseline` names another installation's bin folder (a checkout of an earlier commit with
 its own `.venv`): its `runner --help`, `list` and `show` (on a database it made itself)
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +85,9 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=20, help="finished runs in the listed database")
     p.add_argument("--baseline", metavar="BIN", help="another installation's bin folder")
     options = p.parse_args()
-    with common.scratch_folder(options.dir) as folder:
+    postgres = common.postgres_url_or_none(options)
+    with ExitStack() as stack:
+        folder = stack.enter_context(common.scratch_folder(options.dir))
         url = common.sqlite_url(folder, "startup")
         fill(sys.executable, url, options.runs)
         commands = {
@@ -95,6 +100,14 @@ def main() -> None:
             fill(str(bin_folder / "python"), other, options.runs)
             for name, command in runner_commands(bin_folder / "runner", other).items():
                 commands[f"{name} (baseline)"] = command
+        if postgres is not None:
+            served = stack.enter_context(common.scratch_postgres(postgres))
+            fill(sys.executable, served, options.runs)
+            commands["runner list (PostgreSQL)"] = [str(RUNNER), "list", "--db", served]
+            if options.baseline is not None:
+                commands["runner list (PostgreSQL) (baseline)"] = [
+                    str(Path(options.baseline) / "runner"), "list", "--db", served,
+                ]  # fmt: skip
         for command in commands.values():
             timed(command)  # warm-up: the bytecode cache written, the file in the page cache
         walls: dict[str, list[float]] = {name: [] for name in commands}

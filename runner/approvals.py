@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from runner import listing, reads
 from runner.backend import backend_for
 from runner.clock import SYSTEM, Clock, utc_now
 from runner.errors import NotWaiting, RunNotFound, WrongAnswer
@@ -25,7 +26,7 @@ from runner.faults import fault
 from runner.journal import Entry, EntryKind
 from runner.schema import entries, runs
 from runner.status import RunStatus
-from runner.store import RunRow, entry_of, entry_row, lock_run, reading
+from runner.store import RunRow, entry_row, lock_run, plain, plain_reading
 from runner.waiting import Answer, Answered, Asks, Wait, timed_out_reason
 
 # The width of entries.answered_by.
@@ -43,28 +44,15 @@ class _Open:
 
 def _open_wait(connection: Connection, run_id: str) -> _Open | None:
     """The run's last entry if it is a wait (the answer, when it comes, goes right after)."""
-    last = connection.execute(
-        select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq.desc()).limit(1)
-    ).first()
-    if last is None or last.kind != EntryKind.WAIT:
+    with plain(connection) as reader:
+        last = reads.last_entry(reader, run_id)
+    if last is None or last[0].kind is not EntryKind.WAIT:
         return None
-    return _Open(entry_of(last), last.seq, last.created_at)
+    return _Open(*last)
 
 
 def _wait_of(run: RunRow, found: _Open) -> Wait:
-    entry = found.entry
-    assert entry.tool is not None and entry.idempotency_key is not None
-    return Wait(
-        run_id=run.id,
-        step=entry.step,
-        call=entry.idempotency_key,
-        tool=entry.tool,
-        args=dict(entry.args or {}),
-        asks=Asks(str(entry.waits_for)),
-        question=str(entry.content),
-        since=run.waiting_since or found.at,
-        expires_at=run.wait_expires_at,
-    )
+    return listing.wait_of(run, found.entry, found.at)
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -72,16 +60,10 @@ def _wait_of(run: RunRow, found: _Open) -> Wait:
 
 def pending(engine: Engine, runs_: Sequence[RunRow]) -> dict[str, Wait]:
     """What each of these runs waits for (the waiting ones: the others are left out)."""
-    waiting = [run for run in runs_ if run.status is RunStatus.WAITING]
-    found: dict[str, Wait] = {}
-    if not waiting:
-        return found
-    with reading(engine) as connection:
-        for run in waiting:  # one primary-key probe each: the last entry of the run
-            wait = _open_wait(connection, run.id)
-            if wait is not None:
-                found[run.id] = _wait_of(run, wait)
-    return found
+    if not any(run.status is RunStatus.WAITING for run in runs_):
+        return {}
+    with plain_reading(engine) as reader:
+        return listing.waits(reader, runs_)
 
 
 # -- answering ------------------------------------------------------------------------------

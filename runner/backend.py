@@ -14,7 +14,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -35,13 +34,14 @@ from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
 from runner.clock import SYSTEM, Clock
+from runner.defaults import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported
 from runner.errors import DatabaseUnavailable
+from runner.reads import NOW_QUERY, utc
 from runner.schema import ENTRY_COLUMNS, entries, runs
 
 # `synchronous=FULL` is the default: a commit that survives only a process crash, not a
 # power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
 SYNCHRONOUS_MODES = ("full", "normal")
-BUSY_TIMEOUT_MS = 30_000
 WAL_SWITCH_RETRY_SECONDS = 0.005
 # A pooled PostgreSQL connection idle longer than this is pinged before it is used again.
 PING_AFTER_IDLE_SECONDS = 1.0
@@ -488,16 +488,15 @@ class DatabaseClock:
             try:
                 with self.engine.connect() as connection:
                     before = self.base.time()
-                    server: datetime = connection.exec_driver_sql(
-                        "SELECT clock_timestamp()"
-                    ).scalar_one()
+                    server = utc(connection.exec_driver_sql(NOW_QUERY).scalar_one())
                     after = self.base.time()
             except SQLAlchemyError:
                 if self._offset is None:
                     raise
                 return
             middle = (before + after) / 2
-            self._offset = server.astimezone(UTC).timestamp() - middle
+            assert server is not None
+            self._offset = server.timestamp() - middle
             self._measured_at = after
         finally:
             self._lock.release()

@@ -3,7 +3,6 @@ the schema revision check."""
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -14,7 +13,6 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from runner.backend import backend_for
-from runner.defaults import DEFAULT_URL, URL_VARIABLE
 from runner.errors import (
     DatabaseCorrupt,
     DatabaseUnavailable,
@@ -22,15 +20,9 @@ from runner.errors import (
     SchemaTooNew,
     first_line,
 )
-from runner.schema import SCHEMA_REVISION
+from runner.reads import SCHEMA_REVISION, VERSION_QUERY
 from runner.urls import encode_password, redact_url
-
-# Alembic's own table: one row, the revision the schema is at.
-VERSION_QUERY = "SELECT version_num FROM alembic_version"
-
-
-def resolve_url(url: str | None) -> str:
-    return url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+from runner.urls import resolve_url as resolve_url  # re-exported
 
 
 def _parsed(url: str | None) -> URL:

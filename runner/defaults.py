@@ -8,6 +8,10 @@ from __future__ import annotations
 
 DEFAULT_URL = "sqlite:///runner.db"
 URL_VARIABLE = "RUNNER_DATABASE_URL"
+# The queue of a run submitted without one.
+DEFAULT_QUEUE = "default"
+# How long an SQLite connection waits for another's lock before it gives up.
+BUSY_TIMEOUT_MS = 30_000
 DEFAULT_LEASE_SECONDS = 30.0
 # How many takeovers in a row without a new journal entry before a run stops with crash_loop.
 DEFAULT_MAX_RESUMES = 3

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runner import approvals, leases, liveness, pooling, revival, store, submissions
+from runner import approvals, leases, listing, pooling, revival, store, submissions
 from runner import queues as queue_limits
 from runner.agent import Agent, load_agent, with_budgets
 from runner.backend import backend_for
@@ -22,11 +22,11 @@ from runner.delays import start_time
 from runner.errors import AgentLoadError, LeaseHeld, RunnerError, RunWaiting
 from runner.heartbeat import Heartbeat
 from runner.ids import new_run_id
-from runner.journal import Counters, Entry, transcript_of
-from runner.owner import local_prefix, this_process
+from runner.journal import Entry
+from runner.owner import this_process
 from runner.result import AgentResult
 from runner.schema import DEFAULT_QUEUE
-from runner.status import STALLED, RunStatus
+from runner.status import RunStatus
 from runner.waiting import Answer, Answered, Wait
 from runner.wakeup import Wakeup
 
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 # methods that do them: `runner list` and `show` never load them.
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
-# How many live leases held on this host `list(state=...)` looks through for dead holders.
-_LOCAL_SCAN = 200
 # How often a process blocked on a waiting run (`wait=True`) looks at it, where the database
 # cannot tell it (SQLite; on PostgreSQL an answer's NOTIFY wakes it at once).
 ANSWER_POLL_SECONDS = 1.0
@@ -465,25 +463,8 @@ class Runner:
     def get(self, run_id: str) -> AgentResult:
         """The run's result so far (stop_reason None while it has not stopped)."""
         run = store.find_run(self.engine, run_id)
-        journal = store.load_entries(self.engine, run.id)
-        transcript = transcript_of([entry for entry, _ in journal])
-        # A finished run stores its final counters; an unfinished one has them in its journal.
-        counters = Counters(run.steps, run.tokens, run.cost)
-        if run.status is not RunStatus.FINISHED and journal:
-            counters = journal[-1][0].counters
-        return AgentResult(
-            stop_reason=run.stop_reason,
-            output=run.output,
-            steps=counters.steps,
-            transcript=transcript,
-            tokens=counters.tokens,
-            cost=counters.cost,
-            error=run.error,
-            wrapped_up=run.wrapped_up,
-            run_id=run.id,
-            status=run.status,
-            waiting=approvals.pending(self.engine, [run]).get(run.id),
-        )
+        journal = [entry for entry, _ in store.load_entries(self.engine, run.id)]
+        return listing.result_of(run, journal, approvals.pending(self.engine, [run]).get(run.id))
 
     def row(self, run_id: str) -> store.RunRow:
         """The run's row as stored (lease holder, timestamps, budgets), with its `state`
@@ -511,41 +492,17 @@ class Runner:
     ) -> Sequence[store.RunRow]:
         """Runs, newest first, as `row` gives them. `state` filters by state: `running`
         leaves out the stalled runs that `status=running` includes."""
-        if state is None or state not in (RunStatus.RUNNING, STALLED):
-            chosen = RunStatus(state) if state is not None else status
-            rows = store.list_runs(
-                self.engine, status=chosen, stop_reason=stop_reason, release=release, limit=limit
-            )
-            return self._observed(rows)
-        now = self.now()
-        filters: dict[str, Any] = {"stop_reason": stop_reason, "release": release}
-        running = RunStatus.RUNNING
-        # A live lease on this host may be a dead process's: those are read and judged here.
-        here = store.list_runs(
-            self.engine, status=running, lease_live_at=now, owner_prefix=local_prefix(),
-            limit=limit + _LOCAL_SCAN, **filters,
-        )  # fmt: skip
-        if state == STALLED:
-            expired = store.list_runs(
-                self.engine, status=running, lease_expired_at=now, limit=limit, **filters
-            )
-            rows = [*expired, *(row for row in here if liveness.is_stalled(row, now))]
-        else:
-            live = store.list_runs(
-                self.engine, status=running, lease_live_at=now, limit=limit + len(here),
-                **filters,
+        now = self.now()  # before the connection: measuring the clock may take another
+        with store.plain_reading(self.engine) as reader:
+            return listing.runs(
+                reader, now, status=status, stop_reason=stop_reason, release=release,
+                limit=limit, state=state,
             )  # fmt: skip
-            rows = [row for row in live if not liveness.is_stalled(row, now)]
-        rows.sort(key=lambda row: (row.created_at, row.id), reverse=True)
-        return self._observed(rows[:limit])
 
     def _observed(self, rows: Sequence[store.RunRow]) -> Sequence[store.RunRow]:
         now = self.now()
-        unfinished = [row.id for row in rows if row.status is not RunStatus.FINISHED]
-        last = store.last_entries(self.engine, unfinished)
-        return [
-            liveness.observed(row, now, last[row.id][0] if row.id in last else None) for row in rows
-        ]
+        with store.plain_reading(self.engine) as reader:
+            return listing.observe(reader, rows, now)
 
     def cancel(self, run_id: str) -> AgentResult:
         """Ask the run to stop before its next step (at once if no worker holds it: a queued

@@ -16,8 +16,8 @@ from datetime import datetime
 
 from runner.journal import Counters
 from runner.owner import is_dead
+from runner.rows import RunRow
 from runner.status import STALLED, RunStatus
-from runner.store import RunRow
 
 
 def is_stalled(run: RunRow, now: datetime) -> bool:

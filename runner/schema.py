@@ -27,14 +27,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 
+from runner.defaults import DEFAULT_QUEUE as DEFAULT_QUEUE
+from runner.reads import SCHEMA_REVISION as SCHEMA_REVISION
+
 metadata = MetaData()
 
-# The Alembic revision these tables are: the newest in migrations/. A command checks a
-# database against it with one SELECT instead of loading Alembic (a tenth of a second).
-# tests/migrations asserts it is the migrations' head: a new revision must change it.
-SCHEMA_REVISION = "0008"
-# The queue of a run submitted without one.
-DEFAULT_QUEUE = "default"
+# The Alembic revision these tables are (declared in runner.reads, which checks it without
+# SQLAlchemy) and the queue of a run submitted without one: re-exported from here.
 
 # Plain JSON, not JSONB, on PostgreSQL: it keeps the text exactly as written, so arguments
 # come back as the tool first got them (JSONB rewrites 1.5e17 as an integer and refuses

@@ -1,5 +1,8 @@
 """Runs as stored: their values, and the short named queries that create, find, list and
-cancel them. Claims and leases are in `runner.leases`, the journal's fenced writes in
+cancel them. The reads that `runner list` and `show` make without SQLAlchemy are written
+once as plain SQL in `runner.reads`, and the functions here that read runs and journals
+run that SQL on the driver connection beneath a pooled one (`plain_reading`). Claims and
+leases are in `runner.leases`, the journal's fenced writes in
 `runner.fencing`, opening and migrating the database in `runner.database`, the reads,
 export and prune of the run history in the `runner.history` package; what differs between
 SQLite and PostgreSQL is in `runner.backend` (and, for `runner sql`'s read-only
@@ -13,20 +16,22 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import ColumnElement, Connection, Engine, Row, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from runner.actions import ActionKind
+from runner import reads
 from runner.backend import backend_for
 from runner.budgets import StopReason
 from runner.clock import SYSTEM, Clock, utc_now
-from runner.errors import AmbiguousRunId, RunNotFound
+from runner.errors import RunNotFound
 from runner.journal import Counters, Entry, EntryKind
-from runner.owner import is_dead
+from runner.reads import Reader
+from runner.rows import RunRow as RunRow  # re-exported: rows are built without SQLAlchemy
+from runner.rows import decode as decode
+from runner.rows import entry_of as entry_of
 from runner.schema import COUNTER_MAX, DEFAULT_QUEUE, ENTRY_COLUMNS, entries, runs
 from runner.status import RunStatus
 
@@ -45,10 +50,6 @@ def encode(value: Any) -> tuple[str | None, str]:
         return json.dumps(value, allow_nan=False), "json"
     except (TypeError, ValueError):
         return json.dumps(str(value)), "json"
-
-
-def decode(text: str | None, fmt: str | None) -> Any:
-    return json.loads(text) if fmt == "json" and text is not None else text
 
 
 def _storable(text: str) -> bool:
@@ -80,91 +81,6 @@ def counter(value: int) -> int:
 def amount(value: float) -> float:
     """A cost as a column holds it (a sum of finite costs may overflow to infinity)."""
     return value if value <= sys.float_info.max else sys.float_info.max
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """A run as stored."""
-
-    id: str
-    agent: str | None
-    agent_name: str | None
-    release: str | None
-    task: str
-    budgets: dict[str, Any]
-    status: RunStatus
-    stop_reason: StopReason | None
-    output: Any
-    error: str | None
-    wrapped_up: bool
-    steps: int
-    tokens: int
-    cost: float
-    resumes: int
-    deadline: datetime | None
-    cancel_requested: bool
-    lease_owner: str | None
-    lease_epoch: int
-    lease_expires_at: datetime | None
-    leased_at: datetime | None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None
-    last_seen_at: datetime | None = None
-    parent_run_id: str | None = None
-    parent_step: int | None = None
-    # Derived, not stored: the status, or `stalled` for a running run nobody holds any more
-    # (see runner.liveness, which fills it in for the rows `Runner.row` and `list` return).
-    state: str = ""
-    waiting_since: datetime | None = None  # while waiting: since when
-    wait_expires_at: datetime | None = None  # while waiting: when approval_timeout passes
-    queue: str = DEFAULT_QUEUE  # the queue workers claim it from
-    priority: int = 0  # higher is claimed first
-    not_before: datetime | None = None  # a delayed run: claimed no earlier than this
-
-    @classmethod
-    def of(cls, row: Row[Any]) -> RunRow:
-        m = row._mapping
-        return cls(
-            id=m["id"],
-            agent=m["agent"],
-            agent_name=m["agent_name"],
-            release=m["release"],
-            task=m["task"],
-            budgets=dict(m["budgets"]),
-            status=RunStatus(m["status"]),
-            stop_reason=StopReason(m["stop_reason"]) if m["stop_reason"] else None,
-            output=decode(m["output"], m["output_format"]),
-            error=m["error"],
-            wrapped_up=bool(m["wrapped_up"]),
-            steps=m["steps"],
-            tokens=m["tokens"],
-            cost=m["cost"],
-            resumes=m["resumes"],
-            deadline=m["deadline"],
-            cancel_requested=bool(m["cancel_requested"]),
-            lease_owner=m["lease_owner"],
-            lease_epoch=m["lease_epoch"],
-            lease_expires_at=m["lease_expires_at"],
-            leased_at=m["leased_at"],
-            created_at=m["created_at"],
-            updated_at=m["updated_at"],
-            finished_at=m["finished_at"],
-            last_seen_at=m["last_seen_at"],
-            parent_run_id=m["parent_run_id"],
-            parent_step=m["parent_step"],
-            state=str(m["status"]),
-            waiting_since=m["waiting_since"],
-            wait_expires_at=m["wait_expires_at"],
-            queue=m["queue"],
-            priority=m["priority"],
-            not_before=m["not_before"],
-        )
-
-    def lease_is_live(self, at: datetime) -> bool:
-        if self.lease_owner is None or self.lease_expires_at is None:
-            return False
-        return self.lease_expires_at > at and not is_dead(self.lease_owner)
 
 
 # Each kind's role in the transcript (Entry.message's), without building the message.
@@ -218,34 +134,41 @@ def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) 
     )
 
 
-def entry_of(row: Row[Any]) -> Entry:
-    m = row._mapping
-    return Entry(
-        kind=EntryKind(m["kind"]),
-        step=m["step"],
-        counters=Counters(m["steps"], m["tokens"], m["cost"], m["error_streak"]),
-        content=decode(m["content"], m["content_format"]),
-        action_type=ActionKind(m["action_type"]) if m["action_type"] else None,
-        tool=m["tool"],
-        args=m["args"],
-        is_error=bool(m["is_error"]),
-        error=m["error"],
-        idempotency_key=m["idempotency_key"],
-        attempt=m["attempt"],
-        tokens=m["usage_tokens"],
-        cost=m["usage_cost"],
-        waits_for=m["waits_for"],
-        answer=m["answer"],
-        answered_by=m["answered_by"],
-        call_id=m["call_id"],
-    )
-
-
 @contextmanager
 def reading(engine: Engine) -> Iterator[Connection]:
     """A connection for reads only (on SQLite one that never waits for the write lock)."""
     with engine.connect() as connection:
         yield connection.execution_options(**backend_for(engine.dialect.name).read_options())
+
+
+@contextmanager
+def plain_reading(engine: Engine) -> Iterator[Reader]:
+    """The driver's connection beneath one of the engine's, for the plain-SQL reads of
+    runner.reads (which `runner list` runs without SQLAlchemy). Its statements are plain
+    SELECTs in no transaction of SQLAlchemy's; the pool rolls back whatever the driver
+    began when the connection goes back."""
+    with engine.connect() as connection, plain(connection) as reader:
+        yield reader
+
+
+@contextmanager
+def plain(connection: Connection) -> Iterator[Reader]:
+    """The driver's connection beneath `connection`, inside its transaction (a read there
+    sees what the transaction wrote). A driver's error comes out as SQLAlchemy's own would
+    (every caller, and the CLI's one-line errors, know those), a lost connection discarded."""
+    dbapi_connection = connection.connection.dbapi_connection
+    reader = Reader(dbapi_connection)
+    try:
+        yield reader
+    except reader.errors as exc:
+        dialect = connection.dialect
+        lost = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            reader.statement, None, exc, dialect.loaded_dbapi.Error,
+            connection_invalidated=lost, dialect=dialect,
+        ) from exc  # fmt: skip
 
 
 # -- creating and finding runs --------------------------------------------------------------
@@ -367,36 +290,18 @@ def new_run(
 def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
     """`column LIKE 'prefix%'`, with the prefix's own % and _ taken literally (and fast: an
     index on the column serves it, where a function of the column would not)."""
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return column.like(escaped + "%", escape="\\")
+    return column.like(reads.like_prefix(prefix), escape="\\")
 
 
 def get_run(engine: Engine, run_id: str) -> RunRow:
-    with reading(engine) as connection:
-        row = connection.execute(select(runs).where(runs.c.id == run_id)).first()
-    if row is None:
-        raise RunNotFound(f"no run with id {run_id}")
-    return RunRow.of(row)
+    with plain_reading(engine) as reader:
+        return reads.get_run(reader, run_id)
 
 
 def find_run(engine: Engine, prefix: str) -> RunRow:
     """The run whose id is `prefix`, or the only one whose id starts with it."""
-    if not prefix.strip():
-        # Every id starts with the empty prefix: `runner cancel ""` cancelled the only run.
-        raise ValueError("a run id (or a prefix of one) cannot be empty")
-    with reading(engine) as connection:
-        exact = connection.execute(select(runs).where(runs.c.id == prefix)).first()
-        if exact is not None:
-            return RunRow.of(exact)
-        # SQLite's LIKE ignores ASCII case, PostgreSQL's does not: the substr test keeps a
-        # prefix as case-sensitive as the ids it abbreviates, on both.
-        starts = starts_with(runs.c.id, prefix) & (func.substr(runs.c.id, 1, len(prefix)) == prefix)
-        rows = connection.execute(select(runs).where(starts).limit(2)).all()
-    if not rows:
-        raise RunNotFound(f"no run with id {prefix}")
-    if len(rows) > 1:
-        raise AmbiguousRunId(f"more than one run id starts with {prefix}: give more of it")
-    return RunRow.of(rows[0])
+    with plain_reading(engine) as reader:
+        return reads.find_run(reader, prefix)
 
 
 def load_entries(
@@ -404,11 +309,8 @@ def load_entries(
 ) -> list[tuple[Entry, int]]:
     """A run's journal in order (only the entries of `kinds`, if given), each entry with the
     lease epoch that wrote it."""
-    query = select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq)
-    if kinds:
-        query = query.where(entries.c.kind.in_([str(kind) for kind in kinds]))
-    with reading(engine) as connection:
-        return [(entry_of(row), row.lease_epoch) for row in connection.execute(query)]
+    with plain_reading(engine) as reader:
+        return reads.load_entries(reader, run_id, kinds)
 
 
 def last_entries(engine: Engine, run_ids: Sequence[str]) -> dict[str, tuple[Counters, datetime]]:
@@ -416,26 +318,8 @@ def last_entries(engine: Engine, run_ids: Sequence[str]) -> dict[str, tuple[Coun
     counters so far of an unfinished run (its row holds them only once it finishes)."""
     if not run_ids:
         return {}
-    last = (
-        select(entries.c.run_id, func.max(entries.c.seq).label("seq"))
-        .where(entries.c.run_id.in_(list(run_ids)))
-        .group_by(entries.c.run_id)
-        .subquery()
-    )
-    query = select(
-        entries.c.run_id,
-        entries.c.steps,
-        entries.c.tokens,
-        entries.c.cost,
-        entries.c.error_streak,
-        entries.c.created_at,
-    ).join(last, (entries.c.run_id == last.c.run_id) & (entries.c.seq == last.c.seq))
-    with reading(engine) as connection:
-        rows = connection.execute(query).all()
-    return {
-        row.run_id: (Counters(row.steps, row.tokens, row.cost, row.error_streak), row.created_at)
-        for row in rows
-    }
+    with plain_reading(engine) as reader:
+        return reads.last_entries(reader, run_ids)
 
 
 def lock_run(connection: Connection, run_id: str) -> Row[Any] | None:
@@ -508,22 +392,10 @@ def list_runs(
     lease_live_at: datetime | None = None,
     owner_prefix: str | None = None,
 ) -> Sequence[RunRow]:
-    """Runs, newest first. `lease_expired_at`: only those whose lease ran out by then (or
-    that have none); `lease_live_at`: only those whose lease lasts past it; `owner_prefix`:
-    only those held by an owner whose name starts so (a host's processes)."""
-    query = select(runs).order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
-    if status:
-        query = query.where(runs.c.status == status)
-    if stop_reason:
-        query = query.where(runs.c.stop_reason == stop_reason)
-    if release:
-        query = query.where(runs.c.release == release)
-    expiry = runs.c.lease_expires_at
-    if lease_expired_at is not None:
-        query = query.where(expiry.is_(None) | (expiry < lease_expired_at))
-    if lease_live_at is not None:
-        query = query.where(expiry >= lease_live_at)
-    if owner_prefix is not None:
-        query = query.where(starts_with(runs.c.lease_owner, owner_prefix))
-    with reading(engine) as connection:
-        return [RunRow.of(row) for row in connection.execute(query)]
+    """Runs, newest first (runner.reads.list_runs, which says what the filters do)."""
+    with plain_reading(engine) as reader:
+        return reads.list_runs(
+            reader, status=status, stop_reason=stop_reason, release=release, limit=limit,
+            lease_expired_at=lease_expired_at, lease_live_at=lease_live_at,
+            owner_prefix=owner_prefix,
+        )  # fmt: skip

@@ -14,9 +14,12 @@ the URL the same way, so the tail never becomes a host name in a driver's messag
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 from urllib.parse import unquote
+
+from runner.defaults import DEFAULT_URL, URL_VARIABLE
 
 HIDDEN = "***"
 
@@ -25,6 +28,11 @@ HIDDEN = "***"
 _SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|auth|cred", re.IGNORECASE)
 # Before the password: the scheme and the user name (which never holds ':', '/' or '@').
 _USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^:/@?#]*:")
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL a command uses: `url` (--db), else RUNNER_DATABASE_URL, else ./runner.db."""
+    return url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
 
 
 def password_span(url: str) -> tuple[int, int] | None:

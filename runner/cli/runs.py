@@ -379,18 +379,17 @@ def replay(
 @json_option
 def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
     """Show run ID: its status, counters and transcript (observations cut unless --full)."""
+    from runner.listing import shown
     from runner.liveness import stall_reason
 
-    with _runner(url) as runner:
-        row = runner.row(run_id)
-        result = runner.get(row.id)
-        journal = runner.journal(row.id)
-        now = runner.now()
+    run = shown(url, run_id)
     if as_json:
-        output.print_json(output.run_json(result, row, transcript=True))
+        output.print_json(output.run_json(run.result, run.row, transcript=True))
     else:
-        stalled = stall_reason(row, now)
-        output.line(output.render_run(result, row, journal, now, full=full, stalled=stalled))
+        stalled = stall_reason(run.row, run.now)
+        output.line(
+            output.render_run(run.result, run.row, run.journal, run.now, full=full, stalled=stalled)
+        )
 
 
 @click.command(name="list")
@@ -422,21 +421,19 @@ def list_(
 ) -> None:
     """List runs, newest first, with their state (stalled: running, but nobody holds it;
     `--status waiting`: what each waits for, and since when)."""
-    with _runner(url) as runner:
-        rows = runner.list(
-            state=status,
-            stop_reason=StopReason(stop_reason) if stop_reason else None,
-            release=release,
-            limit=limit,
-        )
-        now = runner.now()
-        waits = runner.waits(rows)
+    # Imported here: `runner --help` loads no database code. It reads without SQLAlchemy.
+    from runner.listing import listed
+
+    reason = StopReason(stop_reason) if stop_reason else None
+    found = listed(url, state=status, stop_reason=reason, release=release, limit=limit)
     if as_json:
-        output.print_json([output.run_json(None, row, wait=waits.get(row.id)) for row in rows])
+        output.print_json(
+            [output.run_json(None, row, wait=found.waits.get(row.id)) for row in found.rows]
+        )
     elif status == RunStatus.WAITING:
-        output.line(output.waits_table(rows, waits))
+        output.line(output.waits_table(found.rows, found.waits))
     else:
-        output.line(output.runs_table(rows, now))
+        output.line(output.runs_table(found.rows, found.now))
 
 
 @click.command()

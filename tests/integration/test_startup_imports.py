@@ -69,3 +69,59 @@ def test_a_database_behind_head_is_still_refused_without_alembic_loaded_up_front
     )
     assert done.returncode == 1
     assert "schema revision 0006" in done.stderr and "runner db upgrade" in done.stderr
+
+
+# `runner list` and `show` read on a plain driver connection (runner.direct): no SQLAlchemy.
+PLAIN = """
+import sys
+from runner.cli import main
+try:
+    main(sys.argv[1:], prog_name="runner")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+heavy = ("sqlalchemy", "alembic", "runner.durable", "runner.store", "runner.schema",
+         "runner.database", "runner.backend", "runner.approvals", "runner.loop")
+loaded = sorted(name for name in heavy if name in sys.modules)
+assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
+print("psycopg" in sys.modules, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list"],
+        ["list", "--status", "running"],
+        ["list", "--status", "stalled"],
+        ["list", "--status", "waiting"],
+        ["list", "--json"],
+        ["list", "--status", "waiting", "--json"],
+        ["show", "waiting"],
+        ["show", "live", "--json"],
+    ],
+    ids=" ".join,
+)
+def test_runner_list_and_show_load_no_sqlalchemy(db_url: str, args: list[str]) -> None:
+    from tests.integration.listed_runs import fill
+
+    fill(db_url)
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN, *args, "--db", db_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() not in ("", "[]", "no runs")
+    # psycopg on PostgreSQL only: an SQLite file is read with the standard library's sqlite3.
+    assert done.stderr.strip() == str(db_url.startswith("postgresql"))
+
+
+PLAIN_MODULES = ["runner.direct", "runner.listing", "runner.reads", "runner.rows"]
+
+
+@pytest.mark.parametrize("module", PLAIN_MODULES)
+def test_the_plain_reads_import_no_sqlalchemy(module: str) -> None:
+    check = f"import sys, {module}; assert 'sqlalchemy' not in sys.modules, '{module}'"
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
