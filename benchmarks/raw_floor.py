@@ -20,6 +20,12 @@ writes also one raw commit of the next prebuilt row, so a run through it pays th
 work and the raw commits, and nothing a durable journal adds (no row built, no fence, no
 SQLAlchemy). No durable runner of this loop can go under it.
 
+`fenced_committer` is the same loop's floor with the journal's own write: each commit runs
+the fenced INSERT ... RETURNING that runner sends (its SQL text, its parameters built before
+the clock starts) through the raw driver, as runner runs it (SQLite: BEGIN IMMEDIATE, the
+statement, COMMIT; PostgreSQL: the statement alone in autocommit, one round trip). A
+durable runner of this design with no Python at all in its write path would cost this.
+
 `autocommit=True` is a stricter floor still: each INSERT sent alone, in the driver's
 autocommit mode, is its own transaction (no BEGIN, no COMMIT: one round trip on
 PostgreSQL instead of three, which is how runner writes one-statement entries there).
@@ -135,6 +141,42 @@ def _postgres(
         def one(row: tuple[Any, ...]) -> None:
             execute(sql, row)
             commit()  # in autocommit: nothing to commit, no round trip
+
+        yield one
+    finally:
+        raw.close()
+
+
+@contextmanager
+def fenced_committer(engine: Engine, sql: str) -> Iterator[Callable[[Any], None]]:
+    """A raw driver connection running the journal's fenced statement `sql` (in the
+    driver's paramstyle) once per commit, with the parameters it is given."""
+    if engine.dialect.name == "sqlite":
+        database = engine.url.database
+        assert database, "the raw floor needs a SQLite file"
+        with engine.connect() as connection:
+            synchronous = connection.exec_driver_sql("PRAGMA synchronous").scalar_one()
+        raw = sqlite3.connect(database, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        raw.execute(f"PRAGMA synchronous={int(synchronous)}")
+        raw.execute("PRAGMA foreign_keys=ON")
+    else:
+        import psycopg
+
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        raw = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+    try:
+        cursor = raw.cursor()
+        execute, fetch = cursor.execute, cursor.fetchall
+        sqlite = engine.dialect.name == "sqlite"
+
+        def one(parameters: Any) -> None:
+            if sqlite:
+                execute("BEGIN IMMEDIATE")
+            execute(sql, parameters)
+            written = fetch()
+            if sqlite:
+                raw.commit()
+            assert written, "fenced out"
 
         yield one
     finally:

@@ -14,7 +14,9 @@ each a transaction of its own (BEGIN, INSERT, COMMIT), and once more with each I
 alone in the driver's autocommit mode (`raw_floor.py` says what they include); and the
 loop's floor: the in-memory run once more, each of its journal writes also one raw commit of
 a prebuilt row (`raw_floor.CommittingJournal`), the least any durable runner of this loop
-can cost. The five take turns going first. All are
+can cost; and the same with each commit the journal's own fenced statement, its parameters
+prebuilt (`raw_floor.fenced_committer`): the durable step with no Python in its write path.
+The six take turns going first. All are
 reported per step of the run, and the durable time as a ratio to each floor (per
 repetition, then the median); "(durable - memory) / floor" is the overhead durability adds
 to a step (the durable step less the same step in memory) over the floor. The last column
@@ -34,10 +36,12 @@ import fakes
 import raw_floor
 from sqlalchemy import Engine, Table, event, insert, text
 
-from runner import Runner, run_agent
+from runner import Runner, fencing, leases, run_agent, store
 from runner.agent import bind_tools
 from runner.budgets import Budgets
+from runner.clock import SYSTEM, utc_now
 from runner.ids import new_run_id
+from runner.journal import Entry
 from runner.loop import drive
 from runner.tools import as_tools
 
@@ -125,6 +129,43 @@ def loop_floor(
     return elapsed
 
 
+def fenced_loop_floor(
+    runner: Runner, journal: list[Entry], commits: int, steps: int
+) -> tuple[float, float]:
+    """The loop's floor with the journal's own fenced statement on each commit, its
+    parameters built before the clock starts (raw_floor.fenced_committer), on a run of its
+    own claimed for it: the durable step with no Python in its write path."""
+    engine = runner.engine
+    run_id = new_run_id()
+    store.create_run(
+        engine, run_id=run_id, agent=None, agent_name=None, release=None, task="floor",
+        budgets={},
+    )  # fmt: skip
+    claim = leases.claim_run(
+        engine, run_id, owner="bench:1:1", lease_seconds=runner.lease_seconds, max_resumes=1
+    )
+    # The statement and binds exactly as fencing.append_entries makes them for one entry.
+    dialect = engine.dialect
+    statement = fencing._fenced_insert(dialect, 1)
+    at = utc_now(SYSTEM)
+    fence = fencing._fence(dialect, run_id, claim.epoch, at, runner.lease_seconds)
+    parameters = [
+        statement.parameters(
+            fencing._rows(run_id, claim.epoch, seq, (journal[seq % len(journal)],), fence, at)
+        )
+        for seq in range(2 * commits)
+    ]
+    tools = as_tools(fakes.tools())
+    model = bind_tools(fakes.model, tools)
+    with raw_floor.fenced_committer(engine, statement.sql) as commit:
+        memory = raw_floor.CommittingJournal(commit=commit, rows=iter(parameters))
+        clock = Clock()
+        result = drive(model, tools, fakes.task(steps), Budgets(**fakes.UNLIMITED), memory)
+        elapsed = clock.since()
+    assert result.stop_reason == "final" and result.steps == steps, result
+    return elapsed
+
+
 def floor(
     engine: Engine, table: Any, rows: list[dict[str, Any]], commits: int
 ) -> tuple[float, float]:
@@ -152,17 +193,20 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     # Warm up (caches, the pool, the file); its rows and commit count make the floor's work.
     _, commits, run_id = durable(runner, steps)
     rows = common.entry_rows(runner.engine, run_id)
-    kinds = ("memory", "durable", "floor", "raw", "raw_autocommit", "loop_floor")
+    journal = [entry for entry, _ in store.load_entries(runner.engine, run_id)]
+    kinds = ("memory", "durable", "floor", "raw", "raw_autocommit", "loop_floor", "fenced_floor")
     samples: dict[str, list[float]] = {k: [] for k in (*kinds, *(f"{k}_cpu" for k in kinds))}
     prefixes = {
         "": "floor",
         "raw_": "raw",
         "raw_autocommit_": "raw_autocommit",
         "loop_floor_": "loop_floor",
+        "fenced_floor_": "fenced_floor",
     }
     for ratio in (f"{prefix}{what}" for prefix in prefixes for what in ("ratio", "overhead_ratio")):
         samples[ratio] = []
     samples["loop_floor_to_raw_ratio"] = []
+    samples["fenced_floor_to_raw_ratio"] = []
     commit_counts = {commits}
     made = commits
 
@@ -177,6 +221,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "raw": lambda: raw(runner.engine, table, rows, commits, False),
         "raw_autocommit": lambda: raw(runner.engine, table, rows, commits, True),
         "loop_floor": lambda: loop_floor(runner.engine, table, rows, commits, steps),
+        "fenced_floor": lambda: fenced_loop_floor(runner, journal, commits, steps),
     }
     order = list(contenders)
     try:
@@ -192,6 +237,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
                 samples[kind].append(wall / steps * 1e6)
                 samples[f"{kind}_cpu"].append(cpu / steps * 1e6)
             samples["loop_floor_to_raw_ratio"].append(timed["loop_floor"][0] / timed["raw"][0])
+            samples["fenced_floor_to_raw_ratio"].append(timed["fenced_floor"][0] / timed["raw"][0])
             overhead = timed["durable"][0] - timed["memory"][0]
             for prefix, base in prefixes.items():
                 samples[f"{prefix}ratio"].append(timed["durable"][0] / timed[base][0])
@@ -213,6 +259,8 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "ratio_to_raw_autocommit_floor": common.spread(samples["raw_autocommit_ratio"]),
         "ratio_to_loop_floor": common.spread(samples["loop_floor_ratio"]),
         "loop_floor_to_raw_floor": common.spread(samples["loop_floor_to_raw_ratio"]),
+        "ratio_to_fenced_floor": common.spread(samples["fenced_floor_ratio"]),
+        "fenced_floor_to_raw_floor": common.spread(samples["fenced_floor_to_raw_ratio"]),
         "samples": samples,
     }
 
@@ -255,6 +303,9 @@ def main() -> None:
                 common.fmt_spread(us["loop_floor"]),
                 common.fmt_spread(r["loop_floor_to_raw_floor"], 2),
                 common.fmt_spread(r["ratio_to_loop_floor"], 2),
+                common.fmt_spread(us["fenced_floor"]),
+                common.fmt_spread(r["fenced_floor_to_raw_floor"], 2),
+                common.fmt_spread(r["ratio_to_fenced_floor"], 2),
                 common.fmt_spread(r["overhead_ratio_to_floor"], 2),
                 common.fmt_spread(r["overhead_ratio_to_raw_floor"], 2),
                 f"{us['durable_cpu']['median']:.0f} / {us['floor_cpu']['median']:.0f}"
@@ -278,6 +329,9 @@ def main() -> None:
             "loop + raw floor us/step",
             "loop + raw floor / raw floor",
             "durable / loop + raw floor",
+            "loop + fenced floor us/step",
+            "loop + fenced floor / raw floor",
+            "durable / loop + fenced floor",
             "(durable - memory) / floor",
             "(durable - memory) / raw floor",
             "CPU us/step durable / floor / raw",
