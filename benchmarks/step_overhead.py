@@ -118,13 +118,18 @@ def loop_floor(
     what any durable runner of this loop pays at least."""
     # Rows to spare: the loop writes no more often than the durable run commits.
     batch = raw_floor.driver_rows(engine, table, floor_rows(rows, 2 * commits))
+    with raw_floor.committer(engine, table) as commit:
+        return committing_run(commit, batch, steps)
+
+
+def committing_run(commit: Any, rows: list[Any], steps: int) -> tuple[float, float]:
+    """The in-memory run, timed, each journal write also `commit` of the next of `rows`."""
     tools = as_tools(fakes.tools())
     model = bind_tools(fakes.model, tools)
-    with raw_floor.committer(engine, table) as commit:
-        journal = raw_floor.CommittingJournal(commit=commit, rows=iter(batch))
-        clock = Clock()
-        result = drive(model, tools, fakes.task(steps), Budgets(**fakes.UNLIMITED), journal)
-        elapsed = clock.since()
+    journal = raw_floor.CommittingJournal(commit=commit, rows=iter(rows))
+    clock = Clock()
+    result = drive(model, tools, fakes.task(steps), Budgets(**fakes.UNLIMITED), journal)
+    elapsed = clock.since()
     assert result.stop_reason == "final" and result.steps == steps, result
     return elapsed
 
@@ -155,15 +160,8 @@ def fenced_loop_floor(
         )
         for seq in range(2 * commits)
     ]
-    tools = as_tools(fakes.tools())
-    model = bind_tools(fakes.model, tools)
     with raw_floor.fenced_committer(engine, statement.sql) as commit:
-        memory = raw_floor.CommittingJournal(commit=commit, rows=iter(parameters))
-        clock = Clock()
-        result = drive(model, tools, fakes.task(steps), Budgets(**fakes.UNLIMITED), memory)
-        elapsed = clock.since()
-    assert result.stop_reason == "final" and result.steps == steps, result
-    return elapsed
+        return committing_run(commit, parameters, steps)
 
 
 def floor(

@@ -38,14 +38,17 @@ def database(tmp_path: Path) -> str:
 def test_reading_commands_load_neither_alembic_nor_the_loop(
     database: str, args: list[str]
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", COMMAND, *args, "--db", database],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _runner_in_a_child(COMMAND, [*args, "--db", database])
     assert done.returncode == 0, done.stderr
     assert "r1" in done.stdout
+
+
+def _runner_in_a_child(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """`script` (which runs the CLI on its argv, then checks what it loaded) in a new
+    interpreter: this one has imported everything already."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_a_database_behind_head_is_still_refused_without_alembic_loaded_up_front(
@@ -105,12 +108,7 @@ def test_runner_list_and_show_load_no_sqlalchemy(db_url: str, args: list[str]) -
     from tests.integration.listed_runs import fill
 
     fill(db_url)
-    done = subprocess.run(
-        [sys.executable, "-c", PLAIN, *args, "--db", db_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _runner_in_a_child(PLAIN, [*args, "--db", db_url])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() not in ("", "[]", "no runs")
     # psycopg on PostgreSQL only: an SQLite file is read with the standard library's sqlite3.
