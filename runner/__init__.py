@@ -5,8 +5,8 @@ The map (the README's "Where things live" says more): the step machine (`loop`, 
 (`schema`, `backend`, `database`, `store`, `rows`, `reads`, `direct`, `leases`, `fencing`,
 `sqljournal`, `history`) holds all the SQL, with every SQLite/PostgreSQL difference in
 `backend` (and in `reads`, how the two drivers bind and give values back); the service
-(`durable.Runner`, `listing`, `agent`, `worker`) drives the one loop on a durable journal and
-says what `list` and `show` show; the faces (`cli`) parse, call the service and print
+(`durable.Runner`, `listing`, `overview`, `agent`, `worker`) drives the one loop on a durable
+journal and says what `list` and `show` show; the faces (`cli`) parse, call the service and print
 through `cli.output`; `models` adapts providers.
 """
 

@@ -379,8 +379,8 @@ def replay(
 @json_option
 def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
     """Show run ID: its status, counters and transcript (observations cut unless --full)."""
-    from runner.listing import shown
     from runner.liveness import stall_reason
+    from runner.overview import shown
 
     run = shown(url, run_id)
     if as_json:
@@ -422,7 +422,7 @@ def list_(
     """List runs, newest first, with their state (stalled: running, but nobody holds it;
     `--status waiting`: what each waits for, and since when)."""
     # Imported here: `runner --help` loads no database code. It reads without SQLAlchemy.
-    from runner.listing import listed
+    from runner.overview import listed
 
     reason = StopReason(stop_reason) if stop_reason else None
     found = listed(url, state=status, stop_reason=reason, release=release, limit=limit)
