@@ -70,10 +70,10 @@ def test_anything_else_is_left_to_the_full_path(at_head: Path, tmp_path: Path) -
         assert direct.open_reader(url) is None, url
 
 
-@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_a_postgres_url_opens_with_the_dialects_arguments(db_url: str) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("PostgreSQL only")
     for url in (
         db_url,
         db_url.replace("postgresql+psycopg://", "postgresql://"),
