@@ -4,6 +4,7 @@ concurrency and what the database can spare."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
 import threading
@@ -230,6 +231,25 @@ def test_sqlite_writes_of_a_process_share_one_kept_connection(tmp_path: Path) ->
     finally:
         runner.close()
     assert _open_handles(database) == 0  # close gave the kept writer back, dispose shut it
+
+
+def test_a_runner_dropped_unclosed_leaves_no_connection_open(tmp_path: Path) -> None:
+    database = tmp_path / "dropped.db"
+
+    def run_and_drop() -> None:
+        runner = Runner(f"sqlite:///{database}")
+        agent = Agent(wander(), {"search": lambda q: f"found {q}"}, name="wanderer")
+        assert runner.run(agent, "look around", max_steps=3).steps == 3
+        assert runner.writer.keeps and _open_handles(database) >= 1
+
+    run_and_drop()
+    for thread in threading.enumerate():
+        if thread.name == "runner-heartbeat":  # it ends once its last lease is let go
+            thread.join(timeout=10)
+    gc.collect()  # the cycles, which give the kept connection back to a pool that is itself
+    gc.collect()  # garbage: the next collection frees the pool and closes the connection
+    # The kept writer belongs to the runner: nothing else holds it, or the engine, alive.
+    assert _open_handles(database) == 0
 
 
 def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Path) -> None:
