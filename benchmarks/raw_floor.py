@@ -95,19 +95,34 @@ def _insert_sql(table: Table, marker: str) -> str:
 
 
 @contextmanager
-def _sqlite(
-    engine: Engine, table: Table, autocommit: bool
-) -> Iterator[Callable[[tuple[Any, ...]], None]]:
-    database = engine.url.database
-    assert database, "the raw floor needs a SQLite file"
-    with engine.connect() as connection:  # the engine's own setting, as its hook set it
-        synchronous = connection.exec_driver_sql("PRAGMA synchronous").scalar_one()
-    raw = sqlite3.connect(database, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-    try:
+def _connection(engine: Engine, autocommit: bool = False) -> Iterator[Any]:
+    """A raw driver connection to the engine's database, with the engine's settings."""
+    if engine.dialect.name == "sqlite":
+        database = engine.url.database
+        assert database, "the raw floor needs a SQLite file"
+        with engine.connect() as connection:  # the engine's own setting, as its hook set it
+            synchronous = connection.exec_driver_sql("PRAGMA synchronous").scalar_one()
+        raw: Any = sqlite3.connect(database, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         raw.execute("PRAGMA journal_mode=WAL")
         raw.execute(f"PRAGMA synchronous={int(synchronous)}")
         raw.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         raw.execute("PRAGMA foreign_keys=ON")
+    else:
+        import psycopg
+
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        raw = psycopg.connect(*args, **{**kwargs, "autocommit": autocommit})
+    try:
+        yield raw
+    finally:
+        raw.close()
+
+
+@contextmanager
+def _sqlite(
+    engine: Engine, table: Table, autocommit: bool
+) -> Iterator[Callable[[tuple[Any, ...]], None]]:
+    with _connection(engine) as raw:
         sql = _insert_sql(table, "?")
         cursor = raw.cursor()
         execute, commit = cursor.execute, raw.commit
@@ -121,19 +136,13 @@ def _sqlite(
             execute(sql, row)  # its own transaction: isolation_level is None
 
         yield alone if autocommit else in_transaction
-    finally:
-        raw.close()
 
 
 @contextmanager
 def _postgres(
     engine: Engine, table: Table, autocommit: bool
 ) -> Iterator[Callable[[tuple[Any, ...]], None]]:
-    import psycopg
-
-    args, kwargs = engine.dialect.create_connect_args(engine.url)
-    raw = psycopg.connect(*args, **{**kwargs, "autocommit": autocommit})
-    try:
+    with _connection(engine, autocommit) as raw:
         sql = _insert_sql(table, "%s")
         cursor = raw.cursor()
         execute, commit = cursor.execute, raw.commit
@@ -143,31 +152,17 @@ def _postgres(
             commit()  # in autocommit: nothing to commit, no round trip
 
         yield one
-    finally:
-        raw.close()
 
 
 @contextmanager
 def fenced_committer(engine: Engine, sql: str) -> Iterator[Callable[[Any], None]]:
     """A raw driver connection running the journal's fenced statement `sql` (in the
     driver's paramstyle) once per commit, with the parameters it is given."""
-    if engine.dialect.name == "sqlite":
-        database = engine.url.database
-        assert database, "the raw floor needs a SQLite file"
-        with engine.connect() as connection:
-            synchronous = connection.exec_driver_sql("PRAGMA synchronous").scalar_one()
-        raw = sqlite3.connect(database, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        raw.execute(f"PRAGMA synchronous={int(synchronous)}")
-        raw.execute("PRAGMA foreign_keys=ON")
-    else:
-        import psycopg
-
-        args, kwargs = engine.dialect.create_connect_args(engine.url)
-        raw = psycopg.connect(*args, **{**kwargs, "autocommit": True})
-    try:
+    sqlite = engine.dialect.name == "sqlite"
+    # PostgreSQL in autocommit: a one-statement write is its own transaction, as runner's.
+    with _connection(engine, autocommit=True) as raw:
         cursor = raw.cursor()
         execute, fetch = cursor.execute, cursor.fetchall
-        sqlite = engine.dialect.name == "sqlite"
 
         def one(parameters: Any) -> None:
             if sqlite:
@@ -179,8 +174,6 @@ def fenced_committer(engine: Engine, sql: str) -> Iterator[Callable[[Any], None]
             assert written, "fenced out"
 
         yield one
-    finally:
-        raw.close()
 
 
 @dataclass
