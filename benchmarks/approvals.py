@@ -30,7 +30,7 @@ import common
 import fakes
 
 from runner import Runner
-from runner.status import RunStatus
+from runner.core.status import RunStatus
 
 RUNNER = Path(sys.executable).parent / "runner"
 REF = fakes.APPROVAL_REF

@@ -29,7 +29,8 @@ from typing import Any
 import common
 import fakes
 
-from runner import Runner, leases
+from runner import Runner
+from runner.store import leases
 
 CLAIMS = 50
 

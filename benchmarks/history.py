@@ -41,9 +41,9 @@ from sqlalchemy.engine import make_url
 
 from runner import Agent, tool
 from runner.cli import main
-from runner.database import open_engine, upgrade
-from runner.durable import Runner
-from runner.schema import entries, runs
+from runner.service.runner import Runner
+from runner.store.database import open_engine, upgrade
+from runner.store.schema import entries, runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "README.md"

@@ -29,7 +29,7 @@ from sqlalchemy import Engine, event, insert, text
 from step_overhead import Clock, synchronous_of
 
 from runner import Agent, Runner, run_agent
-from runner.ids import new_run_id
+from runner.core.ids import new_run_id
 
 UNLIMITED: dict[str, Any] = {
     "max_steps": 1_000_000,

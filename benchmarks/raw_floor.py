@@ -44,8 +44,8 @@ from typing import Any
 
 from sqlalchemy import Engine, Table
 
-from runner.backend import BUSY_TIMEOUT_MS
-from runner.journal import Counters, Entry, MemoryJournal, Stop
+from runner.core.journal import Counters, Entry, MemoryJournal, Stop
+from runner.store.backend import BUSY_TIMEOUT_MS
 
 
 def driver_rows(engine: Engine, table: Table, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -33,14 +33,16 @@ import common
 import fakes
 from sqlalchemy import insert
 
-from runner import Agent, Runner, leases, store
-from runner.budgets import Budgets
-from runner.clock import utc_now
-from runner.database import open_engine
-from runner.ids import new_run_id
-from runner.journal import Counters, Entry, EntryKind
-from runner.owner import owner_name
-from runner.schema import entries
+from runner import Agent, Runner
+from runner.core.budgets import Budgets
+from runner.core.clock import utc_now
+from runner.core.ids import new_run_id
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.database import open_engine
+from runner.store.owner import owner_name
+from runner.store.schema import entries
 
 # A process of this host that does not exist: its lease is free at once.
 DEAD_OWNER = owner_name(999999, "1")

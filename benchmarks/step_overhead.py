@@ -36,14 +36,16 @@ import fakes
 import raw_floor
 from sqlalchemy import Engine, Table, event, insert, text
 
-from runner import Runner, fencing, leases, run_agent, store
-from runner.agent import bind_tools
-from runner.budgets import Budgets
-from runner.clock import SYSTEM, utc_now
-from runner.ids import new_run_id
-from runner.journal import Entry
-from runner.loop import drive
-from runner.tools import as_tools
+from runner import Runner, run_agent
+from runner.core.agent import bind_tools
+from runner.core.budgets import Budgets
+from runner.core.clock import SYSTEM, utc_now
+from runner.core.ids import new_run_id
+from runner.core.journal import Entry
+from runner.core.loop import drive
+from runner.core.tools import as_tools
+from runner.store import fencing, leases
+from runner.store import runs as store
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 SQLITE = {

@@ -21,14 +21,15 @@ import fakes
 from sqlalchemy import insert, update
 from starlette.testclient import TestClient
 
-from runner import leases, store
-from runner.actions import ActionKind
-from runner.budgets import Budgets
-from runner.clock import utc_now
-from runner.database import open_engine
-from runner.journal import Counters, Entry, EntryKind
-from runner.schema import entries, runs
-from runner.status import RunStatus
+from runner.core.actions import ActionKind
+from runner.core.budgets import Budgets
+from runner.core.clock import utc_now
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.status import RunStatus
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.database import open_engine
+from runner.store.schema import entries, runs
 from runner.ui import make_app
 
 

@@ -36,9 +36,9 @@ import fakes
 from sqlalchemy import func, insert, select
 
 from runner import Runner
-from runner.database import open_engine
-from runner.schema import entries, runs
-from runner.worker import Worker
+from runner.service.worker import Worker
+from runner.store.database import open_engine
+from runner.store.schema import entries, runs
 
 SPAWN = multiprocessing.get_context("spawn")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from runner import Agent, tool
-from runner.context import compose, cut_observations, last_steps
+from runner.core.context import compose, cut_observations, last_steps
 from runner.models import OpenAIChat
 
 SYSTEM = (

@@ -1,13 +1,12 @@
 """runner: a durable, resumable runner for LLM agent loops.
 
-The map (the README's "Where things live" says more): the step machine (`loop`, `journal`,
-`actions`, `tools`, `calls`, `budgets`, `status`, `clock`) knows no SQL and no CLI; the store
-(`schema`, `backend`, `database`, `store`, `rows`, `reads`, `direct`, `leases`, `fencing`,
-`sqljournal`, `history`) holds all the SQL, with every SQLite/PostgreSQL difference in
-`backend` (and in `reads`, how the two drivers bind and give values back); the service
-(`durable.Runner`, `listing`, `overview`, `agent`, `worker`) drives the one loop on a durable
-journal and says what `list` and `show` show; the faces (`cli`) parse, call the service and print
-through `cli.output`; `models` adapts providers.
+The map, one package a layer, each importing only those below it (`tests/unit/test_layers.py`
+holds every import to what each package's docstring allows): `core` (the step machine: no
+SQL, no CLI, no provider), `models` (provider adapters) and `tracing` (OpenTelemetry), `store`
+(all the SQL, both dialects), `history` (the read side: `runner sql`, stats, export, prune),
+`service` (`run_agent`, the `Runner`, the worker and the operations on runs), and the faces
+`cli` and `ui`. `errors`, `defaults` and `lazy` are leaves every layer may use. This module
+is the public surface: every name below, loaded on first use.
 """
 
 from __future__ import annotations
@@ -17,11 +16,15 @@ from typing import TYPE_CHECKING
 from runner.lazy import exports
 
 if TYPE_CHECKING:
-    from runner.agent import Agent
-    from runner.ask import ask_human
-    from runner.budgets import Budgets, StopReason
-    from runner.context import cut_observations, last_steps
-    from runner.durable import Runner
+    from runner.core.agent import Agent
+    from runner.core.agent_loop import agent_loop
+    from runner.core.ask import ask_human
+    from runner.core.budgets import Budgets, StopReason
+    from runner.core.context import cut_observations, last_steps
+    from runner.core.result import AgentResult
+    from runner.core.status import RunStatus
+    from runner.core.tools import NOT_APPLIED, Tool, ToolCall, current_call, tool
+    from runner.core.waiting import Answer, Answered, Asks, Wait
     from runner.errors import (
         AgentLoadError,
         AmbiguousRunId,
@@ -50,24 +53,20 @@ if TYPE_CHECKING:
         WrongAnswer,
     )
     from runner.models import AnthropicMessages, OpenAIChat, Price
-    from runner.result import AgentResult
-    from runner.run import run_agent
-    from runner.scripted import agent_loop
-    from runner.status import RunStatus
-    from runner.tools import NOT_APPLIED, Tool, ToolCall, current_call, tool
-    from runner.waiting import Answer, Answered, Asks, Wait
+    from runner.service.run_agent import run_agent
+    from runner.service.runner import Runner
 
 # Where each public name lives. They are imported on first use (PEP 562), so that
 # `runner --help` loads neither the loop nor a provider adapter nor SQLAlchemy, and
 # `run_agent` users never load a database library.
 _HOMES = {
-    "Agent": "runner.agent",
-    "ask_human": "runner.ask",
-    "Budgets": "runner.budgets",
-    "StopReason": "runner.budgets",
-    "cut_observations": "runner.context",
-    "last_steps": "runner.context",
-    "Runner": "runner.durable",
+    "Agent": "runner.core.agent",
+    "ask_human": "runner.core.ask",
+    "Budgets": "runner.core.budgets",
+    "StopReason": "runner.core.budgets",
+    "cut_observations": "runner.core.context",
+    "last_steps": "runner.core.context",
+    "Runner": "runner.service.runner",
     "AgentLoadError": "runner.errors",
     "AmbiguousRunId": "runner.errors",
     "BadAgentReference": "runner.errors",
@@ -96,19 +95,19 @@ _HOMES = {
     "AnthropicMessages": "runner.models",
     "OpenAIChat": "runner.models",
     "Price": "runner.models",
-    "AgentResult": "runner.result",
-    "run_agent": "runner.run",
-    "agent_loop": "runner.scripted",
-    "RunStatus": "runner.status",
-    "NOT_APPLIED": "runner.tools",
-    "Tool": "runner.tools",
-    "ToolCall": "runner.tools",
-    "current_call": "runner.tools",
-    "tool": "runner.tools",
-    "Answer": "runner.waiting",
-    "Answered": "runner.waiting",
-    "Asks": "runner.waiting",
-    "Wait": "runner.waiting",
+    "AgentResult": "runner.core.result",
+    "run_agent": "runner.service.run_agent",
+    "agent_loop": "runner.core.agent_loop",
+    "RunStatus": "runner.core.status",
+    "NOT_APPLIED": "runner.core.tools",
+    "Tool": "runner.core.tools",
+    "ToolCall": "runner.core.tools",
+    "current_call": "runner.core.tools",
+    "tool": "runner.core.tools",
+    "Answer": "runner.core.waiting",
+    "Answered": "runner.core.waiting",
+    "Asks": "runner.core.waiting",
+    "Wait": "runner.core.waiting",
 }
 
 

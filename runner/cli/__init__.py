@@ -4,6 +4,9 @@ Each family of commands has its module (runs, answers, worker, queues, db, histo
 share the options of `runner.cli.options` and print through `runner.cli.output`. This
 module builds the group, registers every command and gives each one runner's error
 handling: the command modules never import this one.
+
+It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.history`,
+`runner.service`, `runner.ui` (to serve the page) and the shared leaves.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def reports_errors(fn: F) -> F:
         except Exception as exc:
             if not _is_database_error(exc):
                 raise
-            from runner.database import failure_message, resolve_url
+            from runner.service.database import failure_message, resolve_url
 
             url = resolve_url(kwargs.get("url"))
             raise click.ClickException(failure_message(url, exc)) from None

@@ -15,13 +15,13 @@ from runner.cli import output
 from runner.cli.options import db_option, json_option
 
 if TYPE_CHECKING:
-    from runner.durable import Runner
-    from runner.waiting import Answered
+    from runner.core.waiting import Answered
+    from runner.service.runner import Runner
 
 
 def _runner(url: str | None) -> Runner:
     # Imported here: the durable runner loads SQLAlchemy, which `runner --help` does without.
-    from runner.durable import Runner
+    from runner.service.runner import Runner
 
     return Runner(url)
 

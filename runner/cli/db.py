@@ -17,6 +17,8 @@ def db() -> None:
 @db_option
 def db_upgrade(url: str | None) -> None:
     """Apply runner's migrations up to the latest revision."""
-    from runner.database import upgrade_database  # loads SQLAlchemy: not for `runner --help`
+    from runner.service.database import (
+        upgrade_database,  # loads SQLAlchemy: not for `runner --help`
+    )
 
     output.line(f"{upgrade_database(url)} is at the latest schema revision")

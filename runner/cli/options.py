@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from runner.defaults import URL_VARIABLE
-from runner.delays import parse_duration, parse_time
+from runner.service.delays import parse_duration, parse_time
 
 F = TypeVar("F", bound=Callable[..., Any])
 

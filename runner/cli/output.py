@@ -19,19 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.budgets import StopReason
-from runner.journal import Entry, EntryKind
-from runner.result import AgentResult
-from runner.status import RunStatus
+from runner.core.budgets import StopReason
+from runner.core.journal import Entry, EntryKind
+from runner.core.result import AgentResult
+from runner.core.status import RunStatus
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from runner.core.waiting import Answered, Wait
     from runner.history import Group, Pruned
-    from runner.queues import QueueInfo
-    from runner.replay import Replay
-    from runner.store import RunRow
-    from runner.waiting import Answered, Wait
+    from runner.service.replay import Replay
+    from runner.service.values import QueueInfo, RunRow
 
 # A table cell: its text, or (text, rich style) for a coloured one.
 Cell = str | tuple[str, str]

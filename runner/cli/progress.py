@@ -15,9 +15,9 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from runner.actions import ActionKind
 from runner.cli import output
-from runner.journal import Entry, EntryKind
+from runner.core.actions import ActionKind
+from runner.core.journal import Entry, EntryKind
 
 if TYPE_CHECKING:
     from rich.console import Console

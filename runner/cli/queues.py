@@ -56,7 +56,7 @@ def set_(name: str, limit: Any, no_limit: bool, url: str | None) -> None:
     if no_limit == (limit is not None):
         raise click.UsageError("give --limit N or --no-limit (one of them)")
     chosen = None if no_limit or limit == NO_LIMIT else limit
-    from runner.durable import Runner
+    from runner.service.runner import Runner
 
     with Runner(url) as runner:
         runner.set_queue_limit(name, chosen)
@@ -73,7 +73,7 @@ def list_(url: str | None, as_json: bool) -> None:
     """Every queue with a limit or an unfinished run: its limit, and its runs queued (ready
     to start), delayed (--at/--in still to come), running (under a live lease: what the
     limit counts) and waiting (for a person's answer, holding no slot)."""
-    from runner.durable import Runner
+    from runner.service.runner import Runner
 
     with Runner(url) as runner:
         found = runner.queues()

@@ -10,7 +10,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from runner.budgets import StopReason
 from runner.cli import output
 from runner.cli.options import (
     RUN_ID,
@@ -21,13 +20,14 @@ from runner.cli.options import (
     placement_options,
 )
 from runner.cli.progress import Progress
+from runner.core.budgets import StopReason
+from runner.core.result import AgentResult
+from runner.core.status import STATES, RunStatus
 from runner.defaults import DEFAULT_MAX_RESUMES
-from runner.result import AgentResult
-from runner.status import STATES, RunStatus
 
 if TYPE_CHECKING:
-    from runner.durable import Runner
-    from runner.journal import Entry
+    from runner.core.journal import Entry
+    from runner.service.runner import Runner
 
 EXIT_FINAL = 0
 EXIT_ERROR = 1
@@ -44,7 +44,7 @@ def _runner(
     max_resumes: int | None = None,
 ) -> Runner:
     # Imported here: the durable runner loads SQLAlchemy, which `runner --help` does without.
-    from runner.durable import DEFAULT_MAX_RESUMES, Runner
+    from runner.service.runner import DEFAULT_MAX_RESUMES, Runner
 
     chosen = DEFAULT_MAX_RESUMES if max_resumes is None else max_resumes
     return Runner(url, observer=observer, max_resumes=chosen)
@@ -288,7 +288,7 @@ def resume(
 
 def _hint_revival(result: AgentResult) -> None:
     """How to continue a run that stopped for a reason new budgets can lift."""
-    from runner.budget_changes import LIMIT_OF, REVIVABLE
+    from runner.core.budget_changes import LIMIT_OF, REVIVABLE
 
     reason = result.stop_reason
     if reason is None or reason not in REVIVABLE:
@@ -379,8 +379,8 @@ def replay(
 @json_option
 def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
     """Show run ID: its status, counters and transcript (observations cut unless --full)."""
-    from runner.liveness import stall_reason
-    from runner.overview import shown
+    from runner.service.overview import shown
+    from runner.service.values import stall_reason
 
     run = shown(url, run_id)
     if as_json:
@@ -422,7 +422,7 @@ def list_(
     """List runs, newest first, with their state (stalled: running, but nobody holds it;
     `--status waiting`: what each waits for, and since when)."""
     # Imported here: `runner --help` loads no database code. It reads without SQLAlchemy.
-    from runner.overview import listed
+    from runner.service.overview import listed
 
     reason = StopReason(stop_reason) if stop_reason else None
     found = listed(url, state=status, stop_reason=reason, release=release, limit=limit)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from runner.delays import parse_duration, parse_time
+from runner.service.delays import parse_duration, parse_time
 
 LINE_KEYS = ("task", "id", "budgets", "queue", "priority", "at", "in")
 

@@ -73,7 +73,7 @@ def worker(
     signal exits at once and leaves the runs to lease expiry.
     """
     # Imported here: the worker loads SQLAlchemy, which `runner --help` does without.
-    from runner.worker import Worker, start_worker
+    from runner.service.worker import Worker, start_worker
 
     served = None if queue_names is None else [name.strip() for name in queue_names.split(",")]
 

@@ -3,6 +3,8 @@ paged reads of the page (`runner ui`).
 
 Every function reads the tables and the views of migration 0002 (`run_summary`,
 `tool_calls`); the README documents them for the users who query them directly.
+
+It may import: `runner.core`, `runner.store` and the shared leaves.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from runner import store
-from runner.database import connect
 from runner.history.archive import Exported, Pruned, export_runs, prune_runs
 from runner.history.browse import (
     JournalEntry,
@@ -30,6 +30,8 @@ from runner.history.moments import parse_moment
 from runner.history.query import QueryResult, read_only_query
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
 from runner.history.values import plain
+from runner.store import runs as store
+from runner.store.database import connect
 
 
 class History:

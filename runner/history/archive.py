@@ -11,12 +11,12 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
 
-from runner.backend import backend_for
+from runner.core.status import RunStatus
 from runner.errors import RunnerError
 from runner.history.values import plain
-from runner.schema import UtcDateTime, entries, runs
-from runner.status import RunStatus
-from runner.store import decode
+from runner.store.backend import backend_for
+from runner.store.runs import decode
+from runner.store.schema import UtcDateTime, entries, runs
 
 # -- export (`runner export`) ----------------------------------------------------------------
 

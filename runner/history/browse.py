@@ -14,10 +14,10 @@ from datetime import datetime
 
 from sqlalchemy import Engine, and_, or_, select
 
+from runner.core.journal import Entry
 from runner.history.views import run_summary, tool_calls
-from runner.journal import Entry
-from runner.schema import entries, runs
-from runner.store import RunRow, entry_of, find_run, reading
+from runner.store.runs import RunRow, entry_of, find_run, reading
+from runner.store.schema import entries, runs
 
 
 @dataclass(frozen=True)

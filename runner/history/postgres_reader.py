@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from runner.database import open_engine
 from runner.errors import DatabaseUnavailable, QueryFailed
 from runner.history.reader import (
     FETCH,
@@ -37,7 +36,8 @@ from runner.history.reader import (
     streamed,
     timed_out,
 )
-from runner.urls import redact_url
+from runner.store.database import open_engine
+from runner.store.urls import redact_url
 
 # As created by migration 0004.
 READER_ROLE = "runner_reader"

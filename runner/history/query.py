@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from runner.backend import backend_for
-from runner.database import resolve_url
 from runner.defaults import DEFAULT_QUERY_TIMEOUT
 from runner.errors import DatabaseUnavailable
 from runner.history import postgres_reader, sqlite_reader
 from runner.history.reader import QueryResult, Reader
-from runner.urls import encode_password, redact_url
+from runner.store.backend import backend_for
+from runner.store.database import resolve_url
+from runner.store.urls import encode_password, redact_url
 
 # Seconds a query may run unless told otherwise (`--timeout`); 0 or None: no limit.
 DEFAULT_TIMEOUT = DEFAULT_QUERY_TIMEOUT

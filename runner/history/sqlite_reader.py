@@ -19,7 +19,6 @@ from urllib.parse import quote
 
 from sqlalchemy.engine import make_url
 
-from runner.database import damaged
 from runner.errors import DatabaseUnavailable, RunnerError
 from runner.history.reader import (
     FETCH,
@@ -30,7 +29,8 @@ from runner.history.reader import (
     streamed,
     timed_out,
 )
-from runner.urls import encode_password
+from runner.store.database import damaged
+from runner.store.urls import encode_password
 
 # The actions a read needs. Everything else (ATTACH and DETACH, which VACUUM and VACUUM
 # INTO also begin with, every INSERT, UPDATE, DELETE, CREATE, DROP and ALTER, temporary

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Engine, func, select
 
-from runner.backend import backend_for
+from runner.core.status import RunStatus
 from runner.history.views import run_summary
-from runner.status import RunStatus
+from runner.store.backend import backend_for
 
 By = Literal["release", "agent", "day"]
 # A rise is flagged only when chance alone would produce it less than 5% of the time.

@@ -2,6 +2,8 @@
 
 Each adapter imports its official SDK only when it is made (`pip install
 'durable-runner[openai]'`, `[anthropic]`), so importing runner never needs them.
+
+It may import: `runner.core` and the shared leaves.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runner.tools import KEY_PARAMETER, Tool, as_tools
+from runner.core.tools import KEY_PARAMETER, Tool, as_tools
 
 # What both providers accept as a function name.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -5,6 +5,9 @@ Starlette serves Jinja2 templates (autoescaped) through uvicorn; every page read
 `Runner.cancel` as `runner cancel`. Needs the `ui` extra. Layout: `app` (routes, errors,
 serving), `pages` (what each page reads), `security` (token, Host check, CSRF, headers),
 `charts` (SVG geometry), `filters` (how values are written), `templates/`, `static/`.
+
+It may import: `runner.core`, `runner.models`, `runner.history`, `runner.service` and the
+shared leaves.
 """
 
 from __future__ import annotations

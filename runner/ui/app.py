@@ -15,8 +15,8 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runner.database import open_read_only, resolve_url
 from runner.errors import AmbiguousRunId, DatabaseUnavailable, RunnerError, RunNotFound
+from runner.service.database import open_read_only, resolve_url
 from runner.ui import is_loopback, pages
 from runner.ui.security import Guard
 from runner.ui.state import UiState

@@ -12,7 +12,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from runner.budgets import StopReason
+from runner.core.budgets import StopReason
+from runner.core.status import RunStatus
 from runner.history import (
     JournalEntry,
     filter_choices,
@@ -22,7 +23,6 @@ from runner.history import (
     step_counters,
     stop_reason_stats,
 )
-from runner.status import RunStatus
 from runner.ui.charts import counter_chart, stop_chart
 from runner.ui.state import UiState
 

@@ -13,14 +13,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from runner.durable import Runner
-from runner.result import AgentResult
-from runner.status import RunStatus
-from runner.store import RunRow
+from runner.core.result import AgentResult
+from runner.core.status import RunStatus
+from runner.core.waiting import Answered, Wait
+from runner.service.database import redact_url
+from runner.service.runner import Runner
+from runner.service.values import RunRow
 from runner.ui.filters import FILTERS
 from runner.ui.security import SESSION_COOKIE, Csrf
-from runner.urls import redact_url
-from runner.waiting import Answered, Wait
 
 # The commands a run's page shows as text, for a terminal: (name, arguments, when shown).
 # Each is a command of the CLI with these options (tests/ui/test_pages.py holds it so).

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import Agent, Tool, ask_human, current_call, tool
-from runner.faults import fault
+from runner.core.faults import fault
 from runner.models import OpenAIChat
 
 LEDGER_VARIABLE = "RUNNER_TEST_LEDGER"

@@ -14,7 +14,7 @@ import sys
 import time
 
 from runner import Runner
-from runner.status import RunStatus
+from runner.core.status import RunStatus
 
 
 def main(url: str, seed: int, ids: list[str]) -> int:

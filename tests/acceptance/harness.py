@@ -20,8 +20,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from runner.database import open_engine
-from runner.schema import entries, runs
+from runner.store.database import open_engine
+from runner.store.schema import entries, runs
 
 from .agents import GATE_VARIABLE, LEDGER_VARIABLE, SLEEP_VARIABLE
 

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from runner import run_agent
 from runner.cli import main
-from runner.durable import Runner
+from runner.service.runner import Runner
 
 from .agents import LEDGER_VARIABLE, TOKENS_PER_CALL, ledgered
 from .harness import (

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.database import open_engine, upgrade
 from runner.errors import DatabaseCorrupt
-from runner.worker import Worker
+from runner.service.worker import Worker
+from runner.store.database import open_engine, upgrade
 
 from .harness import cli, described, one_line_error
 

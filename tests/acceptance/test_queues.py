@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from runner.durable import Runner
-from runner.status import RunStatus
+from runner.core.status import RunStatus
+from runner.service.runner import Runner
 
 RUNNER = Path(sys.executable).parent / "runner"
 AGENT = f"{Path(__file__).resolve().with_name('queue_agents.py')}:agent"

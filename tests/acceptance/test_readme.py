@@ -151,7 +151,7 @@ def test_ui_commands_serve_as_written(tmp_path: Path) -> None:
     import urllib.error
     import urllib.request
 
-    from runner.database import open_engine, upgrade
+    from runner.store.database import open_engine, upgrade
 
     db = f"sqlite:///{tmp_path / 'ui.db'}"
     engine = open_engine(db)

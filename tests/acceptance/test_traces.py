@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from runner import Runner
-from runner.tracing import run_context
+from runner.tracing.otel import run_context
 
 from .harness import KILLED, cli, cli_env, described
 from .traced_agents import SPANS_VARIABLE, span_json

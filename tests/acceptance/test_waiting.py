@@ -24,10 +24,10 @@ from click.testing import CliRunner, Result
 from sqlalchemy import text, update
 
 from runner.cli import main
-from runner.database import open_engine
-from runner.schema import runs
-from runner.status import RunStatus
-from runner.store import load_entries
+from runner.core.status import RunStatus
+from runner.store.database import open_engine
+from runner.store.runs import load_entries
+from runner.store.schema import runs
 
 from .harness import one_line_error
 from .test_workers import AGENT, RUNNER, Cluster, wait_for

@@ -27,11 +27,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from runner import Agent
-from runner.database import open_engine, upgrade
-from runner.durable import Runner
-from runner.journal import EntryKind
-from runner.status import RunStatus
-from runner.store import RunRow, load_entries
+from runner.core.journal import EntryKind
+from runner.core.status import RunStatus
+from runner.service.runner import Runner
+from runner.store.database import open_engine, upgrade
+from runner.store.runs import RunRow, load_entries
 
 RUNNER = Path(sys.executable).parent / "runner"
 AGENTS = Path(__file__).resolve().with_name("worker_agents.py")

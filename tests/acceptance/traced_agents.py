@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from runner import Agent, tool
-from runner.faults import fault
+from runner.core.faults import fault
 
 SPANS_VARIABLE = "RUNNER_TEST_SPANS"
 STEPS = 4

@@ -9,12 +9,14 @@ from typing import Any
 
 from sqlalchemy import Engine, text, update
 
-from runner import Runner, fencing, leases, store
-from runner.budgets import Budgets
-from runner.journal import Counters, Entry, EntryKind
-from runner.owner import owner_name
-from runner.result import AgentResult
-from runner.schema import runs
+from runner import Runner
+from runner.core.budgets import Budgets
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.result import AgentResult
+from runner.store import fencing, leases
+from runner.store import runs as store
+from runner.store.owner import owner_name
+from runner.store.schema import runs
 
 Transcript = list[dict[str, Any]]
 Model = Callable[[Transcript], Any]

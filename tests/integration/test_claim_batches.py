@@ -12,8 +12,9 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from runner import Runner, leases
-from runner.schema import runs
+from runner import Runner
+from runner.store import leases
+from runner.store.schema import runs
 
 from .support import expire
 

@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from runner import Runner, leases, store
-from runner.backend import DatabaseClock, backend_for
-from runner.clock import SYSTEM, ManualClock, utc_now
-from runner.database import open_engine
+from runner import Runner
+from runner.core.clock import SYSTEM, ManualClock, utc_now
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.backend import DatabaseClock, backend_for
+from runner.store.database import open_engine
 
 SKEW = 60.0  # seconds this "machine" is ahead of the database server
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner import Runner, direct
+from runner import Runner
 from runner.cli import main
-from runner.reads import _pyformat, schema_at_head
+from runner.store import plain_connection as direct
+from runner.store.reads import _pyformat, schema_at_head
 
 
 @pytest.fixture

@@ -13,13 +13,15 @@ import pytest
 from sqlalchemy import Connection, event
 from sqlalchemy.exc import IntegrityError
 
-from runner import Runner, driver, fencing, leases, store
-from runner.budgets import StopReason
-from runner.clock import utc_now
+from runner import Runner
+from runner.core.budgets import StopReason
+from runner.core.clock import utc_now
+from runner.core.journal import Counters, Stop
 from runner.errors import LeaseLost
-from runner.journal import Counters, Stop
-from runner.schema import entries
-from runner.sqljournal import SqlJournal
+from runner.store import driver, fencing, leases
+from runner.store import runs as store
+from runner.store.schema import entries
+from runner.store.sql_journal import SqlJournal
 
 from .support import entry_rows, observation, task_entry, tool_action
 

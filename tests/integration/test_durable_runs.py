@@ -20,10 +20,10 @@ from runner import (
     StopReason,
     run_agent,
 )
-from runner.agent import load_agent
-from runner.budgets import Budgets
-from runner.clock import ManualClock
-from runner.journal import Counters
+from runner.core.agent import load_agent
+from runner.core.budgets import Budgets
+from runner.core.clock import ManualClock
+from runner.core.journal import Counters
 
 from .agents import SOLVER_REF
 from .support import (

@@ -16,15 +16,17 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, event, text
 
-from runner import Agent, AgentResult, Runner, backend, leases, pooling, store
-from runner.agent import load_agent
-from runner.clock import ManualClock, utc_now
-from runner.database import ensure_schema, open_engine
+from runner import Agent, AgentResult, Runner
+from runner.core.agent import load_agent
+from runner.core.clock import ManualClock, utc_now
+from runner.core.journal import Counters
 from runner.errors import LeaseLost
-from runner.heartbeat import Heartbeat
-from runner.journal import Counters
-from runner.sqljournal import SqlJournal
-from runner.worker import Worker
+from runner.service.worker import Worker
+from runner.store import backend, leases, pooling
+from runner.store import runs as store
+from runner.store.database import ensure_schema, open_engine
+from runner.store.heartbeat import Heartbeat
+from runner.store.sql_journal import SqlJournal
 
 from .agents import RENDEZVOUS_REF
 from .support import entry_rows, task_entry, tool_action, wander

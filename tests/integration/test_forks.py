@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import select
 
 from runner import CannotFork, RunConflict, Runner
-from runner.agent import load_agent
-from runner.journal import Counters
-from runner.schema import entries, runs
+from runner.core.agent import load_agent
+from runner.core.journal import Counters
+from runner.store.schema import entries, runs
 
 from .operating_agents import ref
 from .support import died_with, observation, tool_action

@@ -21,10 +21,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select, text
 
-from runner import Agent, QueryFailed, store, tool
+from runner import Agent, QueryFailed, tool
 from runner.cli.output import render_run
-from runner.database import open_engine, upgrade
-from runner.durable import Runner
+from runner.core.journal import Counters, Entry, EntryKind
 from runner.history import (
     export_runs,
     parse_moment,
@@ -32,8 +31,10 @@ from runner.history import (
     read_only_query,
     stop_reason_stats,
 )
-from runner.journal import Counters, Entry, EntryKind
-from runner.schema import entries, runs
+from runner.service.runner import Runner
+from runner.store import runs as store
+from runner.store.database import open_engine, upgrade
+from runner.store.schema import entries, runs
 
 DOCS = Path(__file__).resolve().parents[2] / "README.md"
 BASE = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner import Agent, Runner, run_agent
-from runner.actions import MAX_NESTING
+from runner.core.actions import MAX_NESTING
 
 from .support import TOOLS, Transcript
 

@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from runner import Agent, Runner, leases, store, tool
+from runner import Agent, Runner, tool
+from runner.core.journal import Counters
 from runner.errors import EntryRefused
-from runner.journal import Counters
-from runner.sqljournal import SqlJournal
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.sql_journal import SqlJournal
 
 from .support import Transcript, entry_rows, observations, task_entry, tool_action
 

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, update
 
-from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason, leases, store
-from runner.clock import ManualClock, utc_now
-from runner.journal import Counters, Stop
-from runner.owner import owner_name, this_process
-from runner.schema import runs
-from runner.sqljournal import SqlJournal
+from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason
+from runner.core.clock import ManualClock, utc_now
+from runner.core.journal import Counters, Stop
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.owner import owner_name, this_process
+from runner.store.schema import runs
+from runner.store.sql_journal import SqlJournal
 
 from .support import (
     DEAD_OWNER,

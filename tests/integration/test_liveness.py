@@ -11,12 +11,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runner import Agent, Runner, leases
-from runner.clock import ManualClock
+from runner import Agent, Runner
+from runner.core.clock import ManualClock
+from runner.core.journal import Counters
+from runner.core.status import RunStatus
 from runner.history import read_only_query
-from runner.journal import Counters
-from runner.liveness import stall_reason
-from runner.status import RunStatus
+from runner.store import leases
+from runner.store.liveness import stall_reason
 
 from .operating_agents import ref
 from .support import died_with, observation, tool_action

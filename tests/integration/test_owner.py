@@ -10,8 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner import LeaseHeld, Runner, leases, store
-from runner.owner import is_dead, this_process
+from runner import LeaseHeld, Runner
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.owner import is_dead, this_process
 
 
 @pytest.fixture
@@ -27,7 +29,7 @@ def other_namespace_owner() -> Iterator[str]:
             "--mount-proc",
             sys.executable,
             "-c",
-            "import sys, time; from runner.owner import this_process; "
+            "import sys, time; from runner.store.owner import this_process; "
             "print(this_process(), flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,

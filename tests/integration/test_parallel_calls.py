@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from runner import NOT_APPLIED, Agent, LeaseLost, ReplayMismatch, Runner, leases, run_agent, tool
+from runner import NOT_APPLIED, Agent, LeaseLost, ReplayMismatch, Runner, run_agent, tool
 from runner.cli.output import render_run
-from runner.journal import Counters, Entry, EntryKind
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.store import leases
 
 from .support import Counting, Crash, Transcript, crash, died_with, fields
 

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from runner import Agent, RunConflict, Runner, leases
-from runner.clock import Clock
+from runner import Agent, RunConflict, Runner
+from runner.core.clock import Clock
+from runner.core.status import RunStatus
 from runner.errors import SubmissionRefused
-from runner.schema import runs
-from runner.status import RunStatus
+from runner.store import leases
+from runner.store.schema import runs
 
 from .support import expire
 
@@ -255,8 +256,9 @@ def test_a_batch_failing_midway_leaves_earlier_batches_and_nothing_of_itself(
 ) -> None:
     """Another process takes an id of the second batch after the check: that batch fails
     whole, the first stays, and the error says exactly what was submitted."""
-    from runner import store, submissions
     from runner.errors import SubmitInterrupted
+    from runner.service import submissions
+    from runner.store import runs as store
 
     real = store.existing_runs
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from runner import Agent, OpenAIChat, Runner, tool
-from runner.agent import load_agent
-from runner.journal import Counters
+from runner.core.agent import load_agent
+from runner.core.journal import Counters
 
 from .operating_agents import ref
 from .support import died_with, observation, tool_action

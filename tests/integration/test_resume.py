@@ -9,18 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from runner import (
-    NOT_APPLIED,
-    Agent,
-    Runner,
-    ToolCall,
-    current_call,
-    leases,
-    run_agent,
-    tool,
-)
-from runner.budgets import Budgets
-from runner.journal import Counters
+from runner import NOT_APPLIED, Agent, Runner, ToolCall, current_call, run_agent, tool
+from runner.core.budgets import Budgets
+from runner.core.journal import Counters
+from runner.store import leases
 
 from .support import (
     DEAD_OWNER,
@@ -458,7 +450,7 @@ def test_a_released_run_is_not_a_takeover(db_url: str) -> None:
 def test_a_journal_the_code_no_longer_agrees_with_is_a_replay_mismatch(db_url: str) -> None:
     """Replay checks each recorded decision against what the loop decides now."""
     from runner import ReplayMismatch
-    from runner.journal import Entry, EntryKind
+    from runner.core.journal import Entry, EntryKind
 
     # Recorded as an answer by code that let 50 tokens through; the stored budget of 10
     # tokens makes the loop refuse that same action now.

@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import select
 
 from runner import Agent, CannotContinue, RunConflict, Runner, current_call, run_agent, tool
-from runner.budgets import Budgets
-from runner.clock import ManualClock
+from runner.core.budgets import Budgets
+from runner.core.clock import ManualClock
+from runner.core.journal import Counters, EntryKind
+from runner.core.status import RunStatus
 from runner.history import History
-from runner.journal import Counters, EntryKind
-from runner.schema import runs
-from runner.status import RunStatus
+from runner.store.schema import runs
 
 from .support import Counting, Crash, crash, died_with, entry_rows, observation, tool_action
 

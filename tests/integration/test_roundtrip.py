@@ -12,13 +12,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner import fencing, leases, store
-from runner.actions import ActionKind
-from runner.budgets import StopReason
-from runner.clock import utc_now
-from runner.database import open_engine
-from runner.journal import Counters, Entry, EntryKind, Stop
-from runner.owner import this_process
+from runner.core.actions import ActionKind
+from runner.core.budgets import StopReason
+from runner.core.clock import utc_now
+from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.store import fencing, leases
+from runner.store import runs as store
+from runner.store.database import open_engine
+from runner.store.owner import this_process
 
 text = st.text(alphabet=st.characters(codec=None), max_size=40)
 scalars = (

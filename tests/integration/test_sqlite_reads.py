@@ -6,7 +6,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from runner import Agent, Runner, store
+from runner import Agent, Runner
+from runner.store import runs as store
 
 
 def answer(transcript: list[dict[str, object]]) -> dict[str, object]:

@@ -19,8 +19,9 @@ try:
     main(sys.argv[1:], prog_name="runner")
 except SystemExit as exit:
     assert not exit.code, exit.code
-heavy = ("alembic", "runner.loop", "runner.models.openai_chat", "runner.models.anthropic_messages",
-         "runner.replay", "runner.fork", "runner.sqljournal", "opentelemetry", "psycopg")
+heavy = ("alembic", "runner.core.loop", "runner.models.openai_chat",
+         "runner.models.anthropic_messages", "runner.service.replay", "runner.service.fork",
+         "runner.store.sql_journal", "opentelemetry", "psycopg")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 """
@@ -82,8 +83,9 @@ try:
     main(sys.argv[1:], prog_name="runner")
 except SystemExit as exit:
     assert not exit.code, exit.code
-heavy = ("sqlalchemy", "alembic", "runner.durable", "runner.store", "runner.schema",
-         "runner.database", "runner.backend", "runner.approvals", "runner.loop")
+heavy = ("sqlalchemy", "alembic", "runner.service.runner", "runner.store.runs",
+         "runner.store.schema", "runner.store.database", "runner.store.backend",
+         "runner.store.approvals", "runner.core.loop")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 print("psycopg" in sys.modules, file=sys.stderr)
@@ -115,7 +117,12 @@ def test_runner_list_and_show_load_no_sqlalchemy(db_url: str, args: list[str]) -
     assert done.stderr.strip() == str(db_url.startswith("postgresql"))
 
 
-PLAIN_MODULES = ["runner.direct", "runner.listing", "runner.reads", "runner.rows"]
+PLAIN_MODULES = [
+    "runner.store.plain_connection",
+    "runner.store.run_states",
+    "runner.store.reads",
+    "runner.store.rows",
+]
 
 
 @pytest.mark.parametrize("module", PLAIN_MODULES)

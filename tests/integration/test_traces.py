@@ -15,8 +15,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from runner import Agent, ModelRetryable, Runner, run_agent, tool
-from runner.spans import NO_SPANS, run_trace
-from runner.tracing import run_context
+from runner.core.spans import NO_SPANS
+from runner.tracing.otel import run_context
+from runner.tracing.run_spans import run_trace
 
 
 class Exported:

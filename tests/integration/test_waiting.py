@@ -20,13 +20,13 @@ from runner import (
     WrongAnswer,
     ask_human,
     current_call,
-    leases,
     tool,
 )
-from runner.clock import ManualClock
-from runner.schema import entries, runs
-from runner.status import RunStatus
-from runner.waiting import Answer, Asks
+from runner.core.clock import ManualClock
+from runner.core.status import RunStatus
+from runner.core.waiting import Answer, Asks
+from runner.store import leases
+from runner.store.schema import entries, runs
 
 from .support import Counting, Crash, Transcript, crash, entry_rows
 

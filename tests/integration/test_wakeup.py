@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from runner import Agent, Runner, tool
-from runner.database import open_engine
-from runner.wakeup import Wakeup
+from runner.store.database import open_engine
+from runner.store.wakeup import Wakeup
 
 from .support import Transcript
 

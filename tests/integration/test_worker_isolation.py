@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text, update
 
-from runner import leases, store
-from runner.agent import load_agent
-from runner.schema import runs
-from runner.worker import Worker
+from runner.core.agent import load_agent
+from runner.service.worker import Worker
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.schema import runs
 
 from .agents import GATED_REF
 from .support import DEAD_OWNER, died_with

@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import Engine, MetaData, Table, insert, text
 
 from runner import Agent, Runner
-from runner.actions import ActionKind
-from runner.database import current_revision, downgrade, head_revision, open_engine, upgrade
-from runner.journal import Counters, Entry, EntryKind
-from runner.store import entry_row, new_run
+from runner.core.actions import ActionKind
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.store.database import current_revision, downgrade, head_revision, open_engine, upgrade
+from runner.store.runs import entry_row, new_run
 from tests.integration.support import DEAD_OWNER
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

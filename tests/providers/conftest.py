@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runner.clock import SYSTEM
+from runner.core.clock import SYSTEM
 from tests.providers.fake_servers import FakeServer, serving
 
 KEY = "test-key-3f9c1b7d"  # never a real key: the fake servers accept anything

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runner import ModelFatal
-from runner.context import compose, cut_observations, last_steps
+from runner.core.context import compose, cut_observations, last_steps
 from runner.models import AnthropicMessages, OpenAIChat
 from runner.models.turns import NO_RESULT, Call, Calls, Result, Text, read_transcript
 

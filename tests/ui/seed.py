@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner import Runner, leases
+from runner import Runner
+from runner.store import leases
 
 from .agents import HOSTILE
 

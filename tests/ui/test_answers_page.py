@@ -14,7 +14,7 @@ from sqlalchemy import update
 from starlette.testclient import TestClient
 
 from runner import Agent, Runner, ask_human, tool
-from runner.schema import runs
+from runner.store.schema import runs
 from runner.ui import make_app
 
 from .seed import Seeded

@@ -17,8 +17,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.testclient import TestClient
 
 from runner import Runner
+from runner.store.urls import redact_url
 from runner.ui import make_app, pages
-from runner.urls import redact_url
 
 from .agents import HOSTILE
 from .seed import LONG_STEPS, Seeded

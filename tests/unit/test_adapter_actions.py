@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner import run_agent
-from runner.actions import parse_action
+from runner.core.actions import parse_action
 
 USAGE = {"input_tokens": 10, "output_tokens": 5, "cached_tokens": 4, "cost": 0.25}
 

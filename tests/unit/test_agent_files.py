@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner import Agent, AgentLoadError
-from runner.agent import load_agent
+from runner.core.agent import load_agent
 
 THREADS = 16
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from runner import ReplayMismatch, run_agent
-from runner.budget_changes import (
+from runner.core.budget_changes import (
     applied,
     before_changes,
     changed,
@@ -24,10 +24,10 @@ from runner.budget_changes import (
     lift_problems,
     room_problems,
 )
-from runner.budgets import Budgets, StopReason
-from runner.journal import Counters, Entry, EntryKind, Stop
-from runner.loop import drive
-from runner.tools import as_tools, current_call, tool
+from runner.core.budgets import Budgets, StopReason
+from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.loop import drive
+from runner.core.tools import as_tools, current_call, tool
 
 Transcript = list[dict[str, Any]]
 

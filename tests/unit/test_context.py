@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runner import Agent, run_agent
-from runner.context import compose, cut_observations, last_steps
-from runner.journal import MemoryJournal
-from runner.loop import drive
+from runner.core.context import compose, cut_observations, last_steps
+from runner.core.journal import MemoryJournal
+from runner.core.loop import drive
 
 Transcript = list[dict[str, Any]]
 

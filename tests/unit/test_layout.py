@@ -167,8 +167,8 @@ try:
     main(sys.argv[1:], prog_name="runner")
 except SystemExit:
     pass
-heavy = ("sqlalchemy", "alembic", "psycopg", "rich", "runner.durable", "runner.history",
-         "opentelemetry", "starlette", "jinja2", "uvicorn", "runner.ui", "runner.loop",
+heavy = ("sqlalchemy", "alembic", "psycopg", "rich", "runner.service.runner", "runner.history",
+         "opentelemetry", "starlette", "jinja2", "uvicorn", "runner.ui", "runner.core.loop",
          "runner.models.openai_chat", "runner.models.anthropic_messages", "asyncio")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"

@@ -19,16 +19,16 @@ assert not loaded, f"importing {module} loaded {{loaded}}"
 @pytest.mark.parametrize(
     "module",
     [
-        "runner.loop",
-        "runner.journal",
-        "runner.actions",
-        "runner.budgets",
-        "runner.run",
-        "runner.scripted",
-        "runner.tools",
-        "runner.calls",
-        "runner.spans",
-        "runner.steps",
+        "runner.core.loop",
+        "runner.core.journal",
+        "runner.core.actions",
+        "runner.core.budgets",
+        "runner.service.run_agent",
+        "runner.core.agent_loop",
+        "runner.core.tools",
+        "runner.core.calls",
+        "runner.core.spans",
+        "runner.core.steps",
     ],
 )
 def test_module_imports_no_storage_or_cli(module: str) -> None:

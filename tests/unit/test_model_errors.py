@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from runner import run_agent
-from runner.clock import ManualClock
+from runner.core.clock import ManualClock
 from tests.unit.scripted_models import TOOLS, Failing, Transcript, pairs
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runner import ModelFatal, ModelRetryable, run_agent
-from runner.clock import SYSTEM
+from runner.core.clock import SYSTEM
 
 Transcript = list[dict[str, Any]]
 ANSWER = {"type": "final", "content": "done"}

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from runner import BadAgentReference, RequestRefused
-from runner.actions import ActionKind
-from runner.agent import load_agent, parse_reference
-from runner.budgets import Budgets, StopReason
 from runner.cli import output
 from runner.cli.progress import Progress
-from runner.journal import Counters, Entry, EntryKind
-from runner.result import AgentResult
-from runner.status import RunStatus
-from runner.store import RunRow
+from runner.core.actions import ActionKind
+from runner.core.agent import load_agent, parse_reference
+from runner.core.budgets import Budgets, StopReason
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.result import AgentResult
+from runner.core.status import RunStatus
+from runner.store.runs import RunRow
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 

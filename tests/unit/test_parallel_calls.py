@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from runner import current_call, run_agent, tool
-from runner.budgets import Budgets
-from runner.calls import Together
-from runner.journal import EntryKind, MemoryJournal
-from runner.loop import drive
-from runner.tools import as_tools
+from runner.core.budgets import Budgets
+from runner.core.calls import Together
+from runner.core.journal import EntryKind, MemoryJournal
+from runner.core.loop import drive
+from runner.core.tools import as_tools
 
 Transcript = list[dict[str, Any]]
 WAIT = 10.0  # seconds a test waits for another call before it calls the test failed

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from runner.actions import MAX_TOOL_NAME, parse_action
+from runner.core.actions import MAX_TOOL_NAME, parse_action
 
 
 def calls(*shapes: Any, **extra: Any) -> dict[str, Any]:

@@ -19,13 +19,13 @@ from runner import (
     run_agent,
     tool,
 )
-from runner.actions import ActionKind
-from runner.budgets import Budgets, StopReason
-from runner.journal import Counters, Entry, EntryKind, Stop
-from runner.loop import drive
+from runner.core.actions import ActionKind
+from runner.core.budgets import Budgets, StopReason
+from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.loop import drive
+from runner.core.tools import as_tools
+from runner.core.waiting import Answer, Asks, observation_of, timed_out_reason
 from runner.models.schemas import tool_spec
-from runner.tools import as_tools
-from runner.waiting import Answer, Asks, observation_of, timed_out_reason
 
 Transcript = list[dict[str, Any]]
 

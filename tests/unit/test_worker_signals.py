@@ -13,7 +13,7 @@ from pathlib import Path
 SIGNAL_INSIDE_THE_HANDLER = textwrap.dedent(
     """
     import logging, os, signal, sys, time
-    from runner.worker import Worker
+    from runner.service.worker import Worker
 
     lines = []
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from runner import worker
 from runner.errors import DatabaseUnavailable, SchemaOutOfDate
+from runner.service import worker
 
 
 def flaky(failures: int, error: Exception) -> Any:

@@ -1,0 +1,170 @@
+"""Agents that a new process can rebuild from a reference: `module:attr` or `path.py:attr`."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.core.budgets import Budgets
+from runner.core.context import Context
+from runner.core.tools import Tool, as_tools
+from runner.errors import AgentLoadError, BadAgentReference
+
+if TYPE_CHECKING:
+    from runner.core.loop import Model
+
+
+class Agent:
+    """A model, its tools and its budgets, with a name and a release for the history."""
+
+    def __init__(
+        self,
+        model: Model,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        name: str | None = None,
+        release: str | None = None,
+        ref: str | None = None,
+        context: Context | None = None,
+        **budgets: Any,
+    ) -> None:
+        if not callable(model):
+            raise ValueError("an Agent's model must be callable")
+        if context is not None and not callable(context):
+            raise ValueError("an Agent's context must be callable")
+        self.tools: dict[str, Tool] = as_tools(tools or {})
+        self.model = bind_tools(model, self.tools)
+        self.context = context
+        self.name = name
+        self.release = release
+        self.budgets = with_budgets(budgets)
+        self.ref = ref
+        # Where the agent was made, so `reference()` can find the attribute holding it.
+        self._module: str | None = sys._getframe(1).f_globals.get("__name__")
+
+    def reference(self) -> str | None:
+        """How another process finds this agent: given, or the module attribute holding it."""
+        if self.ref is not None:
+            return self.ref
+        module = sys.modules.get(self._module or "")
+        if module is None:
+            return None
+        for attr, value in vars(module).items():
+            if value is self:
+                if self._module == "__main__" or self._module.startswith("runner_agent_file_"):
+                    path = getattr(module, "__file__", None)
+                    return f"{Path(path).resolve()}:{attr}" if path else None
+                return f"{self._module}:{attr}"
+        return None
+
+
+def bind_tools(model: Model, tools: Mapping[str, Tool]) -> Model:
+    """The model told the agent's tools, if it wants them (adapters send their schemas)."""
+    binder = getattr(model, "with_tools", None)
+    if callable(binder):
+        bound: Model = binder(tools)
+        return bound
+    return model
+
+
+def with_budgets(overrides: Mapping[str, Any], base: Budgets | None = None) -> Budgets:
+    """`base` (or the defaults) with `overrides` applied; unknown names are a ValueError."""
+    fields = (base or Budgets()).as_dict()
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown budget {', '.join(unknown)}; known: {', '.join(fields)}")
+    fields.update(overrides)
+    return Budgets(**fields)
+
+
+def parse_reference(ref: str) -> tuple[str, str, bool]:
+    """(module or file, attribute, is a file) of `module:attr` or `path.py:attr`;
+    BadAgentReference for anything else."""
+    where, colon, attr = ref.rpartition(":")
+    is_file = where.endswith(".py") or "/" in where
+    module_ok = is_file or all(part.isidentifier() for part in where.split("."))
+    if not colon or not where or not attr.isidentifier() or not module_ok:
+        raise BadAgentReference(
+            f"agent reference {ref!r} must look like module:attr or file.py:attr"
+        )
+    return where, attr, is_file
+
+
+def load_agent(ref: str) -> Agent:
+    """Import the Agent (or the zero-argument factory of one) that `ref` names."""
+    where, attr, is_file = parse_reference(ref)
+    module = _load_file(where) if is_file else _import(where)
+    try:
+        value = getattr(module, attr)
+    except AttributeError:
+        raise AgentLoadError(f"{where} has no attribute {attr!r}") from None
+    if not isinstance(value, Agent) and callable(value):
+        try:
+            value = value()
+        except Exception as exc:
+            raise AgentLoadError(f"{ref}() failed: {type(exc).__name__}: {exc}") from None
+    if not isinstance(value, Agent):
+        raise AgentLoadError(f"{ref} is a {type(value).__name__}, not a runner.Agent")
+    if value.ref is None:
+        # A file is recorded by its absolute path: a resume from another folder finds it.
+        value.ref = f"{Path(where).resolve()}:{attr}" if is_file else ref
+    return value
+
+
+def _import(name: str) -> Any:
+    # As `python -m` does: a module in the current folder is importable (the `runner`
+    # script's own folder is what Python put first on the path).
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise AgentLoadError(f"no module named {name!r} (is it on PYTHONPATH?)") from None
+        raise AgentLoadError(f"importing {name} failed: {exc}") from None
+    except Exception as exc:
+        raise AgentLoadError(f"importing {name} failed: {type(exc).__name__}: {exc}") from None
+
+
+# One lock per agent file. A module must be in sys.modules while its code runs, as import
+# does it (a dataclass in the file looks its module up there), so without the lock a second
+# thread would take the half-run module and find no agent in it. Reentrant: a file may load
+# itself while it runs, and then gets the half-run module as a circular import would.
+_file_locks: dict[Path, threading.RLock] = {}
+_file_locks_lock = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.RLock:
+    with _file_locks_lock:
+        return _file_locks.setdefault(path, threading.RLock())
+
+
+def _load_file(path_text: str) -> Any:
+    path = Path(path_text).resolve()
+    if not path.is_file():
+        raise AgentLoadError(f"no such agent file: {path_text}")
+    name = "runner_agent_file_" + "".join(c if c.isalnum() else "_" for c in str(path))
+    with _file_lock(path):
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise AgentLoadError(f"cannot load {path_text} as Python")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            # Nothing left behind: the next load runs the file again from the start.
+            del sys.modules[name]
+            raise AgentLoadError(
+                f"loading {path_text} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        return module

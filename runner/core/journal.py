@@ -1,0 +1,235 @@
+"""The journal protocol the loop writes through, and the in-memory journal of `run_agent`.
+
+The loop records every decision as an `Entry` before it acts on it. A durable journal
+(`runner.sqljournal`) commits each `append` in one transaction; the memory journal keeps a list.
+On resume the loop replays `recorded()` instead of asking the model or re-running tools.
+A step of several tool calls is one row per call and one per observation; `transcript_of`
+turns rows back into the messages the model saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from runner.core.actions import ActionKind
+from runner.core.budgets import StopReason
+from runner.core.ids import new_run_id
+from runner.errors import RunWaiting
+
+
+class EntryKind(StrEnum):
+    """What a journal row records."""
+
+    TASK = "task"  # the user's task: the transcript's first message
+    ACTION = "action"  # a tool call (or malformed output) that entered the transcript
+    OBSERVATION = "observation"  # a tool's result, or the error the model is shown
+    FINAL = "final"  # the model's answer
+    REFUSED = "refused"  # an action a stop rule refused: kept for audit, not in the transcript
+    WRAP_UP = "wrap_up"  # the note asking the model to answer now, its budget spent
+    # Budget changes, not in the transcript: a stopped run continued with new budgets
+    # (the stop it lifted is kept in the entry), or an unfinished run's budgets changed.
+    REVIVED = "revived"
+    EXTENDED = "extended"
+    WAIT = "wait"  # a call waits for a person (approval or reply): the run is `waiting`
+    ANSWER = "answer"  # a person's answer to the wait before it (or its timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """A run's running totals, stored with every entry."""
+
+    steps: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+    error_streak: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    kind: EntryKind
+    step: int
+    counters: Counters
+    content: Any = None  # task, answer, observation text, or the repr of malformed output
+    action_type: ActionKind | None = None  # on action-position entries
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    is_error: bool = False
+    error: str | None = None  # why an action was malformed
+    idempotency_key: str | None = None
+    attempt: int = 1
+    tokens: int = 0  # what this model call reported spending
+    cost: float = 0.0
+    waits_for: str | None = None  # on a wait: `approval` or `reply` (runner.waiting.Asks)
+    answer: str | None = None  # on an answer: approved/denied/replied/timed_out
+    answered_by: str | None = None  # on an answer: who gave it
+    call_id: str | None = None  # the provider's id of the call (action and observation)
+
+    def message(self) -> dict[str, Any] | None:
+        """This entry as a transcript message (seed 000's shapes), or None if not shown.
+
+        A tool call's action holds the text the model gave beside its call(s), if any, in
+        `content`: shown as "text", with the provider's id as "id" (neither key when the
+        model gave none, so seed runs keep seed 000's shapes exactly).
+        """
+        if self.kind in (EntryKind.TASK, EntryKind.WRAP_UP):
+            return {"role": "user", "content": self.content}
+        if self.kind is EntryKind.FINAL:
+            return {"role": "assistant", "content": self.content}
+        if self.kind is EntryKind.ACTION:
+            if self.action_type is ActionKind.INVALID:
+                return {"role": "assistant", "invalid": self.content}
+            message = {"role": "assistant", "tool": self.tool, "args": self.args}
+            if self.call_id is not None:
+                message["id"] = self.call_id
+            if self.content is not None:
+                message["text"] = self.content
+            return message
+        if self.kind is EntryKind.OBSERVATION:
+            shown = {
+                "role": "tool",
+                "name": self.tool,
+                "content": self.content,
+                "is_error": self.is_error,
+            }
+            if self.call_id is not None:
+                shown["id"] = self.call_id
+            return shown
+        return None
+
+
+def step_messages(actions: Sequence[Entry], observations: Sequence[Entry]) -> list[dict[str, Any]]:
+    """A step of several calls as the model sees it: one assistant message holding every
+    call (and the text the model gave beside them), then each call's observation in call
+    order, whatever order they were recorded in."""
+    calls = []
+    for action in actions:
+        call: dict[str, Any] = {} if action.call_id is None else {"id": action.call_id}
+        call.update(name=action.tool, args=action.args)
+        calls.append(call)
+    message: dict[str, Any] = {"role": "assistant", "calls": calls}
+    if actions[0].content is not None:
+        message["text"] = actions[0].content
+    order = {action.idempotency_key: n for n, action in enumerate(actions)}
+    ranked = sorted(observations, key=lambda o: order.get(o.idempotency_key, len(order)))
+    return [message, *(shown for o in ranked if (shown := o.message()) is not None)]
+
+
+def transcript_of(entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    """The transcript a journal's entries make: what the loop showed the model, in order."""
+    messages: list[dict[str, Any]] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        calls = _rows_of_step(entries, i, EntryKind.ACTION, entry.step)
+        if calls - i > 1:  # a step of several calls: its actions, then their observations
+            done = _rows_of_step(entries, calls, EntryKind.OBSERVATION, entry.step)
+            messages.extend(step_messages(entries[i:calls], entries[calls:done]))
+            i = done
+            continue
+        message = entry.message()
+        if message is not None:
+            messages.append(message)
+        i += 1
+    return messages
+
+
+def _rows_of_step(entries: Sequence[Entry], start: int, kind: EntryKind, step: int) -> int:
+    """Where the run of `kind` rows of `step` that begins at `start` ends."""
+    end = start
+    while end < len(entries) and entries[end].kind is kind and entries[end].step == step:
+        end += 1
+    return end
+
+
+@dataclass(frozen=True)
+class Stop:
+    """How a run ended."""
+
+    reason: StopReason
+    output: Any = None
+    error: str | None = None
+    wrapped_up: bool = False
+
+
+class Journal(Protocol):
+    """Where the loop records a run. Every `append` is durable before the loop goes on."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    def recorded(self) -> Sequence[Entry]:
+        """Entries written before this process took the run over (empty for a new run)."""
+        ...
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        """Record `entry`; with `stop`, end the run in the same transaction.
+
+        In a step of several calls each observation is appended from its call's thread as
+        the call ends; the loop never appends from two threads at once.
+        """
+        ...
+
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        """Record `entries` in ONE transaction (the calls of a step, before any runs)."""
+        ...
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        """End the run without a new entry (cancelled, out of time, model error)."""
+        ...
+
+    def cancel_requested(self) -> bool:
+        """Whether somebody asked this run to stop (checked before each model call)."""
+        ...
+
+    def attempt(self, action: Entry) -> int:
+        """Which attempt at the call of `action` this process would make: 2 or more when a
+        process before it may have started the call, 1 when none can have (a call a person
+        approved, that no process has taken up since)."""
+        ...
+
+    def wait(self, entry: Entry) -> bool:
+        """Record `entry` (a wait) and leave the run waiting for a person, its lease let go,
+        in the same transaction. False when a cancel came first: the run finished then."""
+        ...
+
+
+@dataclass
+class MemoryJournal:
+    """The journal of `run_agent`: nothing survives the process, nothing is replayed."""
+
+    run_id: str = field(default_factory=new_run_id)
+    entries: list[Entry] = field(default_factory=list)
+    stop: Stop | None = None
+
+    def recorded(self) -> Sequence[Entry]:
+        return ()
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        self.entries.append(entry)
+        if stop is not None:
+            self.stop = stop
+
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        self.entries.extend(entries)
+        if stop is not None:
+            self.stop = stop
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        self.stop = stop
+
+    def cancel_requested(self) -> bool:
+        return False
+
+    def attempt(self, action: Entry) -> int:
+        return 2
+
+    def wait(self, entry: Entry) -> bool:
+        self.entries.append(entry)
+        raise RunWaiting(
+            f"run {self.run_id}: {entry.tool} needs a person's {entry.waits_for}, and an "
+            "in-memory run has nobody to ask: run the agent with a durable Runner",
+            run_id=self.run_id,
+        )

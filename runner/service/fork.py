@@ -1,0 +1,149 @@
+"""Forks: a new run whose journal starts as a copy of another run's first N steps.
+
+The copy is made in SQL (one INSERT ... SELECT) in the transaction that creates the fork, so
+a fork is whole or absent. Copied rows are the parent's, byte for byte, except their run id
+and `lease_epoch` 0 ("written when the run was forked"): they keep their `created_at` and
+their idempotency keys (`<parent>-<step>`: a key names the call that really ran). The fork's
+own calls, from step N + 1 on, get keys of their own (`<fork>-<step>`). The parent is only
+read.
+
+A fork starts with its parent's budgets as they are now (and any overrides); when those
+differ from the budgets the copied steps ran with, an `extended` entry at the end of the
+copy records the change, so the fork's replay of its copied steps is the parent's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, insert, literal, select
+from sqlalchemy.exc import IntegrityError
+
+from runner.core.agent import with_budgets
+from runner.core.budget_changes import before_changes, changed, describe, room_problems
+from runner.core.budgets import Budgets
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.errors import CannotFork
+from runner.store.runs import RunRow, entry_row, new_run
+from runner.store.schema import entries, runs
+
+# The epoch of the rows a fork was made with: every claim's epoch is 1 or more.
+FORKED_EPOCH = 0
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """The parent's first steps: how many entries to copy, and where they leave a run."""
+
+    entries: int  # entries copied (seq 0 .. entries - 1)
+    counters: Counters
+    budgets: Budgets  # the budgets the copied steps ended under
+
+
+def prefix(parent: RunRow, journal: Sequence[Entry], at_step: int) -> Prefix:
+    """The first `at_step` steps of `parent`'s journal (CannotFork unless step `at_step`
+    is a tool call with its result: the fork goes on from there with step at_step + 1)."""
+    if at_step < 0:
+        raise CannotFork(f"--at-step must be 0 or more, not {at_step}")
+    if at_step == 0:
+        end = 1 if journal and journal[0].kind is EntryKind.TASK else 0
+    else:
+        ends = [
+            i
+            for i, entry in enumerate(journal)
+            if entry.step == at_step and entry.kind is EntryKind.OBSERVATION
+        ]
+        if not ends:
+            raise CannotFork(_no_step(parent.id, journal, at_step))
+        end = ends[0] + 1
+    counters = journal[end - 1].counters if end else Counters()
+    # The budgets then: the parent's now, with the changes recorded after the copy undone.
+    budgets = before_changes(Budgets(**parent.budgets), journal[end:])
+    return Prefix(end, counters, budgets)
+
+
+def fork_budgets(parent: RunRow, copied: Prefix, overrides: Mapping[str, Any]) -> Budgets:
+    """The fork's budgets: the parent's now with `overrides`; CannotFork if they would stop
+    the fork at once."""
+    budgets = with_budgets(overrides, Budgets(**parent.budgets))
+    problems = room_problems(budgets, copied.counters)
+    if problems:
+        raise CannotFork(
+            f"a fork of run {parent.id} at step {copied.counters.steps} would stop at once: "
+            f"{'; '.join(problems)}"
+        )
+    return budgets
+
+
+def create_fork(
+    engine: Engine,
+    parent: RunRow,
+    copied: Prefix,
+    *,
+    run_id: str,
+    agent: str | None,
+    agent_name: str | None,
+    release: str | None,
+    budgets: Budgets,
+    clock: Clock = SYSTEM,
+) -> bool:
+    """Insert the fork, queued, with its copy of the parent's first steps, in one
+    transaction; False (and nothing written) when the id is taken."""
+    at = utc_now(clock)
+    at_step = copied.counters.steps
+    row = new_run(
+        run_id=run_id,
+        agent=agent,
+        agent_name=agent_name,
+        release=release,
+        task=parent.task,
+        budgets=budgets.as_dict(),
+        at=at,
+        parent_run_id=parent.id,
+        parent_step=at_step,
+        # A fork left to a worker waits in its parent's queue, at its priority.
+        queue=parent.queue,
+        priority=parent.priority,
+    )
+    columns = [column.name for column in entries.columns]
+    replaced: dict[str, ColumnElement[Any]] = {
+        "run_id": literal(run_id),
+        "lease_epoch": literal(FORKED_EPOCH),
+    }
+    source = select(
+        *(replaced[name].label(name) if name in replaced else entries.c[name] for name in columns)
+    ).where(entries.c.run_id == parent.id, entries.c.seq < copied.entries)
+    changes = changed(copied.budgets, budgets)
+    try:
+        with engine.begin() as connection:
+            connection.execute(insert(runs).values(**row))
+            connection.execute(insert(entries).from_select(columns, source))
+            if changes:
+                note = f"forked from run {parent.id} at step {at_step}: {describe(changes)}"
+                record = {"budgets": changes, "forked_from": parent.id, "at_step": at_step}
+                entry = Entry(
+                    EntryKind.EXTENDED, at_step, copied.counters, content=note, args=record
+                )
+                values = entry_row(run_id, copied.entries, FORKED_EPOCH, entry, at)
+                connection.execute(insert(entries).values(**values))
+    except IntegrityError:
+        return False
+    return True
+
+
+def _no_step(run_id: str, journal: Sequence[Entry], at_step: int) -> str:
+    complete = [e.step for e in journal if e.kind is EntryKind.OBSERVATION]
+    last = complete[-1] if complete else 0
+    kinds = {e.kind for e in journal if e.step == at_step}
+    if EntryKind.FINAL in kinds:
+        what = f"step {at_step} of run {run_id} is its final answer"
+    elif EntryKind.REFUSED in kinds:
+        what = f"step {at_step} of run {run_id} is an action a stop rule refused"
+    elif EntryKind.ACTION in kinds:
+        what = f"step {at_step} of run {run_id} is a tool call with no result yet"
+    else:
+        what = f"run {run_id} has no step {at_step}"
+    return f"{what}: fork at a step whose tool call has its result (0 to {last})"

@@ -1,0 +1,102 @@
+"""What `runner list` and `runner show` show: read over a connection opened without
+SQLAlchemy (runner.direct) where one opens, else through a `Runner`, with the same reads
+(runner.listing) either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TypeVar
+
+from runner.core.budgets import StopReason
+from runner.core.journal import Entry
+from runner.core.result import AgentResult
+from runner.core.waiting import Wait
+from runner.store import plain_connection as direct
+from runner.store import reads
+from runner.store.reads import Reader
+from runner.store.rows import RunRow
+from runner.store.run_states import clock_now, observe, result_of, runs, waits
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Listed:
+    """What `runner list` shows: the runs, the time they were judged at, their waits."""
+
+    rows: Sequence[RunRow]
+    now: datetime
+    waits: dict[str, Wait]
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What `runner show` shows: the run's result so far, its row, its journal, and when."""
+
+    result: AgentResult
+    row: RunRow
+    journal: list[Entry]
+    now: datetime
+
+
+def listed(
+    url: str | None,
+    *,
+    state: str | None = None,
+    stop_reason: StopReason | None = None,
+    release: str | None = None,
+    limit: int = 20,
+) -> Listed:
+    """The runs `runner list` shows (see `runs`) of the database at `url`."""
+
+    def plainly(reader: Reader) -> Listed:
+        now = clock_now(reader)
+        rows = runs(reader, now, state=state, stop_reason=stop_reason, release=release, limit=limit)
+        return Listed(rows, now, waits(reader, rows))
+
+    found = _plainly(url, plainly)
+    if found is not None:
+        return found
+    from runner.service.runner import Runner
+
+    with Runner(url) as runner:
+        rows = runner.list(state=state, stop_reason=stop_reason, release=release, limit=limit)
+        return Listed(rows, runner.now(), runner.waits(rows))
+
+
+def shown(url: str | None, run_id: str) -> Shown:
+    """What `runner show` shows of the run `run_id` (or the one whose id starts so)."""
+
+    def plainly(reader: Reader) -> Shown:
+        now = clock_now(reader)
+        run = reads.find_run(reader, run_id)
+        journal = [entry for entry, _ in reads.load_entries(reader, run.id)]
+        result = result_of(run, journal, waits(reader, [run]).get(run.id))
+        return Shown(result, observe(reader, [run], now)[0], journal, now)
+
+    found = _plainly(url, plainly)
+    if found is not None:
+        return found
+    from runner.service.runner import Runner
+
+    with Runner(url) as runner:
+        row = runner.row(run_id)
+        return Shown(runner.get(row.id), row, runner.journal(row.id), runner.now())
+
+
+def _plainly(url: str | None, read: Callable[[Reader], T]) -> T | None:
+    """`read` on a plain connection (runner.direct); None where none opens, or on a driver
+    error: only reads were made, so the full path reads again, and words the error as every
+    command does (runner's own errors, a run not found, pass through as they are)."""
+    reader = direct.open_reader(url)
+    if reader is None:
+        return None
+    try:
+        return read(reader)
+    except reader.errors:
+        return None
+    finally:
+        reader.close()

@@ -1,0 +1,366 @@
+"""`runner worker`: a long-running process that claims runs and executes them.
+
+N runs at a time on threads (a run's model and tool calls block for seconds). Claims are
+atomic in the database (SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE on SQLite), so any
+number of workers on any number of machines can share one queue. A worker that dies leaves
+its leases to expire; the next claimer resumes those runs by the step protocol. A run taken
+over without having recorded anything since its last takeover is a suspect (it may be what
+kills its workers): it runs alone until it records an entry, so it takes no neighbour down
+with it, and no innocent neighbour is counted towards crash_loop. A run that comes to a call
+needing a person's answer gives its slot back at once and waits in the database. An idle
+worker sleeps its poll interval, or on PostgreSQL until a NOTIFY says a run was queued.
+
+The worker logs through the standard `logging` module, on the `runner.worker` logger: each
+record about a run carries its id (`record.run_id`) and every record the worker's name
+(`record.worker`). `runner worker` configures the handler (text or JSON lines on stderr).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from types import FrameType
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from runner.core.agent import Agent, load_agent
+from runner.core.backoff import Backoff
+from runner.core.journal import Entry
+from runner.core.status import RunStatus
+from runner.errors import (
+    AgentLoadError,
+    DatabaseUnavailable,
+    LeaseLost,
+    RunnerError,
+    RunPaused,
+    first_line,
+)
+from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
+from runner.store import leases, pooling
+from runner.store import queues as queue_limits
+from runner.store.database import damaged, resolve_url
+from runner.store.pooling import choose_pool
+from runner.store.urls import redact_url
+from runner.store.wakeup import Wakeup
+
+log = logging.getLogger("runner.worker")
+
+# Backoff after a database error or an agent that will not load: doubling, capped.
+FIRST_BACKOFF = 0.5
+MAX_BACKOFF = 30.0
+
+# Most runs claimed in one transaction: enough that a worker fills a thousand slots in a
+# second or two (50 left PostgreSQL at 600-770 in flight of 1,000), few enough that the claim
+# holds its locks (SQLite's file) for tens of milliseconds at most (~0.5 ms a claim).
+CLAIMS_PER_TRANSACTION = 100
+
+
+class Worker:
+    """Claims runnable runs from one database and executes up to `concurrency` at once."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        concurrency: int = 1,
+        poll: float = 1.0,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        max_resumes: int = DEFAULT_MAX_RESUMES,
+        once: bool = False,
+        queues: Sequence[str] | None = None,
+        connections: int | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        # The queues this worker claims from (None: every queue).
+        self.queues = queue_limits.chosen(queues)
+        # The pool, from the concurrency and what the database can spare (at most
+        # `connections`): runs hold a connection only while they write.
+        self.pool = choose_pool(resolve_url(url), concurrency, cap=connections)
+        self.runner = Runner(
+            url,
+            lease_seconds=lease_seconds,
+            max_resumes=max_resumes,
+            observer=self._progressed,
+            connections=self.pool.size,
+        )
+        self.concurrency = concurrency
+        self.poll = poll
+        self.once = once
+        # Set by the first SIGTERM/SIGINT: finish the steps in flight, release, exit.
+        self.stopping = threading.Event()
+        self._wake = threading.Event()
+        self._active: dict[str, Future[None]] = {}
+        self._epochs: dict[str, int] = {}  # the epoch of each run's claim in _active
+        self._ended: deque[tuple[str, int]] = deque()  # (run id, epoch) of claims that ended
+        # Suspects (taken over with no new journal entry since their previous claim) run
+        # with no other run beside them until they write one: if a suspect kills this
+        # worker, no innocent run dies with it and gets counted towards crash_loop.
+        self._alone: set[str] = set()
+        self._agents: dict[str, Agent] = {}
+        # An agent that will not load is skipped until its backoff passes: ref -> (until, wait).
+        self._agent_backoff: dict[str, tuple[float, Backoff]] = {}
+        self._db_backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
+        self._db_wait = 0.0
+        self.finished = 0
+        # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
+        self.wakeup = Wakeup(
+            self.runner.engine, self._wake, log=lambda message: self._log(logging.WARNING, message)
+        )
+
+    @property
+    def name(self) -> str:
+        return self.runner.owner
+
+    def _log(self, level: int, message: str, run_id: str | None = None) -> None:
+        extra = {"worker": self.name} if run_id is None else {"worker": self.name, "run_id": run_id}
+        log.log(level, message, extra=extra)
+
+    # -- the serving loop -----------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
+        listening = not self.once and self.wakeup.start()
+        self._log(
+            logging.INFO,
+            f"worker {self.name} serving {redact_url(self.runner.engine.url)}"
+            + (f", queues {', '.join(self.queues)}" if self.queues is not None else "")
+            + (" (woken by NOTIFY)" if listening else ""),
+        )
+        self._log(logging.INFO, self.pool.describe(self.concurrency))
+        try:
+            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
+                try:
+                    self._serve(pool)
+                finally:
+                    # Graceful stop (or a damaged database, raised by a claim): each run
+                    # pauses before its next model call and is released.
+                    self.stopping.set()
+                    for future in list(self._active.values()):
+                        future.result()
+                    self._reap()
+        finally:
+            self.wakeup.close()
+            self.runner.close()
+        self._log(logging.INFO, f"worker {self.name} stopped after finishing {self.finished} runs")
+
+    def _serve(self, pool: ThreadPoolExecutor) -> None:
+        while not self.stopping.is_set():
+            # Cleared before looking, not after: a wake-up that comes while this looks
+            # (a run submitted just after the claim found none) must not be lost.
+            self._wake.clear()
+            self._reap()
+            claimed = False
+            if len(self._active) < self.concurrency:
+                claimed = self._claim_into(pool)
+            if claimed:
+                continue
+            if self.once and not self._active:
+                break
+            self._wake.wait(self._db_wait or self.poll)
+
+    def _reap(self) -> None:
+        # The runs that ended since the last look (told by their futures): a worker with a
+        # thousand runs in flight does not look through all of them at every claim.
+        while self._ended:
+            run_id, epoch = self._ended.popleft()
+            # Only the claim that ended: the run may have been claimed again meanwhile (a
+            # person's answer queued it the moment it began to wait).
+            if self._epochs.get(run_id) == epoch:
+                del self._active[run_id], self._epochs[run_id]
+                self._alone.discard(run_id)
+
+    def _progressed(self, run_id: str, _entry: Entry) -> None:
+        # Called after each journal commit, on the thread that made it (the run's, or a
+        # call's in a step of several): it only touches a set and an event.
+        if run_id in self._alone:
+            self._alone.discard(run_id)
+            self._wake.set()
+
+    def _claim_into(self, pool: ThreadPoolExecutor) -> bool:
+        if self._alone:
+            return False
+        now = time.monotonic()
+        skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
+        try:
+            with pooling.writing(self.runner.engine):
+                claims = self._claim_some(skip)
+        except SQLAlchemyError as exc:
+            corrupt = damaged(self.runner.engine.url, exc)
+            if corrupt is not None:
+                raise corrupt from None  # out of serve(): a damaged file is no outage
+            self._db_wait = self._db_backoff.next()
+            self._log(
+                logging.WARNING,
+                f"database error, retrying in {self._db_wait:g}s: {first_line(exc)}",
+            )
+            return False
+        self._db_backoff.reset()
+        self._db_wait = 0.0
+        for claim in claims:
+            self._start(claim, pool)
+        return bool(claims)
+
+    def _start(self, claim: leases.Claim, pool: ThreadPoolExecutor) -> None:
+        run = claim.run
+        if claim.crash_loop:
+            self._log(logging.WARNING, f"run {run.id} stopped: crash_loop ({run.error})", run.id)
+            return
+        if claim.stalled:
+            self._log(
+                logging.WARNING,
+                f"run {run.id} was taken over {claim.stalled} time(s) in a row without "
+                "progress: running it alone until it records an entry",
+                run.id,
+            )
+            self._alone.add(run.id)  # before it starts, so its first entry is seen
+        self._epochs[run.id] = claim.epoch
+        self._active[run.id] = pool.submit(self._execute_and_tell, claim)
+
+    def _execute_and_tell(self, claim: leases.Claim) -> None:
+        try:
+            self._execute(claim)
+        finally:
+            # Before the future is done: whoever waits for it finds the run ended at once.
+            self._ended.append((claim.run.id, claim.epoch))
+            self._wake.set()
+
+    def _claim_some(self, skip: list[str]) -> list[leases.Claim]:
+        # A batch per transaction: claims one at a time (a transaction each) filled a
+        # thousand slots at only 70-130 a second, the worker's CPU the limit. A batch is
+        # capped so the claim's transaction, and SQLite's write lock, stay short.
+        free = self.concurrency - len(self._active)
+        return leases.claim_some(
+            self.runner.engine,
+            limit=min(free, CLAIMS_PER_TRANSACTION),
+            owner=self.name,
+            lease_seconds=self.runner.lease_seconds,
+            max_resumes=self.runner.max_resumes,
+            skip_agents=skip,
+            suspects=not self._active,
+            queues=self.queues,
+            clock=self.runner.clock,
+        )
+
+    # -- one run --------------------------------------------------------------------------
+
+    def _execute(self, claim: leases.Claim) -> None:
+        run = claim.run
+        try:
+            agent = self._agent(run.agent, run.id)
+        except AgentLoadError as exc:
+            self._release(claim, f"the worker could not load the agent: {exc}")
+            self._log(logging.WARNING, f"run {run.id} released: {exc}", run.id)
+            return
+        self._log(
+            logging.INFO,
+            f"run {run.id} claimed (epoch {claim.epoch}, resumes {run.resumes})",
+            run.id,
+        )
+        try:
+            result = self.runner.execute(claim, agent, pause=self.stopping)
+        except RunPaused:
+            self._release(claim, None)
+            self._log(logging.INFO, f"run {run.id} released for another worker", run.id)
+            return
+        except LeaseLost as exc:
+            self._log(logging.WARNING, f"run {run.id} abandoned: {exc}", run.id)
+            return
+        except (RunnerError, SQLAlchemyError) as exc:
+            # The lease expires and another claim resumes the run from its journal.
+            self._log(logging.WARNING, f"run {run.id} interrupted: {first_line(exc)}", run.id)
+            return
+        except Exception as exc:
+            self._log(
+                logging.ERROR, f"run {run.id} interrupted by {type(exc).__name__}: {exc}", run.id
+            )
+            return
+        if result.status is RunStatus.WAITING:
+            wait = result.waiting
+            what = f" for {wait.asks} of {wait.question} (call {wait.call})" if wait else ""
+            self._log(
+                logging.INFO, f"run {run.id} waits{what}: released until a person answers", run.id
+            )
+            return
+        self.finished += 1
+        self._log(
+            logging.INFO,
+            f"run {run.id} finished: {result.stop_reason} after {result.steps} steps",
+            run.id,
+        )
+
+    def _agent(self, ref: str | None, run_id: str) -> Agent:
+        if ref is None:
+            raise AgentLoadError(f"run {run_id} has no agent reference a worker can import")
+        agent = self._agents.get(ref)
+        if agent is None:
+            try:
+                agent = load_agent(ref)
+            except AgentLoadError:
+                fresh = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
+                _, backoff = self._agent_backoff.get(ref, (0.0, fresh))
+                self._agent_backoff[ref] = (time.monotonic() + backoff.next(), backoff)
+                raise
+            self._agent_backoff.pop(ref, None)
+            self._agents[ref] = agent
+        return agent
+
+    def _release(self, claim: leases.Claim, error: str | None) -> None:
+        try:
+            with pooling.writing(self.runner.engine):
+                leases.release_run(
+                    self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
+                )
+        except SQLAlchemyError as exc:
+            self._log(
+                logging.WARNING,
+                f"run {claim.run.id} left to lease expiry: {first_line(exc)}",
+                claim.run.id,
+            )
+
+    # -- signals --------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        """First SIGTERM/SIGINT: stop gracefully. Second: exit at once (leases expire)."""
+
+        # Python may run this handler again inside itself when a second signal lands
+        # mid-handler; next() on a counter is one C call, so exactly one call sees 0.
+        signals_seen = itertools.count()
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            if next(signals_seen) > 0:
+                os._exit(128 + signum)
+            self.stopping.set()
+            self._wake.set()
+            self._log(
+                logging.INFO,
+                f"worker {self.name}: {signal.Signals(signum).name}, stopping gracefully",
+            )
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+
+def start_worker(make: Callable[[], Worker], *, wait: bool) -> Worker:
+    """Make a worker; with `wait`, keep trying while the database cannot be reached.
+
+    A worker started before its database (a machine booting, a failover) waits for it
+    instead of exiting. A schema at the wrong revision is not waited for: it is an error.
+    """
+    backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
+    while True:
+        try:
+            return make()
+        except DatabaseUnavailable as exc:
+            if not wait:
+                raise
+            delay = backoff.next()
+            log.warning(f"database unavailable, retrying in {delay:g}s: {exc}")
+            time.sleep(delay)

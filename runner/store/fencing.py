@@ -1,0 +1,333 @@
+"""The journal's writes: one fenced statement per entry, one transaction per write.
+
+The write path is the floor: a journal write is one INSERT that succeeds only while the
+run's lease epoch is this worker's (the statement itself is each backend's: on PostgreSQL a
+data-modifying CTE that also renews the lease and takes the run's row lock), committed in
+one transaction, with the run's stop in the same transaction when the entry ends the run,
+or its move to `waiting` when the entry is a call waiting for a person. The calls of a step
+of several are one fenced INSERT of all their rows.
+
+The statements run on the driver's own cursor (`runner.driver`), their rows built and
+converted before the transaction begins. On PostgreSQL a write of one statement (an entry
+or a step's calls, with no stop and no wait) is its own transaction, in autocommit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import Connection, Engine, Update, bindparam, null, select, update
+from sqlalchemy.engine import Dialect
+
+from runner.core.budgets import StopReason
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.journal import Counters, Entry, Stop
+from runner.core.status import RunStatus
+from runner.errors import LeaseLost
+from runner.store import driver
+from runner.store.backend import backend_for
+from runner.store.driver import Parameters, Prepared, prepared
+from runner.store.runs import amount, counter, encode, entry_row, entry_values, plain_text
+from runner.store.schema import ENTRY_COLUMNS, entries, runs
+
+# The most entries one statement writes: a model asking for hundreds of calls at once must
+# not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements
+# are ever rendered.
+ROWS_PER_STATEMENT = 64
+
+# The run's columns a finish sets from values, each bound as `set_<column>`.
+_FINISHED = (
+    "status",
+    "stop_reason",
+    "output",
+    "output_format",
+    "error",
+    "wrapped_up",
+    "steps",
+    "tokens",
+    "cost",
+    "updated_at",
+    "finished_at",
+)
+_PARKED = ("status", "waiting_since", "wait_expires_at", "updated_at")
+
+
+def _fenced_insert(dialect: Dialect, rows: int) -> Prepared:
+    """The fenced insert of `rows` entries (a step's calls go in one statement)."""
+    return prepared(
+        dialect, ("fenced_insert", rows), lambda: backend_for(dialect.name).fenced_insert(rows)
+    )
+
+
+@dataclass(frozen=True)
+class _Positional:
+    """A one-entry fenced insert whose binds are the entry's columns in order, then the
+    fence's (SQLite's, as rendered): its parameters made from `store.entry_values` with no
+    dict on the way, the same values `Prepared.parameters` would give (test_driver_writes)."""
+
+    sql: str
+    convert: tuple[tuple[int, Callable[[Any], Any]], ...]  # (column index, processor)
+    fence: tuple[str, ...]  # the fence's bind names after the entry's
+
+    @classmethod
+    def of(cls, statement: Prepared) -> _Positional | None:
+        names = statement.names
+        width = len(ENTRY_COLUMNS)
+        if names is None or list(names[:width]) != ENTRY_COLUMNS:
+            return None
+        processed = dict(statement.convert)
+        if any(name in processed for name in names[width:]):
+            return None  # a fence value that needs converting: take the general path
+        index = {name: i for i, name in enumerate(ENTRY_COLUMNS)}
+        convert = tuple((index[name], process) for name, process in statement.convert)
+        return cls(sql=statement.sql, convert=convert, fence=tuple(names[width:]))
+
+    def parameters(self, row: tuple[Any, ...], fence: dict[str, Any]) -> tuple[Any, ...]:
+        values = list(row)
+        for i, process in self.convert:
+            values[i] = process(values[i])
+        values.extend([fence[name] for name in self.fence])
+        return tuple(values)
+
+
+_POSITIONAL: WeakKeyDictionary[Dialect, _Positional | None] = WeakKeyDictionary()
+
+
+def _positional(dialect: Dialect) -> _Positional | None:
+    """The one-entry insert's positional fast path for `dialect`, if its driver has one."""
+    try:
+        return _POSITIONAL[dialect]
+    except KeyError:
+        found = _POSITIONAL[dialect] = _Positional.of(_fenced_insert(dialect, 1))
+        return found
+
+
+def _fenced_update(columns: tuple[str, ...]) -> Update:
+    """UPDATE the run's `columns` (bound as `set_<column>`) while its epoch is this
+    worker's, letting its lease go."""
+    values: dict[Any, Any] = {
+        runs.c[name]: bindparam(f"set_{name}", type_=runs.c[name].type) for name in columns
+    }
+    values.update({runs.c.lease_owner: null(), runs.c.lease_expires_at: null()})
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("fence_run"), runs.c.lease_epoch == bindparam("fence_epoch"))
+        .values(values)
+    )
+
+
+@dataclass(frozen=True)
+class Parking:
+    """A run leaving its worker to wait for a person: the lease goes, the epoch stays."""
+
+    timeout: float | None  # approval_timeout: seconds until an unanswered wait is denied
+
+
+def append_entry(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entry: Entry,
+    stop: Stop | None,
+    lease_seconds: float,
+    clock: Clock = SYSTEM,
+    parking: Parking | None = None,
+) -> bool:
+    """One transaction: the entry (fenced by the epoch), and the run's end if `stop`, or its
+    move to `waiting` if `parking` (unless a cancel was requested: then the run finishes,
+    `cancelled`, in the same transaction, since nobody would be left to honour it).
+
+    Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
+    """
+    return append_entries(
+        bind, run_id, epoch, seq, (entry,), stop, lease_seconds, clock, parking=parking
+    )
+
+
+def append_entries(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entries: Sequence[Entry],
+    stop: Stop | None,
+    lease_seconds: float,
+    clock: Clock = SYSTEM,
+    parking: Parking | None = None,
+) -> bool:
+    """One transaction: the entries from `seq` on, in ONE fenced statement (all or none
+    are written), and the run's end if `stop` (or its move to `waiting`, see append_entry).
+
+    Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
+    """
+    at = utc_now(clock)
+    dialect = bind.dialect
+    fence = _fence(dialect, run_id, epoch, at, lease_seconds)
+    # Every row is built and its values converted before the transaction begins: the write
+    # lock (SQLite's whole file, PostgreSQL's run row) is held for the statements alone.
+    positional = _positional(dialect) if len(entries) == 1 else None
+    inserts: list[tuple[str, Parameters]]
+    if positional is not None:  # the common case on SQLite: one entry, no dict on the way
+        row = entry_values(run_id, seq, epoch, entries[0], at)
+        inserts = [(positional.sql, positional.parameters(row, fence))]
+    elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
+        statement = _fenced_insert(dialect, len(entries))
+        inserts = [
+            (statement.sql, statement.parameters(_rows(run_id, epoch, seq, entries, fence, at)))
+        ]
+    else:
+        inserts = []
+        for start in range(0, len(entries), ROWS_PER_STATEMENT):
+            chunk = entries[start : start + ROWS_PER_STATEMENT]
+            statement = _fenced_insert(dialect, len(chunk))
+            values = _rows(run_id, epoch, seq + start, chunk, fence, at)
+            inserts.append((statement.sql, statement.parameters(values)))
+    counters = entries[-1].counters
+    finish = None if stop is None else _finish_parameters(dialect, stop, counters, fence, at)
+    one_statement = len(inserts) == 1 and stop is None and parking is None
+    # No connection of its own: one from the pool, for this write alone.
+    connection = bind if isinstance(bind, Connection) else bind.connect()
+    try:
+        cancel = False
+        with driver.Write(connection, one_statement=one_statement) as write:
+            for sql, parameters in inserts:
+                written = write.rows(sql, parameters)
+                # The fence holds for every row or for none: the first returned row says which.
+                if not written:
+                    raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+                cancel = bool(written[0][1])
+            if finish is not None:
+                _finish(write, run_id, finish)
+            elif parking is not None and cancel:
+                cancelled = Stop(StopReason.CANCELLED)
+                _finish(write, run_id, _finish_parameters(dialect, cancelled, counters, fence, at))
+            elif parking is not None:
+                _park(write, run_id, dialect, parking, fence, at)
+    finally:
+        if connection is not bind:
+            connection.close()
+    return cancel
+
+
+def _fence(
+    dialect: Dialect, run_id: str, epoch: int, at: datetime, lease_seconds: float
+) -> dict[str, Any]:
+    fence: dict[str, Any] = {"fence_run": run_id, "fence_epoch": epoch}
+    if backend_for(dialect.name).writes_renew_lease:  # else the statement has no use for them
+        fence["fence_expiry"] = at + timedelta(seconds=lease_seconds)
+        fence["fence_renew_after"] = at + timedelta(seconds=lease_seconds * 2 / 3)
+    return fence
+
+
+def _rows(
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entries: Sequence[Entry],
+    fence: dict[str, Any],
+    at: datetime,
+) -> dict[str, Any]:
+    """The values of one fenced insert: the entries' (`name_<i>` for several) and the fence's."""
+    if len(entries) == 1:
+        values = entry_row(run_id, seq, epoch, entries[0], at)
+    else:
+        values = {
+            f"{name}_{i}": value
+            for i, entry in enumerate(entries)
+            for name, value in entry_row(run_id, seq + i, epoch, entry, at).items()
+        }
+    values.update(fence)
+    return values
+
+
+def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> bool | None:
+    """After a write whose answer was lost: the run's cancel flag if entry `seq` is there,
+    written under `epoch`, else None."""
+    with connection.begin():
+        row = connection.execute(
+            select(entries.c.lease_epoch, runs.c.cancel_requested)
+            .join(runs, runs.c.id == entries.c.run_id)
+            .where(entries.c.run_id == run_id, entries.c.seq == seq)
+        ).first()
+    if row is None or row.lease_epoch != epoch:
+        return None
+    return bool(row.cancel_requested)
+
+
+def finish_run(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    stop: Stop,
+    counters: Counters,
+    clock: Clock = SYSTEM,
+) -> None:
+    at = utc_now(clock)
+    fence = {"fence_run": run_id, "fence_epoch": epoch}
+    finish = _finish_parameters(bind.dialect, stop, counters, fence, at)
+    with _connected(bind) as connection, driver.Write(connection, one_statement=True) as write:
+        _finish(write, run_id, finish)
+
+
+@contextmanager
+def _connected(bind: Engine | Connection) -> Iterator[Connection]:
+    """`bind` itself if it is a connection (a journal passes its own), else one from its pool."""
+    if isinstance(bind, Connection):
+        yield bind
+    else:
+        with bind.connect() as connection:
+            yield connection
+
+
+def _park(
+    write: driver.Write,
+    run_id: str,
+    dialect: Dialect,
+    parking: Parking,
+    fence: dict[str, Any],
+    at: datetime,
+) -> None:
+    expires = None if parking.timeout is None else at + timedelta(seconds=parking.timeout)
+    statement = prepared(dialect, "park", lambda: _fenced_update(_PARKED))
+    values = {
+        **fence,
+        "set_status": str(RunStatus.WAITING),
+        "set_waiting_since": at,
+        "set_wait_expires_at": expires,
+        "set_updated_at": at,
+    }
+    if write.count(statement.sql, statement.parameters(values)) != 1:
+        raise LeaseLost(f"run {run_id} was taken over by another worker: not leaving it waiting")
+
+
+def _finish_parameters(
+    dialect: Dialect, stop: Stop, counters: Counters, fence: dict[str, Any], at: datetime
+) -> tuple[str, Parameters]:
+    output, fmt = encode(stop.output)
+    statement = prepared(dialect, "finish", lambda: _fenced_update(_FINISHED))
+    values = {
+        **fence,
+        "set_status": str(RunStatus.FINISHED),
+        "set_stop_reason": str(stop.reason),
+        "set_output": output,
+        "set_output_format": fmt,
+        "set_error": plain_text(stop.error),
+        "set_wrapped_up": stop.wrapped_up,
+        "set_steps": counter(counters.steps),
+        "set_tokens": counter(counters.tokens),
+        "set_cost": amount(counters.cost),
+        "set_updated_at": at,
+        "set_finished_at": at,
+    }
+    return statement.sql, statement.parameters(values)
+
+
+def _finish(write: driver.Write, run_id: str, finish: tuple[str, Parameters]) -> None:
+    if write.count(*finish) != 1:
+        raise LeaseLost(f"run {run_id} was taken over by another worker: not finishing it")

@@ -1,0 +1,291 @@
+"""The reads `runner list` needs, written once as plain SQL over a DB-API connection.
+
+`runner list` reads without SQLAlchemy (importing it is most of the command's start-up):
+`runner.direct` opens sqlite3 or psycopg and hands the connection to these functions. The
+library reads the same way, given the driver connection beneath one of its engine's pooled
+connections (`runner.store.plain_reading`): each of these reads has one implementation.
+
+The SQL is written with `:name` binds (sqlite3's style) and rewritten once per statement
+for psycopg (`%(name)s`). Values come back as SQLAlchemy's column types of runner.schema
+give them: timestamps aware and in UTC (SQLite keeps them as UTC text), JSON columns
+decoded (SQLite keeps text; psycopg decodes `json` itself), booleans bool (SQLite keeps
+0 and 1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.status import RunStatus
+from runner.errors import AmbiguousRunId, RunNotFound
+from runner.store.rows import RunRow, entry_of
+
+# The Alembic revision runner's tables are at: the newest in migrations/ (tests/migrations
+# asserts it is the head; a new revision must change it). Every command checks a database
+# against it with the one SELECT below instead of loading Alembic (a tenth of a second).
+SCHEMA_REVISION = "0008"
+VERSION_QUERY = "SELECT version_num FROM alembic_version"
+# PostgreSQL's clock, the one leases are measured on (the clock of the moment, not of the
+# transaction's start). Read here and by runner.backend's DatabaseClock.
+NOW_QUERY = "SELECT clock_timestamp() AS now"
+
+# The columns a RunRow is built from (runs.stalled_resumes and progress_seq are the
+# claim's own), and those of a journal entry with where it sits and who wrote it.
+RUN_FIELDS = (
+    "id", "agent", "agent_name", "release", "task", "budgets", "status", "stop_reason",
+    "output", "output_format", "error", "wrapped_up", "steps", "tokens", "cost", "resumes",
+    "deadline", "cancel_requested", "lease_owner", "lease_epoch", "lease_expires_at",
+    "leased_at", "created_at", "updated_at", "finished_at", "last_seen_at", "parent_run_id",
+    "parent_step", "waiting_since", "wait_expires_at", "queue", "priority", "not_before",
+)  # fmt: skip
+ENTRY_FIELDS = (
+    "run_id", "seq", "step", "kind", "content", "content_format", "action_type", "tool",
+    "args", "is_error", "error", "idempotency_key", "attempt", "usage_tokens", "usage_cost",
+    "steps", "tokens", "cost", "error_streak", "lease_epoch", "created_at", "waits_for",
+    "answer", "answered_by", "call_id",
+)  # fmt: skip
+# Decoded by name wherever a read selects them (every read here names its columns so).
+_TIMESTAMPS = frozenset(
+    {
+        "deadline", "lease_expires_at", "leased_at", "created_at", "updated_at",
+        "finished_at", "last_seen_at", "waiting_since", "wait_expires_at", "not_before", "now",
+    }
+)  # fmt: skip
+_JSON = frozenset({"budgets", "args"})
+_BOOLEANS = frozenset({"wrapped_up", "cancel_requested", "is_error"})
+# SQLAlchemy's storage format of a timestamp on SQLite (its DATETIME type's): UTC, naive.
+_SQLITE_TIME = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
+# At most this many ids in one IN list (SQLite's limit of binds is far above it).
+_CHUNK = 500
+_BIND = re.compile(r"(?<![:\w]):(\w+)")
+
+
+def like_prefix(prefix: str) -> str:
+    """The LIKE pattern (with ESCAPE '\\') of the values that start with `prefix`: its own
+    % and _ taken literally."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+@lru_cache(maxsize=256)
+def _pyformat(sql: str) -> str:
+    """`sql` with psycopg's binds for sqlite3's (`:name` as `%(name)s`, `%` as `%%`)."""
+    return _BIND.sub(r"%(\1)s", sql.replace("%", "%%"))
+
+
+def utc(value: Any) -> datetime | None:
+    """A timestamp as runner.schema's UtcDateTime gives it back: aware, in UTC."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # SQLite's text, as SQLAlchemy parses it
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+    return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+class Reader:
+    """A DB-API connection (sqlite3's or psycopg's) and how its driver takes binds and gives
+    values back. It runs plain SELECTs; it never begins, commits or closes anything it was
+    given (`close` is for the connections runner.direct opened for it)."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self.sqlite = isinstance(connection, sqlite3.Connection)
+        self.statement: str | None = None  # the last one run, for an error's message
+
+    @property
+    def errors(self) -> tuple[type[Exception], ...]:
+        """The driver's errors (not SQLAlchemy's: none wraps them here)."""
+        if self.sqlite:
+            return (sqlite3.Error,)
+        return (sys.modules["psycopg"].Error,)  # loaded: the connection is psycopg's
+
+    def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The rows of one SELECT, each by column name, decoded (see the module's doc)."""
+        self.statement = sql
+        cursor = self.connection.cursor()
+        try:
+            cursor.execute(sql if self.sqlite else _pyformat(sql), params or {})
+            names = [column[0] for column in cursor.description]
+            fetched = cursor.fetchall()
+        finally:
+            cursor.close()
+        times = [i for i, name in enumerate(names) if name in _TIMESTAMPS]
+        texts = [i for i, name in enumerate(names) if name in _JSON] if self.sqlite else []
+        flags = [i for i, name in enumerate(names) if name in _BOOLEANS] if self.sqlite else []
+        decoded = []
+        for values in fetched:
+            row = dict(zip(names, values, strict=True))
+            for i in times:
+                row[names[i]] = utc(values[i])
+            for i in texts:
+                if values[i] is not None:
+                    row[names[i]] = json.loads(values[i])
+            for i in flags:
+                if values[i] is not None:
+                    row[names[i]] = bool(values[i])
+            decoded.append(row)
+        return decoded
+
+    def when(self, value: datetime) -> Any:
+        """A timestamp as a bind, as UtcDateTime binds it: UTC (SQLite: its stored text)."""
+        if value.tzinfo is None:
+            raise ValueError(f"a naive datetime cannot be stored as UTC: {value!r}")
+        at = value.astimezone(UTC)
+        if not self.sqlite:
+            return at
+        return _SQLITE_TIME % (
+            at.year, at.month, at.day, at.hour, at.minute, at.second, at.microsecond
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+# -- the reads ------------------------------------------------------------------------------
+
+
+def schema_at_head(reader: Reader) -> bool:
+    """Whether the schema is at SCHEMA_REVISION (the driver's error if it cannot be read)."""
+    return [row["version_num"] for row in reader.rows(VERSION_QUERY)] == [SCHEMA_REVISION]
+
+
+def database_now(reader: Reader) -> datetime:
+    """The database server's clock (PostgreSQL's: the one leases are measured on)."""
+    now = utc(reader.rows(NOW_QUERY)[0]["now"])
+    assert now is not None
+    return now
+
+
+def list_runs(
+    reader: Reader,
+    *,
+    status: RunStatus | None = None,
+    stop_reason: str | None = None,
+    release: str | None = None,
+    limit: int = 20,
+    lease_expired_at: datetime | None = None,
+    lease_live_at: datetime | None = None,
+    owner_prefix: str | None = None,
+) -> list[RunRow]:
+    """Runs, newest first. `lease_expired_at`: only those whose lease ran out by then (or
+    that have none); `lease_live_at`: only those whose lease lasts past it; `owner_prefix`:
+    only those held by an owner whose name starts so (a host's processes)."""
+    where: list[str] = []
+    params: dict[str, Any] = {"limit": limit}
+    if status:
+        where.append("status = :status")
+        params["status"] = str(status)
+    if stop_reason:
+        where.append("stop_reason = :stop_reason")
+        params["stop_reason"] = str(stop_reason)
+    if release:
+        where.append("release = :release")
+        params["release"] = release
+    if lease_expired_at is not None:
+        where.append("(lease_expires_at IS NULL OR lease_expires_at < :expired_at)")
+        params["expired_at"] = reader.when(lease_expired_at)
+    if lease_live_at is not None:
+        where.append("lease_expires_at >= :live_at")
+        params["live_at"] = reader.when(lease_live_at)
+    if owner_prefix is not None:
+        # LIKE, not a function of the column: an index on it would serve the prefix.
+        where.append("lease_owner LIKE :owner ESCAPE '\\'")
+        params["owner"] = like_prefix(owner_prefix)
+    sql = (
+        f"SELECT {', '.join(RUN_FIELDS)} FROM runs"
+        + (f" WHERE {' AND '.join(where)}" if where else "")
+        + " ORDER BY created_at DESC, id DESC LIMIT :limit"
+    )
+    return [RunRow.of(row) for row in reader.rows(sql, params)]
+
+
+def last_entries(reader: Reader, run_ids: Sequence[str]) -> dict[str, tuple[Counters, datetime]]:
+    """The counters after each run's last journal entry, and when it was written: the
+    counters so far of an unfinished run (its row holds them only once it finishes)."""
+    found: dict[str, tuple[Counters, datetime]] = {}
+    for at in range(0, len(run_ids), _CHUNK):
+        chunk = run_ids[at : at + _CHUNK]
+        ids = {f"id_{i}": run_id for i, run_id in enumerate(chunk)}
+        sql = (
+            "SELECT e.run_id AS run_id, e.steps AS steps, e.tokens AS tokens, e.cost AS cost, "
+            "e.error_streak AS error_streak, e.created_at AS created_at FROM entries e "
+            "JOIN (SELECT run_id, max(seq) AS seq FROM entries "
+            f"WHERE run_id IN ({', '.join(':' + name for name in ids)}) GROUP BY run_id) last "
+            "ON e.run_id = last.run_id AND e.seq = last.seq"
+        )
+        for row in reader.rows(sql, ids):
+            counters = Counters(row["steps"], row["tokens"], row["cost"], row["error_streak"])
+            found[row["run_id"]] = (counters, row["created_at"])
+    return found
+
+
+def last_entry(reader: Reader, run_id: str) -> tuple[Entry, int, datetime] | None:
+    """The run's last journal entry, its seq and when it was written; None if it has none.
+    One primary-key probe (the run's entries in seq order, read from the end)."""
+    rows = reader.rows(
+        f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries WHERE run_id = :run_id "
+        "ORDER BY seq DESC LIMIT 1",
+        {"run_id": run_id},
+    )
+    if not rows:
+        return None
+    row = rows[0]
+    return entry_of(row), row["seq"], row["created_at"]
+
+
+def get_run(reader: Reader, run_id: str) -> RunRow:
+    """The run with this id (RunNotFound if there is none)."""
+    rows = reader.rows(f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE id = :id", {"id": run_id})
+    if not rows:
+        raise RunNotFound(f"no run with id {run_id}")
+    return RunRow.of(rows[0])
+
+
+def find_run(reader: Reader, prefix: str) -> RunRow:
+    """The run whose id is `prefix`, or the only one whose id starts with it."""
+    if not prefix.strip():
+        # Every id starts with the empty prefix: `runner cancel ""` cancelled the only run.
+        raise ValueError("a run id (or a prefix of one) cannot be empty")
+    columns = ", ".join(RUN_FIELDS)
+    exact = reader.rows(f"SELECT {columns} FROM runs WHERE id = :id", {"id": prefix})
+    if exact:
+        return RunRow.of(exact[0])
+    # SQLite's LIKE ignores ASCII case, PostgreSQL's does not: the substr test keeps a
+    # prefix as case-sensitive as the ids it abbreviates, on both. LIKE, not substr alone:
+    # the primary key's index serves it.
+    rows = reader.rows(
+        f"SELECT {columns} FROM runs WHERE id LIKE :pattern ESCAPE '\\' "
+        "AND substr(id, 1, :length) = :prefix LIMIT 2",
+        {"pattern": like_prefix(prefix), "length": len(prefix), "prefix": prefix},
+    )
+    if not rows:
+        raise RunNotFound(f"no run with id {prefix}")
+    if len(rows) > 1:
+        raise AmbiguousRunId(f"more than one run id starts with {prefix}: give more of it")
+    return RunRow.of(rows[0])
+
+
+def load_entries(
+    reader: Reader, run_id: str, kinds: Sequence[EntryKind] = ()
+) -> list[tuple[Entry, int]]:
+    """A run's journal in order (only the entries of `kinds`, if given), each entry with the
+    lease epoch that wrote it."""
+    params: dict[str, Any] = {"run_id": run_id}
+    only = ""
+    if kinds:
+        params.update({f"kind_{i}": str(kind) for i, kind in enumerate(kinds)})
+        only = f" AND kind IN ({', '.join(f':kind_{i}' for i in range(len(kinds)))})"
+    rows = reader.rows(
+        f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries WHERE run_id = :run_id{only} ORDER BY seq",
+        params,
+    )
+    return [(entry_of(row), row["lease_epoch"]) for row in rows]

@@ -1,0 +1,163 @@
+"""Runs and journal entries as stored, built from plain mappings of column values.
+
+No SQLAlchemy here: a command that only reads (`runner list`) builds its rows from a DB-API
+cursor through `runner.reads`, the library from SQLAlchemy's rows, and both through these
+constructors. The mapping holds decoded values (aware UTC datetimes, JSON as Python
+values): SQLAlchemy's column types decode them on its path, `runner.reads` on the other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from runner.core.actions import ActionKind
+from runner.core.budgets import StopReason
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.status import RunStatus
+from runner.defaults import DEFAULT_QUEUE
+from runner.store.owner import is_dead
+
+
+class _HasMapping(Protocol):
+    """An SQLAlchemy Row, without importing SQLAlchemy: its values by column name."""
+
+    @property
+    def _mapping(self) -> Mapping[Any, Any]: ...
+
+
+Columns = Mapping[str, Any] | _HasMapping
+
+
+def _values(row: Columns) -> Mapping[str, Any]:
+    return row if isinstance(row, Mapping) else row._mapping
+
+
+def decode(text: str | None, fmt: str | None) -> Any:
+    """A content or output value as it was given: JSON text decoded when its format says so."""
+    return json.loads(text) if fmt == "json" and text is not None else text
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as stored."""
+
+    id: str
+    agent: str | None
+    agent_name: str | None
+    release: str | None
+    task: str
+    budgets: dict[str, Any]
+    status: RunStatus
+    stop_reason: StopReason | None
+    output: Any
+    error: str | None
+    wrapped_up: bool
+    steps: int
+    tokens: int
+    cost: float
+    resumes: int
+    deadline: datetime | None
+    cancel_requested: bool
+    lease_owner: str | None
+    lease_epoch: int
+    lease_expires_at: datetime | None
+    leased_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    last_seen_at: datetime | None = None
+    parent_run_id: str | None = None
+    parent_step: int | None = None
+    # Derived, not stored: the status, or `stalled` for a running run nobody holds any more
+    # (see runner.liveness, which fills it in for the rows `Runner.row` and `list` return).
+    state: str = ""
+    waiting_since: datetime | None = None  # while waiting: since when
+    wait_expires_at: datetime | None = None  # while waiting: when approval_timeout passes
+    queue: str = DEFAULT_QUEUE  # the queue workers claim it from
+    priority: int = 0  # higher is claimed first
+    not_before: datetime | None = None  # a delayed run: claimed no earlier than this
+
+    @classmethod
+    def of(cls, row: Columns) -> RunRow:
+        """The run from its row's values by column name (a mapping or SQLAlchemy's Row)."""
+        m = _values(row)
+        return cls(
+            id=m["id"],
+            agent=m["agent"],
+            agent_name=m["agent_name"],
+            release=m["release"],
+            task=m["task"],
+            budgets=dict(m["budgets"]),
+            status=RunStatus(m["status"]),
+            stop_reason=StopReason(m["stop_reason"]) if m["stop_reason"] else None,
+            output=decode(m["output"], m["output_format"]),
+            error=m["error"],
+            wrapped_up=bool(m["wrapped_up"]),
+            steps=m["steps"],
+            tokens=m["tokens"],
+            cost=m["cost"],
+            resumes=m["resumes"],
+            deadline=m["deadline"],
+            cancel_requested=bool(m["cancel_requested"]),
+            lease_owner=m["lease_owner"],
+            lease_epoch=m["lease_epoch"],
+            lease_expires_at=m["lease_expires_at"],
+            leased_at=m["leased_at"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            finished_at=m["finished_at"],
+            last_seen_at=m["last_seen_at"],
+            parent_run_id=m["parent_run_id"],
+            parent_step=m["parent_step"],
+            state=str(m["status"]),
+            waiting_since=m["waiting_since"],
+            wait_expires_at=m["wait_expires_at"],
+            queue=m["queue"],
+            priority=m["priority"],
+            not_before=m["not_before"],
+        )
+
+    def lease_is_live(self, at: datetime) -> bool:
+        if self.lease_owner is None or self.lease_expires_at is None:
+            return False
+        return self.lease_expires_at > at and not is_dead(self.lease_owner)
+
+
+def entry_of(row: Columns) -> Entry:
+    """A journal entry from its row's values by column name."""
+    m = _values(row)
+    return Entry(
+        kind=EntryKind(m["kind"]),
+        step=m["step"],
+        counters=Counters(m["steps"], m["tokens"], m["cost"], m["error_streak"]),
+        content=decode(m["content"], m["content_format"]),
+        action_type=ActionKind(m["action_type"]) if m["action_type"] else None,
+        tool=m["tool"],
+        args=m["args"],
+        is_error=bool(m["is_error"]),
+        error=m["error"],
+        idempotency_key=m["idempotency_key"],
+        attempt=m["attempt"],
+        tokens=m["usage_tokens"],
+        cost=m["usage_cost"],
+        waits_for=m["waits_for"],
+        answer=m["answer"],
+        answered_by=m["answered_by"],
+        call_id=m["call_id"],
+    )
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A queue as `runner queue list` shows it: its limit and how many runs it holds."""
+
+    name: str
+    limit: int | None  # most runs running at once; None: no limit
+    queued: int  # ready to be claimed
+    delayed: int  # queued, with a not_before still to come
+    running: int  # running under a live lease: what the limit counts
+    waiting: int  # waiting for a person's answer (holding no slot)

@@ -1,0 +1,401 @@
+"""Runs as stored: their values, and the short named queries that create, find, list and
+cancel them. The reads that `runner list` and `show` make without SQLAlchemy are written
+once as plain SQL in `runner.reads`, and the functions here that read runs and journals
+run that SQL on the driver connection beneath a pooled one (`plain_reading`). Claims and
+leases are in `runner.leases`, the journal's fenced writes in
+`runner.fencing`, opening and migrating the database in `runner.database`, the reads,
+export and prune of the run history in the `runner.history` package; what differs between
+SQLite and PostgreSQL is in `runner.backend` (and, for `runner sql`'s read-only
+connections, in `runner.history.sqlite_reader` and `postgres_reader`, behind one
+interface). All of runner's SQL is in these modules.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Engine, Row, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from runner.core.budgets import StopReason
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.status import RunStatus
+from runner.errors import RunNotFound
+from runner.store import reads
+from runner.store.backend import backend_for
+from runner.store.reads import Reader
+from runner.store.rows import RunRow as RunRow  # re-exported: rows are built without SQLAlchemy
+from runner.store.rows import decode as decode
+from runner.store.rows import entry_of as entry_of
+from runner.store.schema import COUNTER_MAX, DEFAULT_QUEUE, ENTRY_COLUMNS, entries, runs
+
+# -- values in and out ----------------------------------------------------------------------
+
+
+def encode(value: Any) -> tuple[str | None, str]:
+    """A content or output value as (text, format): strings as they are, the rest as JSON.
+
+    A string a database cannot hold (PostgreSQL's text takes no NUL; no UTF-8 encodes a
+    lone surrogate) is kept as JSON too: json.dumps escapes both into plain ASCII.
+    """
+    if value is None or (isinstance(value, str) and _storable(value)):
+        return value, "text"
+    try:
+        return json.dumps(value, allow_nan=False), "json"
+    except (TypeError, ValueError):
+        return json.dumps(str(value)), "json"
+
+
+def _storable(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    if text.isascii():  # the common case, and free: CPython knows it without a scan
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def plain_text(text: str | None) -> str | None:
+    """A message (an error's text) as a text column can hold it: NUL and lone surrogates
+    written as escapes. Messages are for people; unlike content, they need not round-trip."""
+    if text is None or _storable(text):
+        return text
+    escaped = text.replace("\x00", "\\x00")
+    return escaped.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def counter(value: int) -> int:
+    """A count as a column holds it: seed 000 adds any usage, the columns stop at 2**63-1."""
+    return value if value <= COUNTER_MAX else COUNTER_MAX
+
+
+def amount(value: float) -> float:
+    """A cost as a column holds it (a sum of finite costs may overflow to infinity)."""
+    return value if value <= sys.float_info.max else sys.float_info.max
+
+
+# Each kind's role in the transcript (Entry.message's), without building the message.
+_ROLES = {
+    EntryKind.TASK: "user",
+    EntryKind.WRAP_UP: "user",
+    EntryKind.FINAL: "assistant",
+    EntryKind.ACTION: "assistant",
+    EntryKind.OBSERVATION: "tool",
+}
+
+
+def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> dict[str, Any]:
+    """An entry's row of the entries table, by column name."""
+    return dict(zip(ENTRY_COLUMNS, entry_values(run_id, seq, epoch, entry, at), strict=True))
+
+
+def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> tuple[Any, ...]:
+    """`entry_row`'s values in the entries table's column order (ENTRY_COLUMNS): what a
+    positional driver takes, with no dict on the way (the journal's hot path)."""
+    content, fmt = encode(entry.content)
+    c = entry.counters
+    top = COUNTER_MAX
+    return (
+        run_id,
+        seq,
+        entry.step,
+        str(entry.kind),
+        _ROLES.get(entry.kind),
+        content,
+        fmt,
+        entry.action_type,
+        entry.tool,
+        entry.args,
+        entry.is_error,
+        plain_text(entry.error),
+        entry.idempotency_key,
+        entry.attempt,
+        entry.tokens if entry.tokens <= top else top,  # counter(), inline: 6 calls a step
+        amount(entry.cost),
+        c.steps if c.steps <= top else top,
+        c.tokens if c.tokens <= top else top,
+        amount(c.cost),
+        c.error_streak,
+        epoch,
+        at,
+        entry.waits_for,
+        entry.answer,
+        plain_text(entry.answered_by),
+        entry.call_id,
+    )
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    """A connection for reads only (on SQLite one that never waits for the write lock)."""
+    with engine.connect() as connection:
+        yield connection.execution_options(**backend_for(engine.dialect.name).read_options())
+
+
+@contextmanager
+def plain_reading(engine: Engine) -> Iterator[Reader]:
+    """The driver's connection beneath one of the engine's, for the plain-SQL reads of
+    runner.reads (which `runner list` runs without SQLAlchemy). Its statements are plain
+    SELECTs in no transaction of SQLAlchemy's; the pool rolls back whatever the driver
+    began when the connection goes back."""
+    with engine.connect() as connection, plain(connection) as reader:
+        yield reader
+
+
+@contextmanager
+def plain(connection: Connection) -> Iterator[Reader]:
+    """The driver's connection beneath `connection`, inside its transaction (a read there
+    sees what the transaction wrote). A driver's error comes out as SQLAlchemy's own would
+    (every caller, and the CLI's one-line errors, know those), a lost connection discarded."""
+    dbapi_connection = connection.connection.dbapi_connection
+    reader = Reader(dbapi_connection)
+    try:
+        yield reader
+    except reader.errors as exc:
+        dialect = connection.dialect
+        lost = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            reader.statement, None, exc, dialect.loaded_dbapi.Error,
+            connection_invalidated=lost, dialect=dialect,
+        ) from exc  # fmt: skip
+
+
+# -- creating and finding runs --------------------------------------------------------------
+
+
+def create_run(
+    engine: Engine,
+    *,
+    run_id: str,
+    agent: str | None,
+    agent_name: str | None,
+    release: str | None,
+    task: str,
+    budgets: dict[str, Any],
+    clock: Clock = SYSTEM,
+    wake: bool = True,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    not_before: datetime | None = None,
+) -> bool:
+    """Insert a queued run; False (and nothing written) when the id exists already.
+
+    `wake` tells idle workers at once (PostgreSQL NOTIFY): not for a run this process is
+    about to execute itself (`runner run`), which a woken worker would only race it for.
+    """
+    values = new_run(
+        run_id=run_id,
+        agent=agent,
+        agent_name=agent_name,
+        release=release,
+        task=task,
+        budgets=budgets,
+        at=utc_now(clock),
+        queue=queue,
+        priority=priority,
+        not_before=not_before,
+    )
+    try:
+        with engine.begin() as connection:
+            connection.execute(insert(runs).values(**values))
+            if wake:  # delivered when the insert commits, never before
+                backend_for(engine.dialect.name).wake_workers(connection)
+    except IntegrityError:
+        return False
+    return True
+
+
+def insert_runs(engine: Engine, rows: Sequence[dict[str, Any]], *, wake: bool = True) -> None:
+    """Insert queued runs (rows of `new_run`) in ONE transaction: all of them, or none
+    (IntegrityError when an id exists). SQLAlchemy sends them as multi-row INSERTs."""
+    if not rows:
+        return
+    with engine.begin() as connection:
+        connection.execute(insert(runs), list(rows))
+        if wake:
+            backend_for(engine.dialect.name).wake_workers(connection)
+
+
+def refresh_statistics(engine: Engine) -> None:
+    """After a bulk insert: statistics the planner reads the claim index by (PostgreSQL)."""
+    with engine.begin() as connection:
+        backend_for(engine.dialect.name).refresh_statistics(connection)
+
+
+def existing_runs(engine: Engine, run_ids: Sequence[str]) -> dict[str, RunRow]:
+    """The runs among `run_ids` that exist, by id."""
+    found: dict[str, RunRow] = {}
+    with reading(engine) as connection:
+        for at in range(0, len(run_ids), 500):
+            chunk = list(run_ids[at : at + 500])
+            for row in connection.execute(select(runs).where(runs.c.id.in_(chunk))):
+                found[row.id] = RunRow.of(row)
+    return found
+
+
+def new_run(
+    *,
+    run_id: str,
+    agent: str | None,
+    agent_name: str | None,
+    release: str | None,
+    task: str,
+    budgets: dict[str, Any],
+    at: datetime,
+    parent_run_id: str | None = None,
+    parent_step: int | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    not_before: datetime | None = None,
+) -> dict[str, Any]:
+    """The row of a run just submitted (queued, nothing spent)."""
+    return {
+        "id": run_id,
+        "agent": agent,
+        "agent_name": agent_name,
+        "release": release,
+        "task": task,
+        "budgets": budgets,
+        "status": RunStatus.QUEUED,
+        "wrapped_up": False,
+        "steps": 0,
+        "tokens": 0,
+        "cost": 0.0,
+        "resumes": 0,
+        "stalled_resumes": 0,
+        "progress_seq": 0,
+        "cancel_requested": False,
+        "lease_epoch": 0,
+        "created_at": at,
+        "updated_at": at,
+        "parent_run_id": parent_run_id,
+        "parent_step": parent_step,
+        "queue": queue,
+        "priority": priority,
+        "not_before": not_before,
+    }
+
+
+def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+    """`column LIKE 'prefix%'`, with the prefix's own % and _ taken literally (and fast: an
+    index on the column serves it, where a function of the column would not)."""
+    return column.like(reads.like_prefix(prefix), escape="\\")
+
+
+def get_run(engine: Engine, run_id: str) -> RunRow:
+    with plain_reading(engine) as reader:
+        return reads.get_run(reader, run_id)
+
+
+def find_run(engine: Engine, prefix: str) -> RunRow:
+    """The run whose id is `prefix`, or the only one whose id starts with it."""
+    with plain_reading(engine) as reader:
+        return reads.find_run(reader, prefix)
+
+
+def load_entries(
+    engine: Engine, run_id: str, kinds: Sequence[EntryKind] = ()
+) -> list[tuple[Entry, int]]:
+    """A run's journal in order (only the entries of `kinds`, if given), each entry with the
+    lease epoch that wrote it."""
+    with plain_reading(engine) as reader:
+        return reads.load_entries(reader, run_id, kinds)
+
+
+def last_entries(engine: Engine, run_ids: Sequence[str]) -> dict[str, tuple[Counters, datetime]]:
+    """The counters after each run's last journal entry, and when it was written: the
+    counters so far of an unfinished run (its row holds them only once it finishes)."""
+    if not run_ids:
+        return {}
+    with plain_reading(engine) as reader:
+        return reads.last_entries(reader, run_ids)
+
+
+def lock_run(connection: Connection, run_id: str) -> Row[Any] | None:
+    """The run's row, locked until the transaction ends (SQLite's BEGIN IMMEDIATE already
+    holds the whole file; its compiler drops FOR UPDATE)."""
+    return connection.execute(select(runs).where(runs.c.id == run_id).with_for_update()).first()
+
+
+def stopped_values(
+    connection: Connection, run_id: str, reason: StopReason, at: datetime
+) -> dict[str, Any]:
+    """The values that finish a run nobody is executing, with its journal's last counters."""
+    last = connection.execute(
+        select(entries.c.steps, entries.c.tokens, entries.c.cost)
+        .where(entries.c.run_id == run_id)
+        .order_by(entries.c.seq.desc())
+        .limit(1)
+    ).first()
+    steps, tokens, cost = last if last is not None else (0, 0, 0.0)
+    return {
+        "status": RunStatus.FINISHED,
+        "stop_reason": reason,
+        "steps": steps,
+        "tokens": tokens,
+        "cost": cost,
+        "finished_at": at,
+    }
+
+
+def request_cancel(engine: Engine, run_id: str, clock: Clock = SYSTEM) -> RunRow:
+    """Ask a run to stop: at its next step while a live worker holds it, else at once (a
+    queued or waiting run, or one whose worker died)."""
+    at = utc_now(clock)
+    with engine.begin() as connection:
+        row = lock_run(connection, run_id)
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id}")
+        run = RunRow.of(row)
+        if run.status is RunStatus.FINISHED:
+            return run
+        values: dict[str, Any] = {"cancel_requested": True, "updated_at": at}
+        if not run.lease_is_live(at):
+            # Queued, or its worker died: nobody will reach a next step to stop before. A
+            # new epoch fences out a worker that only seemed dead (say, a paused machine).
+            # A waiting run too: it holds no lease, and an answer that comes later finds it
+            # finished and is refused.
+            values.update(
+                stopped_values(connection, run.id, StopReason.CANCELLED, at),
+                lease_owner=None,
+                lease_expires_at=None,
+                lease_epoch=run.lease_epoch + 1,
+                waiting_since=None,
+                wait_expires_at=None,
+            )
+        connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
+        return RunRow.of(connection.execute(select(runs).where(runs.c.id == run.id)).one())
+
+
+# -- reading history ------------------------------------------------------------------------
+
+
+def list_runs(
+    engine: Engine,
+    *,
+    status: RunStatus | None = None,
+    stop_reason: StopReason | None = None,
+    release: str | None = None,
+    limit: int = 20,
+    lease_expired_at: datetime | None = None,
+    lease_live_at: datetime | None = None,
+    owner_prefix: str | None = None,
+) -> Sequence[RunRow]:
+    """Runs, newest first (runner.reads.list_runs, which says what the filters do)."""
+    with plain_reading(engine) as reader:
+        return reads.list_runs(
+            reader, status=status, stop_reason=stop_reason, release=release, limit=limit,
+            lease_expired_at=lease_expired_at, lease_live_at=lease_live_at,
+            owner_prefix=owner_prefix,
+        )  # fmt: skip

@@ -1,0 +1,217 @@
+"""The schema, declared once: Alembic's target metadata and the store's tables.
+
+The schema is a public interface (users query it with plain SQL), so columns are named
+plainly and every status value is explained here and in the README.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+
+from runner.defaults import DEFAULT_QUEUE as DEFAULT_QUEUE
+from runner.store.reads import SCHEMA_REVISION as SCHEMA_REVISION
+
+metadata = MetaData()
+
+# The Alembic revision these tables are (declared in runner.reads, which checks it without
+# SQLAlchemy) and the queue of a run submitted without one: re-exported from here.
+
+# Plain JSON, not JSONB, on PostgreSQL: it keeps the text exactly as written, so arguments
+# come back as the tool first got them (JSONB rewrites 1.5e17 as an integer and refuses
+# a NUL). none_as_null: a Python None is SQL NULL, not the JSON value `null`.
+Json = JSON(none_as_null=True)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp with time zone, always given back aware and in UTC.
+
+    SQLite keeps no zone (it hands back naive values, written in UTC); PostgreSQL's
+    timestamptz comes back in the session's zone. Both become UTC here, once.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"a naive datetime cannot be stored as UTC: {value!r}")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+Timestamp = UtcDateTime()
+
+# Steps and tokens: 64-bit on both (SQLite's INTEGER already is; revision 0003 widened them
+# on PostgreSQL). The store saturates them at COUNTER_MAX, so no sum overflows a column.
+Counter = BigInteger().with_variant(Integer(), "sqlite")
+COUNTER_MAX = 2**63 - 1
+
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(32), primary_key=True, comment="short, time-sortable run id"),
+    Column("agent", Text, nullable=True, comment="agent reference (module:attr, path.py:attr)"),
+    Column("agent_name", String(200), nullable=True, comment="the Agent's name"),
+    Column("release", String(200), nullable=True, comment="the Agent's release label"),
+    Column("task", Text, nullable=False),
+    Column("budgets", Json, nullable=False, comment="the run's budgets, as JSON"),
+    Column("status", String(16), nullable=False, comment="queued, running, waiting or finished"),
+    Column("stop_reason", String(32), nullable=True, comment="why a finished run stopped"),
+    Column("output", Text, nullable=True, comment="the answer (JSON text if output_format=json)"),
+    Column("output_format", String(8), nullable=True, comment="text or json"),
+    Column("error", Text, nullable=True, comment="the model's error on model_error, etc."),
+    Column("wrapped_up", Boolean, nullable=False, default=False),
+    Column("steps", Counter, nullable=False, default=0, comment="steps taken (final value)"),
+    Column("tokens", Counter, nullable=False, default=0, comment="tokens spent (final value)"),
+    Column("cost", Float, nullable=False, default=0.0, comment="cost spent (final value)"),
+    Column("resumes", Integer, nullable=False, default=0, comment="takeovers after a crash"),
+    Column("stalled_resumes", Integer, nullable=False, default=0, comment="in a row, no progress"),
+    Column("progress_seq", Integer, nullable=False, default=0, comment="entries at last claim"),
+    Column("deadline", Timestamp, nullable=True, comment="wall-clock limit"),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("lease_owner", String(200), nullable=True, comment="host:pid:start of the worker"),
+    Column("lease_epoch", Integer, nullable=False, default=0, comment="fencing token"),
+    Column("lease_expires_at", Timestamp, nullable=True),
+    Column("leased_at", Timestamp, nullable=True, comment="when the owner took it"),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    Column("finished_at", Timestamp, nullable=True),
+    # Revision 0005 (operating runs): when the holder was last heard from (its claim or
+    # heartbeat: never the per-step write), and where a fork came from.
+    Column("last_seen_at", Timestamp, nullable=True, comment="holder's last claim or heartbeat"),
+    Column("parent_run_id", String(32), nullable=True, comment="the run this was forked from"),
+    Column("parent_step", Integer, nullable=True, comment="steps copied from the parent"),
+    # A waiting run (migration 0006): since when, and when approval_timeout denies its call.
+    Column("waiting_since", Timestamp, nullable=True, comment="when the run began to wait"),
+    Column("wait_expires_at", Timestamp, nullable=True, comment="when its wait times out"),
+    # Queues (revision 0008): last, as ALTER TABLE adds them. Server defaults, so rows
+    # written before the revision (and INSERTs by hand) land in the default queue.
+    Column(
+        "queue",
+        String(64),
+        nullable=False,
+        server_default=DEFAULT_QUEUE,
+        comment="the queue a worker claims it from (--queue)",
+    ),
+    Column(
+        "priority",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="higher is claimed first within the queues a worker serves",
+    ),
+    Column("not_before", Timestamp, nullable=True, comment="a delayed run: no claim before this"),
+    Index("ix_runs_status_lease", "status", "lease_expires_at"),
+    # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
+    Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),
+    Index("ix_runs_created_at", "created_at"),
+    # For the history (migration 0002): `runner list --release/--stop-reason` read the newest
+    # rows of one value, not the whole table, and `runner prune` takes each batch of old
+    # finished runs without a sort. Few on purpose: on PostgreSQL every step's UPDATE of
+    # the lease writes to each index of runs.
+    Index("ix_runs_release_created_at", "release", "created_at"),
+    Index("ix_runs_stop_reason_created_at", "stop_reason", "created_at"),
+    Index("ix_runs_status_finished_at", "status", "finished_at"),
+    comment="one row per run",
+)
+
+# Claims (revision 0008): the queued runs of the queue a worker serves (or of any queue),
+# highest priority first, then oldest (the id breaks ties), read in index order and stopped
+# at the first: the key is the claim's ORDER BY whole, or PostgreSQL sorts every queued run.
+# With not_before (and queue) after it, a claim passes delayed runs by the index alone.
+Index(
+    "ix_runs_claim",
+    runs.c.status,
+    runs.c.queue,
+    runs.c.priority.desc(),
+    runs.c.created_at,
+    runs.c.id,
+    runs.c.not_before,
+)
+Index(
+    "ix_runs_claim_any_queue",
+    runs.c.status,
+    runs.c.priority.desc(),
+    runs.c.created_at,
+    runs.c.id,
+    runs.c.queue,
+    runs.c.not_before,
+)
+
+entries = Table(
+    "entries",
+    metadata,
+    Column("run_id", String(32), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False, comment="0, 1, 2, ..."),
+    Column("step", Integer, nullable=False),
+    Column("kind", String(16), nullable=False, comment="task/action/observation/final/wait/..."),
+    Column("role", String(16), nullable=True, comment="user/assistant/tool; NULL if not shown"),
+    Column("content", Text, nullable=True),
+    Column("content_format", String(8), nullable=False, default="text", comment="text or json"),
+    Column("action_type", String(8), nullable=True, comment="final, tool or invalid"),
+    Column("tool", String(200), nullable=True),
+    Column("args", Json, nullable=True),
+    Column("is_error", Boolean, nullable=False, default=False),
+    Column("error", Text, nullable=True, comment="why a model output was invalid"),
+    Column("idempotency_key", String(80), nullable=True),
+    Column("attempt", Integer, nullable=False, default=1),
+    Column("usage_tokens", Counter, nullable=False, default=0, comment="this model call's"),
+    Column("usage_cost", Float, nullable=False, default=0.0, comment="this model call's"),
+    Column("steps", Counter, nullable=False, comment="the run's steps after this entry"),
+    Column("tokens", Counter, nullable=False, comment="the run's tokens after this entry"),
+    Column("cost", Float, nullable=False, comment="the run's cost after this entry"),
+    Column("error_streak", Integer, nullable=False, comment="failed steps in a row"),
+    Column("lease_epoch", Integer, nullable=False, comment="the lease that wrote this entry"),
+    Column("created_at", Timestamp, nullable=False),
+    # People in the loop (migration 0006).
+    Column("waits_for", String(16), nullable=True, comment="on a wait: approval or reply"),
+    Column("answer", String(16), nullable=True, comment="approved/denied/replied/timed_out"),
+    Column("answered_by", String(200), nullable=True, comment="on an answer: who gave it"),
+    # Revision 0007. Last, as ALTER TABLE adds it: `SELECT *` shows the same on every database.
+    Column("call_id", String(200), nullable=True, comment="the provider's id of a tool call"),
+    comment="the journal: one row per transcript entry, append-only",
+)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", String(64), primary_key=True, comment="the queue's name, as runs.queue"),
+    Column(
+        "max_running",
+        Integer,
+        nullable=True,
+        comment="most runs of the queue running at once, across all workers; NULL: no limit",
+    ),
+    Column("updated_at", Timestamp, nullable=False, comment="when the limit was last set"),
+    comment="limits of queues; a queue with no row here has no limit",
+)
+# The entries table's columns in order: how a journal row's values are laid out.
+ENTRY_COLUMNS = [column.name for column in entries.columns]

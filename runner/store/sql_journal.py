@@ -1,0 +1,271 @@
+"""The durable journal: the loop's writes as fenced SQL transactions, and its lease.
+
+A run holds a database connection only while it writes, so a worker's runs waiting for their
+models hold none (a thousand of them share a handful): on PostgreSQL each write checks one
+out of the engine's pool and gives it back at its commit; on SQLite, where a process's
+writes take turns anyway, a runner's share the one connection it keeps for writing
+(`pooling.Writer`). The calls of a step of several record their
+observations from their own threads as they end: a run's writes take its lock, one at a
+time. The lease is renewed by the runner's one heartbeat (runner.heartbeat), beside every
+other lease the process holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+
+from runner.core.backoff import Backoff
+from runner.core.budgets import StopReason
+from runner.core.clock import SYSTEM, Clock
+from runner.core.faults import fault
+from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.errors import EntryRefused, LeaseLost, describe
+from runner.store import fencing, leases, pooling
+from runner.store import runs as store
+from runner.store.backend import backend_for
+from runner.store.failures import refused, transient
+from runner.store.heartbeat import Heartbeat
+
+# Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
+# own thread for the outcomes of a step of several calls.
+Observer = Callable[[str, Entry], None]
+
+# A write that failed on a lost connection is tried again after these waits (doubling).
+WRITE_RETRY_FIRST = 0.05
+WRITE_RETRY_CAP = 2.0
+
+
+class SqlJournal:
+    """One run's journal while this worker holds its lease (epoch)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        claim: leases.Claim,
+        *,
+        lease_seconds: float,
+        observer: Observer | None = None,
+        clock: Clock = SYSTEM,
+        heartbeat_seconds: float | None = None,
+        heartbeat: Heartbeat | None = None,
+        writer: pooling.Writer | None = None,
+    ) -> None:
+        self.engine = engine
+        # The runner's writer, shared by all its journals; else one of this journal's own
+        # that keeps no connection between writes.
+        self.writer = writer or pooling.Writer(engine, keep=False)
+        self.clock = clock
+        # The runner's heartbeat, shared by all its leases; else one of this journal's own
+        # (real seconds between beats: a third of the lease unless a test wants it faster).
+        self._own_heartbeat = heartbeat is None
+        self.heartbeat = heartbeat or Heartbeat(
+            engine,
+            lease_seconds=lease_seconds,
+            interval=heartbeat_seconds or lease_seconds / 3,
+            clock=clock,
+        )
+        self._run_id = claim.run.id
+        self.epoch = claim.epoch
+        self.lease_seconds = lease_seconds
+        self.observer = observer
+        # A run claimed with nothing recorded (most claims of a busy queue) has nothing to
+        # read: the claim counted its entries in its own transaction.
+        journal = store.load_entries(engine, self._run_id) if claim.next_seq else []
+        self._recorded = [entry for entry, _ in journal]
+        # Per step, the epoch since which its call may have been tried, and by how many
+        # claims already: its action's writer tried it once; after a person's answer (the
+        # last such entry of the step), no process has yet.
+        self._call_epochs: dict[int, tuple[int, int]] = {}
+        for entry, epoch in journal:
+            if entry.kind is EntryKind.ACTION:
+                self._call_epochs[entry.step] = (epoch, 1)
+            elif entry.kind is EntryKind.ANSWER:
+                self._call_epochs[entry.step] = (epoch, 0)
+        # approval_timeout: how long a call of this run may wait for a person.
+        self._parking = fencing.Parking(claim.run.budgets.get("approval_timeout"))
+        self.seq = len(self._recorded)
+        # Every write reports the run's cancel flag: the loop's check before each model call
+        # costs no query of its own.
+        self._cancel = claim.run.cancel_requested
+        self._writing = threading.Lock()
+        self.lost = threading.Event()
+        # When the lease was last surely renewed: a write that failed on a lost connection is
+        # tried again only while the lease lasts.
+        self._renewed_at = clock.time()
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    def recorded(self) -> Sequence[Entry]:
+        return self._recorded
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        self.append_many((entry,), stop)
+
+    def wait(self, entry: Entry) -> bool:
+        with self._writing:
+            self._check_lease()
+            fault("before_wait_commit")
+            # The run is `waiting` once this commits: the lease is gone, so no heartbeat
+            # renews it, and a crash from here on leaves a run that waits, not one to take over.
+            cancelled = self._write((entry,), None, self._parking)
+            self.seq += 1
+            fault("after_wait_commit")
+            if self.observer is not None:
+                self.observer(self._run_id, entry)
+        return not cancelled
+
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        with self._writing:
+            self._check_lease()
+            first = entries[0]
+            name = "final" if first.kind is EntryKind.FINAL else str(first.kind)
+            fault(f"before_{name}_commit")
+            self._cancel = self._write(entries, stop)
+            self.seq += len(entries)
+            # Committed before the tool runs: a crash now leaves a pending call, never a lost
+            # one (for a step of several calls, every call is pending at once).
+            fault(f"after_{name}_commit")
+            if self.observer is not None:
+                for entry in entries:
+                    self.observer(self._run_id, entry)
+
+    def _write(
+        self,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        parking: fencing.Parking | None = None,
+    ) -> bool:
+        """Commit the entries; on a lost connection, try again while the lease lasts.
+
+        A tool's result is worth keeping: dropping it on a short outage would turn a call
+        that ran into OutcomeUnknown. A value the database refuses (not a blip: retrying
+        cannot fix it) ends the run with the reason recorded, instead of leaving it to be
+        taken over, asked the same question, and refused again until crash_loop.
+        """
+        backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP)
+        retried = False
+        while True:
+            try:
+                cancel = self._commit(entries, stop, parking, retried)
+            except (LeaseLost, IntegrityError):
+                raise
+            except Exception as exc:
+                if refused(exc):
+                    self._give_up(entries[0], exc)
+                if not transient(exc) or not self._lease_has(backoff.current * 2 + 1):
+                    raise
+                # The pool has discarded the broken connection: the next try checks out
+                # another (a new one if need be), after a wait outside any lock.
+                self.clock.sleep(backoff.next())
+                retried = True
+                continue
+            if backend_for(self.engine.dialect.name).writes_renew_lease:
+                # The write renewed the lease if a third of it was spent.
+                self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
+            return cancel
+
+    def _commit(
+        self,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        parking: fencing.Parking | None,
+        retried: bool,
+    ) -> bool:
+        """One try, on the connection the writer gives (pooling.Writer)."""
+        with self.writer.turn() as connection:
+            try:
+                return fencing.append_entries(
+                    connection,
+                    self._run_id,
+                    self.epoch,
+                    self.seq,
+                    entries,
+                    stop,
+                    self.lease_seconds,
+                    self.clock,
+                    parking,
+                )
+            except IntegrityError:
+                # A retry of a write whose commit did happen (only its answer was lost): its
+                # entries went in together, so the first one tells.
+                written = fencing.entry_written(connection, self._run_id, self.seq, self.epoch)
+                if not retried or written is None:
+                    raise
+                return written
+
+    def _lease_has(self, seconds: float) -> bool:
+        """Whether the lease surely lasts `seconds` more (with a margin for clock error)."""
+        until = self._renewed_at + self.lease_seconds * 0.9
+        return self.clock.time() + seconds < until
+
+    def _give_up(self, entry: Entry, exc: BaseException) -> NoReturn:
+        what = (
+            "the model's output" if entry.kind is not EntryKind.OBSERVATION else "a tool's result"
+        )
+        error = f"{what} at step {entry.step} could not be journaled: {describe(exc)}"
+        # On a connection of its own: the refused statement's may be unusable.
+        with pooling.writing(self.engine), self.engine.connect() as connection:
+            fencing.finish_run(
+                connection,
+                self._run_id,
+                self.epoch,
+                Stop(StopReason.MODEL_ERROR, error=error),
+                entry.counters,
+                self.clock,
+            )
+        raise EntryRefused(f"run {self._run_id} stopped: {error}") from None
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        with self._writing:
+            self._check_lease()
+            with self.writer.turn() as connection:
+                fencing.finish_run(connection, self._run_id, self.epoch, stop, counters, self.clock)
+
+    def cancel_requested(self) -> bool:
+        self._check_lease()
+        return self._cancel
+
+    def attempt(self, action: Entry) -> int:
+        # Every claim bumps the epoch; each claim since the action was written is one more
+        # attempt at its tool call (the first was made by the worker that wrote it). After a
+        # person's answer, counted from the answer: the first claim since makes attempt 1.
+        since, tried = self._call_epochs.get(action.step, (self.epoch, 1))
+        if tried == 0:
+            return max(1, self.epoch - since)
+        return max(2, self.epoch - since + tried)
+
+    def _check_lease(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLost(f"run {self._run_id} was taken over by another worker")
+
+    # -- the lease ------------------------------------------------------------------------
+
+    def __enter__(self) -> SqlJournal:
+        self.heartbeat.hold(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.heartbeat.drop(self)
+        if self._own_heartbeat:
+            self.heartbeat.close()
+
+    def renewed(self, started: float) -> None:
+        """Told by the heartbeat: a beat that started at `started` renewed the lease."""
+        self._renewed_at = max(self._renewed_at, started)
+
+    def taken_over(self) -> None:
+        """Told by the heartbeat: another worker holds the run; the next write refuses."""
+        self.lost.set()
+
+    def beat(self) -> bool:
+        """Renew the lease once, now; False (and the journal marked lost) once another worker
+        took the run. A database error keeps the lease as it was: it has slack for a blip."""
+        self.heartbeat.beat([self])
+        return not self.lost.is_set()

@@ -1,0 +1,103 @@
+"""Waking idle workers when a run is queued: PostgreSQL's LISTEN/NOTIFY, on a thread.
+
+`runner submit`, an answer and a worker giving a run back NOTIFY in their own transaction
+(`Backend.wake_workers`); a `Wakeup` thread LISTENs on a dedicated connection and sets an
+event, which an idle worker waits on beside its poll interval. So a queued run starts in
+milliseconds while the worker still polls rarely. The connection is reopened after any
+error, and a worker loses nothing meanwhile: its polling finds whatever it did not hear of.
+On SQLite there is nothing to listen to: `Wakeup.start` starts no thread and workers poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+
+from sqlalchemy import Engine
+
+from runner.core.backoff import Backoff
+from runner.errors import first_line
+from runner.store.backend import Listening, backend_for
+
+# Between two waits for a notification, the thread looks whether it was asked to stop.
+LISTEN_SLICE = 0.25
+# Reconnecting after an error: doubling waits, capped.
+RECONNECT_FIRST = 0.1
+RECONNECT_CAP = 10.0
+
+
+class Wakeup:
+    """Sets `event` each time a run is announced as queued, while started."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        event: threading.Event,
+        *,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.event = event
+        self.log = log or (lambda line: None)
+        self.backend = backend_for(engine.dialect.name)
+        # Set while the thread holds a LISTEN connection; how many it opened (for tests).
+        self.listening = threading.Event()
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> bool:
+        """Start listening; False (and no thread) where the database cannot notify."""
+        if not self.backend.notifies:
+            return False
+        self._thread = threading.Thread(target=self._run, name="runner-wakeup", daemon=True)
+        self._thread.start()
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> Wakeup:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        backoff = Backoff(RECONNECT_FIRST, RECONNECT_CAP)
+        while not self._stop.is_set():
+            try:
+                listening = self.backend.listen(self.engine)
+            except Exception as exc:
+                delay = backoff.next()
+                self.log(f"cannot listen for new runs, retrying in {delay:g}s: {first_line(exc)}")
+                self._stop.wait(delay)
+                continue
+            if listening is None:
+                return
+            self.connections += 1
+            # Runs announced while nobody listened (before the first LISTEN, or during an
+            # outage): one look at the queue finds them.
+            self.event.set()
+            self.listening.set()
+            try:
+                while not self._stop.is_set():
+                    if listening.wait(LISTEN_SLICE):
+                        self.event.set()
+                    backoff.reset()
+            except Exception as exc:
+                self._close(listening)
+                delay = backoff.next()
+                self.log(f"stopped listening for new runs, again in {delay:g}s: {first_line(exc)}")
+                self._stop.wait(delay)
+            finally:
+                self._close(listening)
+
+    def _close(self, listening: Listening) -> None:
+        self.listening.clear()
+        with contextlib.suppress(Exception):  # a broken connection may fail to close
+            listening.close()

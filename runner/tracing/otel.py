@@ -1,0 +1,267 @@
+"""OpenTelemetry traces of runs, named and attributed by the GenAI semantic conventions.
+
+Every run is one trace. Its trace id is derived from the run id (a hash), so the process
+that resumes a run after a crash, on any machine, continues the trace the first process
+began, with nothing stored. Each process's work on the run is an `invoke_agent` span whose
+parent is the run's root: a span id derived the same way, which no process ever ends or
+exports (a run has no single process to own it). Under it:
+
+- `step N`: one per step that did work here (a step replayed whole from the journal after
+  a crash makes no span: its spans are in the first process's part of the trace);
+- `chat MODEL`: each model call, retries included (`gen_ai.operation.name = "chat"`, the
+  model and provider where the model says them, `gen_ai.usage.input_tokens`/
+  `output_tokens` when its usage gives them, `runner.usage.tokens` and `.cost` always);
+- `execute_tool NAME`: each tool invocation (`gen_ai.tool.name`, `gen_ai.tool.call.id` =
+  the idempotency key, `runner.attempt`).
+
+Every span carries `runner.run_id`; the step, model and tool spans `runner.step`; tool
+spans `runner.idempotency_key`. Only names, counts and ids are recorded, never prompts,
+arguments or results. This module is imported only when `opentelemetry` is installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    TracerProvider,
+)
+
+from runner.core.result import AgentResult
+from runner.errors import RunPaused
+
+SCOPE = "runner"
+
+
+def enabled(tracer_provider: Any = None) -> bool:
+    """Whether spans would be recorded: a provider is given, or one is set globally."""
+    provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def run_context(run_id: str) -> SpanContext:
+    """The run's root span context: its trace id and span id, derived from the run id."""
+    digest = hashlib.sha256(f"runner run {run_id}".encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1  # all zeros would be invalid
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    # Sampled: every process's part of the run is kept or dropped together.
+    return SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+    )
+
+
+@contextmanager
+def trace_run(
+    run_id: str,
+    *,
+    model: object,
+    agent_name: str | None = None,
+    release: str | None = None,
+    resumes: int = 0,
+    tracer_provider: TracerProvider | None = None,
+) -> Iterator[RunTrace]:
+    """This process's `invoke_agent` span of the run; the loop's spans go under it."""
+    tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+    root = trace.set_span_in_context(NonRecordingSpan(run_context(run_id)), Context())
+    # Whoever started the run (a request handler, a batch job) is linked, not the parent:
+    # a run outlives its caller, and its trace is the run's own.
+    caller = trace.get_current_span().get_span_context()
+    links = [Link(caller)] if caller.is_valid else []
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.conversation.id": run_id,
+        "runner.run_id": run_id,
+        "runner.resumes": resumes,
+    }
+    if agent_name:
+        attributes["gen_ai.agent.name"] = agent_name
+    if release:
+        attributes["runner.release"] = release
+    name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
+    span = tracer.start_span(name, root, SpanKind.INTERNAL, attributes, links)
+    try:
+        yield RunTrace(tracer, trace.set_span_in_context(span, root), run_id, model)
+    except RunPaused:
+        span.set_attribute("runner.paused", True)  # a graceful stop, not a failure
+    except BaseException as exc:
+        span.record_exception(exc)
+        span.set_attribute("error.type", type(exc).__qualname__)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        span.end()
+
+
+class RunTrace:
+    """The spans of one run in this process (see the module docstring)."""
+
+    def __init__(self, tracer: Tracer, context: Context, run_id: str, model: object) -> None:
+        self.tracer = tracer
+        self.context = context
+        self.run_id = run_id
+        self.agent_span = trace.get_current_span(context)
+        name = getattr(model, "model", None)
+        provider = getattr(model, "provider", None)
+        self.model = name if isinstance(name, str) and name else None
+        self.provider = provider if isinstance(provider, str) and provider else None
+        self._step: _Step | None = None
+
+    # -- the loop's side (runner.spans.Spans) ---------------------------------------------
+
+    @contextmanager
+    def step(self, step: int) -> Iterator[object]:
+        # Opened lazily, by the step's first model or tool call: a step replayed whole from
+        # the journal does no work here and makes no span.
+        current = self._step = _Step(step, time.time_ns())
+        try:
+            yield current
+        except BaseException as exc:
+            if current.span is not None:
+                current.span.record_exception(exc)
+                current.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            if current.span is not None:
+                current.span.end()
+            self._step = None
+
+    def model_call(self, step: int) -> AbstractContextManager[_ModelCall]:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "runner.run_id": self.run_id,
+            "runner.step": step,
+        }
+        if self.model:
+            attributes["gen_ai.request.model"] = self.model
+        if self.provider:
+            attributes["gen_ai.provider.name"] = self.provider
+        name = f"chat {self.model}" if self.model else "chat"
+        return self._span(name, step, SpanKind.CLIENT, attributes, _ModelCall)
+
+    def tool_call(
+        self, step: int, tool: str, key: str, attempt: int
+    ) -> AbstractContextManager[object]:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.type": "function",
+            "gen_ai.tool.call.id": key,
+            "runner.run_id": self.run_id,
+            "runner.step": step,
+            "runner.idempotency_key": key,
+            "runner.attempt": attempt,
+        }
+        return self._span(f"execute_tool {tool}", step, SpanKind.INTERNAL, attributes, _Nothing)
+
+    # -- the run's side -------------------------------------------------------------------
+
+    def finished(self, result: AgentResult) -> None:
+        span = self.agent_span
+        span.set_attribute("runner.stop_reason", str(result.stop_reason))
+        span.set_attribute("runner.steps", result.steps)
+        span.set_attribute("runner.tokens", result.tokens)
+        span.set_attribute("runner.cost", result.cost)
+
+    # -- spans ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _span(
+        self,
+        name: str,
+        step: int,
+        kind: SpanKind,
+        attributes: Mapping[str, Any],
+        handle: type[_Handle],
+    ) -> Iterator[Any]:
+        with self.tracer.start_as_current_span(name, self._parent(), kind, attributes) as span:
+            try:
+                yield handle(span)
+            except BaseException as exc:
+                span.set_attribute("error.type", type(exc).__qualname__)
+                raise
+
+    def _parent(self) -> Context:
+        current = self._step
+        if current is None:
+            return self.context  # a call outside any step (never, today): under the run
+        if current.span is None:
+            current.span = self.tracer.start_span(
+                f"step {current.number}",
+                self.context,
+                SpanKind.INTERNAL,
+                {"runner.run_id": self.run_id, "runner.step": current.number},
+                start_time=current.started_ns,
+            )
+        return trace.set_span_in_context(current.span, self.context)
+
+
+class _Step:
+    def __init__(self, number: int, started_ns: int) -> None:
+        self.number = number
+        self.started_ns = started_ns
+        self.span: trace.Span | None = None
+
+
+class _Handle:
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+
+
+class _Nothing(_Handle):
+    pass
+
+
+class _ModelCall(_Handle):
+    def returned(self, output: Any) -> None:
+        """Token usage from what the model returned, as far as it says (never trusted)."""
+        usage = output.get("usage") if isinstance(output, Mapping) else None
+        for name, value in _usage(usage).items():
+            self.span.set_attribute(name, value)
+
+
+# Attribute integers are 64-bit in every exporter; a model may report any amount.
+_INT_MAX = 2**63 - 1
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        return None
+    try:
+        return min(int(value), _INT_MAX)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _usage(usage: object) -> dict[str, int | float]:
+    found: dict[str, int | float] = {}
+    if isinstance(usage, Mapping):
+        given, taken = _count(usage.get("input_tokens")), _count(usage.get("output_tokens"))
+        if given is not None:
+            found["gen_ai.usage.input_tokens"] = given
+        if taken is not None:
+            found["gen_ai.usage.output_tokens"] = taken
+        total = _count(usage.get("tokens"))
+        if total is None and given is not None and taken is not None:
+            total = min(given + taken, _INT_MAX)
+        cost = usage.get("cost")
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+            found["runner.usage.cost"] = float(cost)
+    else:
+        total = _count(usage)
+    if total is not None:
+        found["runner.usage.tokens"] = total
+    return found

@@ -1,0 +1,208 @@
+"""The layer contract: each package of runner imports only the packages its `__init__.py`
+says it may, checked on the real import graph (imports inside functions and under
+`if TYPE_CHECKING:` count too). Nothing is imported to check it: the files are parsed."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import runner
+
+PACKAGE = Path(runner.__file__).parent
+
+# Modules any layer may import: they import nothing of runner themselves.
+SHARED = frozenset({"runner.errors", "runner.defaults", "runner.lazy"})
+
+# Top-level modules that are not layers, and what each may import.
+ENTRY_POINTS = {
+    "runner": None,  # the public surface: it hands on names from every layer
+    "runner.__main__": frozenset({"runner.cli"}),
+    "runner.context": frozenset({"runner.core"}),  # the README's import path, kept
+}
+
+_MAY_IMPORT = re.compile(r"It may import:(.*?)(?:\n\n|\Z)", re.S)
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """One import that the contract forbids."""
+
+    importer: str
+    imported: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.importer} imports {self.imported} (line {self.line})"
+
+
+def module_name(root: Path, path: Path, package: str) -> str:
+    parts = [package, *path.relative_to(root).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def every_import(path: Path, name: str, known: set[str]) -> list[tuple[str, int]]:
+    """Every module of the package that `path` imports anywhere: at module level, inside a
+    function (a lazy import), or for the type checker alone."""
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            # `from pkg import sub` imports the submodule; `from pkg import name`, pkg.
+            targets = [
+                f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source
+                for alias in node.names
+            ]
+        else:
+            continue
+        found += [(target, node.lineno) for target in targets if target in known]
+    return found
+
+
+def layer_of(name: str, layers: set[str]) -> str:
+    """The layer a module belongs to: its package under runner, or itself at the top."""
+    parts = name.split(".")
+    package = ".".join(parts[:2])
+    return package if package in layers else name
+
+
+def declared(root: Path, package: str) -> dict[str, frozenset[str]]:
+    """What each package under the root says, in its docstring, that it may import."""
+    rules = {}
+    for init in sorted(root.glob("*/__init__.py")):
+        layer = f"{package}.{init.parent.name}"
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        said = _MAY_IMPORT.search(doc)
+        assert said, f"{layer}/__init__.py does not say what it may import ('It may import:')"
+        # The docstrings name runner's packages; a test tree under another name reads the same.
+        named = {n.replace("runner", package, 1) for n in re.findall(r"`([\w.]+)`", said.group(1))}
+        rules[layer] = frozenset(named - {n.replace("runner", package, 1) for n in SHARED})
+    return rules
+
+
+def crossings(root: Path, package: str) -> list[Crossing]:
+    """Every import in the tree at `root` that climbs out of what its layer may import."""
+    files = {module_name(root, path, package): path for path in sorted(root.rglob("*.py"))}
+    known = set(files)
+    rules = declared(root, package)
+    shared = {name.replace("runner", package, 1) for name in SHARED}
+    entry = {name.replace("runner", package, 1): allowed for name, allowed in ENTRY_POINTS.items()}
+    found = []
+    for name, path in files.items():
+        here = layer_of(name, set(rules))
+        for target, line in every_import(path, name, known):
+            there = layer_of(target, set(rules))
+            if there == here or target == package:
+                continue
+            if here in shared:
+                allowed: frozenset[str] | None = frozenset()  # a leaf imports nothing of runner
+            elif here in rules:
+                allowed = rules[here] | shared
+            elif here in entry:
+                allowed = entry[here]
+                if allowed is None:
+                    continue
+                allowed |= shared
+            else:
+                allowed = frozenset()  # a module outside every layer: it has no place yet
+            if there not in allowed:
+                found.append(Crossing(name, target, line))
+    return found
+
+
+def test_no_import_climbs_out_of_its_layer() -> None:
+    assert crossings(PACKAGE, "runner") == []
+
+
+def test_every_top_level_module_is_a_shared_leaf_or_an_entry_point() -> None:
+    flat = {f"runner.{path.stem}" for path in PACKAGE.glob("*.py")} - {"runner.__init__"}
+    assert flat <= SHARED | set(ENTRY_POINTS), sorted(flat - SHARED - set(ENTRY_POINTS))
+
+
+def test_the_declared_layers_form_no_circle() -> None:
+    rules = declared(PACKAGE, "runner")
+    assert set(rules) >= {
+        "runner.core",
+        "runner.store",
+        "runner.service",
+        "runner.history",
+        "runner.models",
+        "runner.tracing",
+        "runner.cli",
+        "runner.ui",
+    }
+    done: set[str] = set()
+
+    def below(layer: str, path: tuple[str, ...]) -> None:
+        assert layer not in path, f"the declared layers go round: {' -> '.join((*path, layer))}"
+        for lower in rules.get(layer, frozenset()):
+            below(lower, (*path, layer))
+        done.add(layer)
+
+    for layer in rules:
+        below(layer, ())
+    assert rules["runner.core"] == frozenset()  # the step machine stands on nothing
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+LAYERED = {
+    "__init__.py": "",
+    "errors.py": "",
+    "core/__init__.py": '"""Core.\n\nIt may import: only the shared leaves."""\n',
+    "core/loop.py": "from pkg import errors\n",
+    "store/__init__.py": '"""Store.\n\nIt may import: `runner.core`."""\n',
+    "store/runs.py": "from pkg.core import loop\n",
+}
+
+
+def test_the_contract_fails_on_an_import_that_climbs_even_a_lazy_one(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    _tree(root, LAYERED)
+    assert crossings(root, "pkg") == []
+    (root / "core" / "spans.py").write_text(
+        "def trace():\n    from pkg.store import runs\n    return runs\n"
+    )
+    assert [str(c) for c in crossings(root, "pkg")] == [
+        "pkg.core.spans imports pkg.store.runs (line 2)"
+    ]
+
+
+def test_the_contract_fails_on_a_type_only_import_and_on_a_module_outside_the_layers(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "pkg"
+    _tree(root, LAYERED)
+    (root / "core" / "result.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.store.runs import Row\n"
+    )
+    (root / "stray.py").write_text("from pkg.core import loop\n")
+    assert sorted(str(c) for c in crossings(root, "pkg")) == [
+        "pkg.core.result imports pkg.store.runs (line 3)",
+        "pkg.stray imports pkg.core.loop (line 1)",
+    ]
+
+
+def test_a_shared_leaf_that_imports_a_layer_breaks_the_contract(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    _tree(root, {**LAYERED, "errors.py": "from pkg.core import loop\n"})
+    assert [str(c) for c in crossings(root, "pkg")] == [
+        "pkg.errors imports pkg.core.loop (line 1)"
+    ]
