@@ -377,7 +377,7 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
             f"  .. {name}: no result yet (running, or a resume will settle it)"
             for name in _unanswered(result.transcript)
         ]
-    meaning = StopReason(row.stop_reason).explained(row.budgets)
+    meaning = StopReason(row.stop_reason).explained(row.budgets, row.error)
     if row.wrapped_up:
         meaning += "; the answer came from the wrap-up call"
     return ["", f"stopped   {row.stop_reason}: {meaning}"]
@@ -507,10 +507,16 @@ def progress(run_id: str, entry: Entry) -> None:
 def stopped(result: AgentResult, seconds: float | None = None) -> None:
     """How the run stopped, on stderr; its answer, if any, on stdout."""
     took = f", {duration(seconds)}" if seconds is not None else ""
+    # Why the model failed is the one thing a person needs next (a missing key, a refused
+    # request): its first line ends the stop line.
+    reason = (result.error or "").strip()
+    why = f": {reason.splitlines()[0]}" if reason else ""
     line(
-        f"stopped: {result.stop_reason} after {plural(result.steps, 'step')}, "
-        f"{plural(result.tokens, 'token')}, {cost_text(result.cost, result.tokens)}{took} "
-        f"(run {result.run_id})",
+        printable(
+            f"stopped: {result.stop_reason} after {plural(result.steps, 'step')}, "
+            f"{plural(result.tokens, 'token')}, {cost_text(result.cost, result.tokens)}{took} "
+            f"(run {result.run_id}){why}"
+        ),
         err=True,
     )
     if result.output is not None:

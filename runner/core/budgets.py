@@ -33,8 +33,14 @@ class StopReason(StrEnum):
         """The budget whose limit this stop names (shown with its value), if any."""
         return _MEANINGS[self][1]
 
-    def explained(self, budgets: Mapping[str, Any]) -> str:
-        """The meaning, with the limit that was reached: `... (max_steps=8)`."""
+    def explained(self, budgets: Mapping[str, Any], error: str | None = None) -> str:
+        """The meaning, with the limit that was reached: `... (max_steps=8)`.
+
+        A `model_error` is worded by its `error`: a failure the loop never retried (a bad
+        key, a context function that raised) does not read as one that outlived retries.
+        """
+        if self is StopReason.MODEL_ERROR:
+            return _model_error_meaning(budgets, error)
         limit = None if self.budget is None else budgets.get(self.budget)
         return self.meaning if limit is None else f"{self.meaning} ({self.budget}={limit})"
 
@@ -57,6 +63,22 @@ _MEANINGS: dict[StopReason, tuple[str, str | None]] = {
         None,
     ),
 }
+
+
+# How the loop's error text begins when it stopped without retrying (ask_model in loop.py):
+# the model raised ModelFatal, or the context function raised (the same transcript would
+# fail the same way again).
+_NEVER_RETRIED = ("ModelFatal:", "context:")
+
+
+def _model_error_meaning(budgets: Mapping[str, Any], error: str | None) -> str:
+    if error is not None and error.startswith(_NEVER_RETRIED):
+        return "the model failed with an error no retry can fix (not retried)"
+    retries = budgets.get("model_retries")
+    if retries == 0:
+        return "the model failed, and no retry was allowed (model_retries=0)"
+    meaning = _MEANINGS[StopReason.MODEL_ERROR][0]
+    return meaning if retries is None else f"{meaning} (model_retries={retries})"
 
 
 # The budgets a wrap-up call may soften: the run is out of room, not misbehaving.

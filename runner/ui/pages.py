@@ -121,7 +121,9 @@ def run(request: Request) -> Response:
     now = datetime.now(UTC)
     totals = counters[-1] if counters else None
     waiting = state.waiting_for(row.id) if row.status is RunStatus.WAITING else None
-    meaning = StopReason(row.stop_reason).explained(row.budgets) if row.stop_reason else ""
+    meaning = (
+        StopReason(row.stop_reason).explained(row.budgets, row.error) if row.stop_reason else ""
+    )
     return state.render(
         request,
         "run.html",
