@@ -360,7 +360,7 @@ def replay(
 
     The recorded model outputs and tool results are fed to the agent again; the first step
     where it would now act differently is reported. Exit code 0 when it agrees to the end,
-    4 when it differs, 1 on errors.
+    5 when it differs, 1 on errors.
     """
     with _runner(url) as runner:
         report = runner.replay(run_id, agent=agent, agent_budgets=agent_budgets)

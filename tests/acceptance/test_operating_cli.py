@@ -249,7 +249,7 @@ def test_a_module_reference_from_the_folder_that_holds_it(db_url: str, ledger: P
     assert "no module named 'my_agent'" in elsewhere.stderr
 
 
-def test_replay_exits_0_when_the_agent_agrees_and_4_when_it_differs(
+def test_replay_exits_0_when_the_agent_agrees_and_5_when_it_differs(
     db_url: str, ledger: Path
 ) -> None:
     assert cli("run", agent_ref("ledgered"), "prod", "--id", "prod", db_url=db_url,
