@@ -1,6 +1,12 @@
 """What `runner list` and `runner show` show: read over a connection opened without
-SQLAlchemy (runner.direct) where one opens, else through a `Runner`, with the same reads
-(runner.listing) either way.
+SQLAlchemy (runner.store.plain_connection) where one opens, else through a `Runner`, with
+the same reads (runner.store.run_states over runner.store.reads) either way.
+
+Which path reads is decided before anything is read: plain_connection declines what it
+cannot serve as the full path would (a missing file, a URL it does not read alike, a schema
+not at head, a driver error while opening). Once it has opened, its read is the only one: a
+driver error there is raised as SQLAlchemy's error around it, as the full path raises it,
+and never read again through a Runner (a second attempt would hide a failure that passed).
 """
 
 from __future__ import annotations
@@ -14,8 +20,7 @@ from runner.core.budgets import StopReason
 from runner.core.journal import Entry
 from runner.core.result import AgentResult
 from runner.core.waiting import Wait
-from runner.store import plain_connection as direct
-from runner.store import reads
+from runner.store import plain_connection, reads
 from runner.store.reads import Reader
 from runner.store.rows import RunRow
 from runner.store.run_states import clock_now, observe, result_of, runs, waits
@@ -88,15 +93,15 @@ def shown(url: str | None, run_id: str) -> Shown:
 
 
 def _plainly(url: str | None, read: Callable[[Reader], T]) -> T | None:
-    """`read` on a plain connection (runner.direct); None where none opens, or on a driver
-    error: only reads were made, so the full path reads again, and words the error as every
-    command does (runner's own errors, a run not found, pass through as they are)."""
-    reader = direct.open_reader(url)
+    """`read` on a plain connection; None where none opens (the full path reads instead).
+    A driver's error while reading comes out as SQLAlchemy's (see the module); runner's own
+    errors, a run not found, pass through as they are."""
+    reader = plain_connection.open_reader(url)
     if reader is None:
         return None
     try:
         return read(reader)
-    except reader.errors:
-        return None
+    except reader.errors as exc:
+        raise reader.database_error(exc) from exc
     finally:
         reader.close()

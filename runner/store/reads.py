@@ -146,6 +146,19 @@ class Reader:
             at.year, at.month, at.day, at.hour, at.minute, at.second, at.microsecond
         )  # fmt: skip
 
+    def database_error(
+        self, exc: Exception, *, dialect: Any = None, invalidated: bool = False
+    ) -> Exception:
+        """The driver's `exc` as SQLAlchemy's error around it: the class (OperationalError,
+        ProgrammingError, ...) an engine's connection raises for it, which every caller and
+        the CLI's one-line errors know. SQLAlchemy is imported here, on a failure only."""
+        from sqlalchemy.exc import DBAPIError
+
+        return DBAPIError.instance(
+            self.statement, None, exc, self.errors[0],
+            connection_invalidated=invalidated, dialect=dialect,
+        )  # fmt: skip
+
     def close(self) -> None:
         self.connection.close()
 

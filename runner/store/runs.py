@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Engine, Row, insert, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 
 from runner.core.budgets import StopReason
 from runner.core.clock import SYSTEM, Clock, utc_now
@@ -165,10 +165,7 @@ def plain(connection: Connection) -> Iterator[Reader]:
         lost = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
         if lost:
             connection.invalidate(exc)
-        raise DBAPIError.instance(
-            reader.statement, None, exc, dialect.loaded_dbapi.Error,
-            connection_invalidated=lost, dialect=dialect,
-        ) from exc  # fmt: skip
+        raise reader.database_error(exc, dialect=dialect, invalidated=lost) from exc
 
 
 # -- creating and finding runs --------------------------------------------------------------

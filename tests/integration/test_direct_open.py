@@ -5,14 +5,22 @@ has, in its own words and exit codes."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from click.testing import CliRunner
+from sqlalchemy.exc import DBAPIError
 
 from runner import Runner
 from runner.cli import main
+from runner.service import overview
 from runner.store import plain_connection as direct
+from runner.store import runs as store
+from runner.store.database import failure_message, open_engine
 from runner.store.reads import _pyformat, schema_at_head
 
 
@@ -124,3 +132,61 @@ def test_the_full_path_still_words_what_the_fast_path_declined(tmp_path: Path) -
     assert fresh.is_file()  # created and migrated by the full path, as before
     refused = CliRunner().invoke(main, ["list", "--db", "postgresql://postgres@127.0.0.1:1/x"])
     assert refused.exit_code == 1 and refused.output.startswith("Error: cannot open")
+
+
+@contextmanager
+def entries_away(url: str) -> Iterator[None]:
+    """The journal's table renamed while the schema still says it is at head: every read
+    of a run's entries fails with the driver's error, after the fast path has opened."""
+    engine = open_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("ALTER TABLE entries RENAME TO entries_away")
+        yield
+    finally:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("ALTER TABLE entries_away RENAME TO entries")
+        engine.dispose()
+
+
+def test_a_driver_error_while_reading_is_reported_once_not_read_again(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Runner(db_url) as runner:
+        assert store.create_run(
+            runner.engine, run_id="q1", agent=None, agent_name=None, release=None,
+            task="t", budgets={},
+        )  # fmt: skip
+    connects: list[str] = []
+
+    def counted(module: Any) -> None:
+        real = module.connect
+
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            connects.append(module.__name__)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "connect", connect)
+
+    with entries_away(db_url):
+        with Runner(db_url) as runner, pytest.raises(DBAPIError) as full:
+            runner.journal("q1")
+        expected = f"Error: {failure_message(db_url, full.value)}\n"
+        assert "entries" in expected
+        # SQLAlchemy's SQLite dialect connects through sqlite3.dbapi2, runner's own path
+        # through sqlite3: every way in is counted.
+        for module in (sqlite3, sqlite3.dbapi2, psycopg):
+            counted(module)
+        for read in (lambda: overview.shown(db_url, "q1"), lambda: overview.listed(db_url)):
+            connects.clear()
+            with pytest.raises(DBAPIError) as fast:
+                read()
+            # The class the full path raises for it, from the one connection the fast path
+            # opened: no Runner read it a second time.
+            assert type(fast.value) is type(full.value)
+            assert len(connects) == 1, connects
+        for args in (["show", "q1"], ["list"]):
+            connects.clear()
+            done = CliRunner().invoke(main, [*args, "--db", db_url])
+            assert (done.exit_code, done.output) == (1, expected)
+            assert len(connects) == 1, connects
