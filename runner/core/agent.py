@@ -17,7 +17,7 @@ from runner.core.tools import Tool, as_tools
 from runner.errors import AgentLoadError, BadAgentReference
 
 if TYPE_CHECKING:
-    from runner.core.loop import Model
+    from runner.core.model_call import Model
 
 
 class Agent:

@@ -209,3 +209,8 @@ def _result(future: Future[Any], timeout: float | None, *, cancel: bool) -> Any:
             future.cancel()
         raise CallTimedOut(f"no result after {timeout:g}s")
     return future.result()
+
+
+def described(exc: BaseException | None) -> str:
+    """A failed call of user code as the model and the journal are told it: `Type: message`."""
+    return "unknown error" if exc is None else f"{type(exc).__name__}: {exc}"

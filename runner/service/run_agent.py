@@ -10,7 +10,8 @@ from runner.core.budgets import Budgets
 from runner.core.clock import SYSTEM, Clock
 from runner.core.context import Context
 from runner.core.journal import MemoryJournal
-from runner.core.loop import Cancel, Model, drive
+from runner.core.loop import drive
+from runner.core.model_call import Cancel, Model
 from runner.core.result import AgentResult
 from runner.core.tools import as_tools
 from runner.tracing.run_spans import run_trace

@@ -1,0 +1,134 @@
+"""The model call: what the model is sent, its retries with backoff, the checks before it
+(pause, cancel, deadline), and the wrap-up's last call, all under the run's deadline."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from runner.core.actions import Action, ActionKind, parse_action
+from runner.core.backoff import Backoff
+from runner.core.budgets import Budgets, StopReason
+from runner.core.calls import CallTimedOut, described, invoke
+from runner.core.clock import Clock
+from runner.core.context import Context
+from runner.core.journal import Journal
+from runner.core.spans import Spans
+from runner.errors import ModelFatal, ModelRetryable, RunPaused
+
+Model = Callable[[list[dict[str, Any]]], Any]
+Cancel = Callable[[], bool] | threading.Event
+
+# A wrap-up call gets this long when the clock itself is what ran out.
+WRAP_UP_SECONDS = 30.0
+
+
+class ModelFailed(Exception):
+    """The model kept failing (or its context function failed): the run stops for it."""
+
+
+class OutOfTime(Exception):
+    """The deadline came before the model answered."""
+
+
+class ModelCall:
+    """One run's way to the model: asked with retries, never past the deadline."""
+
+    def __init__(
+        self,
+        model: Model,
+        journal: Journal,
+        *,
+        deadline: float | None,
+        cancel: Cancel | None,
+        pause: threading.Event | None,
+        clock: Clock,
+        context: Context | None,
+        spans: Spans,
+    ) -> None:
+        self.model = model
+        self.journal = journal
+        self.deadline = deadline
+        self.cancel = cancel
+        self.pause = pause
+        self.clock = clock
+        self.context = context
+        self.spans = spans
+
+    def check(self, steps: int) -> StopReason | None:
+        """Why the run must stop before asking the model for step `steps + 1`, if it must.
+
+        A pause raises RunPaused: the run is left unfinished for a later resume."""
+        if self.pause is not None and self.pause.is_set():
+            raise RunPaused(f"run {self.journal.run_id} paused before step {steps + 1}")
+        if self.cancelled():
+            return StopReason.CANCELLED
+        if self.deadline is not None and self.clock.time() >= self.deadline:
+            return StopReason.TIME_BUDGET
+        return None
+
+    def cancelled(self) -> bool:
+        if isinstance(self.cancel, threading.Event):
+            if self.cancel.is_set():
+                return True
+        elif self.cancel is not None and self.cancel():
+            return True
+        return self.journal.cancel_requested()
+
+    def ask(self, transcript: list[dict[str, Any]], budgets: Budgets, step: int) -> Any:
+        """Call the model, retrying exceptions with backoff; never past the deadline."""
+        try:
+            shown = self.shown(transcript)
+        except Exception as exc:  # the same transcript would fail the same way again
+            raise ModelFailed(f"context: {described(exc)}") from None
+        last: Exception | None = None
+        backoff = Backoff(budgets.retry_backoff)
+        for attempt in range(budgets.model_retries + 1):
+            if attempt:
+                pause = backoff.next()
+                if isinstance(last, ModelRetryable) and last.retry_after is not None:
+                    pause = max(pause, last.retry_after)  # the provider said when to return
+                remaining = self.remaining()
+                if remaining is not None and remaining <= pause:
+                    raise OutOfTime
+                self.clock.sleep(pause)
+            remaining = self.remaining()
+            if remaining is not None and remaining <= 0:
+                raise OutOfTime
+            try:
+                with self.spans.model_call(step) as call:
+                    output = invoke(self.model, (shown,), {}, remaining)
+                    call.returned(output)
+                return output
+            except CallTimedOut:
+                raise OutOfTime from None
+            except ModelFatal as exc:
+                raise ModelFailed(described(exc)) from None
+            except Exception as exc:
+                last = exc
+        raise ModelFailed(described(last))
+
+    def last_action(
+        self, transcript: list[dict[str, Any]], reason: StopReason, step: int
+    ) -> Action:
+        """The wrap-up's one call, no retries: the model's action, or an invalid one if it
+        failed (the run is over either way, and keeps the budget's reason)."""
+        try:
+            limit = WRAP_UP_SECONDS if reason is StopReason.TIME_BUDGET else self.remaining()
+            if limit is not None and limit <= 0:
+                limit = WRAP_UP_SECONDS
+            with self.spans.model_call(step) as call:
+                output = invoke(self.model, (self.shown(transcript),), {}, limit)
+                call.returned(output)
+            return parse_action(output)
+        except Exception as exc:
+            return Action(ActionKind.INVALID, error=described(exc))
+
+    def shown(self, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """What the model is sent: the transcript, through the agent's context function."""
+        return transcript if self.context is None else self.context(transcript)
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None: the run has none)."""
+        return None if self.deadline is None else self.deadline - self.clock.time()
