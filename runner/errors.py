@@ -113,6 +113,11 @@ class DatabaseUnavailable(RunnerError):
     """The database cannot be reached or opened."""
 
 
+class DatabaseRefused(DatabaseUnavailable):
+    """The database refuses this URL for good (no such role, database or folder, a bad
+    password, not a URL at all): unlike a server that is away, waiting will not help."""
+
+
 class DatabaseCorrupt(RunnerError):
     """The database file is damaged, or is not a database at all: no retry can mend it."""
 

@@ -69,8 +69,12 @@ def worker(
     Logs one line per event on stderr, with a UTC timestamp and the run's id
     (`runner --log-format json worker` for JSON lines).
 
-    SIGTERM or SIGINT: finish the steps in flight, release the runs, exit 0. A second
-    signal exits at once and leaves the runs to lease expiry.
+    A database that is away is waited for; one that refuses the URL for good (no such
+    role or database, a bad password) is an error at once.
+
+    SIGTERM or SIGINT: finish the steps in flight, release the runs, exit 0 (also while
+    waiting for the database). A second signal exits at once and leaves the runs to lease
+    expiry.
     """
     # Imported here: the worker loads SQLAlchemy, which `runner --help` does without.
     from runner.service.worker import Worker, start_worker
@@ -90,5 +94,7 @@ def worker(
         ),
         wait=not once,
     )
+    if serving is None:
+        return  # stopped by a signal while it waited for the database: exit 0
     serving.install_signal_handlers()
     serving.serve()

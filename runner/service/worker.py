@@ -17,6 +17,7 @@ record about a run carries its id (`record.run_id`) and every record the worker'
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -24,7 +25,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import FrameType
 
@@ -36,6 +37,7 @@ from runner.core.journal import Entry
 from runner.core.status import RunStatus
 from runner.errors import (
     AgentLoadError,
+    DatabaseRefused,
     DatabaseUnavailable,
     LeaseLost,
     RunnerError,
@@ -348,19 +350,48 @@ class Worker:
         signal.signal(signal.SIGINT, handle)
 
 
-def start_worker(make: Callable[[], Worker], *, wait: bool) -> Worker:
+def start_worker(make: Callable[[], Worker], *, wait: bool) -> Worker | None:
     """Make a worker; with `wait`, keep trying while the database cannot be reached.
 
     A worker started before its database (a machine booting, a failover) waits for it
-    instead of exiting. A schema at the wrong revision is not waited for: it is an error.
+    instead of exiting. A database that refuses it for good (DatabaseRefused: no such role
+    or database, a bad password) and a schema at the wrong revision are not waited for:
+    they are errors. SIGTERM or SIGINT while it waits: None, a stop like any other.
     """
     backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
-    while True:
-        try:
-            return make()
-        except DatabaseUnavailable as exc:
-            if not wait:
+    stop = threading.Event()
+    with _signals_set(stop) if wait else contextlib.nullcontext():
+        while True:
+            try:
+                made = make()
+            except DatabaseRefused:
                 raise
-            delay = backoff.next()
-            log.warning(f"database unavailable, retrying in {delay:g}s: {exc}")
-            time.sleep(delay)
+            except DatabaseUnavailable as exc:
+                if not wait:
+                    raise
+                delay = backoff.next()
+                log.warning(f"database unavailable, retrying in {delay:g}s: {exc}")
+                if stop.wait(delay):
+                    log.info("stopped while waiting for the database")
+                    return None
+                continue
+            if stop.is_set():  # the signal came while it connected: serve() stops at once
+                made.stopping.set()
+            return made
+
+
+@contextlib.contextmanager
+def _signals_set(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set `stop` while the worker waits for its database (a signal
+    can be handled only on the main thread: elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    for signum in handlers:
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    try:
+        yield
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)

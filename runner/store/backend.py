@@ -35,7 +35,7 @@ from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
 from runner.core.clock import SYSTEM, Clock
 from runner.defaults import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported
-from runner.errors import DatabaseUnavailable
+from runner.errors import DatabaseRefused
 from runner.store.reads import NOW_QUERY, utc
 from runner.store.schema import ENTRY_COLUMNS, entries, runs
 
@@ -175,14 +175,14 @@ class SqliteBackend(Backend):
     def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
         synchronous = str(url.query.get("synchronous", "full")).lower()
         if synchronous not in SYNCHRONOUS_MODES:
-            raise DatabaseUnavailable(
+            raise DatabaseRefused(
                 f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
             )
         url = url.difference_update_query(["synchronous"])
         if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
             folder = Path(url.database).parent
             if not folder.is_dir():
-                raise DatabaseUnavailable(f"no such folder for the SQLite file: {folder}")
+                raise DatabaseRefused(f"no such folder for the SQLite file: {folder}")
         engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}, **kwargs)
 
         @event.listens_for(engine, "connect")
@@ -211,10 +211,10 @@ class SqliteBackend(Backend):
         # asks for the write lock, which a read-only connection cannot take).
         database = url.database
         if not database or database == ":memory:":
-            raise DatabaseUnavailable("a read-only connection needs a SQLite file, not memory")
+            raise DatabaseRefused("a read-only connection needs a SQLite file, not memory")
         path = Path(database).resolve()
         if not path.is_file():
-            raise DatabaseUnavailable(f"no SQLite database at {path}")
+            raise DatabaseRefused(f"no SQLite database at {path}")
         readonly = url.set(database=f"file:{quote(str(path))}").update_query_dict(
             {"mode": "ro", "uri": "true"}
         )
@@ -418,7 +418,7 @@ def backend_for(dialect: str) -> Backend:
     try:
         return _BACKENDS[dialect]
     except KeyError:
-        raise DatabaseUnavailable(
+        raise DatabaseRefused(
             f"runner stores runs in SQLite or PostgreSQL, not {dialect}"
         ) from None
 

@@ -14,12 +14,13 @@ from sqlalchemy.pool import NullPool, QueuePool
 
 from runner.errors import (
     DatabaseCorrupt,
-    DatabaseUnavailable,
+    DatabaseRefused,
     SchemaOutOfDate,
     SchemaTooNew,
     first_line,
 )
 from runner.store.backend import backend_for
+from runner.store.failures import unavailable
 from runner.store.reads import SCHEMA_REVISION, VERSION_QUERY
 from runner.store.urls import encode_password, redact_url
 from runner.store.urls import resolve_url as resolve_url  # re-exported
@@ -33,7 +34,7 @@ def _parsed(url: str | None) -> URL:
         # holding the password's tail (which a driver's message would then show).
         parsed = make_url(encode_password(text))
     except ArgumentError:
-        raise DatabaseUnavailable(f"not a database URL: {redact_url(text)}") from None
+        raise DatabaseRefused(f"not a database URL: {redact_url(text)}") from None
     if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
@@ -57,7 +58,7 @@ def open_engine(
     try:
         return backend_for(parsed.get_backend_name()).create_engine(parsed, kwargs)
     except (ArgumentError, ImportError) as exc:
-        raise DatabaseUnavailable(f"cannot use {redact_url(parsed)}: {exc}") from None
+        raise DatabaseRefused(f"cannot use {redact_url(parsed)}: {exc}") from None
 
 
 def open_read_only(url: str | None = None) -> Engine:
@@ -67,7 +68,7 @@ def open_read_only(url: str | None = None) -> Engine:
     try:
         engine = backend_for(parsed.get_backend_name()).read_only_engine(parsed)
     except (ArgumentError, ImportError) as exc:
-        raise DatabaseUnavailable(f"cannot use {redact_url(parsed)}: {exc}") from None
+        raise DatabaseRefused(f"cannot use {redact_url(parsed)}: {exc}") from None
     try:
         if not _at_head(engine):
             try:
@@ -248,7 +249,7 @@ def _unreadable(engine: Engine, exc: SQLAlchemyError) -> NoReturn:
         raise corrupt from None
     verb = "open" if isinstance(exc, OperationalError) else "read"
     where = redact_url(engine.url)
-    raise DatabaseUnavailable(f"cannot {verb} {where}: {first_line(exc)}") from None
+    raise unavailable(f"cannot {verb} {where}: {first_line(exc)}", exc) from None
 
 
 def _revision_of(connection: Connection) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy.exc import (
     DataError,
     DBAPIError,
@@ -9,6 +11,19 @@ from sqlalchemy.exc import (
     InterfaceError,
     OperationalError,
     StatementError,
+)
+
+from runner.errors import DatabaseRefused, DatabaseUnavailable
+
+# A server that answered and refused this role, password or database: no wait changes that.
+# libpq gives a connection it could not open no SQLSTATE (psycopg's `sqlstate` is None),
+# only the server's words, so these are matched in English; a server speaking another
+# language (lc_messages) is not recognised, and a worker waits for it as for one away.
+_REFUSED_FOR_GOOD = re.compile(
+    r'role "[^"]*" does not exist'
+    r'|database "[^"]*" does not exist'
+    r"|password authentication failed"
+    r"|no pg_hba\.conf entry"
 )
 
 
@@ -26,3 +41,14 @@ def refused(exc: BaseException) -> bool:
     if isinstance(exc, StatementError) and not isinstance(exc, DBAPIError):
         return True  # raised while binding the values, before the database saw them
     return isinstance(exc, OverflowError | UnicodeError | RecursionError)
+
+
+def refused_for_good(exc: BaseException) -> bool:
+    """The server refused this connection for good (no such role or database, a bad
+    password, no pg_hba.conf entry), not for now (away, starting up, out of connections)."""
+    return _REFUSED_FOR_GOOD.search(str(exc)) is not None
+
+
+def unavailable(message: str, exc: BaseException) -> DatabaseUnavailable:
+    """The error for a database that could not be opened: DatabaseRefused when no wait helps."""
+    return (DatabaseRefused if refused_for_good(exc) else DatabaseUnavailable)(message)

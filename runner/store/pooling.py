@@ -28,8 +28,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import QueuePool
 
-from runner.errors import DatabaseUnavailable, first_line
+from runner.errors import first_line
 from runner.store.database import open_engine
+from runner.store.failures import unavailable
 from runner.store.urls import redact_url
 
 # A worker's pool on PostgreSQL: at most this many connections, and at most a fifth of what
@@ -69,8 +70,8 @@ def choose_pool(url: str, concurrency: int, cap: int | None = None) -> PoolChoic
                 free, reason = _postgres_room(engine)
             except SQLAlchemyError as exc:
                 # As when the runner itself cannot connect: a worker waits for its database.
-                raise DatabaseUnavailable(
-                    f"cannot open {redact_url(engine.url)}: {first_line(exc)}"
+                raise unavailable(
+                    f"cannot open {redact_url(engine.url)}: {first_line(exc)}", exc
                 ) from None
             size = min(needed, POSTGRES_POOL_CAP, max(POOL_FLOOR, free // POSTGRES_SHARE))
         else:

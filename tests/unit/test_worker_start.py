@@ -6,9 +6,11 @@ import logging
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
-from runner.errors import DatabaseUnavailable, SchemaOutOfDate
+from runner.errors import DatabaseRefused, DatabaseUnavailable, SchemaOutOfDate
 from runner.service import worker
+from runner.store.failures import unavailable
 
 
 def flaky(failures: int, error: Exception) -> Any:
@@ -48,3 +50,29 @@ def test_a_schema_at_the_wrong_revision_is_not_waited_for() -> None:
     with pytest.raises(SchemaOutOfDate):
         worker.start_worker(make, wait=True)
     assert calls["n"] == 1
+
+
+def test_a_database_that_refuses_for_good_is_not_waited_for() -> None:
+    make, calls = flaky(1, DatabaseRefused('FATAL:  role "x" does not exist'))
+    with pytest.raises(DatabaseRefused):
+        worker.start_worker(make, wait=True)
+    assert calls["n"] == 1
+
+
+@pytest.mark.parametrize(
+    ("said", "for_good"),
+    [
+        ('failed: FATAL:  role "x" does not exist', True),
+        ('failed: FATAL:  database "runs" does not exist', True),
+        ('failed: FATAL:  password authentication failed for user "x"', True),
+        ('failed: FATAL:  no pg_hba.conf entry for host "10.0.0.1", user "x"', True),
+        ("failed: Connection refused\n\tIs the server running on that host?", False),
+        ('failed: FATAL:  database "runs" is not currently accepting connections', False),
+        ("failed: FATAL:  sorry, too many clients already", False),
+        ("failed: FATAL:  the database system is starting up", False),
+    ],
+)
+def test_what_the_server_said_tells_for_good_from_for_now(said: str, for_good: bool) -> None:
+    error = unavailable(f"cannot open x: connection {said}", OperationalError(said, None, None))
+    assert isinstance(error, DatabaseUnavailable)
+    assert isinstance(error, DatabaseRefused) is for_good
