@@ -65,7 +65,7 @@ _MEANINGS: dict[StopReason, tuple[str, str | None]] = {
 }
 
 
-# How the loop's error text begins when it stopped without retrying (ask_model in loop.py):
+# How the loop's error text begins when it stopped without retrying (ask_model in model_call.py):
 # the model raised ModelFatal, or the context function raised (the same transcript would
 # fail the same way again).
 _NEVER_RETRIED = ("ModelFatal:", "context:")
