@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -139,23 +142,32 @@ def export(since: datetime | None, run_ids: tuple[str, ...], path: str, url: str
 
 @contextmanager
 def _opened_on_first_write(path: str) -> Iterator[Callable[[str], object]]:
-    """A write function for `path` ("-": stdout) that opens it only when first used, or at
-    the end: an export refused before it writes (an unknown run id) leaves the file as it
-    was, and an export of no runs still leaves an empty file."""
-    opened: list[IO[Any]] = []
-
-    def write(text: str) -> object:
-        if not opened:
-            opened.append(click.open_file(path, "w", encoding="utf-8"))
-        return opened[0].write(text)
-
+    """A write function for `path` ("-": stdout). A file is written whole or not at all: the
+    export goes to a temporary file beside it, renamed over `path` only once complete, so an
+    export refused before it writes (an unknown run id) or stopped half way (a run it cannot
+    write) leaves the file as it was; an export of no runs still leaves an empty file."""
+    if path == "-":
+        with click.open_file("-", "w", encoding="utf-8") as stdout:
+            yield stdout.write
+        return
+    target = os.path.abspath(path)
+    folder, name = os.path.split(target)
+    handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
     try:
-        yield write
-        if not opened:
-            write("")
-    finally:
-        if opened:
-            opened[0].close()
+        os.chmod(temporary, 0o666 & ~_umask())  # as a file opened for writing would be
+        with open(handle, "w", encoding="utf-8") as file:
+            yield file.write
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @click.command()

@@ -23,6 +23,7 @@ from runner.core.budgets import StopReason
 from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
+from runner.core.utf8 import utf8_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,8 +46,9 @@ _UNBOUNDED = 1_000_000
 
 
 def line(text: str, *, err: bool = False) -> None:
-    """One line (or several) on stdout, or on stderr with `err`."""
-    click.echo(text, err=err)
+    """One line (or several) on stdout, or on stderr with `err` (lone surrogates escaped:
+    no stream can carry them, see runner.core.utf8)."""
+    click.echo(utf8_safe(text), err=err)
 
 
 def print_json(data: Any) -> None:
@@ -76,7 +78,8 @@ def text(value: Any, *, exact: bool = False) -> str:
 # What a terminal would obey rather than show: C0 controls (but tab and newline), DEL, C1
 # controls (U+0080 to U+009F: 0x9B alone starts an escape sequence on some terminals), and
 # the bidirectional overrides that make text read differently from what it is.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates too (U+D800 to U+DFFF): the journal keeps them, no terminal can show them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def printable(text: str) -> str:
@@ -643,9 +646,9 @@ def query_table(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> str:
 
 def query_csv(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(columns)
+    writer.writerow([utf8_safe(name) for name in columns])
     for row in rows:
-        writer.writerow(["" if v is None else text(v, exact=True) for v in row])
+        writer.writerow(["" if v is None else utf8_safe(text(v, exact=True)) for v in row])
 
 
 def query_json(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> None:
@@ -656,7 +659,8 @@ def query_json(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> None:
     out.write("[")
     for n, row in enumerate(rows):
         item = {key: plain(value) for key, value in zip(keys, row, strict=True)}
-        out.write(("," if n else "") + "\n" + json.dumps(item, ensure_ascii=False))
+        # A lone surrogate escaped is JSON's own escape of it: the value round-trips.
+        out.write(("," if n else "") + "\n" + utf8_safe(json.dumps(item, ensure_ascii=False)))
     out.write("\n]\n")
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Engine, delete, func, select
 
 from runner.core.status import RunStatus
+from runner.core.utf8 import utf8_safe
 from runner.errors import RunnerError
 from runner.history.values import plain
 from runner.store.backend import backend_for
@@ -63,24 +64,35 @@ def export_runs(
         )
         pending = next(entry_rows, None)
         for run in run_rows:
-            head = _dumps(_run_json(run))
-            # The run's fields, then its entries streamed into the same JSON object.
-            write(head[:-1] + ',"entries":[')
-            first = True
-            while pending is not None and pending.run_id == run.id:
-                write(("" if first else ",") + _dumps(_entry_json(pending)))
-                first = False
-                n_entries += 1
-                pending = next(entry_rows, None)
-            write("]}\n")
+            try:
+                head = _dumps(_run_json(run))
+                # The run's fields, then its entries streamed into the same JSON object.
+                write(head[:-1] + ',"entries":[')
+                first = True
+                while pending is not None and pending.run_id == run.id:
+                    write(("" if first else ",") + _dumps(_entry_json(pending)))
+                    first = False
+                    n_entries += 1
+                    pending = next(entry_rows, None)
+                write("]}\n")
+            except (ValueError, TypeError) as exc:  # a value no JSON can hold, a row damaged
+                raise RunnerError(
+                    f"export stopped at run {run.id}: it cannot be written "
+                    f"({type(exc).__name__}: {utf8_safe(str(exc))[:200]})"
+                ) from None
             n_runs += 1
         if pending is not None:
             raise RunnerError(f"export read an entry of run {pending.run_id} out of order")
     return Exported(n_runs, n_entries)
 
 
-_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-_dumps = _encoder.encode
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _dumps(value: Any) -> str:
+    # A lone surrogate, escaped, is JSON's own escape of it: the line is UTF-8 and the value
+    # reads back exactly as the journal keeps it.
+    return utf8_safe(_encoder.encode(value))
 
 
 def _as_json(columns: Any, skip: str | None = None) -> Callable[[Any], dict[str, Any]]:

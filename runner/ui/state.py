@@ -15,6 +15,7 @@ from starlette.templating import Jinja2Templates
 
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
+from runner.core.utf8 import utf8_safe
 from runner.core.waiting import Answered, Wait
 from runner.service.database import redact_url
 from runner.service.runner import Runner
@@ -34,6 +35,15 @@ COMMANDS = (
 )
 
 
+def _utf8_safe(value: Any) -> Any:
+    """Every value a template writes, with lone surrogates escaped (runner.core.utf8): the
+    journal keeps them, a page cannot carry them. Markup stays Markup (escaped already)."""
+    if isinstance(value, str):
+        shown = utf8_safe(value)
+        return value if shown is value else type(value)(shown)
+    return value
+
+
 class UiState:
     def __init__(self, url: str, reader: Engine) -> None:
         self.url = url
@@ -48,6 +58,7 @@ class UiState:
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
+            finalize=_utf8_safe,
         )
         environment.filters.update(FILTERS)
         self.templates = Jinja2Templates(env=environment)
