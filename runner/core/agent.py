@@ -158,6 +158,11 @@ def _load_file(path_text: str) -> Any:
         if spec is None or spec.loader is None:
             raise AgentLoadError(f"cannot load {path_text} as Python")
         module = importlib.util.module_from_spec(spec)
+        # As `python file.py` does: the file's folder comes first, so the modules beside
+        # it import (a worker may load files from many folders: each adds its own).
+        folder = str(path.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)

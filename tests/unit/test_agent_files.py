@@ -118,3 +118,33 @@ def test_threads_importing_one_slow_agent_module_all_get_the_same_agent(
     assert failures == []
     assert len({id(agent) for agent in got}) == 1
     assert executions(path) == 1
+
+
+def test_an_agent_file_imports_the_modules_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "agents_beside"
+    folder.mkdir()
+    (folder / "issue22_helpers.py").write_text("ANSWER = 'from the helper'\n")
+    (folder / "beside.py").write_text(
+        textwrap.dedent(
+            """
+            from issue22_helpers import ANSWER
+
+            from runner import Agent
+
+
+            def model(transcript):
+                return {"type": "final", "content": ANSWER}
+
+
+            agent = Agent(model)
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)  # not the file's folder: as `runner run agents/x.py:agent`
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "issue22_helpers", raising=False)
+    agent = load_agent(f"{folder / 'beside.py'}:agent")
+    assert agent.model([]) == {"type": "final", "content": "from the helper"}
+    assert sys.path[0] == str(folder)
