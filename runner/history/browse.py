@@ -5,6 +5,9 @@ Every query is bounded by a page: a list of runs is read newest first from the i
 does); a run's journal is read a range of steps at a time. Reads go through the documented
 views (`run_summary`, `tool_calls`) where they answer the question, else the `entries`
 table; any engine works, and the page gives a read-only one.
+
+A run's state (stalled or not) is judged at the database's clock, as `runner list` and
+`show` judge it (runner.store.run_states.clock_now): never the web host's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from sqlalchemy import Engine, and_, or_, select
 
 from runner.core.journal import Entry
 from runner.history.views import run_summary, tool_calls
-from runner.store.runs import RunRow, entry_of, find_run, reading
+from runner.store import reads
+from runner.store.liveness import state_of
+from runner.store.run_states import clock_now, observe
+from runner.store.runs import RunRow, entry_of, find_run, plain, plain_reading, reading
 from runner.store.schema import entries, runs
 
 
@@ -38,7 +44,9 @@ class RunSummary:
     created_at: datetime
     finished_at: datetime | None
     duration_seconds: float | None
-    state: str = ""  # the status, or `stalled` (revision 0005: a lease past its expiry)
+    # The status, or `stalled` for a running run no live holder executes, judged at the
+    # database's clock as `runner list` judges it (the view's own `state` sees only the lease).
+    state: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,9 @@ def runs_page(
         v.created_at,
         v.finished_at,
         v.duration_seconds,
-        v.state,
-    )
+        runs.c.lease_owner,
+        runs.c.lease_expires_at,
+    ).select_from(run_summary.join(runs, runs.c.id == v.id))
     for name, value in (
         ("status", status),
         ("agent_name", agent_name),
@@ -94,7 +103,13 @@ def runs_page(
                     or_(v.created_at < moment, and_(v.created_at == moment, v.id < before))
                 )
         query = query.order_by(v.created_at.desc(), v.id.desc()).limit(limit + 1)
-        rows = [RunSummary(**row._mapping) for row in connection.execute(query)]
+        found = [dict(row._mapping) for row in connection.execute(query)]
+        with plain(connection) as reader:
+            now = clock_now(reader)
+    rows = []
+    for values in found:
+        owner, expires = values.pop("lease_owner"), values.pop("lease_expires_at")
+        rows.append(RunSummary(**values, state=state_of(values["status"], owner, expires, now)))
     older = rows[limit - 1].id if len(rows) > limit else None
     return RunsPage(rows[:limit], older)
 
@@ -127,6 +142,23 @@ def filter_choices(engine: Engine, *, limit: int = 200) -> tuple[list[str], list
 def run_row(engine: Engine, prefix: str) -> RunRow:
     """The run whose id is `prefix` or the only one starting with it, as stored."""
     return find_run(engine, prefix)
+
+
+@dataclass(frozen=True)
+class RunStanding:
+    """A run as it stands: its row with its `state` and, while unfinished, the counters of
+    its journal so far (as `runner show` gives it), judged at `now`, the database's clock."""
+
+    row: RunRow
+    now: datetime
+
+
+def run_standing(engine: Engine, prefix: str) -> RunStanding:
+    """The run whose id is `prefix` or the only one starting with it, as it stands now."""
+    with plain_reading(engine) as reader:
+        now = clock_now(reader)
+        row = reads.find_run(reader, prefix)
+        return RunStanding(observe(reader, [row], now)[0], now)
 
 
 @dataclass(frozen=True)

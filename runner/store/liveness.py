@@ -17,12 +17,22 @@ from datetime import datetime
 from runner.core.journal import Counters
 from runner.core.status import STALLED, RunStatus
 from runner.store.owner import is_dead
-from runner.store.rows import RunRow
+from runner.store.rows import RunRow, lease_is_live
 
 
 def is_stalled(run: RunRow, now: datetime) -> bool:
     """A running run that no live holder executes any more."""
     return run.status is RunStatus.RUNNING and not run.lease_is_live(now)
+
+
+def state_of(
+    status: str, lease_owner: str | None, lease_expires_at: datetime | None, now: datetime
+) -> str:
+    """A run's state at `now` from its status and lease alone (a line of a page that reads
+    no whole row): its status, or `stalled` as `is_stalled` judges it."""
+    if status == RunStatus.RUNNING and not lease_is_live(lease_owner, lease_expires_at, now):
+        return STALLED
+    return str(status)
 
 
 def stall_reason(run: RunRow, now: datetime) -> str | None:

@@ -122,9 +122,15 @@ class RunRow:
         )
 
     def lease_is_live(self, at: datetime) -> bool:
-        if self.lease_owner is None or self.lease_expires_at is None:
-            return False
-        return self.lease_expires_at > at and not is_dead(self.lease_owner)
+        return lease_is_live(self.lease_owner, self.lease_expires_at, at)
+
+
+def lease_is_live(owner: str | None, expires_at: datetime | None, at: datetime) -> bool:
+    """Whether a lease held by `owner` until `expires_at` still holds at `at`: unexpired,
+    and its holder not a process of this host known to be gone (runner.store.owner)."""
+    if owner is None or expires_at is None:
+        return False
+    return expires_at > at and not is_dead(owner)
 
 
 def entry_of(row: Columns) -> Entry:

@@ -5,7 +5,6 @@ behind `runner cancel`; approve and deny will be two more forms of the same shap
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
@@ -18,7 +17,7 @@ from runner.history import (
     JournalEntry,
     filter_choices,
     journal_page,
-    run_row,
+    run_standing,
     runs_page,
     step_counters,
     stop_reason_stats,
@@ -97,7 +96,9 @@ class StepView:
 
 def run(request: Request) -> Response:
     state = _state(request)
-    row = run_row(state.reader, request.path_params["run_id"])
+    # Its state and its lease judged at the database's clock, as `runner show` judges them.
+    standing = run_standing(state.reader, request.path_params["run_id"])
+    row = standing.row
     counters = step_counters(state.reader, row.id)
     last_step = counters[-1].step if counters else 0
     first = _page_start(request.query_params.get("from"), last_step)
@@ -118,7 +119,6 @@ def run(request: Request) -> Response:
         )
         for n, found in steps.items()
     ]
-    now = datetime.now(UTC)
     totals = counters[-1] if counters else None
     waiting = state.waiting_for(row.id) if row.status is RunStatus.WAITING else None
     meaning = (
@@ -138,7 +138,7 @@ def run(request: Request) -> Response:
         pages=_pages(request.url, first, last_step),
         meaning=meaning,
         waiting=waiting,
-        lease_live=row.lease_is_live(now),
+        lease_live=row.lease_is_live(standing.now),
         commands=state.commands(row),
         notice=NOTICES.get(request.query_params.get("notice", "")),
     )
