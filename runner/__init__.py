@@ -19,10 +19,11 @@ if TYPE_CHECKING:
     from runner.core.agent import Agent
     from runner.core.agent_loop import agent_loop
     from runner.core.ask import ask_human
-    from runner.core.budgets import Budgets, StopReason
+    from runner.core.budgets import Budgets
     from runner.core.context import cut_observations, last_steps
     from runner.core.result import AgentResult
     from runner.core.status import RunStatus
+    from runner.core.stop_reasons import StopReason
     from runner.core.tools import NOT_APPLIED, Tool, ToolCall, current_call, tool
     from runner.core.waiting import Answer, Answered, Asks, Wait
     from runner.errors import (
@@ -64,7 +65,7 @@ _HOMES = {
     "Agent": "runner.core.agent",
     "ask_human": "runner.core.ask",
     "Budgets": "runner.core.budgets",
-    "StopReason": "runner.core.budgets",
+    "StopReason": "runner.core.stop_reasons",
     "cut_observations": "runner.core.context",
     "last_steps": "runner.core.context",
     "Runner": "runner.service.runner",

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from runner.core.budgets import StopReason
 from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.core.utf8 import utf8_safe
 
 if TYPE_CHECKING:

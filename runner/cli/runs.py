@@ -20,9 +20,9 @@ from runner.cli.options import (
     placement_options,
 )
 from runner.cli.progress import Progress
-from runner.core.budgets import StopReason
 from runner.core.result import AgentResult
 from runner.core.status import STATES, RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.defaults import DEFAULT_MAX_RESUMES
 
 if TYPE_CHECKING:

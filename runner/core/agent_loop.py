@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.journal import EntryKind, MemoryJournal
 from runner.core.loop import drive
+from runner.core.stop_reasons import StopReason
 from runner.core.tools import Tool
 
 UNKNOWN_TOOL = "unknown_tool"

@@ -16,8 +16,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import replace
 from typing import Any
 
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.stop_reasons import StopReason
 
 CHANGE_KINDS = (EntryKind.REVIVED, EntryKind.EXTENDED)
 

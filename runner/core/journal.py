@@ -15,8 +15,8 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from runner.core.actions import ActionKind
-from runner.core.budgets import StopReason
 from runner.core.ids import new_run_id
+from runner.core.stop_reasons import StopReason
 from runner.errors import RunWaiting
 
 

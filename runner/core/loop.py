@@ -22,7 +22,7 @@ from typing import Any
 
 from runner.core.actions import Action, ActionKind, parse_action
 from runner.core.budget_changes import before_changes
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.clock import SYSTEM, Clock
 from runner.core.context import Context
 from runner.core.journal import Entry, EntryKind, Journal, Stop, step_messages
@@ -31,6 +31,7 @@ from runner.core.result import AgentResult
 from runner.core.resume_cursor import Recorded
 from runner.core.spans import NO_SPANS, Spans
 from runner.core.steps import action_entry, action_of, call_entries, refused_entries
+from runner.core.stop_reasons import StopReason
 from runner.core.stop_rules import StopRules
 from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool

@@ -9,12 +9,13 @@ from typing import Any
 
 from runner.core.actions import Action, ActionKind, parse_action
 from runner.core.backoff import Backoff
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.calls import CallTimedOut, described, invoke
 from runner.core.clock import Clock
 from runner.core.context import Context
 from runner.core.journal import Journal
 from runner.core.spans import Spans
+from runner.core.stop_reasons import StopReason
 from runner.errors import ModelFatal, ModelRetryable, RunPaused
 
 Model = Callable[[list[dict[str, Any]]], Any]

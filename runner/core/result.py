@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.core.budgets import StopReason
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
 
 

@@ -12,8 +12,9 @@ from collections import Counter
 
 from runner.core.actions import Action, ActionKind
 from runner.core.budget_changes import applied
-from runner.core.budgets import WRAP_UP_REASONS, Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.journal import Counters, Entry, Stop
+from runner.core.stop_reasons import WRAP_UP_REASONS, StopReason
 
 
 class StopRules:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
-from runner.core.budgets import StopReason
 from runner.core.journal import Entry
 from runner.core.result import AgentResult
+from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
 from runner.store import plain_connection, reads
 from runner.store.reads import Reader

@@ -21,9 +21,10 @@ from typing import Any, NoReturn
 
 from runner.core.actions import ActionKind
 from runner.core.agent import Agent
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.loop import drive
+from runner.core.stop_reasons import StopReason
 from runner.core.tools import KEY_PARAMETER, Tool
 from runner.errors import ReplayMismatch, RunnerError, RunWaiting
 from runner.models.adapter import Adapter

@@ -19,10 +19,11 @@ from sqlalchemy import Connection, Engine, insert, select, update
 
 from runner.core.agent import with_budgets
 from runner.core.budget_changes import REVIVABLE, changed, describe, lift_problems, room_problems
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.errors import CannotContinue, LeaseLost, RunNotFound
 from runner.store.leases import Claim
 from runner.store.runs import RunRow, entry_of, entry_row, lock_run

@@ -10,12 +10,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from runner.core.agent import Agent, load_agent, with_budgets
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.clock import Clock, utc_now
 from runner.core.ids import new_run_id
 from runner.core.journal import Entry
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re-exported
 from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported

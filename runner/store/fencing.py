@@ -24,10 +24,10 @@ from weakref import WeakKeyDictionary
 from sqlalchemy import Connection, Engine, Update, bindparam, null, select, update
 from sqlalchemy.engine import Dialect
 
-from runner.core.budgets import StopReason
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.journal import Counters, Entry, Stop
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
 from runner.store import driver
 from runner.store.backend import backend_for

@@ -17,9 +17,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, select, tuple_, update
 
-from runner.core.budgets import StopReason
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseHeld, RunNotFound
 from runner.store import approvals
 from runner.store import queues as queue_limits

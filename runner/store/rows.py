@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from runner.core.actions import ActionKind
-from runner.core.budgets import StopReason
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.defaults import DEFAULT_QUEUE
 from runner.store.owner import is_dead
 

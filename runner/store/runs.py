@@ -22,10 +22,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Engine, Row, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from runner.core.budgets import StopReason
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.errors import RunNotFound
 from runner.store import reads
 from runner.store.backend import backend_for

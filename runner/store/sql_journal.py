@@ -20,10 +20,10 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.backoff import Backoff
-from runner.core.budgets import StopReason
 from runner.core.clock import SYSTEM, Clock
 from runner.core.faults import fault
 from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.stop_reasons import StopReason
 from runner.errors import EntryRefused, LeaseLost, describe
 from runner.store import fencing, leases, pooling
 from runner.store import runs as store

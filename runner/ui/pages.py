@@ -11,8 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from runner.core.budgets import StopReason
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.history import (
     JournalEntry,
     filter_choices,

@@ -14,9 +14,9 @@ from sqlalchemy import Connection, event
 from sqlalchemy.exc import IntegrityError
 
 from runner import Runner
-from runner.core.budgets import StopReason
 from runner.core.clock import utc_now
 from runner.core.journal import Counters, Stop
+from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
 from runner.store import driver, fencing, leases
 from runner.store import runs as store

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runner.core.actions import ActionKind
-from runner.core.budgets import StopReason
 from runner.core.clock import utc_now
 from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.stop_reasons import StopReason
 from runner.store import fencing, leases
 from runner.store import runs as store
 from runner.store.database import open_engine

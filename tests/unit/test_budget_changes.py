@@ -24,9 +24,10 @@ from runner.core.budget_changes import (
     lift_problems,
     room_problems,
 )
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.loop import drive
+from runner.core.stop_reasons import StopReason
 from runner.core.tools import as_tools, current_call, tool
 
 Transcript = list[dict[str, Any]]

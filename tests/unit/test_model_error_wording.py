@@ -11,8 +11,9 @@ import pytest
 
 from runner import ModelFatal, run_agent
 from runner.cli import output
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.result import AgentResult
+from runner.core.stop_reasons import StopReason
 from tests.unit.scripted_models import TOOLS, Failing
 from tests.unit.test_operating_output import NOW, a_row
 

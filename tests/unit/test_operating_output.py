@@ -17,10 +17,11 @@ from runner.cli import output
 from runner.cli.progress import Progress
 from runner.core.actions import ActionKind
 from runner.core.agent import load_agent, parse_reference
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
 from runner.store.runs import RunRow
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

@@ -20,9 +20,10 @@ from runner import (
     tool,
 )
 from runner.core.actions import ActionKind
-from runner.core.budgets import Budgets, StopReason
+from runner.core.budgets import Budgets
 from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.loop import drive
+from runner.core.stop_reasons import StopReason
 from runner.core.tools import as_tools
 from runner.core.waiting import Answer, Asks, observation_of, timed_out_reason
 from runner.models.schemas import tool_spec
