@@ -1,5 +1,6 @@
-"""`runner list` and `runner show` load what they need: no Alembic (the schema is checked
-with one SELECT), no loop, no provider adapter, no replay, no journal writer."""
+"""What a fresh interpreter loads: `runner list` and `runner show` no Alembic (the schema is
+checked with one SELECT), no loop, no provider adapter, no replay, no journal writer;
+`--help` no database library; and every module imports first, on its own."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from runner import Runner
 from tests.integration.agents import solver_agent
+from tests.unit.test_layout import PACKAGE, modules
 
 COMMAND = """
 import sys
@@ -36,9 +38,7 @@ def database(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("args", [["list"], ["show", "r1"]])
-def test_reading_commands_load_neither_alembic_nor_the_loop(
-    database: str, args: list[str]
-) -> None:
+def test_reading_commands_load_neither_alembic_nor_the_loop(database: str, args: list[str]) -> None:
     done = _runner_in_a_child(COMMAND, [*args, "--db", database])
     assert done.returncode == 0, done.stderr
     assert "r1" in done.stdout
@@ -130,3 +130,55 @@ def test_the_plain_reads_import_no_sqlalchemy(module: str) -> None:
     check = f"import sys, {module}; assert 'sqlalchemy' not in sys.modules, '{module}'"
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+FIRST = """
+import importlib, sys
+failed = []
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m == "runner" or m.startswith("runner.")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        failed.append(f"{name}: {type(exc).__name__}: {exc}")
+print("\\n".join(failed))
+sys.exit(1 if failed else 0)
+"""
+
+
+def test_every_module_imports_first() -> None:
+    # Each module imported first, into an interpreter where no runner module is loaded yet
+    # (one fresh process, emptied of runner before each): an import cycle that the order of
+    # the other tests' imports hides fails here.
+    names = sorted(set(modules(PACKAGE, "runner")) - {"runner.__main__"})  # that one runs
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST, *names], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+HELP = """
+import sys
+from runner.cli import main
+try:
+    main(sys.argv[1:], prog_name="runner")
+except SystemExit:
+    pass
+heavy = ("sqlalchemy", "alembic", "psycopg", "rich", "runner.service.runner", "runner.history",
+         "opentelemetry", "starlette", "jinja2", "uvicorn", "runner.ui", "runner.core.loop",
+         "runner.models.openai_chat", "runner.models.anthropic_messages", "asyncio")
+loaded = sorted(name for name in heavy if name in sys.modules)
+assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
+"""
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["list", "--help"], ["worker", "--help"], ["ui", "--help"]]
+)
+def test_help_loads_no_database_library_nor_rich(args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", HELP, *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage: runner" in done.stdout

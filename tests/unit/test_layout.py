@@ -1,16 +1,14 @@
-"""The package's layout: no import cycle among runner's modules, every module importable on
-its own, and a CLI whose `--help` is fast and documents every command and option."""
+"""The package's layout: no import cycle among runner's modules, and a CLI that documents
+every command and option. (That every module imports first, in a fresh interpreter, and
+that `--help` loads nothing heavy: tests/integration/test_startup_imports.py.)"""
 
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
-import pytest
 
 import runner
 from runner.cli import main
@@ -132,58 +130,6 @@ def test_the_cycle_check_itself_can_fail(tmp_path: Path) -> None:
     graph = import_graph(modules(root, "pkg"))
     assert graph["pkg.cli.runs"] == {"pkg.cli"}  # neither the TYPE_CHECKING nor the lazy one
     assert cycles(graph) == [["pkg.cli", "pkg.cli.runs"]]
-
-
-FIRST = """
-import importlib, sys
-failed = []
-for name in sys.argv[1:]:
-    for loaded in [m for m in sys.modules if m == "runner" or m.startswith("runner.")]:
-        del sys.modules[loaded]
-    try:
-        importlib.import_module(name)
-    except Exception as exc:
-        failed.append(f"{name}: {type(exc).__name__}: {exc}")
-print("\\n".join(failed))
-sys.exit(1 if failed else 0)
-"""
-
-
-def test_every_module_imports_first() -> None:
-    # Each module imported first, into an interpreter where no runner module is loaded yet
-    # (one fresh process, emptied of runner before each): an import cycle that the order of
-    # the other tests' imports hides fails here.
-    names = sorted(set(modules(PACKAGE, "runner")) - {"runner.__main__"})  # that one runs
-    done = subprocess.run(
-        [sys.executable, "-c", FIRST, *names], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
-HELP = """
-import sys
-from runner.cli import main
-try:
-    main(sys.argv[1:], prog_name="runner")
-except SystemExit:
-    pass
-heavy = ("sqlalchemy", "alembic", "psycopg", "rich", "runner.service.runner", "runner.history",
-         "opentelemetry", "starlette", "jinja2", "uvicorn", "runner.ui", "runner.core.loop",
-         "runner.models.openai_chat", "runner.models.anthropic_messages", "asyncio")
-loaded = sorted(name for name in heavy if name in sys.modules)
-assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
-"""
-
-
-@pytest.mark.parametrize(
-    "args", [["--help"], ["list", "--help"], ["worker", "--help"], ["ui", "--help"]]
-)
-def test_help_loads_no_database_library_nor_rich(args: list[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", HELP, *args], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert "Usage: runner" in done.stdout
 
 
 def _commands(

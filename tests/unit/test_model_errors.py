@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from runner import run_agent
@@ -95,8 +94,8 @@ def test_a_model_raising_timeout_error_is_retried_not_a_time_budget() -> None:
 
 def test_backoff_never_sleeps_past_the_deadline() -> None:
     model = Failing(math.inf)
-    started = time.monotonic()
-    r = run_agent(model, TOOLS, "t", max_seconds=0.2, retry_backoff=30)
+    clock = ManualClock()
+    r = run_agent(model, TOOLS, "t", max_seconds=0.2, retry_backoff=30, clock=clock)
     assert r.stop_reason == "time_budget"
-    assert time.monotonic() - started < 3
+    assert clock.slept == []  # a 30 s backoff past a 0.2 s deadline: not slept at all
     assert model.calls == 1

@@ -19,7 +19,7 @@ from runner.core.loop import drive
 from runner.core.tools import as_tools
 
 Transcript = list[dict[str, Any]]
-WAIT = 10.0  # seconds a test waits for another call before it calls the test failed
+WAIT = 60.0  # seconds a test waits for another call before it calls the test failed
 
 
 def batch_then_answer(*calls: dict[str, Any], text: str | None = None) -> Callable[..., Any]:

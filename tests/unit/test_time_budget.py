@@ -49,20 +49,23 @@ def test_the_deadline_exactly_reached_is_over() -> None:
 
 def test_a_slow_model_is_cut_off_at_the_deadline(release: threading.Event) -> None:
     calls = 0
+    answered = threading.Event()
 
     def model(tr: Transcript) -> dict[str, Any]:
         nonlocal calls
         calls += 1
         if calls == 1:
             return {"type": "tool", "name": "search", "args": {"q": 1}}
-        release.wait(10)
+        release.wait(600)  # until the test ends
+        answered.set()
         return {"type": "final", "content": "too late"}
 
     started = time.monotonic()
     r = run_agent(model, TOOLS, "t", max_seconds=0.3)
     elapsed = time.monotonic() - started
     assert (r.stop_reason, r.output, r.steps) == ("time_budget", None, 1)
-    assert 0.25 <= elapsed < 3
+    assert not answered.is_set()  # the run was given back while the model still thought
+    assert elapsed >= 0.25
     assert pairs(r.transcript) == 1
     assert r.transcript[-1]["role"] == "tool"
 
@@ -73,11 +76,8 @@ def test_a_slow_tool_cannot_run_past_the_deadline(release: threading.Event) -> N
         return "finally"
 
     model = Model(final_after=5)
-    started = time.monotonic()
     r = run_agent(model, {"search": stuck}, "t", max_seconds=0.3)
-    elapsed = time.monotonic() - started
     assert (r.stop_reason, r.steps) == ("time_budget", 1)
-    assert elapsed < 3
     observation = r.transcript[-1]
     assert observation["role"] == "tool" and observation["is_error"] is True
     assert observation["content"].startswith("TimeoutError: ")
@@ -100,7 +100,7 @@ def test_an_async_slow_tool_is_cancelled_at_the_deadline() -> None:
     r = run_agent(Model(), {"search": stuck}, "t", max_seconds=0.3)
     assert (r.stop_reason, r.steps) == ("time_budget", 1)
     assert r.transcript[-1]["content"].startswith("TimeoutError: ")
-    assert cancelled.wait(2)
+    assert cancelled.wait(60)
 
 
 def test_an_infinite_time_budget_is_no_limit() -> None:

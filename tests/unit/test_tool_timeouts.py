@@ -31,13 +31,12 @@ def test_run_wide_tool_timeout(release: threading.Event) -> None:
         release.wait(10)
         return "late"
 
-    started = time.monotonic()
     r = run_agent(Model(), {"search": slow}, "t", tool_timeout=0.05)
-    # Three timeouts in a row: more than max_consecutive_errors=2.
+    # Three timeouts in a row: more than max_consecutive_errors=2. (A tool let run to its
+    # end would have returned "late", not an error.)
     assert (r.stop_reason, r.steps) == ("tool_errors", 3)
     assert all(m["is_error"] for m in r.transcript if m["role"] == "tool")
     assert "took longer than 0.05s" in r.transcript[-1]["content"]
-    assert time.monotonic() - started < 3
 
 
 def test_tool_timeouts_count_toward_the_error_streak(release: threading.Event) -> None:
