@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sqlite3
+import sqlite3.dbapi2
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -39,7 +40,10 @@ _PSYCOPG = importlib.util.find_spec("psycopg") is not None
 
 @pytest.fixture(autouse=True)
 def no_database_nor_subprocess(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite3, "connect", _refuses("opened a SQLite database"))
+    # SQLAlchemy connects through sqlite3.dbapi2, the standard library's own callers
+    # through sqlite3: two names of one function.
+    for module in (sqlite3, sqlite3.dbapi2):
+        monkeypatch.setattr(module, "connect", _refuses("opened a SQLite database"))
     if _PSYCOPG:
         import psycopg
 
