@@ -24,6 +24,7 @@ from runner.core.result import AgentResult
 from runner.core.status import STATES, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.defaults import DEFAULT_MAX_RESUMES
+from runner.tracing.environment import traces_from_environment
 
 if TYPE_CHECKING:
     from runner.core.journal import Entry
@@ -125,7 +126,7 @@ def run(
     run waits for a person's answer (it prints the command that gives it).
     """
     progress = _progress(as_json)
-    with _runner(url, observer=progress) as runner:
+    with traces_from_environment(), _runner(url, observer=progress) as runner:
         # Not announced to idle workers: this process runs it, now.
         chosen = runner.submit(agent, task, id=run_id, wake=False, **given(budgets))
         output.line(f"run {chosen}", err=True)
@@ -270,7 +271,10 @@ def resume(
     """
     chosen = given(budgets)
     progress = _progress(as_json)
-    with _runner(url, observer=progress, max_resumes=max_resumes) as runner:
+    with (
+        traces_from_environment(),
+        _runner(url, observer=progress, max_resumes=max_resumes) as runner,
+    ):
         found = runner.row(run_id).id
         if block and not as_json:
             waiting = runner.waiting_for(found)

@@ -6,6 +6,7 @@ import click
 
 from runner.cli.options import db_option
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
+from runner.tracing.environment import traces_from_environment
 
 
 @click.command()
@@ -97,4 +98,5 @@ def worker(
     if serving is None:
         return  # stopped by a signal while it waited for the database: exit 0
     serving.install_signal_handlers()
-    serving.serve()
+    with traces_from_environment():
+        serving.serve()
