@@ -45,20 +45,18 @@ class Prefix:
 
 def prefix(parent: RunRow, journal: Sequence[Entry], at_step: int) -> Prefix:
     """The first `at_step` steps of `parent`'s journal (CannotFork unless step `at_step`
-    is a tool call with its result: the fork goes on from there with step at_step + 1)."""
+    is a tool call with its result, or several with all of theirs: the fork goes on from
+    there with step at_step + 1). The copy ends after the step's last result, so a step of
+    several calls is copied whole, and none of its calls is pending in the fork."""
     if at_step < 0:
         raise CannotFork(f"--at-step must be 0 or more, not {at_step}")
     if at_step == 0:
         end = 1 if journal and journal[0].kind is EntryKind.TASK else 0
     else:
-        ends = [
-            i
-            for i, entry in enumerate(journal)
-            if entry.step == at_step and entry.kind is EntryKind.OBSERVATION
-        ]
-        if not ends:
+        step_end = _step_end(journal, at_step)
+        if step_end is None:
             raise CannotFork(_no_step(parent.id, journal, at_step))
-        end = ends[0] + 1
+        end = step_end
     counters = journal[end - 1].counters if end else Counters()
     # The budgets then: the parent's now, with the changes recorded after the copy undone.
     budgets = before_changes(Budgets(**parent.budgets), journal[end:])
@@ -134,16 +132,49 @@ def create_fork(
     return True
 
 
+def _step_end(journal: Sequence[Entry], step: int) -> int | None:
+    """Where the copy of `step` ends: just after the last result of its calls, when every
+    call of the step has one (a step of several calls records its results as they end, in
+    any order); None when the step is not a tool call with all its results."""
+    calls: set[str | None] = set()
+    results: set[str | None] = set()
+    end = None
+    for i, entry in enumerate(journal):
+        if entry.step != step:
+            continue
+        if entry.kind is EntryKind.ACTION:
+            calls.add(entry.idempotency_key)
+        elif entry.kind is EntryKind.OBSERVATION:
+            results.add(entry.idempotency_key)
+            end = i + 1
+    if not calls or not calls <= results:
+        return None
+    return end
+
+
 def _no_step(run_id: str, journal: Sequence[Entry], at_step: int) -> str:
     complete = [e.step for e in journal if e.kind is EntryKind.OBSERVATION]
     last = complete[-1] if complete else 0
-    kinds = {e.kind for e in journal if e.step == at_step}
+    step = [e for e in journal if e.step == at_step]
+    kinds = {e.kind for e in step}
+    calls = sum(e.kind is EntryKind.ACTION for e in step)
+    unanswered = sum(e.kind is EntryKind.WAIT for e in step) > sum(
+        e.kind is EntryKind.ANSWER for e in step
+    )
     if EntryKind.FINAL in kinds:
         what = f"step {at_step} of run {run_id} is its final answer"
     elif EntryKind.REFUSED in kinds:
         what = f"step {at_step} of run {run_id} is an action a stop rule refused"
+    elif unanswered:
+        what = f"step {at_step} of run {run_id} is a call that waits for a person's answer"
+    elif calls > 1:
+        done = sum(e.kind is EntryKind.OBSERVATION for e in step)
+        what = (
+            f"step {at_step} of run {run_id} is {calls} tool calls, {calls - done} of them "
+            "with no result yet"
+        )
     elif EntryKind.ACTION in kinds:
         what = f"step {at_step} of run {run_id} is a tool call with no result yet"
     else:
         what = f"run {run_id} has no step {at_step}"
-    return f"{what}: fork at a step whose tool call has its result (0 to {last})"
+    return f"{what}: fork at a step whose tool calls have their results (0 to {last})"

@@ -3,6 +3,8 @@ parent untouched, the copied calls never run again, the fork's calls under keys 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,9 +12,16 @@ from sqlalchemy import select
 
 from runner import CannotFork, RunConflict, Runner
 from runner.core.agent import load_agent
-from runner.core.journal import Counters
+from runner.core.journal import Counters, Entry, EntryKind
 from runner.store.schema import entries, runs
 
+from .ledgered_steps import (
+    CALLS_BY_STEP,
+    LedgeredSteps,
+    complete_steps,
+    copy_end,
+    run_to_the_end,
+)
 from .operating_agents import ref
 from .support import died_with, observation, tool_action
 
@@ -123,8 +132,8 @@ def test_a_fork_of_an_unfinished_run(db_url: str) -> None:
 @pytest.mark.parametrize(
     ("at_step", "message"),
     [
-        (4, "step 4 of run done is its final answer: fork at a step whose tool call has its "
-            "result \\(0 to 3\\)"),
+        (4, "step 4 of run done is its final answer: fork at a step whose tool calls have "
+            "their results \\(0 to 3\\)"),
         (9, "run done has no step 9"),
         (-1, "--at-step must be 0 or more"),
     ],
@@ -170,3 +179,97 @@ def test_a_fork_is_whole_or_absent(db_url: str) -> None:
             runner.fork("p", 2, id="taken")  # the id names another run: nothing copied
         assert rows(runner, entries, entries.c.run_id == "taken") == []
         assert runner.row("taken").parent_run_id is None
+
+
+# -- steps of several calls, approvals, and every boundary inside a step ---------------------
+
+
+def test_a_fork_at_any_step_copies_it_whole_and_runs_none_of_its_calls_again(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Issue 29: a fork at a step of several calls copied it only up to its first result, so
+    the fork settled the other calls again (OutcomeUnknown for a plain tool, a second run of
+    an idempotent one under its parent's key)."""
+    steps = LedgeredSteps(tmp_path / "ledger")
+    with Runner(db_url) as runner:
+        parent = run_to_the_end(runner, steps.agent, "p", "shop")
+        journal = runner.journal("p")
+        parent_rows = rows(runner, entries, entries.c.run_id == "p")
+        assert steps.calls() == sorted(set(steps.calls()), key=steps.calls().index)  # once each
+        for at_step in range(4):
+            before = len(steps.calls())
+            forked = runner.fork("p", at_step, id=f"f{at_step}")
+            result = run_to_the_end(runner, steps.agent, forked, None)
+            child = rows(runner, entries, entries.c.run_id == forked)
+            ran = steps.calls()[before:]
+            copied = copy_end(journal, at_step)
+            assert (result.stop_reason, result.output) == ("final", parent.output), at_step
+            assert result.transcript == parent.transcript
+            for mine, theirs in zip(child[:copied], parent_rows[:copied], strict=True):
+                assert mine == {**theirs, "run_id": forked, "lease_epoch": 0}
+            # Past the copy, only the fork's own steps, under its own keys: each call once.
+            assert all(e["step"] > at_step for e in child[copied:])
+            assert all(key.startswith(f"{forked}-") for key in ran), (at_step, ran)
+            assert (
+                len(ran)
+                == len(set(ran))
+                == sum(n for step, n in CALLS_BY_STEP.items() if step > at_step)
+            )
+            assert not [e for e in child if str(e["content"]).startswith("OutcomeUnknown")]
+        assert rows(runner, entries, entries.c.run_id == "p") == parent_rows  # untouched
+
+
+def test_a_fork_of_a_run_cut_at_every_boundary_inside_a_step(db_url: str, tmp_path: Path) -> None:
+    """A run whose worker died anywhere inside a step: a fork at each of its steps whose calls
+    all have their results copies them whole and runs nothing of the parent's again; a fork at
+    a step with a call still waiting or still running is refused, and nothing is written."""
+    steps = LedgeredSteps(tmp_path / "ledger")
+    with Runner(db_url) as runner:
+        parent = run_to_the_end(runner, steps.agent, "p", "shop")
+        journal = runner.journal("p")
+        parent_keys = set(steps.calls())
+        # Every cut but the whole: the answer is written with the run's stop, in one commit.
+        for cut in range(2, len(journal)):
+            cut_id = f"cut{cut}"
+            died_with(runner.engine, cut_id, "shop", journal[1:cut])
+            complete = complete_steps(journal[:cut])
+            for at_step in {e.step for e in journal[1:cut]} - complete:
+                with pytest.raises(CannotFork, match=f"step {at_step} of run {cut_id} "):
+                    runner.fork(cut_id, at_step, id=f"{cut_id}-no")
+            assert [r.id for r in runner.list() if r.id == f"{cut_id}-no"] == []
+            at_step = max(complete, default=0)
+            before = len(steps.calls())
+            forked = runner.fork(cut_id, at_step, id=f"{cut_id}-at{at_step}")
+            copied = copy_end(journal, at_step)
+            assert [e.idempotency_key for e in runner.journal(forked)[:copied]] == [
+                e.idempotency_key for e in journal[:copied]
+            ]
+            result = run_to_the_end(runner, steps.agent, forked, None)
+            ran = steps.calls()[before:]
+            assert (result.stop_reason, result.output) == ("final", parent.output), cut
+            assert not parent_keys & set(ran), (cut, ran)  # no call of the parent's again
+            assert all(key.startswith(f"{forked}-") for key in ran), (cut, ran)
+            assert len(ran) == len(set(ran))
+
+
+def test_a_fork_at_a_step_with_calls_still_running_or_waiting_is_refused(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        first = tool_action("two", 1, "note", {"text": "a"}, Counters())
+        second = replace(first, tool="keyed", args={"n": 1}, idempotency_key="two-1.2")
+        first = replace(first, idempotency_key="two-1.1")
+        died_with(runner.engine, "two", "shop", [first, second, observation(second, "keyed 1")])
+        with pytest.raises(
+            CannotFork,
+            match="step 1 of run two is 2 tool calls, 1 of them with no result yet: fork at a "
+            "step whose tool calls have their results \\(0 to 1\\)",
+        ):
+            runner.fork("two", 1)
+        call = tool_action("asks", 1, "refund", {"amount": 250}, Counters())
+        wait = Entry(
+            EntryKind.WAIT, 1, call.counters, content="refund 250?", tool="refund",
+            idempotency_key=call.idempotency_key, waits_for="approval",
+        )  # fmt: skip
+        died_with(runner.engine, "asks", "shop", [call, wait])
+        with pytest.raises(CannotFork, match="step 1 of run asks is a call that waits for a"):
+            runner.fork("asks", 1)
+        assert sorted(r.id for r in runner.list()) == ["asks", "two"]

@@ -3,6 +3,7 @@ model called and no tool run, and the first step where it would act differently.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from runner import Agent, OpenAIChat, Runner, tool
 from runner.core.agent import load_agent
 from runner.core.journal import Counters
 
+from .ledgered_steps import LedgeredSteps, run_to_the_end
 from .operating_agents import ref
 from .support import died_with, observation, tool_action
 
@@ -143,3 +145,51 @@ def test_a_model_adapter_must_still_build_the_recorded_requests(recorded: str) -
         "has a model adapter that cannot build the request (ValueError: tool results are not "
         "supported): the run would stop with model_error"
     )
+
+
+# -- steps of several calls, approvals, and every boundary inside a step ---------------------
+
+
+def test_a_run_with_steps_of_several_calls_and_an_approval_replays_with_nothing_run(
+    db_url: str, tmp_path: Path
+) -> None:
+    steps = LedgeredSteps(tmp_path / "ledger")
+    with Runner(db_url) as runner:
+        run_to_the_end(runner, steps.agent, "p", "shop")
+        for at_step in (1, 2, 3):
+            run_to_the_end(runner, steps.agent, runner.fork("p", at_step, id=f"f{at_step}"), None)
+        ran = steps.calls()
+        reports = [runner.replay(run, agent=steps.agent) for run in ("p", "f1", "f2", "f3")]
+        missing = Agent(steps.agent.model, {**steps.agent.tools})
+        del missing.tools["note"]
+        differs = runner.replay("p", agent=missing)
+    assert [(r.agrees, r.steps, r.stop_reason, r.note) for r in reports] == [
+        (True, 4, "final", None)
+    ] * 4
+    assert steps.calls() == ran  # no tool ran again
+    # The first call of a step of several that the agent can no longer make is found.
+    assert (differs.agrees, differs.step, differs.recorded) == (
+        False, 1, 'called note({"text": "a"})',
+    )  # fmt: skip
+
+
+def test_a_run_cut_at_every_boundary_inside_a_step_replays_so_far_with_nothing_run(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A record that ends anywhere (after a step's calls, between their results, at a wait,
+    after its answer) agrees so far: nothing pending is settled, nothing waiting is asked."""
+    steps = LedgeredSteps(tmp_path / "ledger")
+    with Runner(db_url) as runner:
+        run_to_the_end(runner, steps.agent, "p", "shop")
+        journal = runner.journal("p")
+        ran = steps.calls()
+        # Every cut but the whole: the answer is written with the run's stop, in one commit.
+        for cut in range(1, len(journal)):
+            died_with(runner.engine, f"cut{cut}", "shop", journal[1:cut])
+            report = runner.replay(f"cut{cut}", agent=steps.agent)
+            last = journal[cut - 1]
+            assert (report.agrees, report.steps, report.step) == (True, last.step, None), (
+                cut, last.kind, report,
+            )  # fmt: skip
+            assert report.note == "the run has not stopped (running): checked so far"
+            assert steps.calls() == ran, (cut, last.kind)
