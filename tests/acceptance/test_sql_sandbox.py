@@ -217,6 +217,14 @@ def test_reading_the_documented_tables_and_views_still_works(pg: str) -> None:
     assert (code, out) == (0, "id,reader\nkept,runner_reader\n"), err
 
 
+@pytest.mark.postgres
+def test_the_statement_runs_in_a_read_only_transaction(pg: str) -> None:
+    """Issue 29: the reader role and the rollback stop writes even in a writable
+    transaction, so only the setting itself shows that the transaction is READ ONLY."""
+    code, out, err = sql(pg, "SELECT current_setting('transaction_read_only') AS ro", "--csv")
+    assert (code, out) == (0, "ro\non\n"), err
+
+
 # -- PostgreSQL: who may read ---------------------------------------------------------------
 
 

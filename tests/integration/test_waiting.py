@@ -379,6 +379,24 @@ def test_an_answer_after_the_timeout_is_refused_and_the_timeout_recorded(db_url:
     assert shop.refunds == []
 
 
+def test_an_answer_before_the_timeout_is_taken_and_the_call_runs(db_url: str) -> None:
+    """Issue 29: with the expiry comparison inverted, an answer in time was refused as too
+    late; only answers after the timeout were tested."""
+    clock = ManualClock()
+    shop = Shop()
+    with Runner(db_url, clock=clock) as runner:
+        runner.run(shop.agent, "refund", id="t4", approval_timeout=5)
+        clock.advance(4.999)  # the last moment before it expires (at 5s: refused, above)
+        answered = runner.approve("t4", by="ann")
+        assert (answered.call, answered.answer) == ("t4-1", Answer.APPROVED)
+        assert runner.row("t4").status is RunStatus.QUEUED
+        done = runner.resume("t4", agent=shop.agent)
+        (answer,) = rows(runner, "SELECT answer, answered_by FROM approvals")
+    assert answer == {"answer": "approved", "answered_by": "ann"}
+    assert (done.stop_reason, done.output) == ("final", "refunded 250")
+    assert shop.refunds == [("t4-1", 1)]
+
+
 def test_time_spent_waiting_does_not_count_against_max_seconds(db_url: str) -> None:
     clock = ManualClock()
     shop = Shop()
