@@ -14,12 +14,12 @@ import importlib
 import json
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
-from runner.errors import MissingExtra, ModelRetryable
-from runner.models.failures import translate
+from runner.errors import MissingExtra, ModelFatal, ModelRetryable, RunnerError
+from runner.models.failures import redact, translate
 from runner.models.pricing import PriceLike, Pricer, as_price
 from runner.models.schemas import ToolSpec, tool_specs
 
@@ -40,6 +40,7 @@ class Adapter:
         system: str | None,
         price: PriceLike | None,
         request_params: Mapping[str, Any],
+        secrets: Iterable[str] = (),
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"{type(self).__name__} needs a model name, not {model!r}")
@@ -50,6 +51,7 @@ class Adapter:
         self._sdk = self._import_sdk()
         self._base_url = base_url
         self._api_key = api_key
+        self._secrets = [str(secret) for secret in secrets]
         self._given = client
         self._client: Any = None
         self._lock = threading.Lock()
@@ -64,6 +66,23 @@ class Adapter:
         return bound
 
     def __call__(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        # Whatever leaves an adapter is said in words with no secret in them: the key the
+        # client really uses, the configured secrets, a header's value, anything shaped like
+        # a key (runs.error, `runner show`, exports and spans all repeat these words).
+        try:
+            return self._call(transcript)
+        except ModelRetryable as exc:
+            raise ModelRetryable(self._redact(str(exc)), retry_after=exc.retry_after) from None
+        except ModelFatal as exc:
+            raise ModelFatal(self._redact(str(exc))) from None
+        except RunnerError:
+            raise
+        except Exception as exc:  # a bug or a surprise of the SDK's: retried like any error
+            raise ModelRetryable(
+                f"{self.provider}: {type(exc).__name__}: {self._redact(str(exc))}"
+            ) from None
+
+    def _call(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
         request = self.request(transcript)
         client = self._connect()
         try:
@@ -143,8 +162,40 @@ class Adapter:
             return self._client
 
     def _translate(self, exc: Exception, client: Any) -> Exception | None:
-        secrets = [self._api_key, getattr(client, "api_key", None)]
-        return translate(exc, self._sdk, self._sdk_error(), self.provider, secrets)
+        return translate(exc, self._sdk, self._sdk_error(), self.provider, self._known_secrets())
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._known_secrets())
+
+    def _known_secrets(self) -> list[str]:
+        """The key as given and as the client resolved it (from the environment, say), the
+        configured secrets, and the values of headers that authenticate."""
+        found = [self._api_key, *self._secrets]
+        for client in (self._client, self._given):
+            if client is None:
+                continue
+            found.append(getattr(client, "api_key", None))
+            found.extend(_header_secrets(getattr(client, "default_headers", None)))
+        found.extend(_header_secrets(self.request_params.get("extra_headers")))
+        return [secret for secret in found if isinstance(secret, str) and secret]
 
     def _sdk_error(self) -> type[Exception]:
         raise NotImplementedError
+
+
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "signature")
+
+
+def _header_secrets(headers: object) -> list[str]:
+    """Values of headers whose names say they authenticate, and their last word (a
+    `Bearer X` header's X)."""
+    if not isinstance(headers, Mapping):
+        return []
+    found: list[str] = []
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue
+        if any(word in name.lower() for word in _SECRET_HEADER_WORDS):
+            found.append(value)
+            found.append(value.rsplit(" ", 1)[-1])
+    return found

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from runner.errors import ModelRetryable
 from runner.models.adapter import Adapter
-from runner.models.failures import redact
 from runner.models.pricing import PriceLike, Tokens, count
 from runner.models.turns import (
     Call,
@@ -33,8 +33,10 @@ class AnthropicMessages(Adapter):
     runner's `model_retries` are the only ones). `system` is the system prompt,
     `max_tokens` the output limit of each call, `price` the dollars per million tokens (a
     `Price`, or `(input, output)`), else genai-prices' table when it is installed, else
-    cost 0 marked unknown. Other keywords (`tool_choice`, `stop_sequences`, `timeout`,
-    `extra_body`, ...) go to every `messages.create` call.
+    cost 0 marked unknown. `secrets` are more strings (a gateway's token, a header's value)
+    never to be repeated in an error: the key is never repeated either. Other keywords
+    (`tool_choice`, `stop_sequences`, `timeout`, `extra_body`, ...) go to every
+    `messages.create` call.
     """
 
     provider = "anthropic"
@@ -49,6 +51,7 @@ class AnthropicMessages(Adapter):
         client: Any = None,
         system: str | None = None,
         price: PriceLike | None = None,
+        secrets: Iterable[str] = (),
         max_tokens: int = DEFAULT_MAX_TOKENS,
         **request_params: Any,
     ) -> None:
@@ -61,6 +64,7 @@ class AnthropicMessages(Adapter):
             client=client,
             system=system,
             price=price,
+            secrets=secrets,
             request_params=request_params,
         )
         self.max_tokens = max_tokens
@@ -189,5 +193,5 @@ def _tokens(body: dict[str, Any]) -> Tokens:
 def _malformed(body: dict[str, Any]) -> Exception:
     error = body.get("error")
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return ModelRetryable(f"anthropic API returned an error: {redact(error['message'], [])}")
+        return ModelRetryable(f"anthropic API returned an error: {error['message']}")
     return ModelRetryable("anthropic API returned a response without content")

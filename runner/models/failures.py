@@ -9,10 +9,12 @@ that looks like a key taken out, and never a header.
 from __future__ import annotations
 
 import email.utils
+import json
 import re
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from runner.errors import ModelFatal, ModelRetryable
 
@@ -78,13 +80,36 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """`text` without the given secrets or anything shaped like an API key, cut short."""
+    """`text` without the given secrets or anything shaped like an API key, cut short.
+
+    A secret is taken out as it is, URL-encoded and JSON-escaped (how a server may echo
+    it), and so is a long enough start of it (a server that echoes a key cut short)."""
     for secret in secrets:
         if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
+            for form in {secret, quote(secret, safe=""), json.dumps(secret)[1:-1]}:
+                text = text.replace(form, "[redacted]")
+            text = _without_starts_of(text, secret)
     text = _BEARER.sub(r"\1 [redacted]", _KEYS.sub(r"\1-[redacted]", text))
     if len(text) > _MESSAGE_LIMIT:
         text = text[:_MESSAGE_LIMIT] + "..."
+    return text
+
+
+# A start of a secret this long is as good as the secret to whoever guesses the rest.
+_SECRET_START = 8
+
+
+def _without_starts_of(text: str, secret: str) -> str:
+    if len(secret) < 2 * _SECRET_START:
+        return text
+    head = secret[:_SECRET_START]
+    start = text.find(head)
+    while start != -1:
+        end = start + _SECRET_START
+        while end - start < len(secret) and end < len(text) and text[end] == secret[end - start]:
+            end += 1
+        text = text[:start] + "[redacted]" + text[end:]
+        start = text.find(head, start + len("[redacted]"))
     return text
 
 

@@ -6,11 +6,11 @@ Any OpenAI-compatible server works through `base_url` (Ollama, vLLM, LM Studio, 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from runner.errors import ModelRetryable
 from runner.models.adapter import Adapter
-from runner.models.failures import redact
 from runner.models.pricing import PriceLike, Tokens, count
 from runner.models.turns import (
     Call,
@@ -32,7 +32,9 @@ class OpenAIChat(Adapter):
     `client` is an `openai.OpenAI` to use instead (its retries are turned off: runner's
     `model_retries` are the only ones). `system` is the system prompt; `price` the dollars
     per million tokens (a `Price`, or `(input, output)`), else genai-prices' table when it
-    is installed, else cost 0 marked unknown. Other keywords (`temperature`,
+    is installed, else cost 0 marked unknown. `secrets` are more strings (a gateway's token,
+    a header's value) never to be repeated in an error: the key is never repeated either.
+    Other keywords (`temperature`,
     `max_completion_tokens`, `parallel_tool_calls`, `timeout`, `extra_body`, ...) go to
     every `chat.completions.create` call.
     """
@@ -49,6 +51,7 @@ class OpenAIChat(Adapter):
         client: Any = None,
         system: str | None = None,
         price: PriceLike | None = None,
+        secrets: Iterable[str] = (),
         **request_params: Any,
     ) -> None:
         super().__init__(
@@ -58,6 +61,7 @@ class OpenAIChat(Adapter):
             client=client,
             system=system,
             price=price,
+            secrets=secrets,
             request_params=request_params,
         )
 
@@ -198,5 +202,5 @@ def _malformed(body: dict[str, Any]) -> Exception:
     # Some compatible servers answer 200 with an error body: retry it like a 5xx.
     error = body.get("error")
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return ModelRetryable(f"openai API returned an error: {redact(error['message'], [])}")
+        return ModelRetryable(f"openai API returned an error: {error['message']}")
     return ModelRetryable("openai API returned a response without a message")

@@ -98,9 +98,7 @@ def trace_run(
     except RunPaused:
         span.set_attribute("runner.paused", True)  # a graceful stop, not a failure
     except BaseException as exc:
-        span.record_exception(exc)
-        span.set_attribute("error.type", type(exc).__qualname__)
-        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        _failed(span, exc)
         raise
     finally:
         span.end()
@@ -131,8 +129,7 @@ class RunTrace:
             yield current
         except BaseException as exc:
             if current.span is not None:
-                current.span.record_exception(exc)
-                current.span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                _failed(current.span, exc)
             raise
         finally:
             if current.span is not None:
@@ -187,11 +184,18 @@ class RunTrace:
         attributes: Mapping[str, Any],
         handle: type[_Handle],
     ) -> Iterator[Any]:
-        with self.tracer.start_as_current_span(name, self._parent(), kind, attributes) as span:
+        with self.tracer.start_as_current_span(
+            name,
+            self._parent(),
+            kind,
+            attributes,
+            record_exception=False,  # its message: see _failed
+            set_status_on_exception=False,
+        ) as span:
             try:
                 yield handle(span)
             except BaseException as exc:
-                span.set_attribute("error.type", type(exc).__qualname__)
+                _failed(span, exc)
                 raise
 
     def _parent(self) -> Context:
@@ -207,6 +211,17 @@ class RunTrace:
                 start_time=current.started_ns,
             )
         return trace.set_span_in_context(current.span, self.context)
+
+
+def _failed(span: trace.Span, exc: BaseException) -> None:
+    """Mark `span` failed by `exc`'s type alone. An exception's words can hold what a span
+    never records: a tool's arguments (`ValueError: bad card 4111...`), a provider's echo
+    of a key, text no exporter can encode. So the event and the status name the type only.
+    """
+    kind = type(exc).__qualname__
+    span.add_event("exception", {"exception.type": kind})
+    span.set_attribute("error.type", kind)
+    span.set_status(Status(StatusCode.ERROR, kind))
 
 
 class _Step:
