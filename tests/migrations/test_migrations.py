@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -303,13 +304,20 @@ def test_runner_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None
     source, dist, env_dir = tmp_path / "src", tmp_path / "dist", tmp_path / "v"
     _copy_sources(source)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(source)],
+        # -v: the build backend's own output, where setuptools' warnings would be.
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(dist), str(source)],
         env=_environment(),
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert built.returncode == 0, built.stderr
+    said = built.stdout + built.stderr
+    # A quiet build: no package left out, no setuptools warning of any kind (each once
+    # cost every install ~80 lines: "Package 'runner.ui.static' is absent from ...").
+    assert "absent from the `packages` configuration" not in said, said
+    warnings = [line for line in said.splitlines() if re.search(r"\.py:\d+: \w*Warning", line)]
+    assert warnings == [], said
     (wheel,) = dist.glob("durable_runner-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
