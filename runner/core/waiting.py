@@ -32,11 +32,6 @@ class Answer(StrEnum):
     REPLIED = "replied"  # ask_human's observation is the reply
     TIMED_OUT = "timed_out"  # nobody answered within approval_timeout: denied, saying so
 
-    @property
-    def runs_call(self) -> bool:
-        """Whether the tool itself runs after this answer."""
-        return self is Answer.APPROVED
-
 
 DENIED_PREFIX = "Denied: "
 
