@@ -10,8 +10,8 @@ Each repetition, on a fresh scratch database of each kind, side by side:
    included: what a user waits for);
 3. `Runner.submit` called once per run, for `--single` runs, in one process: the rate
    runs would be submitted at one at a time, for the ratio;
-4. the claim that follows: `leases.claim_next` with the N runs queued, 50 times each: by a
-   worker serving the queue, by one serving every queue, and with the queue limited
+4. the claim that follows: `leases.claim_some` of one run with the N runs queued, 50 times
+   each: by a worker serving the queue, by one serving every queue, and with the queue limited
    (`max_running` far above what runs, so the limit is counted and never reached).
 
 Every figure is the median (min-max) over the repetitions.
@@ -56,15 +56,16 @@ def measure(url: str, folder: Path, runs: int, single: int) -> dict[str, float]:
             runner.set_queue_limit("bulk", limit)
             started = time.perf_counter()
             for i in range(CLAIMS):
-                claim = leases.claim_next(
+                claim = leases.claim_some(
                     runner.engine,
+                    limit=1,
                     owner=f"bench:{i}:{way}",
                     lease_seconds=60,
                     max_resumes=3,
                     queues=served,
                     clock=runner.clock,
                 )
-                assert claim is not None
+                assert claim
             claims[way] = (time.perf_counter() - started) / CLAIMS
 
     lines = folder / "tasks.jsonl"

@@ -3,8 +3,9 @@
 The schema declared once (`schema`), every dialect difference in one object (`backend`),
 engines and migrations (`database`), runs as stored (`runs`, `rows`), the reads written once
 as plain SQL over a driver connection (`reads`, `run_states`, `plain_connection`), leases and
-claims (`leases`, `heartbeat`, `owner`, `liveness`), the fenced journal writes (`fencing`,
-`driver`, `sql_journal`), answers to waiting runs (`approvals`), queues (`queues`) and
+claims (`leases`; the run a claim takes next, `runnable`; the heartbeat's renewals,
+`heartbeat` and `lease_renewals`; `owner`, `liveness`), the fenced journal writes
+(`fencing`, `driver`, `sql_journal`), answers to waiting runs (`approvals`), queues (`queues`) and
 wake-ups (`wakeup`). It speaks SQL for the step machine's journal protocol and knows no
 policy of the loop, no command line and no page.
 

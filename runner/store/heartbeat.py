@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from runner.core.clock import SYSTEM, Clock
-from runner.store import leases, pooling
+from runner.store import lease_renewals, pooling
 
 
 class Held(Protocol):
@@ -98,7 +98,9 @@ class Heartbeat:
         epochs = {run_id: lease.epoch for run_id, lease in held.items()}
         try:
             with pooling.writing(self.engine):
-                renewed = leases.renew_leases(self.engine, epochs, self.lease_seconds, self.clock)
+                renewed = lease_renewals.renew_leases(
+                    self.engine, epochs, self.lease_seconds, self.clock
+                )
         except SQLAlchemyError:
             return
         for run_id, lease in held.items():

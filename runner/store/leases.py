@@ -1,21 +1,23 @@
 """Leases: which worker executes a run, fenced by an epoch that every claim bumps.
 
 A worker claims a run with one atomic UPDATE (under BEGIN IMMEDIATE on SQLite, with
-FOR UPDATE SKIP LOCKED on PostgreSQL for the queue), renews it with a heartbeat, and gives it
-back at once on a graceful stop. An expired lease is how a crashed worker's run is found.
-A waiting run is not claimable until a person answers it, or until its approval_timeout
-passes: then the claim itself records the timeout as the answer, in its own transaction.
+FOR UPDATE SKIP LOCKED on PostgreSQL for the queue) and gives it back at once on a graceful
+stop. Which run a claim takes next is `runner.store.runnable`; the heartbeat's renewal of
+the leases held is `runner.store.lease_renewals`. An expired lease is how a crashed
+worker's run is found. A waiting run is not claimable until a person answers it, or until
+its approval_timeout passes: then the claim itself records the timeout as the answer, in
+its own transaction.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Select, bindparam, func, select, tuple_, update
+from sqlalchemy import Connection, Engine, Row, bindparam, func, select, update
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
@@ -24,8 +26,8 @@ from runner.errors import LeaseHeld, RunNotFound
 from runner.store import approvals
 from runner.store import queues as queue_limits
 from runner.store.backend import backend_for
-from runner.store.owner import is_dead, local_prefix
-from runner.store.runs import RunRow, lock_run, plain_text, starts_with, stopped_values
+from runner.store.runnable import journal_length, next_claimable
+from runner.store.runs import RunRow, lock_run, plain_text, stopped_values
 from runner.store.schema import entries, runs
 
 
@@ -99,7 +101,7 @@ def _take(
     resumes, stalled = m["resumes"], m["stalled_resumes"]
     recorded: Any = _RECORDED_HERE
     if takeover:
-        recorded = _recorded(connection, run.id)
+        recorded = journal_length(connection, run.id)
         resumes += 1
         stalled = stalled + 1 if recorded == m["progress_seq"] else 0
     epoch = m["lease_epoch"] + 1
@@ -189,44 +191,6 @@ def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
     )
 
 
-def _recorded(connection: Connection, run_id: str) -> int:
-    return connection.execute(
-        select(func.count()).select_from(entries).where(entries.c.run_id == run_id)
-    ).scalar_one()
-
-
-def _stalls(connection: Connection, row: Row[Any]) -> bool:
-    """Whether taking `row` over would count as a takeover without progress."""
-    m = row._mapping
-    return m["lease_owner"] is not None and _recorded(connection, m["id"]) == m["progress_seq"]
-
-
-def claim_next(
-    engine: Engine,
-    *,
-    owner: str,
-    lease_seconds: float,
-    max_resumes: int,
-    skip_agents: Collection[str] = (),
-    suspects: bool = True,
-    queues: Sequence[str] | None = None,
-    clock: Clock = SYSTEM,
-) -> Claim | None:
-    """Take the next runnable run, as `claim_some` takes each of its claims; None: none."""
-    taken = claim_some(
-        engine,
-        limit=1,
-        owner=owner,
-        lease_seconds=lease_seconds,
-        max_resumes=max_resumes,
-        skip_agents=skip_agents,
-        suspects=suspects,
-        queues=queues,
-        clock=clock,
-    )
-    return taken[0] if taken else None
-
-
 def claim_some(
     engine: Engine,
     *,
@@ -266,7 +230,7 @@ def claim_some(
         refused: list[str] = []  # queues found with no room under their lock, this batch
         spent: set[int] = set()  # the ways of being runnable found empty, this batch
         while len(claims) < limit:
-            found = _next_claimable(
+            found = next_claimable(
                 connection,
                 at,
                 skip_agents,
@@ -289,216 +253,6 @@ def claim_some(
             if suspect:
                 break  # it runs alone
     return claims
-
-
-def _next_claimable(
-    connection: Connection,
-    at: datetime,
-    skip_agents: Collection[str],
-    queues: Sequence[str] | None,
-    full: Sequence[str],
-    refused: list[str],
-    spent: set[int],
-    slots: queue_limits.Slots,
-    *,
-    suspects: bool,
-) -> tuple[Row[Any], bool, bool] | None:
-    """The next run to take, whether it holds its queue's slot already (a dead holder's,
-    under a lease not expired) and whether it is a suspect; None: none, or a suspect first
-    when `suspects` is False. Each pass leaves out one more queue found with no room under
-    its lock (full now, or a race lost to another claimer on PostgreSQL): `refused` keeps
-    them for the rest of the batch."""
-    while True:
-        row = _next_runnable(connection, at, skip_agents, queues, [*full, *refused], spent)
-        holds_slot = False
-        if row is None:
-            # A dead holder's run already holds its slot: a full queue may take it over.
-            row = _orphan_here(connection, at, skip_agents, queues, refused)
-            holds_slot = True
-        if row is None:
-            return None
-        suspect = _stalls(connection, row)
-        if suspect and not suspects:
-            return None
-        queue = row._mapping["queue"]
-        if slots.has_room(queue, holds_slot):
-            return row, holds_slot, suspect
-        refused.append(queue)
-
-
-def _next_runnable(
-    connection: Connection,
-    at: datetime,
-    skip_agents: Collection[str],
-    queues: Sequence[str] | None,
-    full: Sequence[str],
-    spent: set[int],
-) -> Row[Any] | None:
-    """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL).
-
-    One query per way of being runnable, each read in order along its own index and
-    stopped at its first row: one query with an OR of the three had to sort every queued
-    run on each claim (12 ms with 2,000 queued on PostgreSQL). A run that is runnable
-    only after a crash or a timed-out wait is rare, so the last two find nothing at once.
-    A way found empty is added to `spent` and not asked again in the same batch: with as
-    many queues passed over or more it finds nothing still (a run that became runnable
-    that way meanwhile waits for the next batch).
-    """
-    params = _bounds(skip_agents, queues, full, at=at)
-    found = []
-    queries = _runnable_queries(queues is not None, bool(full), bool(skip_agents))
-    for way, query in enumerate(queries):
-        if way in spent:
-            continue
-        row = connection.execute(query, params).first()
-        if row is None:
-            spent.add(way)
-        else:
-            found.append(row)
-    # The others found stay locked until this claim commits, a moment: SKIP LOCKED passes
-    # them over meanwhile, as it passes over any run another claimer is taking.
-    return min(found, key=_claim_order) if found else None
-
-
-@functools.cache
-def _runnable_queries(served: bool, passed: bool, skipping: bool) -> tuple[Select[Any], ...]:
-    """The three queries of `_next_runnable`, built once for each shape of their bounds
-    (building one costs more than running it)."""
-    at = bindparam("at", type_=runs.c.lease_expires_at.type)
-    ways = (
-        (runs.c.status == RunStatus.QUEUED)
-        & (runs.c.not_before.is_(None) | (runs.c.not_before <= at)),
-        (runs.c.status == RunStatus.RUNNING)
-        & (runs.c.lease_expires_at.is_(None) | (runs.c.lease_expires_at < at)),
-        (runs.c.status == RunStatus.WAITING) & (runs.c.wait_expires_at < at),
-    )
-    return tuple(
-        _within(
-            select(runs)
-            .where(runnable)
-            .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
-            .limit(1)
-            .with_for_update(skip_locked=True),  # SQLite: dropped; BEGIN IMMEDIATE serialises
-            served,
-            passed,
-            skipping,
-        )
-        for runnable in ways
-    )
-
-
-def _claim_order(row: Row[Any]) -> tuple[int, datetime, str]:
-    m = row._mapping
-    return (-m["priority"], m["created_at"], m["id"])
-
-
-def _within(query: Select[Any], served: bool, passed: bool, skipping: bool) -> Select[Any]:
-    """`query` kept to the queues served (`served`), not to those full (`passed`) and not to
-    the agents skipped: bound by `_bounds`."""
-    if served:
-        query = query.where(runs.c.queue.in_(bindparam("served", expanding=True)))
-    if passed:
-        query = query.where(runs.c.queue.not_in(bindparam("passed", expanding=True)))
-    if skipping:
-        query = query.where(runs.c.agent.not_in(bindparam("skipped", expanding=True)))
-    return query
-
-
-def _bounds(
-    skip_agents: Collection[str], queues: Sequence[str] | None, full: Sequence[str], **more: Any
-) -> dict[str, Any]:
-    params = dict(more)
-    if queues is not None:
-        params["served"] = list(queues)
-    if full:
-        params["passed"] = list(full)
-    if skip_agents:
-        params["skipped"] = list(skip_agents)
-    return params
-
-
-# How many live leases held on this host one claim looks through for a dead holder.
-_ORPHAN_SCAN = 50
-
-
-def _orphan_here(
-    connection: Connection,
-    at: datetime,
-    skip_agents: Collection[str],
-    queues: Sequence[str] | None,
-    full: Sequence[str],
-) -> Row[Any] | None:
-    """A run whose lease has not expired but whose holder, a process on this host, is dead.
-
-    A worker SIGKILLed on this machine leaves its runs to a sibling at once, not after the
-    lease: the same test `runner resume` makes. Candidates are read without locks, then the
-    one found is locked only if its lease is still the dead process's.
-    """
-    query = (
-        select(runs.c.id, runs.c.lease_owner, runs.c.lease_epoch)
-        .where(
-            runs.c.status == RunStatus.RUNNING,
-            runs.c.lease_expires_at >= at,
-            starts_with(runs.c.lease_owner, local_prefix()),
-        )
-        .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
-        .limit(_ORPHAN_SCAN)
-    )
-    query = _within(query, queues is not None, bool(full), bool(skip_agents))
-    for candidate in connection.execute(query, _bounds(skip_agents, queues, full)).all():
-        if not is_dead(candidate.lease_owner):
-            continue
-        still = (
-            select(runs)
-            .where(
-                runs.c.id == candidate.id,
-                runs.c.lease_owner == candidate.lease_owner,
-                runs.c.lease_epoch == candidate.lease_epoch,
-            )
-            .with_for_update(skip_locked=True)
-        )
-        row = connection.execute(still).first()
-        if row is not None:
-            return row
-    return None
-
-
-def renew_lease(
-    engine: Engine, run_id: str, epoch: int, lease_seconds: float, clock: Clock = SYSTEM
-) -> bool:
-    """Extend one lease; False once another worker has taken the run."""
-    return run_id in renew_leases(engine, {run_id: epoch}, lease_seconds, clock)
-
-
-# How many leases one heartbeat statement renews (two bound values each: far below the
-# drivers' limits), so a worker of a thousand runs renews them all in one.
-LEASES_PER_STATEMENT = 2000
-
-
-def renew_leases(
-    engine: Engine, held: Mapping[str, int], lease_seconds: float, clock: Clock = SYSTEM
-) -> set[str]:
-    """The heartbeat: extend every lease in `held` (run id -> epoch) in one statement, one
-    transaction; the ids renewed. A run missing from them was taken over (or has ended)."""
-    at = utc_now(clock)
-    pairs = list(held.items())
-    renewed: set[str] = set()
-    with engine.begin() as connection:
-        for start in range(0, len(pairs), LEASES_PER_STATEMENT):
-            chunk = pairs[start : start + LEASES_PER_STATEMENT]
-            result = connection.execute(
-                update(runs)
-                # Only a running run: a beat that fires between the final commit and the
-                # journal's close keeps the epoch, and must not give a finished run a lease.
-                .where(
-                    tuple_(runs.c.id, runs.c.lease_epoch).in_(chunk),
-                    runs.c.status == RunStatus.RUNNING,
-                )
-                .values(lease_expires_at=at + timedelta(seconds=lease_seconds), last_seen_at=at)
-                .returning(runs.c.id)
-            )
-            renewed.update(result.scalars())
-    return renewed
 
 
 def release_run(

@@ -69,15 +69,20 @@ def test_a_fast_worker_does_not_steal_live_runs(pg_url: str) -> None:
                 honest.engine, f"live-{n}", owner="honest:1:1", lease_seconds=30, max_resumes=3
             )
         fast = backend_for("postgresql").clock(honest.engine, base=Skewed())
-        claim = leases.claim_next(
-            honest.engine, owner="fast:1:1", lease_seconds=30, max_resumes=3, clock=fast
+        claims = leases.claim_some(
+            honest.engine, limit=1, owner="fast:1:1", lease_seconds=30, max_resumes=3, clock=fast
         )
-        assert claim is None
+        assert claims == []
         # The same worker on its own wrong clock would have taken one: the test can fail.
-        wrong = leases.claim_next(
-            honest.engine, owner="fast:1:1", lease_seconds=30, max_resumes=3, clock=Skewed()
+        wrong = leases.claim_some(
+            honest.engine,
+            limit=1,
+            owner="fast:1:1",
+            lease_seconds=30,
+            max_resumes=3,
+            clock=Skewed(),
         )
-        assert wrong is not None
+        assert len(wrong) == 1
 
 
 def test_sqlite_leases_are_on_this_machines_clock(tmp_path: object) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, update
 from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason
 from runner.core.clock import ManualClock, utc_now
 from runner.core.journal import Counters, Stop
-from runner.store import leases
+from runner.store import lease_renewals, leases
 from runner.store import runs as store
 from runner.store.owner import owner_name, this_process
 from runner.store.schema import runs
@@ -171,10 +171,10 @@ def test_a_zombie_journal_writes_nothing(db_url: str) -> None:
             zombie.append(task_entry("2+3?"))
             # The zombie stalls past its lease: another worker claims the run.
             expire(engine, "z")
-            second = leases.claim_next(
-                engine, owner="worker-2:1:1", lease_seconds=30, max_resumes=3
+            [second] = leases.claim_some(
+                engine, limit=1, owner="worker-2:1:1", lease_seconds=30, max_resumes=3
             )
-            assert second is not None and second.run.id == "z"
+            assert second.run.id == "z"
             assert second.epoch == first.epoch + 1
 
             before = count_entries(engine, "z")
@@ -266,7 +266,7 @@ def test_a_dead_local_owner_frees_the_run_at_once(db_url: str) -> None:
 
 
 def test_a_worker_takes_a_dead_local_workers_run_at_once(db_url: str) -> None:
-    """claim_next: a live lease whose holder died on this host is taken, others are not."""
+    """A claim takes a live lease whose holder died on this host, and no other."""
     with Runner(db_url) as runner:
         engine = runner.engine
         for run_id, holder in (("held-here", runner.owner), ("held-away", ANOTHER_HOST)):
@@ -275,13 +275,17 @@ def test_a_worker_takes_a_dead_local_workers_run_at_once(db_url: str) -> None:
         action = tool_action("dead", 1, "add", {"a": 2, "b": 3}, Counters())
         died_with(runner.engine, "dead", "2+3?", [action])  # a lease for an hour
         before = runner.row("dead")
-        claim = leases.claim_next(engine, owner="sibling:1:1", lease_seconds=30, max_resumes=3)
-        assert claim is not None and claim.run.id == "dead"
+        [claim] = leases.claim_some(
+            engine, limit=1, owner="sibling:1:1", lease_seconds=30, max_resumes=3
+        )
+        assert claim.run.id == "dead"
         assert claim.epoch == before.lease_epoch + 1
         assert claim.run.lease_owner == "sibling:1:1" and claim.run.resumes == before.resumes + 1
         # The live holders, here and on another host, keep their runs.
-        again = leases.claim_next(engine, owner="sibling:1:1", lease_seconds=30, max_resumes=3)
-        assert again is None
+        again = leases.claim_some(
+            engine, limit=1, owner="sibling:1:1", lease_seconds=30, max_resumes=3
+        )
+        assert again == []
 
 
 # -- the heartbeat ------------------------------------------------------------------------------
@@ -312,8 +316,9 @@ def test_the_heartbeat_keeps_the_lease_during_a_slow_tool(db_url: str) -> None:
                     assert time.monotonic() < deadline, "the heartbeat never renewed"
                     time.sleep(0.005)
                 rival_claims.append(
-                    leases.claim_next(
+                    leases.claim_some(
                         runner.engine,
+                        limit=1,
                         owner="rival:1:1",
                         lease_seconds=30,
                         max_resumes=3,
@@ -337,7 +342,7 @@ def test_the_heartbeat_keeps_the_lease_during_a_slow_tool(db_url: str) -> None:
         epochs = {r["lease_epoch"] for r in entry_rows(runner.engine, "slow")}
 
     assert (result.stop_reason, result.output) == ("final", "5")
-    assert rival_claims == [None, None, None]
+    assert rival_claims == [[], [], []]
     assert epochs == {1}
     assert (run.lease_owner, run.lease_expires_at) == (None, None)
 
@@ -349,7 +354,7 @@ def test_a_database_blip_in_the_heartbeat_keeps_the_lease(
     # opened), well inside the lease; the third renews it. A slow, non-idempotent tool call
     # is in flight throughout: it must end with its own observation, not OutcomeUnknown.
     unreachable = create_engine(f"sqlite:///{tmp_path / 'gone' / 'runner.db'}")
-    renew_leases = leases.renew_leases
+    renew_leases = lease_renewals.renew_leases
     beats: list[str] = []
     recovered = threading.Event()
 
@@ -362,7 +367,7 @@ def test_a_database_blip_in_the_heartbeat_keeps_the_lease(
         recovered.set()
         return kept
 
-    monkeypatch.setattr(leases, "renew_leases", blipping_renew)
+    monkeypatch.setattr(lease_renewals, "renew_leases", blipping_renew)
 
     def transfer(amount: int) -> str:
         # Returns once the heartbeat has come through the blip, however slow the machine.
@@ -428,10 +433,10 @@ def test_a_heartbeat_never_renews_a_finished_run(db_url: str) -> None:
         run = runner.row("done")
         # A heartbeat that fires after the final commit (before the journal closes) finds
         # its epoch still current: it must not give the finished run a lease again.
-        renewed = leases.renew_lease(runner.engine, "done", run.lease_epoch, 30)
+        renewed = lease_renewals.renew_leases(runner.engine, {"done": run.lease_epoch}, 30)
         after = runner.row("done")
     assert result.stop_reason == "final"
-    assert renewed is False
+    assert renewed == set()
     assert (after.lease_owner, after.lease_expires_at) == (None, None)
 
 
@@ -441,8 +446,8 @@ def test_renewing_with_a_stale_epoch_fails(db_url: str) -> None:
         first = leases.claim_run(
             runner.engine, "r", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3
         )
-        assert leases.renew_lease(runner.engine, "r", first.epoch, 30) is True
+        assert lease_renewals.renew_leases(runner.engine, {"r": first.epoch}, 30) == {"r"}
         leases.claim_run(
             runner.engine, "r", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
         )
-        assert leases.renew_lease(runner.engine, "r", first.epoch, 30) is False
+        assert lease_renewals.renew_leases(runner.engine, {"r": first.epoch}, 30) == set()

@@ -16,7 +16,7 @@ from runner.core.clock import ManualClock
 from runner.core.journal import Counters
 from runner.core.status import RunStatus
 from runner.history import read_only_query
-from runner.store import leases
+from runner.store import lease_renewals, leases
 from runner.store.liveness import stall_reason
 
 from .operating_agents import ref
@@ -44,7 +44,8 @@ def test_a_running_run_whose_lease_expired_is_stalled(db_url: str) -> None:
         assert runner.list(state="stalled") == []
 
         clock.advance(20)  # the heartbeat renews the lease, and says when it was seen
-        assert leases.renew_lease(runner.engine, "held", row.lease_epoch, 30, clock)
+        renewed = lease_renewals.renew_leases(runner.engine, {"held": row.lease_epoch}, 30, clock)
+        assert renewed == {"held"}
         assert runner.row("held").last_seen_at == claimed_at + timedelta(seconds=20)
         clock.advance(29)
         assert runner.row("held").state == "running"

@@ -72,8 +72,10 @@ def test_its_runs_are_not_taken_while_its_lease_lasts(
             runner.engine, "held", owner=other_namespace_owner, lease_seconds=3600, max_resumes=3
         )
         assert (
-            leases.claim_next(runner.engine, owner="sibling:1:1", lease_seconds=30, max_resumes=3)
-            is None
+            leases.claim_some(
+                runner.engine, limit=1, owner="sibling:1:1", lease_seconds=30, max_resumes=3
+            )
+            == []
         )
         with pytest.raises(LeaseHeld):
             leases.claim_run(

@@ -1,8 +1,8 @@
 """Queues, priorities, delays and limits, where runs are claimed, on both databases.
 
-Claims are made with `leases.claim_next`, as a worker makes them, on the runner's own clock
-(the database's on PostgreSQL); a delayed run is checked against that clock moved by a few
-milliseconds either side of its start, so no test sleeps.
+Claims are made one at a time with `leases.claim_some`, as a worker makes them, on the
+runner's own clock (the database's on PostgreSQL); a delayed run is checked against that
+clock moved by a few milliseconds either side of its start, so no test sleeps.
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ class Shifted:
 
 def claim(runner: Runner, owner: str = "tester:1:1", **kwargs: Any) -> leases.Claim | None:
     kwargs.setdefault("clock", runner.clock)
-    return leases.claim_next(runner.engine, owner=owner, lease_seconds=30, max_resumes=3, **kwargs)
+    taken = leases.claim_some(
+        runner.engine, limit=1, owner=owner, lease_seconds=30, max_resumes=3, **kwargs
+    )
+    return taken[0] if taken else None
 
 
 def claimed_ids(runner: Runner, **kwargs: Any) -> list[str]:

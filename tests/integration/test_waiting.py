@@ -112,7 +112,8 @@ def test_a_call_that_needs_approval_leaves_the_run_waiting_with_no_lease(db_url:
         assert runner.waiting_for("w1") == wait
         # Nothing claims it: not a worker, not a resume (which leaves the epoch alone).
         assert (
-            leases.claim_next(runner.engine, owner=OWNER, lease_seconds=30, max_resumes=3) is None
+            leases.claim_some(runner.engine, limit=1, owner=OWNER, lease_seconds=30, max_resumes=3)
+            == []
         )
         again = runner.resume("w1", agent=shop.agent)
         assert (again.status, again.waiting) == ("waiting", wait)
@@ -329,9 +330,10 @@ def test_an_unanswered_call_is_denied_by_the_first_claim_after_its_timeout(db_ur
         assert result.waiting.expires_at - result.waiting.since == timedelta(seconds=60)
 
         def claim() -> leases.Claim | None:
-            return leases.claim_next(
-                runner.engine, owner=OWNER, lease_seconds=30, max_resumes=3, clock=clock
+            taken = leases.claim_some(
+                runner.engine, limit=1, owner=OWNER, lease_seconds=30, max_resumes=3, clock=clock
             )
+            return taken[0] if taken else None
 
         clock.advance(59)
         assert claim() is None
