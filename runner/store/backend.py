@@ -36,7 +36,7 @@ from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from runner.core.clock import SYSTEM, Clock
 from runner.defaults import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported
 from runner.errors import DatabaseRefused
-from runner.store.reads import NOW_QUERY, utc
+from runner.store.reads import database_now, plain
 from runner.store.schema import ENTRY_COLUMNS, entries, runs
 
 # `synchronous=FULL` is the default: a commit that survives only a process crash, not a
@@ -486,16 +486,15 @@ class DatabaseClock:
             if self._offset is not None and abs(now - self._measured_at) <= self.refresh:
                 return  # another thread measured meanwhile
             try:
-                with self.engine.connect() as connection:
+                with self.engine.connect() as connection, plain(connection) as reader:
                     before = self.base.time()
-                    server = utc(connection.exec_driver_sql(NOW_QUERY).scalar_one())
+                    server = database_now(reader)
                     after = self.base.time()
             except SQLAlchemyError:
                 if self._offset is None:
                     raise
                 return
             middle = (before + after) / 2
-            assert server is not None
             self._offset = server.timestamp() - middle
             self._measured_at = after
         finally:

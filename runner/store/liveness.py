@@ -2,7 +2,7 @@
 
 A run whose status is `running` is stalled when nobody can still be executing it: its lease
 expired (on the database's clock, the one every worker compares), or its holder is a
-process on this host, PID namespace and boot that no longer exists (runner.owner). A
+process on this host, PID namespace and boot that no longer exists (runner.store.owner). A
 stalled run waits for a worker or `runner resume` to take it over from its journal.
 
 The `run_summary` view derives the same state from the lease alone: SQL cannot see whether

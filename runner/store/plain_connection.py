@@ -9,8 +9,8 @@ does not read the same way SQLAlchemy would, a schema not at SCHEMA_REVISION, an
 driver error while opening (a server away, a file it may not read, one damaged or locked).
 The same one-line messages and exit codes then come from the one place that words them.
 
-The URL is read as SQLAlchemy reads it (runner.database `_parsed`): a password's `@`
-encoded first (runner.urls), the same pattern, user, password and database unquoted, and
+The URL is read as SQLAlchemy reads it (runner.store.database `_parsed`): a password's `@`
+encoded first (runner.store.urls), the same pattern, user, password and database unquoted, and
 psycopg given the connect arguments SQLAlchemy's psycopg dialect would give it.
 """
 
@@ -49,7 +49,7 @@ _URL = re.compile(
 )
 _SQLITE = ("sqlite", "sqlite+pysqlite")
 _POSTGRES = ("postgresql", "postgres", "postgresql+psycopg")
-# The one query parameter of an SQLite URL (runner.backend): it changes no read.
+# The one query parameter of an SQLite URL (runner.store.backend): it changes no read.
 _SYNCHRONOUS_MODES = ("full", "normal")
 # Query parameters that SQLAlchemy's psycopg dialect treats itself (several hosts).
 _MULTIHOST = ("host", "port")

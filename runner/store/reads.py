@@ -1,15 +1,16 @@
-"""The reads `runner list` needs, written once as plain SQL over a DB-API connection.
+"""The reads of runs and journals, each written once as plain SQL over a DB-API connection.
 
-`runner list` reads without SQLAlchemy (importing it is most of the command's start-up):
-`runner.direct` opens sqlite3 or psycopg and hands the connection to these functions. The
-library reads the same way, given the driver connection beneath one of its engine's pooled
-connections (`runner.store.plain_reading`): each of these reads has one implementation.
+`runner list` and `show` read without SQLAlchemy (importing it is most of their start-up):
+runner.store.plain_connection opens sqlite3 or psycopg and hands the connection to these
+functions. The library reads the same way, given the driver connection beneath one of its
+engine's connections (`plain_reading`, `plain`, at the end of this module): each of these
+reads has one implementation, whichever way the database was opened.
 
 The SQL is written with `:name` binds (sqlite3's style) and rewritten once per statement
-for psycopg (`%(name)s`). Values come back as SQLAlchemy's column types of runner.schema
-give them: timestamps aware and in UTC (SQLite keeps them as UTC text), JSON columns
-decoded (SQLite keeps text; psycopg decodes `json` itself), booleans bool (SQLite keeps
-0 and 1).
+for psycopg (`%(name)s`). Values come back as SQLAlchemy's column types of
+runner.store.schema give them: timestamps aware and in UTC (SQLite keeps them as UTC
+text), JSON columns decoded (SQLite keeps text; psycopg decodes `json` itself), booleans
+bool (SQLite keeps 0 and 1).
 """
 
 from __future__ import annotations
@@ -18,15 +19,19 @@ import json
 import re
 import sqlite3
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.errors import AmbiguousRunId, RunNotFound
 from runner.store.rows import RunRow, entry_of
+
+if TYPE_CHECKING:  # SQLAlchemy is never imported here: `runner list` reads without it
+    from sqlalchemy import Connection, Engine
 
 # The Alembic revision runner's tables are at: the newest in migrations/ (tests/migrations
 # asserts it is the head; a new revision must change it). Every command checks a database
@@ -34,7 +39,7 @@ from runner.store.rows import RunRow, entry_of
 SCHEMA_REVISION = "0008"
 VERSION_QUERY = "SELECT version_num FROM alembic_version"
 # PostgreSQL's clock, the one leases are measured on (the clock of the moment, not of the
-# transaction's start). Read here and by runner.backend's DatabaseClock.
+# transaction's start). Read by `database_now`, runner.store.backend's DatabaseClock too.
 NOW_QUERY = "SELECT clock_timestamp() AS now"
 
 # The columns a RunRow is built from (runs.stalled_resumes and progress_seq are the
@@ -81,7 +86,7 @@ def _pyformat(sql: str) -> str:
 
 
 def utc(value: Any) -> datetime | None:
-    """A timestamp as runner.schema's UtcDateTime gives it back: aware, in UTC."""
+    """A timestamp as runner.store.schema's UtcDateTime gives it back: aware, in UTC."""
     if value is None:
         return None
     if isinstance(value, str):  # SQLite's text, as SQLAlchemy parses it
@@ -94,7 +99,7 @@ def utc(value: Any) -> datetime | None:
 class Reader:
     """A DB-API connection (sqlite3's or psycopg's) and how its driver takes binds and gives
     values back. It runs plain SELECTs; it never begins, commits or closes anything it was
-    given (`close` is for the connections runner.direct opened for it)."""
+    given (`close` is for the connections runner.store.plain_connection opened for it)."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
@@ -302,3 +307,46 @@ def load_entries(
         params,
     )
     return [(entry_of(row), row["lease_epoch"]) for row in rows]
+
+
+def existing_runs(reader: Reader, run_ids: Sequence[str]) -> dict[str, RunRow]:
+    """The runs among `run_ids` that exist, by id."""
+    found: dict[str, RunRow] = {}
+    for at in range(0, len(run_ids), _CHUNK):
+        ids = {f"id_{i}": run_id for i, run_id in enumerate(run_ids[at : at + _CHUNK])}
+        sql = (
+            f"SELECT {', '.join(RUN_FIELDS)} FROM runs "
+            f"WHERE id IN ({', '.join(':' + name for name in ids)})"
+        )
+        for row in reader.rows(sql, ids):
+            found[row["id"]] = RunRow.of(row)
+    return found
+
+
+# -- beneath an engine's connection ---------------------------------------------------------
+
+
+@contextmanager
+def plain_reading(engine: Engine) -> Iterator[Reader]:
+    """The driver's connection beneath one of the engine's, for the reads here. Its
+    statements are plain SELECTs in no transaction of SQLAlchemy's; the pool rolls back
+    whatever the driver began when the connection goes back."""
+    with engine.connect() as connection, plain(connection) as reader:
+        yield reader
+
+
+@contextmanager
+def plain(connection: Connection) -> Iterator[Reader]:
+    """The driver's connection beneath `connection`, inside its transaction (a read there
+    sees what the transaction wrote). A driver's error comes out as SQLAlchemy's own would
+    (every caller, and the CLI's one-line errors, know those), a lost connection discarded."""
+    dbapi_connection = connection.connection.dbapi_connection
+    reader = Reader(dbapi_connection)
+    try:
+        yield reader
+    except reader.errors as exc:
+        dialect = connection.dialect
+        lost = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
+        if lost:
+            connection.invalidate(exc)
+        raise reader.database_error(exc, dialect=dialect, invalidated=lost) from exc

@@ -1,9 +1,9 @@
 """Runs and journal entries as stored, built from plain mappings of column values.
 
 No SQLAlchemy here: a command that only reads (`runner list`) builds its rows from a DB-API
-cursor through `runner.reads`, the library from SQLAlchemy's rows, and both through these
+cursor through `runner.store.reads`, the library from SQLAlchemy's rows, and both through these
 constructors. The mapping holds decoded values (aware UTC datetimes, JSON as Python
-values): SQLAlchemy's column types decode them on its path, `runner.reads` on the other.
+values): SQLAlchemy's column types decode them on its path, `runner.store.reads` on the other.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class RunRow:
     parent_run_id: str | None = None
     parent_step: int | None = None
     # Derived, not stored: the status, or `stalled` for a running run nobody holds any more
-    # (see runner.liveness, which fills it in for the rows `Runner.row` and `list` return).
+    # (see runner.store.liveness, which fills it in for the rows `Runner.row` and `list` return).
     state: str = ""
     waiting_since: datetime | None = None  # while waiting: since when
     wait_expires_at: datetime | None = None  # while waiting: when approval_timeout passes

@@ -1,10 +1,11 @@
-"""Runs as they stand, over runner.reads: the runs in a state now (the counters of an
+"""Runs as they stand, over runner.store.reads: the runs in a state now (the counters of an
 unfinished run's journal, stalled or not), what the waiting ones wait for, and a run's
 result so far.
 
 `Runner.list`, `row`, `waits` and `get` use these over their engine; `runner list` and
-`runner show` (runner.overview) over a connection opened without SQLAlchemy where one
-opens: one implementation of each read, whichever way the database was opened.
+`runner show` (runner.service.overview) over a connection opened without SQLAlchemy where
+one opens, and the page (runner.history) over its read-only engine: one implementation of
+each read, judged at one clock (`clock_now`), whichever way the database was opened.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Runs as stored: their values, and the short named queries that create, find, list and
-cancel them. The reads that `runner list` and `show` make without SQLAlchemy are written
-once as plain SQL in `runner.reads`, and the functions here that read runs and journals
-run that SQL on the driver connection beneath a pooled one (`plain_reading`). Claims and
-leases are in `runner.leases`, the journal's fenced writes in
-`runner.fencing`, opening and migrating the database in `runner.database`, the reads,
-export and prune of the run history in the `runner.history` package; what differs between
-SQLite and PostgreSQL is in `runner.backend` (and, for `runner sql`'s read-only
-connections, in `runner.history.sqlite_reader` and `postgres_reader`, behind one
+cancel them. Every read of runs and journals is written once as plain SQL in
+runner.store.reads (which `runner list` and `show` run without SQLAlchemy); the functions
+here run it on the driver connection beneath one of the engine's (`plain_reading`).
+Claims and leases are in runner.store.leases, the journal's fenced writes in
+runner.store.fencing, opening and migrating the database in runner.store.database, the
+reads, export and prune of the run history in the runner.history package; what differs
+between SQLite and PostgreSQL is in runner.store.backend (and, for `runner sql`'s
+read-only connections, in runner.history.sqlite_reader and postgres_reader, behind one
 interface). All of runner's SQL is in these modules.
 """
 
@@ -29,11 +29,12 @@ from runner.core.stop_reasons import StopReason
 from runner.errors import RunNotFound
 from runner.store import reads
 from runner.store.backend import backend_for
-from runner.store.reads import Reader
+from runner.store.reads import plain as plain  # re-exported: the store's modules read so
+from runner.store.reads import plain_reading as plain_reading
 from runner.store.rows import RunRow as RunRow  # re-exported: rows are built without SQLAlchemy
 from runner.store.rows import decode as decode
 from runner.store.rows import entry_of as entry_of
-from runner.store.schema import COUNTER_MAX, DEFAULT_QUEUE, ENTRY_COLUMNS, entries, runs
+from runner.store.schema import COUNTER_MAX, DEFAULT_QUEUE, ENTRY_COLUMNS, runs
 
 # -- values in and out ----------------------------------------------------------------------
 
@@ -141,33 +142,6 @@ def reading(engine: Engine) -> Iterator[Connection]:
         yield connection.execution_options(**backend_for(engine.dialect.name).read_options())
 
 
-@contextmanager
-def plain_reading(engine: Engine) -> Iterator[Reader]:
-    """The driver's connection beneath one of the engine's, for the plain-SQL reads of
-    runner.reads (which `runner list` runs without SQLAlchemy). Its statements are plain
-    SELECTs in no transaction of SQLAlchemy's; the pool rolls back whatever the driver
-    began when the connection goes back."""
-    with engine.connect() as connection, plain(connection) as reader:
-        yield reader
-
-
-@contextmanager
-def plain(connection: Connection) -> Iterator[Reader]:
-    """The driver's connection beneath `connection`, inside its transaction (a read there
-    sees what the transaction wrote). A driver's error comes out as SQLAlchemy's own would
-    (every caller, and the CLI's one-line errors, know those), a lost connection discarded."""
-    dbapi_connection = connection.connection.dbapi_connection
-    reader = Reader(dbapi_connection)
-    try:
-        yield reader
-    except reader.errors as exc:
-        dialect = connection.dialect
-        lost = dialect.is_disconnect(exc, dbapi_connection, None)  # type: ignore[arg-type]
-        if lost:
-            connection.invalidate(exc)
-        raise reader.database_error(exc, dialect=dialect, invalidated=lost) from exc
-
-
 # -- creating and finding runs --------------------------------------------------------------
 
 
@@ -232,13 +206,10 @@ def refresh_statistics(engine: Engine) -> None:
 
 def existing_runs(engine: Engine, run_ids: Sequence[str]) -> dict[str, RunRow]:
     """The runs among `run_ids` that exist, by id."""
-    found: dict[str, RunRow] = {}
-    with reading(engine) as connection:
-        for at in range(0, len(run_ids), 500):
-            chunk = list(run_ids[at : at + 500])
-            for row in connection.execute(select(runs).where(runs.c.id.in_(chunk))):
-                found[row.id] = RunRow.of(row)
-    return found
+    if not run_ids:
+        return {}
+    with plain_reading(engine) as reader:
+        return reads.existing_runs(reader, run_ids)
 
 
 def new_run(
@@ -329,19 +300,15 @@ def stopped_values(
     connection: Connection, run_id: str, reason: StopReason, at: datetime
 ) -> dict[str, Any]:
     """The values that finish a run nobody is executing, with its journal's last counters."""
-    last = connection.execute(
-        select(entries.c.steps, entries.c.tokens, entries.c.cost)
-        .where(entries.c.run_id == run_id)
-        .order_by(entries.c.seq.desc())
-        .limit(1)
-    ).first()
-    steps, tokens, cost = last if last is not None else (0, 0, 0.0)
+    with plain(connection) as reader:
+        last = reads.last_entry(reader, run_id)
+    counters = last[0].counters if last is not None else Counters()
     return {
         "status": RunStatus.FINISHED,
         "stop_reason": reason,
-        "steps": steps,
-        "tokens": tokens,
-        "cost": cost,
+        "steps": counters.steps,
+        "tokens": counters.tokens,
+        "cost": counters.cost,
         "finished_at": at,
     }
 
@@ -389,7 +356,7 @@ def list_runs(
     lease_live_at: datetime | None = None,
     owner_prefix: str | None = None,
 ) -> Sequence[RunRow]:
-    """Runs, newest first (runner.reads.list_runs, which says what the filters do)."""
+    """Runs, newest first (runner.store.reads.list_runs, which says what the filters do)."""
     with plain_reading(engine) as reader:
         return reads.list_runs(
             reader, status=status, stop_reason=stop_reason, release=release, limit=limit,
