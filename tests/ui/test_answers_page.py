@@ -4,9 +4,11 @@ a running run nobody holds any more shows as stalled."""
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from runner import Agent, Runner, ask_human, tool
 from runner.store.schema import runs
 from runner.ui import make_app
 
+from .agents import HOSTILE
 from .seed import Seeded
 
 BASE = "http://127.0.0.1:8780"
@@ -117,3 +120,58 @@ def test_a_running_run_nobody_holds_shows_as_stalled(client: TestClient, seeded:
     assert 'class="status s-stalled">stalled<' in client.get("/runs/ui-stalled").text
     listed = client.get("/", params={"status": "running"}).text
     assert 'class="status s-stalled">stalled<' in listed
+
+
+# -- hostile text in what a waiting run asks -------------------------------------------------
+
+
+@tool(approval=True)
+def send(note: str) -> str:
+    return "sent"
+
+
+def asks_hostile(transcript: Transcript) -> dict[str, Any]:
+    """`question ...`: asks a person HOSTILE; `approval ...`: a call with HOSTILE in its
+    arguments, which needs approval."""
+    if "question" in transcript[0]["content"]:
+        return {"type": "tool", "name": "ask_human", "args": {"question": HOSTILE}}
+    return {"type": "tool", "name": "send", "args": {"note": HOSTILE}}
+
+
+class Tags(HTMLParser):
+    """The tags and attribute names of a page, as a browser's parser reads them."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attributes: list[str] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self.attributes.extend(name for name, _ in attrs)
+
+
+@pytest.mark.parametrize("task", ["question " + HOSTILE, "approval " + HOSTILE])
+def test_what_a_waiting_run_asks_is_shown_as_text(
+    client: TestClient, seeded: Seeded, task: str
+) -> None:
+    """Issue 29: the question (or the call to approve, with its arguments) rendered with
+    `| safe` survived the suite: no test rendered a *waiting* run with hostile text."""
+    run_id = f"ui-hostile-{task.split()[0]}"
+    with Runner(seeded.url) as runner:
+        assert runner.run(Agent(asks_hostile, {"ask_human": ask_human, "send": send}), task,
+                          id=run_id).status == "waiting"  # fmt: skip
+    page = client.get(f"/runs/{run_id}").text
+    listed = client.get("/", params={"status": "waiting"}).text
+    assert run_id in listed
+    for shown in (page, listed):
+        parsed = Tags(shown)
+        assert not {"script", "img", "iframe"} & set(parsed.tags)
+        assert not [name for name in parsed.attributes if name.startswith("on")]
+        assert "hostile-link" not in parsed.attributes and 'id="hostile-link"' not in shown
+        assert "&lt;script&gt;" in shown
+    # The question itself is on the page, as text, where the waiting run says what it asks.
+    asked = re.search(r'<div class="waiting">(.*?)</div>', page, re.S)
+    assert asked is not None and "&lt;script&gt;window.pwned" in asked.group(1)
+    assert HOSTILE.split("<img")[0] in html.unescape(asked.group(1))  # the <script>, whole

@@ -5,10 +5,13 @@ real server in test_browser.py."""
 
 from __future__ import annotations
 
+import hmac
 import html
 import re
+import secrets
 from collections.abc import Iterator
 from html.parser import HTMLParser
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -19,6 +22,7 @@ from starlette.testclient import TestClient
 from runner import Runner
 from runner.store.urls import redact_url
 from runner.ui import make_app, pages
+from runner.ui.security import TOKEN_COOKIE
 
 from .agents import HOSTILE
 from .seed import LONG_STEPS, Seeded
@@ -311,6 +315,37 @@ def test_a_token_is_required_on_every_request(seeded: Seeded) -> None:
         assert guarded.get("/stats", params={"by": "day"}).status_code == 200  # the cookie
         # The token cookie is for GETs and POSTs alike, the CSRF check still applies.
         assert guarded.post(f"/runs/{seeded.queued}/cancel", data={}).status_code == 403
+
+
+def test_the_token_cookie_is_compared_in_constant_time(
+    seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: the cookie compared with `==` (which returns at the first byte that
+    differs, so its time tells how much of a guess is right) survived the suite."""
+    compared: list[tuple[object, object]] = []
+    constant_time = hmac.compare_digest
+
+    def spy(a: Any, b: Any) -> bool:
+        compared.append((a, b))
+        return constant_time(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    monkeypatch.setattr(secrets, "compare_digest", spy)
+    with TestClient(make_app(seeded.url, token="s3cret"), base_url=BASE) as guarded:
+        opened = guarded.get("/", params={"token": "s3cret"}, follow_redirects=False)
+        cookie = guarded.cookies[TOKEN_COOKIE]
+        assert opened.status_code == 303 and cookie
+        for given, status in ((cookie, 200), ("0" * len(cookie), 401)):
+            guarded.cookies.clear()
+            guarded.cookies.set(TOKEN_COOKIE, given)
+            del compared[:]
+            assert guarded.get("/stats").status_code == status
+            seen = {_text(value) for pair in compared for value in pair}
+            assert given in seen, f"the cookie {given!r} never went through compare_digest"
+
+
+def _text(value: object) -> object:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def test_without_a_token_only_loopback_names_are_served(seeded: Seeded) -> None:
