@@ -126,3 +126,26 @@ def test_the_page_and_the_cli_judge_runs_on_the_databases_clock(skewed_url: str)
     assert shown.exit_code == 0, shown.output
     assert "stalled (its lease expired" in shown.output
     assert re.search(r"last seen 5m0\ds ago", shown.output), shown.output
+
+
+@pytest.mark.postgres
+def test_runner_list_by_state_judges_stalled_runs_on_the_databases_clock(
+    skewed_url: str,
+) -> None:
+    """Issue 29: the stalled listing (`runner list --status stalled`, `--status running`)
+    reading this host's clock survived the suite, whose clocks always agreed."""
+    here = datetime.now(UTC)
+    server = here + AHEAD
+    with Runner(skewed_url) as runner:
+        held(runner, "stl-expired", expires=here + AHEAD / 2, seen=server - timedelta(minutes=5))
+        held(runner, "stl-live", expires=server + AHEAD, seen=server - timedelta(minutes=5))
+        by_api = {
+            state: [row.id for row in runner.list(state=state) if row.id.startswith("stl-")]
+            for state in ("stalled", "running")
+        }
+    assert by_api == {"stalled": ["stl-expired"], "running": ["stl-live"]}
+    for state, wanted in (("stalled", "stl-expired"), ("running", "stl-live")):
+        done = CliRunner().invoke(main, ["list", "--status", state, "--db", skewed_url])
+        assert done.exit_code == 0, done.output
+        listed = [line.split()[0] for line in done.output.splitlines() if "stl-" in line]
+        assert listed == [wanted], (state, done.output)
