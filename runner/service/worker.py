@@ -166,7 +166,10 @@ class Worker:
                 continue
             if self.once and not self._active:
                 break
-            self._wake.wait(self._db_wait or self.poll)
+            idle = self._db_wait or self.poll
+            if log.isEnabledFor(logging.DEBUG):
+                self._log(logging.DEBUG, f"nothing to claim: idle until woken or {idle:g}s pass")
+            self._wake.wait(idle)
 
     def _reap(self) -> None:
         # The runs that ended since the last look (told by their futures): a worker with a

@@ -12,7 +12,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from sqlalchemy import select
 
 from runner.store.database import open_engine
 from runner.store.schema import entries, runs
+from tests.conditions import GENEROUS, wait_until
 
 from .agents import GATE_VARIABLE, LEDGER_VARIABLE, SLEEP_VARIABLE
 
@@ -105,12 +105,8 @@ def one_line_error(stderr: str) -> str:
     return lines[0]
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
-    give_up = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > give_up:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
+def wait_for(predicate: Any, timeout: float = GENEROUS, what: str = "condition") -> None:
+    wait_until(predicate, timeout=timeout, what=what, every=0.01)
 
 
 # -- the database, read directly ------------------------------------------------------------

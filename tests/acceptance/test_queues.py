@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -155,8 +157,19 @@ def test_a_worker_serves_its_queues_and_no_delayed_run_early(db_url: str, ledger
         assert later.status is RunStatus.QUEUED and later.not_before is not None
         assert later.not_before > runner.now()
         assert runner.row("b-now").status is RunStatus.QUEUED
-    shown = runner_cli(db_url, ledger, "show", "a-later")
-    assert "queue     a, priority 0, starts " in shown.stdout and "(in 59m" in shown.stdout
+        # What is left of the hour is what it was when `show` looked: read the clock on both
+        # sides of it (a loaded machine may take minutes over the commands above).
+        before_show = runner.now()
+        shown = runner_cli(db_url, ledger, "show", "a-later")
+        after_show = runner.now()
+    starts = f"{later.not_before.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
+    said = re.search(
+        rf"queue     a, priority 0, starts {starts} UTC \(in (\d+)m(\d\d)s\)", shown.stdout
+    )
+    assert said is not None, shown.stdout
+    left = int(said.group(1)) * 60 + int(said.group(2))
+    most, least = (later.not_before - moment for moment in (before_show, after_show))
+    assert least.total_seconds() - 1 <= left <= most.total_seconds(), (left, least, most)
     listed = runner_cli(db_url, ledger, "queue", "list", "--json")
     assert json.loads(listed.stdout) == [
         {"name": "a", "limit": None, "queued": 0, "delayed": 1, "running": 0, "waiting": 0},

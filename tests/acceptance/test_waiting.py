@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import traceback
 from collections import Counter
 from collections.abc import Iterator
@@ -314,20 +313,26 @@ def pg_cluster(postgres_database: str, tmp_path: Path) -> Iterator[Cluster]:
 
 @pytest.mark.postgres
 def test_notify_starts_a_queued_or_answered_run_at_once_on_postgres(pg_cluster: Cluster) -> None:
-    """With a 30 s poll, only a NOTIFY can get a run going within seconds (SQLite has no
-    notifications: its workers poll)."""
+    """With a 600 s poll, only a NOTIFY can get a run going within the test's waits (SQLite
+    has no notifications: its workers poll)."""
     cluster = pg_cluster
-    worker = cluster.start("--poll", "30")
+    worker = cluster.start("--poll", "600", env={"RUNNER_LOG_LEVEL": "debug"})
     assert "(woken by NOTIFY)" in worker.log()
-    time.sleep(1.0)  # let its first look at the empty queue pass: from now on it sleeps 30 s
 
+    def idle_after(line: str) -> bool:
+        """The worker has looked at the queue, found nothing, and sleeps, since `line`."""
+        log = worker.log()
+        return "nothing to claim: idle" in log[log.index(line) :] if line in log else False
+
+    wait_for(lambda: idle_after("serving"), 60, worker.log)  # its first look found nothing
     cluster.submit("final", 1)
-    wait_for(lambda: cluster.row("final-000").status is RunStatus.FINISHED, 10, worker.log)
+    wait_for(lambda: cluster.row("final-000").status is RunStatus.FINISHED, 60, worker.log)
 
     cluster.runner.submit(AGENT, "approval n-1", id="n-1")
-    wait_for(lambda: cluster.row("n-1").status is RunStatus.WAITING, 10, worker.log)
-    time.sleep(1.0)  # the worker gave the waiting run back and went to sleep again
+    wait_for(lambda: cluster.row("n-1").status is RunStatus.WAITING, 60, worker.log)
+    # The worker gave the waiting run back and went to sleep again.
+    wait_for(lambda: idle_after("run n-1 waits"), 60, worker.log)
     cluster.runner.approve("n-1")
-    wait_for(lambda: cluster.row("n-1").status is RunStatus.FINISHED, 10, worker.log)
+    wait_for(lambda: cluster.row("n-1").status is RunStatus.FINISHED, 60, worker.log)
     assert cluster.row("n-1").output == "done n-1"
     assert worker.stop() == 0, worker.log()

@@ -22,7 +22,9 @@ error in a row, one repeat. The stop reason follows from the mode:
 - `tool_errors`: a tool that raises, twice -> tool_errors (2 steps)
 - `repeated_call`: the same record call twice -> repeated_call (2 steps, 1 tool call)
 - `slow`: two calls of a tool that applies its effect then sleeps RUNNER_TEST_SLOW seconds
-  (read at each call, default 0.5), then answer -> final (3 steps)
+  (read at each call, default 0.5), then answer -> final (3 steps). With RUNNER_TEST_GATE
+  (a file path) set, the tool waits instead until that file exists: a test holds a run
+  inside its tool call for as long as it looks, whatever the machine's load
 - `poison`: a tool declared idempotent that SIGKILLs its own process: every resume re-runs
   it, the run never progresses -> crash_loop
 - `approval`: one call of `approved`, the key-aware record that waits for a person's
@@ -44,7 +46,10 @@ from runner import Agent, current_call, tool
 
 LEDGER_VARIABLE = "RUNNER_TEST_LEDGER"
 SLOW_VARIABLE = "RUNNER_TEST_SLOW"
+GATE_VARIABLE = "RUNNER_TEST_GATE"
 THINK_VARIABLE = "RUNNER_TEST_THINK"
+# The longest a gated tool waits for its gate: a test that never opens it fails, not hangs.
+GATE_TIMEOUT = 300.0
 
 
 def _folder() -> Path:
@@ -104,7 +109,15 @@ def slow(n: int, idempotency_key: str) -> str:
     # the effect, so the re-run after the crash must be absorbed by the key.
     _append("tools.jsonl", _call_record("slow", "begin"))
     _apply_effect("slow", idempotency_key)
-    time.sleep(float(os.environ.get(SLOW_VARIABLE, "0.5")))
+    gate = os.environ.get(GATE_VARIABLE)
+    if gate:
+        give_up = time.monotonic() + GATE_TIMEOUT
+        while not os.path.exists(gate):
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"the test never opened the gate {gate}")
+            time.sleep(0.02)
+    else:
+        time.sleep(float(os.environ.get(SLOW_VARIABLE, "0.5")))
     _append("tools.jsonl", _call_record("slow", "end"))
     return f"slow {n}"
 

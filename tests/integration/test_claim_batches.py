@@ -129,7 +129,7 @@ def test_batches_taken_at_once_never_share_a_run_nor_pass_a_limit(db_url: str) -
     def claimer(n: int) -> None:
         try:
             with Runner(db_url) as mine:
-                start.wait(10)
+                start.wait(60)
                 while got := batch(mine, 7, owner=f"claimer:{n}:1"):
                     with lock:
                         taken.extend(got)

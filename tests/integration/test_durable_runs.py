@@ -360,7 +360,7 @@ def test_cancel_of_a_slow_run_in_another_thread(db_url: str) -> None:
 
     def slow(transcript: Transcript) -> dict[str, Any]:
         entered.set()
-        assert go_on.wait(10)
+        assert go_on.wait(60)
         return {"type": "tool", "name": "search", "args": {"q": len(transcript)}}
 
     counted = Counting(slow)
@@ -373,12 +373,12 @@ def test_cancel_of_a_slow_run_in_another_thread(db_url: str) -> None:
     worker = threading.Thread(target=work)
     worker.start()
     try:
-        assert entered.wait(10)
+        assert entered.wait(60)
         with Runner(db_url) as runner:
             assert runner.cancel("slow").status == "running"  # held: stops at its next step
     finally:
         go_on.set()
-        worker.join(10)
+        worker.join(60)
     assert not worker.is_alive()
     (result,) = outcome
     assert counted.calls == 1

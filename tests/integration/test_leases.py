@@ -77,7 +77,7 @@ def test_resumes_started_together_let_exactly_one_proceed(db_url: str) -> None:
 
     def resume() -> None:
         with Runner(db_url) as runner:
-            start.wait(10)
+            start.wait(60)
             try:
                 outcome: Any = runner.resume("race", agent=agent)
             except LeaseHeld as exc:
@@ -89,7 +89,7 @@ def test_resumes_started_together_let_exactly_one_proceed(db_url: str) -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(20)
+        thread.join(60)
 
     results = [o for o in outcomes if not isinstance(o, LeaseHeld)]
     refused = [o for o in outcomes if isinstance(o, LeaseHeld)]
@@ -112,7 +112,7 @@ def test_steal_takes_over_and_the_old_holder_is_fenced(db_url: str) -> None:
         if not observations(transcript):
             return {"type": "tool", "name": "add", "args": {"a": 2, "b": 3}}
         in_step_two.set()
-        assert go_on.wait(10)
+        assert go_on.wait(60)
         return {"type": "final", "content": "from the old holder"}
 
     def new_model(transcript: Transcript) -> dict[str, Any]:
@@ -130,7 +130,7 @@ def test_steal_takes_over_and_the_old_holder_is_fenced(db_url: str) -> None:
     thread = threading.Thread(target=old_holder)
     thread.start()
     try:
-        assert in_step_two.wait(10)
+        assert in_step_two.wait(60)
         with Runner(db_url) as thief:
             with pytest.raises(LeaseHeld, match="steal"):
                 thief.resume("stolen", agent=Agent(new_model, TOOLS))
@@ -139,7 +139,7 @@ def test_steal_takes_over_and_the_old_holder_is_fenced(db_url: str) -> None:
             written = count_entries(thief.engine, "stolen")
     finally:
         go_on.set()
-        thread.join(10)
+        thread.join(60)
 
     assert not thread.is_alive()
     (old,) = outcome
@@ -371,7 +371,7 @@ def test_a_database_blip_in_the_heartbeat_keeps_the_lease(
 
     def transfer(amount: int) -> str:
         # Returns once the heartbeat has come through the blip, however slow the machine.
-        if not recovered.wait(20):
+        if not recovered.wait(60):
             raise RuntimeError(f"the heartbeat never renewed the lease: {beats}")
         return f"sent {amount}"
 

@@ -190,7 +190,7 @@ def test_claimers_at_once_never_exceed_a_limit(db_url: str) -> None:
 
     def claimer(n: int) -> None:
         with Runner(db_url) as mine:
-            start.wait(10)
+            start.wait(60)
             for _ in range(5):
                 got = claim(mine, owner=f"claimer:{n}:1")
                 if got is not None:

@@ -288,7 +288,7 @@ def test_answers_racing_each_other_and_a_cancel_exactly_one_wins(db_url: str) ->
                 start: threading.Barrier = start,
                 outcomes: dict[str, str] = outcomes,
             ) -> None:
-                start.wait(10)
+                start.wait(60)
                 try:
                     answer(run_id)
                     outcomes[name] = "won"
