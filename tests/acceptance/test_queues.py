@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from runner.cli import main
 from runner.core.status import RunStatus
 from runner.service.runner import Runner
 
@@ -236,3 +238,49 @@ def test_usage_errors_are_one_line_and_exit_2(
     assert done.returncode == 2, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and says in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- the exact edges of what the columns hold --------------------------------------------------
+
+LOWEST, HIGHEST = -(2**31), 2**31 - 1  # runs.priority is int4 on PostgreSQL
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["submit", AGENT, "t", "--queue", "q" * 65], f"queue '{'q' * 65}' must be 1 to 64"),
+        (["submit", AGENT, "t", "--priority", str(HIGHEST + 1)],
+         f"{HIGHEST + 1} is not in the range {LOWEST}<=x<={HIGHEST}"),
+        (["submit", AGENT, "t", "--priority", str(LOWEST - 1)],
+         f"{LOWEST - 1} is not in the range {LOWEST}<=x<={HIGHEST}"),
+        (["queue", "set", "q" * 65, "--limit", "1"], f"queue '{'q' * 65}' must be 1 to 64"),
+    ],
+)  # fmt: skip
+def test_one_past_the_columns_edges_is_a_one_line_usage_error(
+    db_url: str, args: list[str], says: str
+) -> None:
+    """Issue 29: the exact edges (a 65-character queue name, priority 2**31 and -2**31 - 1),
+    not only values far past them; the CLI is run in this process (CliRunner)."""
+    done = CliRunner().invoke(main, [*args, "--db", db_url])
+    assert done.exit_code == 2, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    with Runner(db_url) as runner:
+        assert (runner.list(), runner.queues()) == ([], [])
+
+
+def test_the_columns_edges_themselves_are_taken_by_the_cli(db_url: str) -> None:
+    longest = "q" * 64
+    for run_id, priority in (("high", HIGHEST), ("low", LOWEST)):
+        args = ["submit", AGENT, "t", "--id", run_id, "--queue", longest,
+                "--priority", str(priority), "--db", db_url]  # fmt: skip
+        done = CliRunner().invoke(main, args)
+        assert (done.exit_code, done.stdout.strip()) == (0, run_id), done.stderr
+    limited = CliRunner().invoke(main, ["queue", "set", longest, "--limit", "1", "--db", db_url])
+    assert limited.exit_code == 0, limited.stderr
+    with Runner(db_url) as runner:
+        placed = [(runner.row(i).queue, runner.row(i).priority) for i in ("high", "low")]
+        (listed,) = runner.queues()
+    assert placed == [(longest, HIGHEST), (longest, LOWEST)]
+    assert (listed.name, listed.limit) == (longest, 1)

@@ -311,3 +311,46 @@ def _two_steps(transcript: list[dict[str, Any]]) -> dict[str, Any]:
     if not seen:
         return {"type": "tool", "name": "add", "args": {"a": 1, "b": 2}}
     return {"type": "final", "content": seen[-1]["content"]}
+
+
+# -- the exact edges of what the columns hold --------------------------------------------------
+
+LOWEST, HIGHEST = -(2**31), 2**31 - 1  # runs.priority is int4 on PostgreSQL
+LONGEST = "q" * 64  # runs.queue and queues.name hold 64 characters
+
+
+def test_a_queue_name_of_64_and_priorities_at_int4s_ends_are_kept_exactly(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        runner.submit(AGENT, "t", id="high", queue=LONGEST, priority=HIGHEST)
+        runner.submit(AGENT, "t", id="low", queue=LONGEST, priority=LOWEST)
+        runner.set_queue_limit(LONGEST, 1)
+        placed = [(runner.row(i).queue, runner.row(i).priority) for i in ("high", "low")]
+        (listed,) = runner.queues()
+    assert placed == [(LONGEST, HIGHEST), (LONGEST, LOWEST)]
+    assert (listed.name, listed.limit) == (LONGEST, 1)
+
+
+@pytest.mark.parametrize(
+    ("placement", "says"),
+    [
+        ({"queue": "q" * 65}, f"queue '{'q' * 65}' must be 1 to 64 letters"),
+        ({"priority": HIGHEST + 1}, f"priority must be between {LOWEST} and {HIGHEST}, got "
+                                    f"{HIGHEST + 1}"),
+        ({"priority": LOWEST - 1}, f"priority must be between {LOWEST} and {HIGHEST}, got "
+                                   f"{LOWEST - 1}"),
+    ],
+)  # fmt: skip
+def test_one_past_what_the_columns_hold_is_refused_and_nothing_written(
+    db_url: str, placement: dict[str, Any], says: str
+) -> None:
+    """Issue 29: a 65-character queue name and a priority of 2**31 were accepted by a planted
+    bug the suite missed: only values far past the edges were tried."""
+    with Runner(db_url) as runner:
+        with pytest.raises(ValueError) as refused:
+            runner.submit(AGENT, "t", id="past", **placement)
+        assert str(refused.value).startswith(says), str(refused.value)
+        assert [row.id for row in runner.list()] == []
+        if "queue" in placement:
+            with pytest.raises(ValueError, match="must be 1 to 64 letters"):
+                runner.set_queue_limit(placement["queue"], 1)
+            assert runner.queues() == []
