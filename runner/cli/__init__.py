@@ -1,7 +1,8 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
 Each family of commands has its module (runs, answers, worker, queues, db, history); they
-share the options of `runner.cli.options` and print through `runner.cli.output`. This
+share the options of `runner.cli.options` and print through `runner.cli.output` (what a
+run looks like is `run_output`, query results, stats and queues `report_output`). This
 module builds the group, registers every command and gives each one runner's error
 handling: the command modules never import this one.
 

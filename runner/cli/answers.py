@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from runner.cli import output
+from runner.cli import output, run_output
 from runner.cli.options import db_option, json_option
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def _print(answered: Answered, as_json: bool) -> None:
             }
         )
     else:
-        output.line(output.answered_line(answered))
+        output.line(run_output.answered_line(answered))
 
 
 @click.command()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from runner.cli import output
+from runner.cli import output, report_output
 from runner.cli.options import MOMENT, RUN_ID, db_option, json_option
 from runner.defaults import DEFAULT_QUERY_TIMEOUT
 
@@ -50,11 +50,11 @@ def sql(query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None
         raise click.UsageError("choose one of --csv and --json")
     with read_only_query(url, query, timeout=timeout) as result:
         if as_csv:
-            output.query_csv(result.columns, result.rows)
+            report_output.query_csv(result.columns, result.rows)
         elif as_json:
-            output.query_json(result.columns, result.rows)
+            report_output.query_json(result.columns, result.rows)
         else:
-            output.line(output.query_table(result.columns, result.rows))
+            output.line(report_output.query_table(result.columns, result.rows))
 
 
 @click.command()
@@ -102,9 +102,9 @@ def stats(
     with History(url) as history:
         groups = history.stats(by=by, since=since, agent_name=agent_name, min_rise=min_rise)
     if as_json:
-        output.print_json(output.stats_json(by, since, min_rise, groups))
+        output.print_json(report_output.stats_json(by, since, min_rise, groups))
     else:
-        output.line(output.stats_table(by, groups, min_rise))
+        output.line(report_output.stats_table(by, groups, min_rise))
 
 
 @click.command()
@@ -200,6 +200,6 @@ def prune(
     with History(url) as history:
         pruned = history.prune(finished_before, dry_run=dry_run, batch_size=batch_size)
     if as_json:
-        output.print_json(output.pruned_json(pruned, finished_before, dry_run))
+        output.print_json(report_output.pruned_json(pruned, finished_before, dry_run))
     else:
-        output.line(output.pruned_line(pruned, finished_before, dry_run))
+        output.line(report_output.pruned_line(pruned, finished_before, dry_run))

@@ -15,7 +15,7 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from runner.cli import output
+from runner.cli import output, run_output
 from runner.core.actions import ActionKind
 from runner.core.journal import Entry, EntryKind
 
@@ -91,7 +91,7 @@ class Progress:
 
     def __call__(self, run_id: str, entry: Entry) -> None:
         """After each journal commit: print a finished step, say what comes next."""
-        said = output.progress_line(entry)
+        said = run_output.progress_line(entry)
         if self._console is None:
             if said is not None:
                 output.line(said, err=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from runner.cli import output
+from runner.cli import output, report_output
 from runner.cli.options import db_option, json_option
 
 
@@ -78,6 +78,6 @@ def list_(url: str | None, as_json: bool) -> None:
     with Runner(url) as runner:
         found = runner.queues()
     if as_json:
-        output.print_json([output.queue_json(info) for info in found])
+        output.print_json([report_output.queue_json(info) for info in found])
     else:
-        output.line(output.queues_table(found))
+        output.line(report_output.queues_table(found))

@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from runner.cli import output
+from runner.cli import output, run_output
 from runner.cli.options import (
     RUN_ID,
     budget_options,
@@ -53,11 +53,11 @@ def _runner(
 
 def finish(result: AgentResult, as_json: bool, seconds: float | None = None) -> None:
     if as_json:
-        output.print_json(output.run_json(result))
+        output.print_json(run_output.run_json(result))
     elif result.status is RunStatus.WAITING:
-        output.waiting(result)
+        run_output.waiting(result)
     else:
-        output.stopped(result, seconds)
+        run_output.stopped(result, seconds)
         _hint_revival(result)
     if result.status is RunStatus.WAITING:
         sys.exit(EXIT_WAITING)
@@ -194,7 +194,7 @@ def submit(
         )  # fmt: skip
         row = runner.row(chosen)
     if as_json:
-        output.print_json(output.run_json(None, row))
+        output.print_json(run_output.run_json(None, row))
     else:
         output.line(chosen)
 
@@ -279,7 +279,7 @@ def resume(
         if block and not as_json:
             waiting = runner.waiting_for(found)
             if waiting is not None:
-                output.line(output.wait_lines(waiting)[0], err=True)
+                output.line(run_output.wait_lines(waiting)[0], err=True)
         result = _go(
             found,
             progress,
@@ -342,7 +342,7 @@ def fork(
         row = runner.row(forked)
         if queue:
             if as_json:
-                output.print_json(output.run_json(None, row))
+                output.print_json(run_output.run_json(None, row))
             else:
                 output.line(forked)
             return
@@ -370,9 +370,9 @@ def replay(
         report = runner.replay(run_id, agent=agent, agent_budgets=agent_budgets)
         shown = agent or runner.row(report.run_id).agent
     if as_json:
-        output.print_json(output.replay_json(report, shown))
+        output.print_json(run_output.replay_json(report, shown))
     else:
-        output.line(output.replay_lines(report, shown))
+        output.line(run_output.replay_lines(report, shown))
     sys.exit(EXIT_FINAL if report.agrees else EXIT_DIFFERS)
 
 
@@ -388,12 +388,13 @@ def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
 
     run = shown(url, run_id)
     if as_json:
-        output.print_json(output.run_json(run.result, run.row, transcript=True))
+        output.print_json(run_output.run_json(run.result, run.row, transcript=True))
     else:
         stalled = stall_reason(run.row, run.now)
-        output.line(
-            output.render_run(run.result, run.row, run.journal, run.now, full=full, stalled=stalled)
+        page = run_output.render_run(
+            run.result, run.row, run.journal, run.now, full=full, stalled=stalled
         )
+        output.line(page)
 
 
 @click.command(name="list")
@@ -432,12 +433,12 @@ def list_(
     found = listed(url, state=status, stop_reason=reason, release=release, limit=limit)
     if as_json:
         output.print_json(
-            [output.run_json(None, row, wait=found.waits.get(row.id)) for row in found.rows]
+            [run_output.run_json(None, row, wait=found.waits.get(row.id)) for row in found.rows]
         )
     elif status == RunStatus.WAITING:
-        output.line(output.waits_table(found.rows, found.waits))
+        output.line(run_output.waits_table(found.rows, found.waits))
     else:
-        output.line(output.runs_table(found.rows, found.now))
+        output.line(run_output.runs_table(found.rows, found.now))
 
 
 @click.command()

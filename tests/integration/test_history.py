@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import Engine, func, insert, select, text
 
 from runner import Agent, QueryFailed, tool
-from runner.cli.output import render_run
+from runner.cli.run_output import render_run
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.history import (
     export_runs,

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event, text
 
 from runner import NOT_APPLIED, Agent, LeaseLost, ReplayMismatch, Runner, run_agent, tool
-from runner.cli.output import render_run
+from runner.cli.run_output import render_run
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.store import leases
 

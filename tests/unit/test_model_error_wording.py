@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner import ModelFatal, run_agent
-from runner.cli import output
+from runner.cli import run_output
 from runner.core.budgets import Budgets
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
@@ -29,12 +29,12 @@ def shown_stop(result: AgentResult, **budgets: Any) -> str:
         budgets=Budgets(**budgets).as_dict(),
         steps=0,
     )
-    return output.render_run(result, row, [], NOW).splitlines()[-1]
+    return run_output.render_run(result, row, [], NOW).splitlines()[-1]
 
 
 def test_the_stop_line_ends_with_the_first_line_of_why(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_agent(no_key, TOOLS, "t")
-    output.stopped(result, 0.2)
+    run_output.stopped(result, 0.2)
     assert capsys.readouterr().err == (
         f"stopped: model_error after 0 steps, 0 tokens, cost 0, 0.2s (run {result.run_id}): "
         "ModelFatal: openai: Missing credentials.\n"
@@ -42,7 +42,7 @@ def test_the_stop_line_ends_with_the_first_line_of_why(capsys: pytest.CaptureFix
 
 
 def test_a_stop_without_an_error_keeps_its_line(capsys: pytest.CaptureFixture[str]) -> None:
-    output.stopped(AgentResult(StopReason.FINAL, "ok", 1, [], tokens=1, run_id="x"), 1.0)
+    run_output.stopped(AgentResult(StopReason.FINAL, "ok", 1, [], tokens=1, run_id="x"), 1.0)
     assert capsys.readouterr().err.endswith(", 1.0s (run x)\n")
 
 

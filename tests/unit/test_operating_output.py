@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner import BadAgentReference, RequestRefused
-from runner.cli import output
+from runner.cli import output, run_output
 from runner.cli.progress import Progress
 from runner.core.actions import ActionKind
 from runner.core.agent import load_agent, parse_reference
@@ -86,13 +86,13 @@ def test_relative_times() -> None:
 
 def test_states_are_coloured_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [a_row(), a_row(id="r2", status=RunStatus.RUNNING, state="stalled", stop_reason=None)]
-    plain = output.runs_table(rows, NOW)
+    plain = run_output.runs_table(rows, NOW)
     assert "\x1b" not in plain  # captured stdout, like a pipe
     monkeypatch.setenv("FORCE_COLOR", "1")
-    coloured = output.runs_table(rows, NOW)
+    coloured = run_output.runs_table(rows, NOW)
     assert "\x1b[32mfinished" in coloured and "\x1b[1;31mstalled" in coloured
     monkeypatch.setenv("NO_COLOR", "1")
-    no_colour = output.runs_table(rows, NOW)
+    no_colour = run_output.runs_table(rows, NOW)
     assert "\x1b[32m" not in no_colour and "\x1b[1;31m" not in no_colour
     assert "\x1b[1mstalled" in no_colour  # bold is no colour: NO_COLOR keeps it
 
@@ -107,7 +107,7 @@ def test_the_list_has_relative_times_durations_and_states() -> None:
         lease_owner="host:1:2:3",
         last_seen_at=NOW - timedelta(seconds=90),
     )
-    header, first, second = output.runs_table([a_row(), stalled], NOW).splitlines()
+    header, first, second = run_output.runs_table([a_row(), stalled], NOW).splitlines()
     assert header.split() == [
         "ID", "STATUS", "STOP", "STEPS", "TOKENS", "AGENT", "RELEASE", "QUEUE", "CREATED", "TIME",
         "WORKER",
@@ -133,10 +133,10 @@ def journal_of(observation: str) -> list[Entry]:
 def test_show_cuts_observations_unless_full() -> None:
     long = "a" * 150 + "\nsecond line"
     result = AgentResult(StopReason.FINAL, "35", 2, [], tokens=1)
-    cut = output.render_run(result, a_row(), journal_of(long), NOW)
+    cut = run_output.render_run(result, a_row(), journal_of(long), NOW)
     assert "  <- look [ok]  " + "a" * 97 + "..." in cut
     assert "second line" not in cut
-    whole = output.render_run(result, a_row(), journal_of(long), NOW, full=True)
+    whole = run_output.render_run(result, a_row(), journal_of(long), NOW, full=True)
     assert "  <- look [ok]  " + "a" * 150 + "\n          second line" in whole
     assert '"q": "' + "x" * 120 + '"' in whole and "x" * 120 not in cut
     assert "  == revived after max_steps: max_steps 1 -> 5" in cut
@@ -144,13 +144,13 @@ def test_show_cuts_observations_unless_full() -> None:
 
 def test_show_says_no_release_none_and_counts_in_the_singular() -> None:
     result = AgentResult(StopReason.FINAL, "35", 1, [], tokens=1)
-    shown = output.render_run(result, a_row(), journal_of("ok"), NOW)
+    shown = run_output.render_run(result, a_row(), journal_of("ok"), NOW)
     assert "agent     agents:agent  (calc)\n" in shown
     assert "None" not in shown
     assert "counters  1 step, 1 token, cost unknown (no price), 1 resume\n" in shown
-    released = output.render_run(result, a_row(release="2.0"), journal_of("ok"), NOW)
+    released = run_output.render_run(result, a_row(release="2.0"), journal_of("ok"), NOW)
     assert "agent     agents:agent  (calc, release 2.0)\n" in released
-    nameless = output.render_run(result, a_row(agent_name=None), journal_of("ok"), NOW)
+    nameless = run_output.render_run(result, a_row(agent_name=None), journal_of("ok"), NOW)
     assert "agent     agents:agent\n" in nameless
 
 
@@ -165,13 +165,14 @@ def test_show_says_why_a_run_is_stalled_and_when_its_holder_was_seen() -> None:
         last_seen_at=NOW - timedelta(minutes=2),
     )
     result = AgentResult(None, None, 1, [], status="running")
-    shown = output.render_run(result, row, journal_of("ok")[:3], NOW, stalled="its lease expired")
+    journal = journal_of("ok")[:3]
+    shown = run_output.render_run(result, row, journal, NOW, stalled="its lease expired")
     assert "status    stalled (its lease expired; a worker or `runner resume r1` takes it" in shown
     assert "worker    host:1:2:3 since 2026-12-01 11:55:00 UTC, last seen 2m00s ago" in shown
 
 
 def test_the_final_line_has_steps_tokens_cost_and_time(capsys: pytest.CaptureFixture[str]) -> None:
-    output.stopped(
+    run_output.stopped(
         AgentResult(StopReason.MAX_STEPS, None, 1, [], tokens=1, cost=0.5, run_id="x"), 2.5
     )
     assert capsys.readouterr().err == (

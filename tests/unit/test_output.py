@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from runner.cli import output
+from runner.cli import output, report_output
 
 
 @pytest.fixture(autouse=True)
@@ -89,10 +89,10 @@ def test_cut_keeps_one_line_of_at_most_the_width() -> None:
 
 
 def test_query_table_aligns_numbers_and_counts_rows() -> None:
-    assert output.query_table([], iter([])) == "(no result rows)"
-    assert output.query_table(["n"], iter([])) == "n\n(0 rows)"
+    assert report_output.query_table([], iter([])) == "(no result rows)"
+    assert report_output.query_table(["n"], iter([])) == "n\n(0 rows)"
     rows = iter([("a", 1, None), ("bb", None, 2.5), ("c", 300, True)])
-    assert output.query_table(["t", "n", "f"], rows).splitlines() == [
+    assert report_output.query_table(["t", "n", "f"], rows).splitlines() == [
         "t   n    f",
         "a     1",
         "bb        2.5",

@@ -1,0 +1,212 @@
+"""What the history and the queues look like, printed: `runner sql`'s results (table, CSV,
+JSON), `runner stats`'s stop-reason distribution, what `runner prune` removed, and
+`runner queue list`. Written through `runner.cli.output`, the one way out.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from runner.cli.output import CELL_WIDTH, cut, table, text
+from runner.core.utf8 import utf8_safe
+
+if TYPE_CHECKING:
+    from runner.history import Group, Pruned
+    from runner.service.values import QueueInfo
+
+
+# -- query results (`runner sql`) -------------------------------------------------------------
+
+
+def query_table(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> str:
+    if not columns:
+        return "(no result rows)"
+    values = list(rows)
+    # A column of numbers (and NULLs) is right-aligned under its left-aligned header.
+    # PostgreSQL gives NUMERIC for some arithmetic (a SUM of bigints): numbers too.
+    right = [
+        i
+        for i in range(len(columns))
+        if values
+        and all(isinstance(row[i], int | float | Decimal) or row[i] is None for row in values)
+    ]
+    cells = [["" if v is None else cut(text(v), CELL_WIDTH) for v in row] for row in values]
+    shown = table(columns, cells, right=right)
+    return f"{shown}\n({len(values)} row{'' if len(values) == 1 else 's'})"
+
+
+def query_csv(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow([utf8_safe(name) for name in columns])
+    for row in rows:
+        writer.writerow(["" if v is None else utf8_safe(text(v, exact=True)) for v in row])
+
+
+def query_json(columns: list[str], rows: Iterable[tuple[Any, ...]]) -> None:
+    from runner.history import plain
+
+    keys = _unique(columns)
+    out = sys.stdout
+    out.write("[")
+    for n, row in enumerate(rows):
+        item = {key: plain(value) for key, value in zip(keys, row, strict=True)}
+        # A lone surrogate escaped is JSON's own escape of it: the value round-trips.
+        out.write(("," if n else "") + "\n" + utf8_safe(json.dumps(item, ensure_ascii=False)))
+    out.write("\n]\n")
+
+
+def _unique(columns: Sequence[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    keys = []
+    for name in columns:
+        seen[name] = seen.get(name, 0) + 1
+        keys.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return keys
+
+
+# -- the stop-reason distribution (`runner stats`) --------------------------------------------
+
+
+def stats_json(
+    by: str, since: datetime | None, min_rise: float, groups: list[Group]
+) -> dict[str, Any]:
+    from runner.history import plain
+
+    return {
+        "by": by,
+        "since": plain(since),
+        "min_rise": min_rise,
+        "groups": [
+            {
+                "group": g.label,
+                "agent_name": g.agent_name,
+                "release": g.release,
+                "day": g.day,
+                "runs": g.runs,
+                "first_run_at": plain(g.first_run_at),
+                "stop_reasons": [
+                    {"stop_reason": s.stop_reason, "count": s.count, "percent": round(s.percent, 2)}
+                    for s in g.shares
+                ],
+                "previous": g.previous,
+                "flags": [
+                    {
+                        "stop_reason": r.stop_reason,
+                        "percent": round(r.percent, 2),
+                        "previous_percent": round(r.previous_percent, 2),
+                        "rise_points": round(r.points, 2),
+                        "p_value": float(f"{r.p_value:.3g}"),
+                    }
+                    for r in g.rises
+                ],
+            }
+            for g in groups
+        ],
+    }
+
+
+def stats_table(by: str, groups: list[Group], min_rise: float) -> str:
+    if not groups:
+        return "no finished runs"
+    total: dict[str, int] = {}
+    for g in groups:
+        for s in g.shares:
+            total[s.stop_reason] = total.get(s.stop_reason, 0) + s.count
+    reasons = sorted(total, key=lambda r: (r != "final", -total[r], r))
+    counts = {
+        reason: max(len(str(s.count)) for g in groups for s in g.shares if s.stop_reason == reason)
+        for reason in reasons
+    }
+    rows = []
+    for g in groups:
+        shares = {s.stop_reason: s for s in g.shares}
+        flagged = {r.stop_reason for r in g.rises}
+        row = [g.label, str(g.runs)]
+        for reason in reasons:
+            share = shares.get(reason)
+            width = counts[reason]
+            cell = f"{share.count:>{width}} {share.percent:5.1f}%" if share else "-".rjust(width)
+            row.append(cell + (" ^" if reason in flagged else ""))
+        rows.append(row)
+    lines = [table([by.upper(), "RUNS", *reasons], rows, right=[1], right_headers=[1])]
+    rises = [(g, r) for g in groups for r in g.rises]
+    if rises:
+        lines.append("")
+        lines.append(
+            f"^ share rose by {min_rise:g} points or more since the previous {by}, "
+            "beyond chance (p < 0.05):"
+        )
+        for g, r in rises:
+            lines.append(
+                f"  {g.label}: {r.stop_reason} {r.previous_percent:.1f}% -> {r.percent:.1f}% "
+                f"(+{r.points:.1f} points since {g.previous})"
+            )
+    return "\n".join(lines)
+
+
+# -- prune (`runner prune`) -----------------------------------------------------------------
+
+
+def pruned_json(pruned: Pruned, finished_before: datetime, dry_run: bool) -> dict[str, Any]:
+    from runner.history import plain
+
+    return {
+        "dry_run": dry_run,
+        "finished_before": plain(finished_before),
+        "runs": pruned.runs,
+        "entries": pruned.entries,
+        "stop_reasons": dict(pruned.reasons.most_common()),
+    }
+
+
+def pruned_line(pruned: Pruned, finished_before: datetime, dry_run: bool) -> str:
+    verb = "would remove" if dry_run else "removed"
+    when = finished_before.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    detail = ", ".join(f"{reason} {n}" for reason, n in pruned.reasons.most_common())
+    return (
+        f"{verb} {pruned.runs} runs finished before {when}"
+        + (f" ({detail})" if detail else "")
+        + f" and {pruned.entries} journal entries"
+    )
+
+
+# -- queues (`runner queue list`) -----------------------------------------------------------
+
+
+def queues_table(found: Sequence[QueueInfo]) -> str:
+    """Each queue's limit and its runs: queued (ready), delayed, running and waiting."""
+    if not found:
+        return "no queues"
+    return table(
+        ("QUEUE", "LIMIT", "QUEUED", "DELAYED", "RUNNING", "WAITING"),
+        (
+            (
+                info.name,
+                "-" if info.limit is None else str(info.limit),
+                str(info.queued),
+                str(info.delayed),
+                str(info.running),
+                str(info.waiting),
+            )
+            for info in found
+        ),
+        right=(1, 2, 3, 4, 5),
+        right_headers=(1, 2, 3, 4, 5),
+    )
+
+
+def queue_json(info: QueueInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "limit": info.limit,
+        "queued": info.queued,
+        "delayed": info.delayed,
+        "running": info.running,
+        "waiting": info.waiting,
+    }
