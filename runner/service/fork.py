@@ -1,11 +1,11 @@
 """Forks: a new run whose journal starts as a copy of another run's first N steps.
 
-The copy is made in SQL (one INSERT ... SELECT) in the transaction that creates the fork, so
-a fork is whole or absent. Copied rows are the parent's, byte for byte, except their run id
-and `lease_epoch` 0 ("written when the run was forked"): they keep their `created_at` and
-their idempotency keys (`<parent>-<step>`: a key names the call that really ran). The fork's
-own calls, from step N + 1 on, get keys of their own (`<fork>-<step>`). The parent is only
-read.
+The copy is made by the store (in SQL, one INSERT ... SELECT) in the transaction that
+creates the fork, so a fork is whole or absent. Copied rows are the parent's, byte for
+byte, except their run id and `lease_epoch` 0 ("written when the run was forked"): they
+keep their `created_at` and their idempotency keys (`<parent>-<step>`: a key names the call
+that really ran). The fork's own calls, from step N + 1 on, get keys of their own
+(`<fork>-<step>`). The parent is only read.
 
 A fork starts with its parent's budgets as they are now (and any overrides); when those
 differ from the budgets the copied steps ran with, an `extended` entry at the end of the
@@ -18,20 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, insert, literal, select
-from sqlalchemy.exc import IntegrityError
-
 from runner.core.agent import with_budgets
 from runner.core.budget_changes import before_changes, changed, describe, room_problems
 from runner.core.budgets import Budgets
-from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.clock import utc_now
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.errors import CannotFork
-from runner.store.runs import RunRow, entry_row, new_run
-from runner.store.schema import entries, runs
-
-# The epoch of the rows a fork was made with: every claim's epoch is 1 or more.
-FORKED_EPOCH = 0
+from runner.store.protocol import RunStore
+from runner.store.run_changes import FORKED_EPOCH as FORKED_EPOCH  # re-exported
+from runner.store.runs import RunRow, new_run
 
 
 @dataclass(frozen=True)
@@ -77,7 +72,7 @@ def fork_budgets(parent: RunRow, copied: Prefix, overrides: Mapping[str, Any]) -
 
 
 def create_fork(
-    engine: Engine,
+    store: RunStore,
     parent: RunRow,
     copied: Prefix,
     *,
@@ -86,11 +81,9 @@ def create_fork(
     agent_name: str | None,
     release: str | None,
     budgets: Budgets,
-    clock: Clock = SYSTEM,
 ) -> bool:
     """Insert the fork, queued, with its copy of the parent's first steps, in one
     transaction; False (and nothing written) when the id is taken."""
-    at = utc_now(clock)
     at_step = copied.counters.steps
     row = new_run(
         run_id=run_id,
@@ -99,37 +92,20 @@ def create_fork(
         release=release,
         task=parent.task,
         budgets=budgets.as_dict(),
-        at=at,
+        at=utc_now(store.clock),
         parent_run_id=parent.id,
         parent_step=at_step,
         # A fork left to a worker waits in its parent's queue, at its priority.
         queue=parent.queue,
         priority=parent.priority,
     )
-    columns = [column.name for column in entries.columns]
-    replaced: dict[str, ColumnElement[Any]] = {
-        "run_id": literal(run_id),
-        "lease_epoch": literal(FORKED_EPOCH),
-    }
-    source = select(
-        *(replaced[name].label(name) if name in replaced else entries.c[name] for name in columns)
-    ).where(entries.c.run_id == parent.id, entries.c.seq < copied.entries)
     changes = changed(copied.budgets, budgets)
-    try:
-        with engine.begin() as connection:
-            connection.execute(insert(runs).values(**row))
-            connection.execute(insert(entries).from_select(columns, source))
-            if changes:
-                note = f"forked from run {parent.id} at step {at_step}: {describe(changes)}"
-                record = {"budgets": changes, "forked_from": parent.id, "at_step": at_step}
-                entry = Entry(
-                    EntryKind.EXTENDED, at_step, copied.counters, content=note, args=record
-                )
-                values = entry_row(run_id, copied.entries, FORKED_EPOCH, entry, at)
-                connection.execute(insert(entries).values(**values))
-    except IntegrityError:
-        return False
-    return True
+    extra = None
+    if changes:
+        note = f"forked from run {parent.id} at step {at_step}: {describe(changes)}"
+        record = {"budgets": changes, "forked_from": parent.id, "at_step": at_step}
+        extra = Entry(EntryKind.EXTENDED, at_step, copied.counters, content=note, args=record)
+    return store.create_fork(row, parent.id, copied.entries, extra)
 
 
 def _step_end(journal: Sequence[Entry], step: int) -> int | None:

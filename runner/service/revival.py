@@ -11,148 +11,132 @@ written by the claim that holds the run, under its epoch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-
-from sqlalchemy import Connection, Engine, insert, select, update
 
 from runner.core.agent import with_budgets
 from runner.core.budget_changes import REVIVABLE, changed, describe, lift_problems, room_problems
 from runner.core.budgets import Budgets
-from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
-from runner.errors import CannotContinue, LeaseLost, RunNotFound
-from runner.store.leases import Claim
-from runner.store.runs import RunRow, entry_of, entry_row, lock_run
-from runner.store.schema import entries, runs
+from runner.errors import CannotContinue, LeaseLost
+from runner.store.protocol import BudgetChange, Claim, RunStore
+from runner.store.rows import RunRow
+
+Tail = Sequence[tuple[int, Entry]]
 
 
-def revive_run(
-    engine: Engine, run_id: str, overrides: Mapping[str, Any], *, clock: Clock = SYSTEM
-) -> RunRow:
+def revive_run(store: RunStore, run_id: str, overrides: Mapping[str, Any]) -> RunRow:
     """Queue a stopped run again with `overrides` applied to its budgets.
 
     Refused (CannotContinue) unless it stopped for a budget (whose limit `overrides` must
     lift), for tool_errors, or for crash_loop; or when its last step was a wrap-up answer.
     """
-    at = utc_now(clock)
-    with engine.begin() as connection:
-        run = _locked(connection, run_id)
-        if run.status is not RunStatus.FINISHED:
-            raise CannotContinue(f"run {run.id} has not stopped ({run.status}): resume it")
-        stop = run.stop_reason
-        assert stop is not None
-        if stop not in REVIVABLE:
-            raise CannotContinue(_not_revivable(run.id, stop))
-        tail = _tail(connection, run.id)
-        if run.wrapped_up or any(entry.kind is EntryKind.WRAP_UP for _, entry in tail):
-            raise CannotContinue(
-                f"run {run.id} ended with a wrap-up call after {stop}: it cannot go on from "
-                "there; fork it from an earlier step (`runner fork`)"
-            )
-        seq, step, spent = _position(tail)
-        before = Budgets(**run.budgets)
-        after = with_budgets(overrides, before)
-        problems = lift_problems(stop, before, after, overrides) + room_problems(after, spent)
-        if problems:
-            raise CannotContinue(f"run {run.id} stopped with {stop}: {'; '.join(problems)}")
-        changes = changed(before, after)
-        note = f"revived after {stop}: {describe(changes)}"
-        record = {
-            "budgets": changes,
-            "stop_reason": str(stop),
-            "error": run.error,
-            "finished_at": _iso(run.finished_at),
-        }
-        # Under the epoch that finished the run: nobody holds it, and the next claim raises
-        # the epoch anyway (a revival is no attempt at a pending call).
-        entry = Entry(EntryKind.REVIVED, step, spent, content=note, args=record)
-        values = entry_row(run.id, seq, run.lease_epoch, entry, at)
-        connection.execute(insert(entries).values(**values))
-        connection.execute(
-            update(runs)
-            .where(runs.c.id == run.id)
-            .values(
-                status=RunStatus.QUEUED,
-                stop_reason=None,
-                output=None,
-                output_format=None,
-                error=None,
-                wrapped_up=False,
-                finished_at=None,
-                budgets=after.as_dict(),
-                # A wall-clock budget counts from the revival: set at the next claim.
-                deadline=None,
-                # The takeovers that led to crash_loop are forgiven: their count starts again.
-                stalled_resumes=0,
-                progress_seq=seq + 1,
-                lease_owner=None,
-                lease_expires_at=None,
-                updated_at=at,
-            )
+    return store.change_budgets(run_id, lambda run, tail, _at: revival(run, tail, overrides))
+
+
+def revival(run: RunRow, tail: Tail, overrides: Mapping[str, Any]) -> BudgetChange:
+    """What reviving `run` (its last entries `tail`, newest first) writes, or why not."""
+    if run.status is not RunStatus.FINISHED:
+        raise CannotContinue(f"run {run.id} has not stopped ({run.status}): resume it")
+    stop = run.stop_reason
+    assert stop is not None
+    if stop not in REVIVABLE:
+        raise CannotContinue(_not_revivable(run.id, stop))
+    if run.wrapped_up or any(entry.kind is EntryKind.WRAP_UP for _, entry in tail):
+        raise CannotContinue(
+            f"run {run.id} ended with a wrap-up call after {stop}: it cannot go on from "
+            "there; fork it from an earlier step (`runner fork`)"
         )
-        return RunRow.of(connection.execute(select(runs).where(runs.c.id == run.id)).one())
+    seq, step, spent = _position(tail)
+    before = Budgets(**run.budgets)
+    after = with_budgets(overrides, before)
+    problems = lift_problems(stop, before, after, overrides) + room_problems(after, spent)
+    if problems:
+        raise CannotContinue(f"run {run.id} stopped with {stop}: {'; '.join(problems)}")
+    changes = changed(before, after)
+    note = f"revived after {stop}: {describe(changes)}"
+    record = {
+        "budgets": changes,
+        "stop_reason": str(stop),
+        "error": run.error,
+        "finished_at": _iso(run.finished_at),
+    }
+    # Under the epoch that finished the run: nobody holds it, and the next claim raises
+    # the epoch anyway (a revival is no attempt at a pending call).
+    entry = Entry(EntryKind.REVIVED, step, spent, content=note, args=record)
+    values: dict[str, Any] = {
+        "status": RunStatus.QUEUED,
+        "stop_reason": None,
+        "output": None,
+        "output_format": None,
+        "error": None,
+        "wrapped_up": False,
+        "finished_at": None,
+        "budgets": after.as_dict(),
+        # A wall-clock budget counts from the revival: set at the next claim.
+        "deadline": None,
+        # The takeovers that led to crash_loop are forgiven: their count starts again.
+        "stalled_resumes": 0,
+        "progress_seq": seq + 1,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+    return BudgetChange(entry, values)
 
 
-def extend_run(
-    engine: Engine, claim: Claim, overrides: Mapping[str, Any], *, clock: Clock = SYSTEM
-) -> Claim:
+def extend_run(store: RunStore, claim: Claim, overrides: Mapping[str, Any]) -> Claim:
     """Change the budgets of an unfinished run this claim holds; the claim with them.
 
     A new max_seconds counts from now. Budgets that leave the run no room for its next
     step are refused (CannotContinue); budgets equal to the run's change nothing.
     """
-    at = utc_now(clock)
-    with engine.begin() as connection:
-        run = _locked(connection, claim.run.id)
-        if run.lease_epoch != claim.epoch or run.status is not RunStatus.RUNNING:
-            raise LeaseLost(f"run {run.id} was taken over by another worker: not extending it")
-        before = Budgets(**run.budgets)
-        after = with_budgets(overrides, before)
-        seq, step, spent = _position(_tail(connection, run.id))
-        problems = room_problems(after, spent)
-        if problems:
-            raise CannotContinue(f"run {run.id}: {'; '.join(problems)}")
-        changes = changed(before, after)
-        if not changes and "max_seconds" not in overrides:
-            return claim
-        entry = Entry(
-            EntryKind.EXTENDED,
-            step,
-            spent,
-            content=f"budgets changed: {describe(changes)}",
-            args={"budgets": changes},
-        )
-        connection.execute(insert(entries).values(**entry_row(run.id, seq, claim.epoch, entry, at)))
-        values: dict[str, Any] = {"budgets": after.as_dict(), "updated_at": at}
-        if "max_seconds" in overrides:
-            seconds = after.max_seconds
-            values["deadline"] = None if seconds is None else at + timedelta(seconds=seconds)
-        connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
-        fresh = RunRow.of(connection.execute(select(runs).where(runs.c.id == run.id)).one())
-    return Claim(fresh, claim.epoch, seq + 1, crash_loop=False, stalled=claim.stalled)
+    written: list[int] = []
+
+    def decide(run: RunRow, tail: Tail, at: datetime) -> BudgetChange | None:
+        change = extension(run, tail, claim.epoch, overrides, at)
+        if change is not None:
+            written.append(_position(tail)[0])
+        return change
+
+    fresh = store.change_budgets(claim.run.id, decide)
+    if not written:
+        return claim
+    return Claim(fresh, claim.epoch, written[0] + 1, crash_loop=False, stalled=claim.stalled)
 
 
-def _locked(connection: Connection, run_id: str) -> RunRow:
-    row = lock_run(connection, run_id)
-    if row is None:
-        raise RunNotFound(f"no run with id {run_id}")
-    return RunRow.of(row)
-
-
-def _tail(connection: Connection, run_id: str) -> list[tuple[int, Entry]]:
-    """The run's last two journal entries with their seq, newest first (a wrap-up shows
-    in them)."""
-    rows = connection.execute(
-        select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq.desc()).limit(2)
+def extension(
+    run: RunRow, tail: Tail, epoch: int, overrides: Mapping[str, Any], at: datetime
+) -> BudgetChange | None:
+    """What extending `run` (held under `epoch`) writes; None when nothing changes."""
+    if run.lease_epoch != epoch or run.status is not RunStatus.RUNNING:
+        raise LeaseLost(f"run {run.id} was taken over by another worker: not extending it")
+    before = Budgets(**run.budgets)
+    after = with_budgets(overrides, before)
+    _seq, step, spent = _position(tail)
+    problems = room_problems(after, spent)
+    if problems:
+        raise CannotContinue(f"run {run.id}: {'; '.join(problems)}")
+    changes = changed(before, after)
+    if not changes and "max_seconds" not in overrides:
+        return None
+    entry = Entry(
+        EntryKind.EXTENDED,
+        step,
+        spent,
+        content=f"budgets changed: {describe(changes)}",
+        args={"budgets": changes},
     )
-    return [(row.seq, entry_of(row)) for row in rows]
+    values: dict[str, Any] = {"budgets": after.as_dict()}
+    if "max_seconds" in overrides:
+        seconds = after.max_seconds
+        values["deadline"] = None if seconds is None else at + timedelta(seconds=seconds)
+    return BudgetChange(entry, values)
 
 
-def _position(tail: list[tuple[int, Entry]]) -> tuple[int, int, Counters]:
+def _position(tail: Tail) -> tuple[int, int, Counters]:
     """Where the next entry goes: its seq, the step it follows, the counters so far."""
     if not tail:
         return 0, 0, Counters()

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from runner.core.agent import with_budgets
 from runner.core.budget_changes import CHANGE_KINDS
 from runner.core.budgets import Budgets
@@ -25,6 +23,7 @@ from runner.errors import RunConflict, SubmissionRefused, SubmitInterrupted, fir
 from runner.service.conflicts import conflict, differences
 from runner.service.delays import start_time
 from runner.store import runs as store
+from runner.store.protocol import RunStore
 from runner.store.queues import check_priority, check_queue
 from runner.store.schema import DEFAULT_QUEUE
 
@@ -150,7 +149,7 @@ def _item(
 
 def refuse_another(
     existing: store.RunRow,
-    engine: Any,
+    runs: RunStore,
     agent: str | None,
     agent_name: str | None,
     task: str,
@@ -168,7 +167,7 @@ def refuse_another(
 
     later = [
         entry
-        for entry, epoch in store.load_entries(engine, existing.id, CHANGE_KINDS)
+        for entry, epoch in runs.load_entries(existing.id, CHANGE_KINDS)
         if epoch != FORKED_EPOCH
     ]
     found = differences(
@@ -187,13 +186,13 @@ def refuse_another(
 
 
 def submit_items(
-    engine: Any, items: Sequence[Item], *, batch_size: int = BATCH_SIZE, wake: bool = True
+    runs: RunStore, items: Sequence[Item], *, batch_size: int = BATCH_SIZE, wake: bool = True
 ) -> Submitted:
     """Check the ids that exist, then insert the rest in batches (see the module's doc)."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     named = [item.row["id"] for item in items if item.given_id]
-    stored = store.existing_runs(engine, named) if named else {}
+    stored = runs.existing_runs(named) if named else {}
     existing: list[str] = []
     for item in items:
         run = stored.get(item.row["id"])
@@ -203,7 +202,7 @@ def submit_items(
         try:
             refuse_another(
                 run,
-                engine,
+                runs,
                 row["agent"],
                 row["agent_name"],
                 row["task"],
@@ -219,8 +218,8 @@ def submit_items(
     for at in range(0, len(fresh), batch_size):
         batch = fresh[at : at + batch_size]
         try:
-            store.insert_runs(engine, [item.row for item in batch], wake=wake)
-        except SQLAlchemyError as exc:
+            runs.insert_runs([item.row for item in batch], wake=wake)
+        except runs.outages as exc:
             raise SubmitInterrupted(
                 f"its batch of {len(batch)} failed: {first_line(exc)}",
                 item=batch[0].number,
@@ -228,5 +227,5 @@ def submit_items(
             ) from exc
         submitted.extend(item.row["id"] for item in batch)
     if len(submitted) >= batch_size:
-        store.refresh_statistics(engine)
+        runs.refresh_statistics()
     return Submitted([item.row["id"] for item in items], existing)

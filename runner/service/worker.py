@@ -29,8 +29,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import FrameType
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from runner.core.agent import Agent, load_agent
 from runner.core.backoff import Backoff
 from runner.core.journal import Entry
@@ -45,12 +43,10 @@ from runner.errors import (
     first_line,
 )
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
-from runner.store import leases, pooling
 from runner.store import queues as queue_limits
-from runner.store.database import damaged, resolve_url
-from runner.store.pooling import choose_pool
-from runner.store.urls import redact_url
-from runner.store.wakeup import Wakeup
+from runner.store.database import resolve_url
+from runner.store.pooling import PoolChoice, choose_pool
+from runner.store.protocol import Claim, RunStore
 
 log = logging.getLogger("runner.worker")
 
@@ -78,21 +74,28 @@ class Worker:
         once: bool = False,
         queues: Sequence[str] | None = None,
         connections: int | None = None,
+        store: RunStore | None = None,
     ) -> None:
+        """A worker of the database at `url`, or of `store` (say, runner.testing's
+        InMemoryStore, for tests with no database)."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         # The queues this worker claims from (None: every queue).
         self.queues = queue_limits.chosen(queues)
         # The pool, from the concurrency and what the database can spare (at most
         # `connections`): runs hold a connection only while they write.
-        self.pool = choose_pool(resolve_url(url), concurrency, cap=connections)
+        self.pool: PoolChoice | None = None
+        if store is None:
+            self.pool = choose_pool(resolve_url(url), concurrency, cap=connections)
         self.runner = Runner(
             url,
             lease_seconds=lease_seconds,
             max_resumes=max_resumes,
             observer=self._progressed,
-            connections=self.pool.size,
+            connections=None if self.pool is None else self.pool.size,
+            store=store,
         )
+        self.store = self.runner.store
         self.concurrency = concurrency
         self.poll = poll
         self.once = once
@@ -113,8 +116,8 @@ class Worker:
         self._db_wait = 0.0
         self.finished = 0
         # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
-        self.wakeup = Wakeup(
-            self.runner.engine, self._wake, log=lambda message: self._log(logging.WARNING, message)
+        self.wakeup = self.store.wakeups(
+            self._wake, log=lambda message: self._log(logging.WARNING, message)
         )
 
     @property
@@ -132,11 +135,12 @@ class Worker:
         listening = not self.once and self.wakeup.start()
         self._log(
             logging.INFO,
-            f"worker {self.name} serving {redact_url(self.runner.engine.url)}"
+            f"worker {self.name} serving {self.store.describe()}"
             + (f", queues {', '.join(self.queues)}" if self.queues is not None else "")
             + (" (woken by NOTIFY)" if listening else ""),
         )
-        self._log(logging.INFO, self.pool.describe(self.concurrency))
+        if self.pool is not None:
+            self._log(logging.INFO, self.pool.describe(self.concurrency))
         try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
                 try:
@@ -195,10 +199,10 @@ class Worker:
         now = time.monotonic()
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
-            with pooling.writing(self.runner.engine):
+            with self.store.writing():
                 claims = self._claim_some(skip)
-        except SQLAlchemyError as exc:
-            corrupt = damaged(self.runner.engine.url, exc)
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
             if corrupt is not None:
                 raise corrupt from None  # out of serve(): a damaged file is no outage
             self._db_wait = self._db_backoff.next()
@@ -213,7 +217,7 @@ class Worker:
             self._start(claim, pool)
         return bool(claims)
 
-    def _start(self, claim: leases.Claim, pool: ThreadPoolExecutor) -> None:
+    def _start(self, claim: Claim, pool: ThreadPoolExecutor) -> None:
         run = claim.run
         if claim.crash_loop:
             self._log(logging.WARNING, f"run {run.id} stopped: crash_loop ({run.error})", run.id)
@@ -229,7 +233,7 @@ class Worker:
         self._epochs[run.id] = claim.epoch
         self._active[run.id] = pool.submit(self._execute_and_tell, claim)
 
-    def _execute_and_tell(self, claim: leases.Claim) -> None:
+    def _execute_and_tell(self, claim: Claim) -> None:
         try:
             self._execute(claim)
         finally:
@@ -237,13 +241,12 @@ class Worker:
             self._ended.append((claim.run.id, claim.epoch))
             self._wake.set()
 
-    def _claim_some(self, skip: list[str]) -> list[leases.Claim]:
+    def _claim_some(self, skip: list[str]) -> list[Claim]:
         # A batch per transaction: claims one at a time (a transaction each) filled a
         # thousand slots at only 70-130 a second, the worker's CPU the limit. A batch is
         # capped so the claim's transaction, and SQLite's write lock, stay short.
         free = self.concurrency - len(self._active)
-        return leases.claim_some(
-            self.runner.engine,
+        return self.store.claim_some(
             limit=min(free, CLAIMS_PER_TRANSACTION),
             owner=self.name,
             lease_seconds=self.runner.lease_seconds,
@@ -251,12 +254,11 @@ class Worker:
             skip_agents=skip,
             suspects=not self._active,
             queues=self.queues,
-            clock=self.runner.clock,
         )
 
     # -- one run --------------------------------------------------------------------------
 
-    def _execute(self, claim: leases.Claim) -> None:
+    def _execute(self, claim: Claim) -> None:
         run = claim.run
         try:
             agent = self._agent(run.agent, run.id)
@@ -278,7 +280,11 @@ class Worker:
         except LeaseLost as exc:
             self._log(logging.WARNING, f"run {run.id} abandoned: {exc}", run.id)
             return
-        except (RunnerError, SQLAlchemyError) as exc:
+        except RunnerError as exc:
+            # The lease expires and another claim resumes the run from its journal.
+            self._log(logging.WARNING, f"run {run.id} interrupted: {first_line(exc)}", run.id)
+            return
+        except self.store.outages as exc:
             # The lease expires and another claim resumes the run from its journal.
             self._log(logging.WARNING, f"run {run.id} interrupted: {first_line(exc)}", run.id)
             return
@@ -317,13 +323,11 @@ class Worker:
             self._agents[ref] = agent
         return agent
 
-    def _release(self, claim: leases.Claim, error: str | None) -> None:
+    def _release(self, claim: Claim, error: str | None) -> None:
         try:
-            with pooling.writing(self.runner.engine):
-                leases.release_run(
-                    self.runner.engine, claim.run.id, claim.epoch, error, clock=self.runner.clock
-                )
-        except SQLAlchemyError as exc:
+            with self.store.writing():
+                self.store.release_run(claim.run.id, claim.epoch, error)
+        except self.store.outages as exc:
             self._log(
                 logging.WARNING,
                 f"run {claim.run.id} left to lease expiry: {first_line(exc)}",

@@ -27,7 +27,7 @@ from runner.errors import NotWaiting, RunNotFound, WrongAnswer
 from runner.store import reads
 from runner.store import run_states as listing
 from runner.store.backend import backend_for
-from runner.store.runs import RunRow, entry_row, lock_run, plain, plain_reading
+from runner.store.runs import RunRow, entry_of, entry_row, lock_run, plain, plain_reading
 from runner.store.schema import entries, runs
 
 # The width of entries.answered_by.
@@ -85,13 +85,7 @@ def answer(
     NotWaiting when the run waits for nothing (any more), WrongAnswer when it waits for
     another kind of answer or another call; nothing is written then.
     """
-    if given is Answer.TIMED_OUT:
-        raise ValueError("a timeout is recorded by the runner, not given as an answer")
-    if given in (Answer.DENIED, Answer.REPLIED) and not (text or "").strip():
-        what = "a reason" if given is Answer.DENIED else "the reply's text"
-        raise ValueError(f"{what} must not be empty")
-    if len(by) > BY_LIMIT:
-        raise ValueError(f"who answers must be named in at most {BY_LIMIT} characters")
+    check_answer(given, text, by)
     at = utc_now(clock)
     try:
         with engine.begin() as connection:
@@ -103,7 +97,7 @@ def answer(
             if found is None:
                 raise NotWaiting(_why_not_waiting(connection, run))
             wait = _wait_of(run, found)
-            _check_fits(run, wait, given, call)
+            check_fits(run, wait, given, call)
             expired = wait.expires_at is not None and wait.expires_at <= at
             if expired:  # too late: the timeout is the answer, as a claim would record it
                 time_out(connection, run, at)
@@ -122,6 +116,17 @@ def answer(
     fault("after_answer_commit")
     assert found.entry.idempotency_key is not None
     return Answered(run.id, found.entry.idempotency_key, given, by, at, text)
+
+
+def check_answer(given: Answer, text: str | None, by: str) -> None:
+    """ValueError for an answer no run could take (whatever it waits for)."""
+    if given is Answer.TIMED_OUT:
+        raise ValueError("a timeout is recorded by the runner, not given as an answer")
+    if given in (Answer.DENIED, Answer.REPLIED) and not (text or "").strip():
+        what = "a reason" if given is Answer.DENIED else "the reply's text"
+        raise ValueError(f"{what} must not be empty")
+    if len(by) > BY_LIMIT:
+        raise ValueError(f"who answers must be named in at most {BY_LIMIT} characters")
 
 
 def time_out(connection: Connection, run: RunRow, at: datetime) -> None:
@@ -190,7 +195,8 @@ def _requeue(connection: Connection, run: RunRow, at: datetime) -> None:
     backend_for(connection.dialect.name).wake_workers(connection)
 
 
-def _check_fits(run: RunRow, wait: Wait, given: Answer, call: str | None) -> None:
+def check_fits(run: RunRow, wait: Wait, given: Answer, call: str | None) -> None:
+    """WrongAnswer unless `given` (for `call`, if named) answers what `run` waits for."""
     if call is not None and call != wait.call:
         raise WrongAnswer(
             f"run {run.id} waits for call {wait.call} ({wait.question}), not for {call}"
@@ -214,13 +220,18 @@ def _why_not_waiting(connection: Connection, run: RunRow) -> str:
         .order_by(entries.c.seq.desc())
         .limit(1)
     ).first()
+    return why_not_waiting(run, None if last is None else (entry_of(last), last.created_at))
+
+
+def why_not_waiting(run: RunRow, last: tuple[Entry, datetime] | None) -> str:
+    """Why an answer to `run` is refused, given its last answer (and when it was written)."""
     answered = ""
     if last is not None:
-        by = f" by {last.answered_by}" if last.answered_by else ""
-        verb = str(last.answer).replace("_", " ")
+        entry, at = last
+        by = f" by {entry.answered_by}" if entry.answered_by else ""
+        verb = str(entry.answer).replace("_", " ")
         answered = (
-            f"call {last.idempotency_key} was already {verb}{by} "
-            f"at {last.created_at:%Y-%m-%d %H:%M:%S} UTC"
+            f"call {entry.idempotency_key} was already {verb}{by} at {at:%Y-%m-%d %H:%M:%S} UTC"
         )
     if run.status is RunStatus.FINISHED:
         why = f"run {run.id} is finished ({run.stop_reason}): it waits for no answer"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -177,9 +177,14 @@ def create_run(
         priority=priority,
         not_before=not_before,
     )
+    return insert_run(engine, values, wake=wake)
+
+
+def insert_run(engine: Engine, row: Mapping[str, Any], *, wake: bool = True) -> bool:
+    """Insert a run (a row of `new_run`); False (and nothing written) when the id exists."""
     try:
         with engine.begin() as connection:
-            connection.execute(insert(runs).values(**values))
+            connection.execute(insert(runs).values(**row))
             if wake:  # delivered when the insert commits, never before
                 backend_for(engine.dialect.name).wake_workers(connection)
     except IntegrityError:
@@ -187,7 +192,7 @@ def create_run(
     return True
 
 
-def insert_runs(engine: Engine, rows: Sequence[dict[str, Any]], *, wake: bool = True) -> None:
+def insert_runs(engine: Engine, rows: Sequence[Mapping[str, Any]], *, wake: bool = True) -> None:
     """Insert queued runs (rows of `new_run`) in ONE transaction: all of them, or none
     (IntegrityError when an id exists). SQLAlchemy sends them as multi-row INSERTs."""
     if not rows:

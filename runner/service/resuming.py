@@ -1,0 +1,186 @@
+"""Running a run in this process: start it, resume it, revive it, replay it, execute it."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from runner.core.agent import Agent
+from runner.core.budgets import Budgets
+from runner.core.result import AgentResult
+from runner.core.status import RunStatus
+from runner.errors import LeaseHeld, RunnerError, RunWaiting
+from runner.service import revival
+from runner.service.runner_base import RunnerBase
+from runner.store.protocol import Claim
+from runner.store.rows import RunRow
+
+if TYPE_CHECKING:
+    from runner.service.replay import Replay
+
+# Replaying and executing a run (the loop, traces) are imported by the methods that do
+# them: `runner list` and `show` never load them.
+
+
+class Resuming(RunnerBase):
+    """The `Runner`'s part that drives runs to their stop in this process."""
+
+    def run(
+        self,
+        agent: Agent | str,
+        task: str,
+        *,
+        id: str | None = None,
+        wait: bool = False,
+        **budgets: Any,
+    ) -> AgentResult:
+        """Run to the end in this process. An `id` that names a run already returns (or
+        resumes) it when the request is the same; a different one raises RunConflict.
+
+        A run that reaches a call needing a person's answer returns with status `waiting`
+        (`result.waiting` says for what), unless `wait`: then this blocks until the answer
+        comes and carries on.
+        """
+        loaded = self._agent(agent)
+        # No NOTIFY: this process runs it now, and a woken worker would only race it.
+        run_id = self._create(loaded, loaded.reference(), task, id, budgets, wake=False)
+        return self.resume(run_id, agent=loaded, wait=wait)
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        agent: Agent | str | None = None,
+        steal: bool = False,
+        revive: bool = False,
+        wait: bool = False,
+        **budgets: Any,
+    ) -> AgentResult:
+        """Continue a run where its journal ends; a finished run just returns its result.
+
+        With new `budgets` (`max_steps=50`, ...) or `revive=True`, a run that stopped for a
+        budget, tool_errors or crash_loop is revived first (see `revive`); an unfinished
+        run is given the new budgets (journaled as an `extended` entry) before it goes on.
+        A waiting run returns as it is (status `waiting`), or with `wait`, once answered, goes
+        on; with `wait`, a run that another worker took up meanwhile is followed to its end.
+        """
+        while True:
+            try:
+                result = self._resume(run_id, agent, steal, revive, budgets)
+            except LeaseHeld:
+                if not wait:
+                    raise
+                self._await(run_id, RunStatus.RUNNING)
+                continue
+            if not wait or result.status is not RunStatus.WAITING:
+                return result
+            self._await(run_id, RunStatus.WAITING)
+            # Revived or extended already: after the answer the run goes on as it is.
+            revive, budgets = False, {}
+
+    def _resume(
+        self,
+        run_id: str,
+        agent: Agent | str | None,
+        steal: bool,
+        revive: bool,
+        budgets: dict[str, Any],
+    ) -> AgentResult:
+        run = self.store.find_run(run_id)
+        revived = False
+        if run.status is RunStatus.FINISHED:
+            if not budgets and not revive:
+                return self.get(run.id)
+            self.revive(run.id, **budgets)
+            revived = True
+        claim = self.store.claim_run(
+            run.id, lease_seconds=self.lease_seconds, max_resumes=self.max_resumes, steal=steal
+        )
+        if claim.run.status in (RunStatus.FINISHED, RunStatus.WAITING):
+            return self.get(run.id)  # finished, or still waiting for its answer
+        try:
+            loaded = self._agent(agent) if agent is not None else self._stored_agent(claim.run)
+            if budgets and not revived:
+                claim = revival.extend_run(self.store, claim, budgets)
+        except (RunnerError, ValueError):
+            self.store.release_run(run.id, claim.epoch)
+            raise
+        return self.execute(claim, loaded)
+
+    def revive(self, run_id: str, **budgets: Any) -> RunRow:
+        """Queue a stopped run again, with `budgets` changed, to go on from its journal.
+
+        A run that stopped for a budget needs that budget lifted (`max_steps` above the
+        steps taken, ...; a new `max_seconds` counts from the revival); one that stopped
+        for tool_errors needs `max_consecutive_errors` at or above its failed steps in a
+        row; crash_loop needs nothing (its count of takeovers starts again). The stop is
+        kept in a `revived` journal entry. CannotContinue for a run that answered, was
+        cancelled or stopped for model_error, or whose budgets would stop it at once.
+        """
+        run = self.store.find_run(run_id)
+        revival.revive_run(self.store, run.id, budgets)
+        return self.row(run.id)
+
+    def replay(
+        self, run_id: str, *, agent: Agent | str | None = None, agent_budgets: bool = False
+    ) -> Replay:
+        """Replay a recorded run against the agent's code today (its stored reference, or
+        `agent`): the recorded model outputs and observations, no model called, no tool
+        run. Under the run's budgets, or with `agent_budgets` the agent's own."""
+        from runner.service.replay import replay_run
+
+        run = self.store.find_run(run_id)
+        loaded = self._agent(agent) if agent is not None else self._stored_agent(run)
+        journal = [entry for entry, _ in self.store.load_entries(run.id)]
+        budgets = loaded.budgets if agent_budgets else Budgets(**run.budgets)
+        return replay_run(run, journal, loaded, budgets)
+
+    def execute(
+        self, claim: Claim, agent: Agent, *, pause: threading.Event | None = None
+    ) -> AgentResult:
+        """Drive a claimed run to its stop with the durable journal (RunPaused if paused).
+
+        A run that comes to a call needing a person's answer is left waiting, its lease let
+        go: the result then has status `waiting`.
+        """
+        from runner.core.loop import drive
+        from runner.tracing.run_spans import run_trace
+
+        run = claim.run
+        budgets = Budgets(**run.budgets)
+        deadline = run.deadline.timestamp() if run.deadline is not None else None
+        journal = self.store.open_journal(
+            claim, lease_seconds=self.lease_seconds, observer=self.observer
+        )
+        spans = run_trace(
+            run.id,
+            model=agent.model,
+            agent_name=run.agent_name,
+            release=run.release,
+            resumes=run.resumes,
+            tracer_provider=self.tracer_provider,
+        )
+        try:
+            with journal, spans as traced:
+                result = drive(
+                    agent.model,
+                    agent.tools,
+                    run.task,
+                    budgets,
+                    journal,
+                    deadline=deadline,
+                    pause=pause,
+                    clock=self.clock,
+                    context=agent.context,
+                    spans=traced,
+                )
+                traced.finished(result)
+        except RunWaiting:
+            return self.get(run.id)
+        except KeyboardInterrupt:
+            # Ctrl-C: give the run back at once, for `runner resume` or a worker, rather
+            # than leave it held until its lease expires (and count a takeover).
+            self.store.release_run(run.id, claim.epoch)
+            raise
+        result.run_id = run.id
+        return result

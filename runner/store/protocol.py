@@ -1,0 +1,224 @@
+"""What the service asks of a store: the operations on runs, as one typed protocol.
+
+The `Runner` and the worker drive runs through a `RunStore` and nothing else of the store:
+`SqlStore` (runner.store.sql_store) is the SQL of the other store modules behind it, for
+one database; `runner.testing.InMemoryStore` is a fake of it in memory, for fast tests of
+the logic above the store (claims, answers, queue limits, revival, forks). Each operation
+is one transaction in SQL: whole or absent, and fenced by the lease epoch where it says so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from runner.core.clock import Clock
+from runner.core.journal import Entry, EntryKind, Journal
+from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
+from runner.core.waiting import Answer, Answered, Wait
+from runner.errors import RunnerError
+from runner.store.leases import Claim as Claim  # re-exported: what a claim holds
+from runner.store.rows import QueueInfo, RunRow
+
+# Told of each journal entry after its commit, on the thread that wrote it.
+Observer = Callable[[str, Entry], None]
+
+
+@dataclass(frozen=True)
+class BudgetChange:
+    """What a change of a run's budgets writes: one journal entry after the run's last, and
+    the run's new column values (see `RunStore.change_budgets`)."""
+
+    entry: Entry
+    values: dict[str, Any]
+
+
+# Given the run (locked), its last two entries (seq, entry), newest first, and now: the
+# change to write, or None for none. Raises to refuse (nothing is written then).
+Decide = Callable[[RunRow, Sequence[tuple[int, Entry]], datetime], BudgetChange | None]
+
+
+class OpenJournal(Journal, AbstractContextManager["OpenJournal"], Protocol):
+    """A claimed run's journal, held (its lease renewed) while the context is open."""
+
+
+class Wakeups(Protocol):
+    """Sets an event when a run may have become runnable (a submit, an answer, a release)."""
+
+    def start(self) -> bool:
+        """Begin listening; False where the store cannot tell (then callers poll)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Wakeups: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class RunStore(Protocol):
+    """The store of durable runs, as the service uses it (see the module's doc)."""
+
+    @property
+    def clock(self) -> Clock:
+        """The clock leases and deadlines are measured on (the database's, on PostgreSQL)."""
+        ...
+
+    @property
+    def owner(self) -> str:
+        """This process's name as a lease holder."""
+        ...
+
+    def describe(self) -> str:
+        """The store as a log line names it (a URL with no password)."""
+        ...
+
+    def close(self) -> None: ...
+
+    # -- creating and reading runs ------------------------------------------------------
+
+    def create_run(self, row: Mapping[str, Any], *, wake: bool = True) -> bool:
+        """Insert a run (a row of `runs.new_run`); False, nothing written, if its id exists."""
+        ...
+
+    def insert_runs(self, rows: Sequence[Mapping[str, Any]], *, wake: bool = True) -> None:
+        """Insert runs in one transaction: all or none (the store's error if an id exists)."""
+        ...
+
+    def refresh_statistics(self) -> None:
+        """After a bulk insert: what the planner knows of the runs (PostgreSQL's statistics)."""
+        ...
+
+    def existing_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]: ...
+
+    def get_run(self, run_id: str) -> RunRow:
+        """The run with exactly this id (RunNotFound)."""
+        ...
+
+    def find_run(self, prefix: str) -> RunRow:
+        """The run whose id is `prefix`, or the only one whose id starts with it."""
+        ...
+
+    def load_entries(self, run_id: str, kinds: Sequence[EntryKind] = ()) -> list[tuple[Entry, int]]:
+        """The run's journal in order (of `kinds`, if given), each with its writer's epoch."""
+        ...
+
+    def list_runs(
+        self,
+        now: datetime,
+        *,
+        status: RunStatus | None = None,
+        stop_reason: StopReason | None = None,
+        release: str | None = None,
+        limit: int = 20,
+        state: str | None = None,
+    ) -> list[RunRow]:
+        """Runs, newest first, with their state at `now` (runner.store.run_states.runs)."""
+        ...
+
+    def observe(self, rows: Sequence[RunRow], now: datetime) -> list[RunRow]:
+        """The rows with their state at `now` and an unfinished run's journal counters."""
+        ...
+
+    def waits(self, rows: Sequence[RunRow]) -> dict[str, Wait]:
+        """What each waiting run among `rows` waits for, by id."""
+        ...
+
+    def request_cancel(self, run_id: str) -> RunRow:
+        """Ask the run to stop: at its next step while a live worker holds it, else now."""
+        ...
+
+    # -- leases and the journal -----------------------------------------------------------
+
+    def claim_run(
+        self,
+        run_id: str,
+        *,
+        lease_seconds: float,
+        max_resumes: int,
+        steal: bool = False,
+        owner: str | None = None,
+    ) -> Claim:
+        """Take the lease of one run for `owner` (None: this process), LeaseHeld while a
+        live holder has it."""
+        ...
+
+    def claim_some(
+        self,
+        *,
+        limit: int,
+        owner: str,
+        lease_seconds: float,
+        max_resumes: int,
+        skip_agents: Collection[str] = (),
+        suspects: bool = True,
+        queues: Sequence[str] | None = None,
+    ) -> list[Claim]:
+        """Take up to `limit` runnable runs in claim order (runner.store.leases.claim_some)."""
+        ...
+
+    def release_run(self, run_id: str, epoch: int, error: str | None = None) -> None:
+        """Give an unfinished run back to the queue (if `epoch` still holds it)."""
+        ...
+
+    def open_journal(
+        self, claim: Claim, *, lease_seconds: float, observer: Observer | None = None
+    ) -> OpenJournal:
+        """The claimed run's journal: every write fenced by the claim's epoch."""
+        ...
+
+    # -- people, queues, budgets, forks ----------------------------------------------------
+
+    def answer(
+        self,
+        run_id: str,
+        given: Answer,
+        *,
+        text: str | None,
+        by: str,
+        call: str | None = None,
+    ) -> Answered:
+        """Record a person's answer to the run's wait and queue it: exactly once."""
+        ...
+
+    def set_queue_limit(self, name: str, limit: int | None) -> None: ...
+
+    def list_queues(self, now: datetime) -> list[QueueInfo]: ...
+
+    def change_budgets(self, run_id: str, decide: Decide) -> RunRow:
+        """In one transaction on the locked run: `decide` (see `Decide`), then its entry and
+        values written; the run's row after (unchanged if `decide` gave None)."""
+        ...
+
+    def create_fork(
+        self, row: Mapping[str, Any], parent_id: str, copied: int, extra: Entry | None
+    ) -> bool:
+        """Insert a fork (a row of `runs.new_run`) with a copy of the parent's first
+        `copied` entries (epoch 0, kept as they are) and `extra` after them, in one
+        transaction; False, nothing written, when the id is taken."""
+        ...
+
+    # -- waking and writing ------------------------------------------------------------------
+
+    def wakeups(self, event: threading.Event, log: Callable[[str], None] | None = None) -> Wakeups:
+        """What sets `event` when a run may have become runnable."""
+        ...
+
+    def writing(self) -> AbstractContextManager[None]:
+        """This process's turn to write (SQLite's file takes one writer at a time)."""
+        ...
+
+    @property
+    def outages(self) -> tuple[type[Exception], ...]:
+        """The errors of an outage (a lost connection, a server away): a worker waits them
+        out and tries again."""
+        ...
+
+    def damaged(self, exc: Exception) -> RunnerError | None:
+        """The error to stop on if `exc` says the store itself is damaged, else None."""
+        ...
