@@ -1,0 +1,40 @@
+"""Fakes for testing agents and the code around them, shipped with the library.
+
+`InMemoryStore` is the store of durable runs in memory: `Runner(store=InMemoryStore())` and
+`Worker(store=...)` run, claim, answer, queue, revive and fork runs by the SQL store's rules
+with no database (`runner.store.protocol` is what both stores provide). `TestModel`,
+`FunctionModel` and `ScriptedModel` are models that need no provider: an agent's tests run
+in milliseconds, the same way every time. The README's "Testing your agents" shows them.
+
+It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
+`runner.service` and the shared leaves.
+"""
+
+from __future__ import annotations
+
+from runner.testing.memory_journal import MemoryRunJournal
+from runner.testing.memory_store import InMemoryStore, InMemoryStoreError
+from runner.testing.models import (
+    FunctionModel,
+    ScriptedModel,
+    TestModel,
+    call,
+    example_args,
+    final,
+    tool_results,
+    turns,
+)
+
+__all__ = [
+    "FunctionModel",
+    "InMemoryStore",
+    "InMemoryStoreError",
+    "MemoryRunJournal",
+    "ScriptedModel",
+    "TestModel",
+    "call",
+    "example_args",
+    "final",
+    "tool_results",
+    "turns",
+]

@@ -1,0 +1,666 @@
+"""`InMemoryStore`: the store of durable runs in memory, for tests with no database.
+
+A fake of `runner.store.protocol.RunStore` that keeps the same rows the SQL store keeps (the
+`runs` and `entries` columns, values encoded as the store encodes them) and applies the same
+rules to them: claims that bump the lease epoch, priority then age, delays, queue limits,
+suspects taken alone, crash_loop; fenced journal writes; waits, answers and their timeouts;
+cancel flags; revivals and forks. One lock stands for the database's transactions (as
+SQLite's BEGIN IMMEDIATE serialises them). Time is the store's clock (a `ManualClock`
+unless given another), so a lease or an approval_timeout expires when a test moves it.
+
+What it does not model: SQL itself (the views, `runner sql`, migrations), connections and
+pools, a lost connection's retries, PostgreSQL's NOTIFY across processes (its wake-ups
+reach this process's waiters), a heartbeat (a write renews its lease, as on PostgreSQL).
+`tests/integration/test_store_contract.py` runs the same scenarios here and on both
+databases, so the two cannot drift apart unseen.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from runner.core.clock import Clock, ManualClock, utc_now
+from runner.core.journal import Entry, EntryKind
+from runner.core.status import STALLED, RunStatus
+from runner.core.stop_reasons import StopReason
+from runner.core.waiting import Answer, Answered, Wait, timed_out_reason
+from runner.errors import AmbiguousRunId, LeaseHeld, NotWaiting, RunnerError, RunNotFound
+from runner.store import liveness, queues, run_states
+from runner.store.approvals import check_answer, check_fits, why_not_waiting
+from runner.store.leases import crash_loop_error
+from runner.store.owner import is_dead, local_prefix, this_process
+from runner.store.protocol import Claim, Decide, Observer
+from runner.store.rows import QueueInfo, RunRow, entry_of
+from runner.store.run_changes import FORKED_EPOCH
+from runner.store.runs import entry_row, plain_text
+from runner.testing.memory_journal import MemoryRunJournal
+
+Row = dict[str, Any]
+
+# The columns of `runs` that a new run's row (runs.new_run) leaves out: NULL until set.
+_NULLABLE = (
+    "stop_reason",
+    "output",
+    "output_format",
+    "error",
+    "deadline",
+    "lease_owner",
+    "lease_expires_at",
+    "leased_at",
+    "finished_at",
+    "last_seen_at",
+    "waiting_since",
+    "wait_expires_at",
+)
+
+
+class InMemoryStoreError(RunnerError):
+    """What the in-memory store refuses where a database would (a run id taken twice in a
+    bulk insert): the store's outage error, as SQLAlchemy's errors are the SQL store's."""
+
+
+def _json(value: Any) -> Any:
+    """A value as a JSON column gives it back (tuples become lists, and so on)."""
+    return json.loads(json.dumps(value))
+
+
+class InMemoryStore:
+    """Runs, journals and queue limits in this process's memory (see the module's doc).
+
+    `clock` is what leases, delays and timeouts are measured on (default a `ManualClock`:
+    move it with `store.clock.advance(seconds)`); `owner` names this process's leases.
+    """
+
+    def __init__(self, *, clock: Clock | None = None, owner: str | None = None) -> None:
+        self._clock: Clock = clock if clock is not None else ManualClock()
+        self._owner = owner or this_process()
+        self._lock = threading.RLock()
+        self.runs: dict[str, Row] = {}
+        self.entries: dict[str, list[Row]] = {}
+        self.limits: dict[str, int | None] = {}
+        self._listeners: set[threading.Event] = set()
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    def describe(self) -> str:
+        return "memory (runner.testing.InMemoryStore)"
+
+    def close(self) -> None:
+        """Nothing to let go: the runs stay for the next runner on this store."""
+
+    def _now(self) -> datetime:
+        return utc_now(self._clock)
+
+    # -- rows -------------------------------------------------------------------------------
+
+    def _row(self, run_id: str) -> Row:
+        row = self.runs.get(run_id)
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id}")
+        return row
+
+    def _run(self, run_id: str) -> RunRow:
+        return RunRow.of(self._row(run_id))
+
+    def _insert(self, row: Mapping[str, Any]) -> None:
+        stored: Row = dict.fromkeys(_NULLABLE)
+        stored.update(row)
+        stored["budgets"] = _json(stored["budgets"])
+        self.runs[stored["id"]] = stored
+        self.entries[stored["id"]] = []
+
+    def _append(self, run_id: str, epoch: int, entry: Entry, at: datetime) -> int:
+        rows = self.entries[run_id]
+        row = entry_row(run_id, len(rows), epoch, entry, at)
+        row["args"] = _json(row["args"])
+        rows.append(row)
+        return len(rows) - 1
+
+    def _last_counters(self, run_id: str) -> tuple[int, int, float]:
+        rows = self.entries[run_id]
+        return (rows[-1]["steps"], rows[-1]["tokens"], rows[-1]["cost"]) if rows else (0, 0, 0.0)
+
+    def _stopped(self, run_id: str, reason: StopReason, at: datetime) -> Row:
+        steps, tokens, cost = self._last_counters(run_id)
+        return {
+            "status": RunStatus.FINISHED,
+            "stop_reason": reason,
+            "steps": steps,
+            "tokens": tokens,
+            "cost": cost,
+            "finished_at": at,
+        }
+
+    def _wake(self) -> None:
+        for event in list(self._listeners):
+            event.set()
+
+    # -- creating and reading runs ------------------------------------------------------
+
+    def create_run(self, row: Mapping[str, Any], *, wake: bool = True) -> bool:
+        with self._lock:
+            if row["id"] in self.runs:
+                return False
+            self._insert(row)
+        if wake:
+            self._wake()
+        return True
+
+    def insert_runs(self, rows: Sequence[Mapping[str, Any]], *, wake: bool = True) -> None:
+        with self._lock:
+            ids = [row["id"] for row in rows]
+            taken = [run_id for run_id in ids if run_id in self.runs]
+            if taken or len(set(ids)) != len(ids):
+                raise InMemoryStoreError(f"run id {(taken or ids)[0]} exists already")
+            for row in rows:
+                self._insert(row)
+        if wake and rows:
+            self._wake()
+
+    def refresh_statistics(self) -> None:
+        """No planner to tell."""
+
+    def existing_runs(self, run_ids: Sequence[str]) -> dict[str, RunRow]:
+        with self._lock:
+            return {run_id: self._run(run_id) for run_id in run_ids if run_id in self.runs}
+
+    def get_run(self, run_id: str) -> RunRow:
+        with self._lock:
+            return self._run(run_id)
+
+    def find_run(self, prefix: str) -> RunRow:
+        if not prefix.strip():
+            raise ValueError("a run id (or a prefix of one) cannot be empty")
+        with self._lock:
+            if prefix in self.runs:
+                return self._run(prefix)
+            found = [run_id for run_id in self.runs if run_id.startswith(prefix)]
+        if not found:
+            raise RunNotFound(f"no run with id {prefix}")
+        if len(found) > 1:
+            raise AmbiguousRunId(f"more than one run id starts with {prefix}: give more of it")
+        return self.get_run(found[0])
+
+    def load_entries(self, run_id: str, kinds: Sequence[EntryKind] = ()) -> list[tuple[Entry, int]]:
+        with self._lock:
+            rows = list(self.entries.get(run_id, ()))
+        wanted = {str(kind) for kind in kinds}
+        return [
+            (entry_of(row), row["lease_epoch"])
+            for row in rows
+            if not wanted or row["kind"] in wanted
+        ]
+
+    def list_runs(
+        self,
+        now: datetime,
+        *,
+        status: RunStatus | None = None,
+        stop_reason: StopReason | None = None,
+        release: str | None = None,
+        limit: int = 20,
+        state: str | None = None,
+    ) -> list[RunRow]:
+        with self._lock:
+            rows = [RunRow.of(row) for row in self.runs.values()]
+        rows.sort(key=lambda run: (run.created_at, run.id), reverse=True)
+        if state is not None and state not in (RunStatus.RUNNING, STALLED):
+            status, state = RunStatus(state), None
+        elif state is not None:
+            status = RunStatus.RUNNING
+        chosen = [
+            run
+            for run in rows
+            if (status is None or run.status is status)
+            and (stop_reason is None or run.stop_reason == stop_reason)
+            and (release is None or run.release == release)
+        ]
+        observed = self.observe(chosen, now)
+        if state is not None:
+            observed = [run for run in observed if run.state == state]
+        return observed[:limit]
+
+    def observe(self, rows: Sequence[RunRow], now: datetime) -> list[RunRow]:
+        found = []
+        for run in rows:
+            last = self.load_entries(run.id)[-1:] if run.status is not RunStatus.FINISHED else []
+            found.append(liveness.observed(run, now, last[0][0].counters if last else None))
+        return found
+
+    def waits(self, rows: Sequence[RunRow]) -> dict[str, Wait]:
+        found: dict[str, Wait] = {}
+        with self._lock:
+            for run in rows:
+                last = self.entries.get(run.id, [])[-1:]
+                if run.status is RunStatus.WAITING and last and last[0]["kind"] == EntryKind.WAIT:
+                    row = last[0]
+                    found[run.id] = run_states.wait_of(run, entry_of(row), row["created_at"])
+        return found
+
+    def request_cancel(self, run_id: str) -> RunRow:
+        at = self._now()
+        with self._lock:
+            row = self._row(run_id)
+            run = RunRow.of(row)
+            if run.status is RunStatus.FINISHED:
+                return run
+            row.update(cancel_requested=True, updated_at=at)
+            if not run.lease_is_live(at):
+                # Nobody will reach a next step to stop before: finished now, under a new
+                # epoch that fences out a holder that only seemed dead.
+                row.update(
+                    self._stopped(run.id, StopReason.CANCELLED, at),
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    lease_epoch=run.lease_epoch + 1,
+                    waiting_since=None,
+                    wait_expires_at=None,
+                )
+            return RunRow.of(row)
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def claim_run(
+        self,
+        run_id: str,
+        *,
+        lease_seconds: float,
+        max_resumes: int,
+        steal: bool = False,
+        owner: str | None = None,
+    ) -> Claim:
+        at = self._now()
+        with self._lock:
+            row = self._row(run_id)
+            run = RunRow.of(row)
+            if run.status is not RunStatus.FINISHED and not steal and run.lease_is_live(at):
+                assert run.lease_expires_at is not None
+                raise LeaseHeld(
+                    f"run {run.id} is being executed by {run.lease_owner} (lease until "
+                    f"{run.lease_expires_at:%H:%M:%S} UTC); pass --steal to take it over"
+                )
+            if run.status is RunStatus.FINISHED:
+                return Claim(run, run.lease_epoch, 0, crash_loop=False)
+            if run.status is RunStatus.WAITING:
+                if run.wait_expires_at is None or run.wait_expires_at > at:
+                    return Claim(run, run.lease_epoch, 0, crash_loop=False)
+                self._time_out(row, at)
+            return self._take(row, owner or self._owner, lease_seconds, max_resumes, at)
+
+    def _take(
+        self, row: Row, owner: str, lease_seconds: float, max_resumes: int, at: datetime
+    ) -> Claim:
+        run = RunRow.of(row)
+        recorded = len(self.entries[run.id])
+        resumes, stalled = row["resumes"], row["stalled_resumes"]
+        if row["lease_owner"] is not None:  # the last holder never let go: it crashed
+            resumes += 1
+            stalled = stalled + 1 if recorded == row["progress_seq"] else 0
+        epoch = row["lease_epoch"] + 1
+        deadline = row["deadline"]
+        max_seconds = run.budgets.get("max_seconds")
+        if deadline is None and max_seconds is not None:
+            deadline = at + timedelta(seconds=float(max_seconds))
+        row.update(
+            status=RunStatus.RUNNING,
+            lease_owner=owner,
+            lease_epoch=epoch,
+            lease_expires_at=at + timedelta(seconds=lease_seconds),
+            leased_at=at,
+            last_seen_at=at,
+            resumes=resumes,
+            stalled_resumes=stalled,
+            progress_seq=recorded,
+            deadline=deadline,
+            updated_at=at,
+        )
+        crash_loop = stalled > max_resumes
+        if crash_loop:
+            row.update(
+                self._stopped(run.id, StopReason.CRASH_LOOP, at),
+                error=crash_loop_error(run.id, stalled, max_resumes),
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+        return Claim(RunRow.of(row), epoch, recorded, crash_loop=crash_loop, stalled=stalled)
+
+    def claim_some(
+        self,
+        *,
+        limit: int,
+        owner: str,
+        lease_seconds: float,
+        max_resumes: int,
+        skip_agents: Collection[str] = (),
+        suspects: bool = True,
+        queues: Sequence[str] | None = None,
+    ) -> list[Claim]:
+        at = self._now()
+        claims: list[Claim] = []
+        with self._lock:
+            live = self._live_counts(at)
+            # A queue found with no room is passed over for the rest of the batch; the
+            # others' room is counted with the runs this batch takes.
+            refused = [
+                name
+                for name, most in self.limits.items()
+                if most is not None
+                and (queues is None or name in queues)
+                and live.get(name, 0) >= most
+            ]
+            while len(claims) < limit:
+                found = self._next_claimable(
+                    at, skip_agents, queues, refused, live, suspects=suspects and not claims
+                )
+                if found is None:
+                    break
+                row, holds_slot, suspect = found
+                if row["status"] == RunStatus.WAITING:
+                    self._time_out(row, at)
+                claims.append(self._take(row, owner, lease_seconds, max_resumes, at))
+                if not holds_slot:
+                    live[row["queue"]] = live.get(row["queue"], 0) + 1
+                if suspect:
+                    break  # it runs alone
+        return claims
+
+    def _live_counts(self, at: datetime) -> dict[str, int]:
+        """Each queue's runs holding a slot: running under a lease not expired at `at`."""
+        counts: dict[str, int] = {}
+        for row in self.runs.values():
+            expires = row["lease_expires_at"]
+            if row["status"] == RunStatus.RUNNING and expires is not None and expires >= at:
+                counts[row["queue"]] = counts.get(row["queue"], 0) + 1
+        return counts
+
+    def _next_claimable(
+        self,
+        at: datetime,
+        skip_agents: Collection[str],
+        served: Sequence[str] | None,
+        refused: list[str],
+        live: dict[str, int],
+        *,
+        suspects: bool,
+    ) -> tuple[Row, bool, bool] | None:
+        while True:
+            holds_slot = False
+            row = self._first(self._runnable(at), skip_agents, served, refused)
+            if row is None:
+                # A dead holder's run (of this host) holds its slot already.
+                row = self._first(self._orphans(at), skip_agents, served, refused)
+                holds_slot = True
+            if row is None:
+                return None
+            suspect = row["lease_owner"] is not None and (
+                len(self.entries[row["id"]]) == row["progress_seq"]
+            )
+            if suspect and not suspects:
+                return None
+            most = self.limits.get(row["queue"])
+            if most is None or live.get(row["queue"], 0) - holds_slot < most:
+                return row, holds_slot, suspect
+            refused.append(row["queue"])
+
+    def _runnable(self, at: datetime) -> Iterator[Row]:
+        """Queued and due, running under an expired lease, or waiting past its timeout."""
+        for row in self.runs.values():
+            status, expires, wait_ends = (
+                row["status"],
+                row["lease_expires_at"],
+                row["wait_expires_at"],
+            )
+            if (
+                (
+                    status == RunStatus.QUEUED
+                    and (row["not_before"] is None or row["not_before"] <= at)
+                )
+                or (status == RunStatus.RUNNING and (expires is None or expires < at))
+                or (status == RunStatus.WAITING and wait_ends is not None and wait_ends < at)
+            ):
+                yield row
+
+    def _orphans(self, at: datetime) -> Iterator[Row]:
+        here = local_prefix()
+        for row in self.runs.values():
+            owner, expires = row["lease_owner"], row["lease_expires_at"]
+            if row["status"] != RunStatus.RUNNING or owner is None or expires is None:
+                continue
+            if expires >= at and owner.startswith(here) and is_dead(owner):
+                yield row
+
+    @staticmethod
+    def _first(
+        rows: Iterator[Row],
+        skip_agents: Collection[str],
+        served: Sequence[str] | None,
+        passed: Sequence[str],
+    ) -> Row | None:
+        """The first of `rows` in claim order (priority, then age), within the bounds."""
+        chosen = [
+            row
+            for row in rows
+            if (served is None or row["queue"] in served)
+            and row["queue"] not in passed
+            # As SQL's NOT IN: a run with no agent reference is left out too.
+            and (not skip_agents or (row["agent"] is not None and row["agent"] not in skip_agents))
+        ]
+        if not chosen:
+            return None
+        return min(chosen, key=lambda row: (-row["priority"], row["created_at"], row["id"]))
+
+    def release_run(self, run_id: str, epoch: int, error: str | None = None) -> None:
+        with self._lock:
+            row = self.runs.get(run_id)
+            if row is None or row["lease_epoch"] != epoch or row["status"] != RunStatus.RUNNING:
+                return
+            row.update(
+                status=RunStatus.QUEUED,
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=self._now(),
+            )
+            if error is not None:
+                row["error"] = plain_text(error)
+        if error is None:
+            self._wake()
+
+    def open_journal(
+        self, claim: Claim, *, lease_seconds: float, observer: Observer | None = None
+    ) -> MemoryRunJournal:
+        return MemoryRunJournal(self, claim, lease_seconds=lease_seconds, observer=observer)
+
+    # -- people in the loop ---------------------------------------------------------------------
+
+    def answer(
+        self,
+        run_id: str,
+        given: Answer,
+        *,
+        text: str | None,
+        by: str,
+        call: str | None = None,
+    ) -> Answered:
+        check_answer(given, text, by)
+        at = self._now()
+        with self._lock:
+            row = self._row(run_id)
+            run = RunRow.of(row)
+            last = self.entries[run.id][-1:]
+            if run.status is not RunStatus.WAITING or not last or last[0]["kind"] != "wait":
+                answers = [r for r in self.entries[run.id] if r["kind"] == EntryKind.ANSWER]
+                previous = (entry_of(answers[-1]), answers[-1]["created_at"]) if answers else None
+                raise NotWaiting(why_not_waiting(run, previous))
+            opened = entry_of(last[0])
+            wait = run_states.wait_of(run, opened, last[0]["created_at"])
+            check_fits(run, wait, given, call)
+            expired = wait.expires_at is not None and wait.expires_at <= at
+            if expired:
+                self._time_out(row, at)
+            else:
+                self._record(row, opened, given, text, by, at)
+        if expired:
+            raise NotWaiting(
+                f"run {run.id} waited too long: call {wait.call} was denied at {at:%H:%M:%S} "
+                f"UTC, {timed_out_reason(float(run.budgets.get('approval_timeout') or 0))}"
+            )
+        self._wake()
+        assert opened.idempotency_key is not None
+        return Answered(run.id, opened.idempotency_key, given, by, at, text)
+
+    def _time_out(self, row: Row, at: datetime) -> None:
+        last = self.entries[row["id"]][-1:]
+        if not last or last[0]["kind"] != EntryKind.WAIT:
+            self._requeue(row, at)
+            return
+        seconds = float(RunRow.of(row).budgets.get("approval_timeout") or 0)
+        reason = timed_out_reason(seconds)
+        self._record(row, entry_of(last[0]), Answer.TIMED_OUT, reason, None, at)
+
+    def _record(
+        self,
+        row: Row,
+        wait: Entry,
+        given: Answer,
+        text: str | None,
+        by: str | None,
+        at: datetime,
+    ) -> None:
+        entry = Entry(
+            EntryKind.ANSWER,
+            wait.step,
+            wait.counters,
+            content=text,
+            tool=wait.tool,
+            idempotency_key=wait.idempotency_key,
+            answer=given,
+            answered_by=by,
+        )
+        self._append(row["id"], row["lease_epoch"], entry, at)
+        self._requeue(row, at)
+
+    @staticmethod
+    def _requeue(row: Row, at: datetime) -> None:
+        deadline, since = row["deadline"], row["waiting_since"]
+        if deadline is not None and since is not None:
+            deadline += max(at - since, timedelta(0))  # max_seconds is active time
+        row.update(
+            status=RunStatus.QUEUED,
+            waiting_since=None,
+            wait_expires_at=None,
+            deadline=deadline,
+            updated_at=at,
+        )
+
+    # -- queues, budgets, forks -----------------------------------------------------------------
+
+    def set_queue_limit(self, name: str, limit: int | None) -> None:
+        queues.check_queue(name)
+        checked = queues.check_limit(limit)
+        with self._lock:
+            self.limits[name] = checked
+
+    def list_queues(self, now: datetime) -> list[QueueInfo]:
+        counts: dict[str, list[int]] = {}
+        with self._lock:
+            live = self._live_counts(now)
+            for row in self.runs.values():
+                status = row["status"]
+                if status == RunStatus.FINISHED:
+                    continue
+                mine = counts.setdefault(row["queue"], [0, 0, 0, 0])
+                if status == RunStatus.QUEUED:
+                    delayed = row["not_before"] is not None and row["not_before"] > now
+                    mine[1 if delayed else 0] += 1
+                elif status == RunStatus.WAITING:
+                    mine[3] += 1
+            for name, running in live.items():
+                counts.setdefault(name, [0, 0, 0, 0])[2] = running
+            limits = dict(self.limits)
+        names = sorted(set(limits) | set(counts))
+        return [
+            QueueInfo(name, limits.get(name), *counts.get(name, [0, 0, 0, 0])) for name in names
+        ]
+
+    def change_budgets(self, run_id: str, decide: Decide) -> RunRow:
+        at = self._now()
+        with self._lock:
+            row = self._row(run_id)
+            rows = self.entries[run_id]
+            tail = [(r["seq"], entry_of(r)) for r in reversed(rows[-2:])]
+            change = decide(RunRow.of(row), tail, at)
+            if change is None:
+                return RunRow.of(row)
+            self._append(run_id, row["lease_epoch"], change.entry, at)
+            row.update(change.values, updated_at=at)
+            row["budgets"] = _json(row["budgets"])
+            return RunRow.of(row)
+
+    def create_fork(
+        self, row: Mapping[str, Any], parent_id: str, copied: int, extra: Entry | None
+    ) -> bool:
+        at = self._now()
+        with self._lock:
+            if row["id"] in self.runs:
+                return False
+            self._insert(row)
+            for source in self.entries[parent_id][:copied]:
+                copy = dict(source, run_id=row["id"], lease_epoch=FORKED_EPOCH)
+                self.entries[row["id"]].append(copy)
+            if extra is not None:
+                self._append(row["id"], FORKED_EPOCH, extra, at)
+        return True
+
+    # -- waking and writing ------------------------------------------------------------------
+
+    def wakeups(
+        self, event: threading.Event, log: Callable[[str], None] | None = None
+    ) -> MemoryWakeups:
+        return MemoryWakeups(self, event)
+
+    def writing(self) -> AbstractContextManager[None]:
+        return _no_turn()
+
+    @property
+    def outages(self) -> tuple[type[Exception], ...]:
+        return (InMemoryStoreError,)
+
+    def damaged(self, exc: Exception) -> RunnerError | None:
+        return None
+
+
+@contextmanager
+def _no_turn() -> Iterator[None]:
+    yield  # one lock serialises the store's writes already
+
+
+class MemoryWakeups:
+    """Sets its event whenever the store queues a run (a submit, an answer, a release)."""
+
+    def __init__(self, store: InMemoryStore, event: threading.Event) -> None:
+        self.store, self.event = store, event
+
+    def start(self) -> bool:
+        self.store._listeners.add(self.event)
+        return True
+
+    def close(self) -> None:
+        self.store._listeners.discard(self.event)
+
+    def __enter__(self) -> MemoryWakeups:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
