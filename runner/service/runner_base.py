@@ -57,6 +57,8 @@ class RunnerBase:
         connections: int | None = None,
         store: RunStore | None = None,
     ) -> None:
+        # A store this runner opens is closed with it; one it is given stays its giver's.
+        self._owns_store = store is None
         if store is None:
             from runner.store.sql_store import SqlStore
 
@@ -114,7 +116,9 @@ class RunnerBase:
         return self._sql().heartbeat
 
     def close(self) -> None:
-        self.store.close()
+        """Close the database this runner opened (a store it was given stays open)."""
+        if self._owns_store:
+            self.store.close()
 
     def now(self) -> datetime:
         """The time on the clock leases are measured on (the database's, on PostgreSQL)."""
