@@ -1,0 +1,226 @@
+"""The store's contract: the same scenarios on the in-memory store (runner.testing) and on
+both databases give the same outcomes, so the fake that the unit tests run on cannot drift
+from the SQL unseen.
+
+Each scenario drives a `Runner` and its store's protocol (runner.store.protocol) on a
+`ManualClock`, and returns what a user could observe: rows, journals (with the epochs that
+wrote them), queues, and each refusal's type and message. It runs once on an
+`InMemoryStore` and once on the database of `db_url`, and the two must be equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from runner import Agent, Runner, ask_human, current_call, tool
+from runner.core.clock import ManualClock
+from runner.errors import RunnerError
+from runner.service.worker import Worker
+from runner.testing import FunctionModel, InMemoryStore, ScriptedModel, call, final, tool_results
+
+from .agents import SOLVER_REF
+
+START = 1_800_000_000.0
+ELSEWHERE = "another-host.example:4242:123"
+Outcome = list[Any]
+Scenario = Callable[[Runner, ManualClock, Outcome], None]
+
+
+@contextmanager
+def on_memory() -> Iterator[tuple[Runner, ManualClock]]:
+    clock = ManualClock(START)
+    with Runner(store=InMemoryStore(clock=clock), lease_seconds=30) as runner:
+        yield runner, clock
+
+
+@contextmanager
+def on_database(url: str) -> Iterator[tuple[Runner, ManualClock]]:
+    clock = ManualClock(START)
+    with Runner(url, clock=clock, lease_seconds=30) as runner:
+        yield runner, clock
+
+
+def outcomes(scenario: Scenario, db_url: str) -> tuple[Outcome, Outcome]:
+    memory: Outcome = []
+    database: Outcome = []
+    with on_memory() as (runner, clock):
+        scenario(runner, clock, memory)
+    with on_database(db_url) as (runner, clock):
+        scenario(runner, clock, database)
+    return memory, database
+
+
+def seen(runner: Runner, *run_ids: str) -> list[Any]:
+    """What a user sees of runs: their rows and their journals, times relative to START."""
+
+    def since(value: Any) -> Any:
+        return None if value is None else round(value.timestamp() - START, 3)
+
+    found = []
+    for run_id in run_ids:
+        row = runner.row(run_id)
+        found.append(
+            (
+                row.id, str(row.status), row.state, row.stop_reason and str(row.stop_reason),
+                row.output, row.error, row.lease_owner, row.lease_epoch,
+                since(row.lease_expires_at), row.resumes, row.queue, row.priority,
+                since(row.not_before), row.steps,
+                row.budgets, row.cancel_requested, since(row.deadline), since(row.waiting_since),
+                since(row.wait_expires_at), row.parent_run_id, row.parent_step,
+            )
+        )  # fmt: skip
+        found.append(
+            [
+                (
+                    str(entry.kind), entry.step, entry.tool, entry.args, entry.content,
+                    epoch, entry.idempotency_key, entry.answer and str(entry.answer),
+                    entry.answered_by, entry.attempt, entry.counters,
+                )
+                for entry, epoch in runner.store.load_entries(run_id)
+            ]
+        )  # fmt: skip
+    return found
+
+
+def refused(outcome: Outcome, action: Callable[[], Any]) -> None:
+    """Record what `action` raised (its type and message), or that it did not."""
+    try:
+        action()
+    except (RunnerError, ValueError) as exc:
+        outcome.append((type(exc).__name__, str(exc)))
+    else:
+        outcome.append("accepted")
+
+
+def claims(runner: Runner, limit: int, owner: str = "tester:1:1", **kwargs: Any) -> list[Any]:
+    taken = runner.store.claim_some(
+        limit=limit, owner=owner, lease_seconds=30, max_resumes=2, **kwargs
+    )
+    return [(c.run.id, c.epoch, c.next_seq, c.stalled, c.crash_loop) for c in taken]
+
+
+# -- the scenarios ------------------------------------------------------------------------------
+
+
+def claiming(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """Priorities, queues served, a limit, a delay, a suspect taken alone, crash_loop."""
+    runner.set_queue_limit("small", 2)
+    for run_id, queue, priority in [
+        ("a", "default", 0), ("b", "default", 5), ("c", "small", 1), ("d", "small", 1),
+        ("e", "small", 1), ("f", "other", 9),
+    ]:  # fmt: skip
+        runner.submit(SOLVER_REF, f"task {run_id}", id=run_id, queue=queue, priority=priority)
+        clock.advance(0.01)
+    runner.submit(SOLVER_REF, "later", id="later", delay=60, priority=100)
+    outcome.append(claims(runner, 3, queues=["small", "default"]))
+    outcome.append(claims(runner, 10))
+    outcome.append([(q.name, q.limit, q.queued, q.delayed, q.running, q.waiting)
+                    for q in runner.queues()])  # fmt: skip
+    runner.store.release_run("c", 1)
+    outcome.append(claims(runner, 10, owner=ELSEWHERE))
+    clock.advance(61)  # every lease expired, the delay passed
+    outcome.append(claims(runner, 10))  # a suspect first: alone
+    outcome.append(claims(runner, 10, suspects=False))
+    for _ in range(3):
+        clock.advance(31)
+        outcome.append(claims(runner, 1, skip_agents=["not/this.py:agent"]))
+    refused(outcome, lambda: runner.store.claim_run("b", lease_seconds=30, max_resumes=2))
+    outcome.append(seen(runner, "a", "b", "c", "d", "e", "f", "later"))
+
+
+def answering(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """Waits, bad answers, approve, deny, reply, a timeout and a cancel."""
+
+    @tool(approval=lambda args: args["amount"] > 100)
+    def refund(amount: int, idempotency_key: str) -> str:
+        running = current_call()
+        return f"refunded {amount} as {idempotency_key} attempt {running and running.attempt}"
+
+    model = FunctionModel(
+        lambda t: (
+            final(tool_results(t)[-1]["content"]) if tool_results(t) else call("refund", amount=250)
+        )
+    )
+    shop = Agent(model, {"refund": refund}, name="shop", release="1")
+    asker = Agent(
+        ScriptedModel([call("ask_human", question="Colour?"), lambda t: final(str(t[-1]))]),
+        {"ask_human": ask_human},
+    )
+    for run_id in ("ok", "no", "late", "gone"):
+        outcome.append(runner.run(shop, "refund", id=run_id, approval_timeout=60).status)
+    runner.run(asker, "paint", id="ask")
+    refused(outcome, lambda: runner.reply("ok", "yes"))
+    refused(outcome, lambda: runner.approve("ok", call="ok-9"))
+    refused(outcome, lambda: runner.deny("ok", reason=" "))
+    refused(outcome, lambda: runner.approve("ask"))
+    refused(outcome, lambda: runner.approve("ok", note="fine", by="ann"))
+    refused(outcome, lambda: runner.approve("ok", by="bob"))
+    refused(outcome, lambda: runner.deny("no", reason="too much", by="bob"))
+    refused(outcome, lambda: runner.reply("ask", "blue", by="cy"))
+    outcome.append(runner.cancel("gone").stop_reason)
+
+    def cancels_itself(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        runner.cancel("mid")  # after the loop's check: only the wait's write can see it
+        return call("refund", amount=500)
+
+    outcome.append(runner.run(Agent(cancels_itself, {"refund": refund}), "r", id="mid").status)
+    refused(outcome, lambda: runner.approve("gone"))
+    outcome.append(sorted(runner.waits(runner.list())))
+    clock.advance(61)
+    refused(outcome, lambda: runner.approve("late"))
+    for run_id in ("ok", "no", "late", "ask"):
+        outcome.append(runner.resume(run_id, agent=asker if run_id == "ask" else shop).output)
+    outcome.append(seen(runner, "ok", "no", "late", "gone", "ask", "mid"))
+
+
+def reviving(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """A budget stop revived, an unfinished run extended, forks with and without changes."""
+    counter = FunctionModel(
+        lambda t: (
+            final(f"found {len(tool_results(t))}")
+            if len(tool_results(t)) >= 3
+            else {**call("search", q=len(tool_results(t))), "usage": 10}
+        )
+    )
+    agent = Agent(counter, {"search": lambda q: f"result {q}"}, name="c", ref="x:counter")
+    outcome.append(runner.run(agent, "t", id="r", max_steps=2).stop_reason)
+    refused(outcome, lambda: runner.revive("r", max_steps=2))
+    refused(outcome, lambda: runner.fork("r", 2))
+    outcome.append(runner.revive("r", max_steps=6).status)
+    clock.advance(5)
+    outcome.append(runner.resume("r", agent=agent).output)
+    refused(outcome, lambda: runner.revive("r", max_steps=9))
+    runner.submit(agent, "u", id="u", max_steps=3)
+    refused(outcome, lambda: runner.resume("u", agent=agent, max_steps=0))
+    outcome.append(runner.resume("u", agent=agent, max_steps=9, max_seconds=100).output)
+    outcome.append(runner.fork("r", 1, id="f1"))
+    outcome.append(runner.fork("r", 2, id="f2", max_steps=7))
+    refused(outcome, lambda: runner.fork("r", 2, id="f1"))
+    refused(outcome, lambda: runner.fork("r", 4))
+    outcome.append(runner.resume("f2", agent=agent).output)
+    outcome.append(seen(runner, "r", "u", "f1", "f2"))
+
+
+def serving(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """A worker drains the queue (on the store's clock, which a worker never moves)."""
+    for i in range(4):
+        runner.submit(SOLVER_REF, f"t{i}", id=f"w{i}", priority=i)
+    worker = Worker(store=runner.store, concurrency=2, once=True, poll=0.01)
+    worker.runner.observer = None
+    worker.serve()
+    outcome.append(worker.finished)
+    outcome.append(sorted((r.id, str(r.status), r.output, r.steps) for r in runner.list()))
+
+
+SCENARIOS = [claiming, answering, reviving, serving]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
+def test_the_memory_store_and_the_database_agree(db_url: str, scenario: Scenario) -> None:
+    memory, database = outcomes(scenario, db_url)
+    assert memory == database
+    assert memory  # the scenario observed something
