@@ -15,52 +15,63 @@ from typing import TYPE_CHECKING
 
 from runner.lazy import exports
 
+# For type checkers only (`__all__` is computed, so each name is re-exported as `X as X`);
+# tests/unit/test_public_surface.py holds these to `_HOMES`, name for name, home for home.
 if TYPE_CHECKING:
-    from runner.core.agent import Agent
-    from runner.core.agent_loop import agent_loop
-    from runner.core.ask import ask_human
-    from runner.core.budgets import Budgets
-    from runner.core.context import cut_observations, last_steps
-    from runner.core.result import AgentResult
-    from runner.core.status import RunStatus
-    from runner.core.stop_reasons import StopReason
-    from runner.core.tools import NOT_APPLIED, Tool, ToolCall, current_call, tool
-    from runner.core.waiting import Answer, Answered, Asks, Wait
-    from runner.errors import (
-        AgentLoadError,
-        AmbiguousRunId,
-        BadAgentReference,
-        CannotContinue,
-        CannotFork,
-        DatabaseCorrupt,
-        DatabaseRefused,
-        DatabaseUnavailable,
-        LeaseHeld,
-        LeaseLost,
-        MissingExtra,
-        ModelFatal,
-        ModelRetryable,
-        NotWaiting,
-        QueryFailed,
-        ReplayMismatch,
-        RequestRefused,
-        RunConflict,
-        RunnerError,
-        RunNotFound,
-        RunWaiting,
-        SchemaOutOfDate,
-        SchemaTooNew,
-        SubmissionRefused,
-        SubmitInterrupted,
-        WrongAnswer,
-    )
-    from runner.models import AnthropicMessages, OpenAIChat, Price
-    from runner.service.run_agent import run_agent
-    from runner.service.runner import Runner
+    from runner.core.agent import Agent as Agent
+    from runner.core.agent_loop import agent_loop as agent_loop
+    from runner.core.ask import ask_human as ask_human
+    from runner.core.budgets import Budgets as Budgets
+    from runner.core.context import cut_observations as cut_observations
+    from runner.core.context import last_steps as last_steps
+    from runner.core.result import AgentResult as AgentResult
+    from runner.core.status import RunStatus as RunStatus
+    from runner.core.stop_reasons import StopReason as StopReason
+    from runner.core.tools import NOT_APPLIED as NOT_APPLIED
+    from runner.core.tools import Tool as Tool
+    from runner.core.tools import ToolCall as ToolCall
+    from runner.core.tools import current_call as current_call
+    from runner.core.tools import tool as tool
+    from runner.core.waiting import Answer as Answer
+    from runner.core.waiting import Answered as Answered
+    from runner.core.waiting import Asks as Asks
+    from runner.core.waiting import Wait as Wait
+    from runner.errors import AgentLoadError as AgentLoadError
+    from runner.errors import AmbiguousRunId as AmbiguousRunId
+    from runner.errors import BadAgentReference as BadAgentReference
+    from runner.errors import CannotContinue as CannotContinue
+    from runner.errors import CannotFork as CannotFork
+    from runner.errors import DatabaseCorrupt as DatabaseCorrupt
+    from runner.errors import DatabaseRefused as DatabaseRefused
+    from runner.errors import DatabaseUnavailable as DatabaseUnavailable
+    from runner.errors import LeaseHeld as LeaseHeld
+    from runner.errors import LeaseLost as LeaseLost
+    from runner.errors import MissingExtra as MissingExtra
+    from runner.errors import ModelFatal as ModelFatal
+    from runner.errors import ModelRetryable as ModelRetryable
+    from runner.errors import NotWaiting as NotWaiting
+    from runner.errors import QueryFailed as QueryFailed
+    from runner.errors import ReplayMismatch as ReplayMismatch
+    from runner.errors import RequestRefused as RequestRefused
+    from runner.errors import RunConflict as RunConflict
+    from runner.errors import RunnerError as RunnerError
+    from runner.errors import RunNotFound as RunNotFound
+    from runner.errors import RunWaiting as RunWaiting
+    from runner.errors import SchemaOutOfDate as SchemaOutOfDate
+    from runner.errors import SchemaTooNew as SchemaTooNew
+    from runner.errors import SubmissionRefused as SubmissionRefused
+    from runner.errors import SubmitInterrupted as SubmitInterrupted
+    from runner.errors import WrongAnswer as WrongAnswer
+    from runner.models import AnthropicMessages as AnthropicMessages
+    from runner.models import OpenAIChat as OpenAIChat
+    from runner.models import Price as Price
+    from runner.service.run_agent import run_agent as run_agent
+    from runner.service.runner import Runner as Runner
 
-# Where each public name lives. They are imported on first use (PEP 562), so that
-# `runner --help` loads neither the loop nor a provider adapter nor SQLAlchemy, and
-# `run_agent` users never load a database library.
+# The public surface, written once: where each public name lives (`__all__` and `dir()`
+# come from here). They are imported on first use (PEP 562), so that `runner --help`
+# loads neither the loop nor a provider adapter nor SQLAlchemy, and `run_agent` users
+# never load a database library.
 _HOMES = {
     "Agent": "runner.core.agent",
     "ask_human": "runner.core.ask",
@@ -115,60 +126,8 @@ _HOMES = {
 
 
 __getattr__ = exports(__name__, _HOMES)
+__all__ = sorted(_HOMES)
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
-__all__ = [
-    "NOT_APPLIED",
-    "Agent",
-    "AgentLoadError",
-    "AgentResult",
-    "AmbiguousRunId",
-    "Answer",
-    "Answered",
-    "AnthropicMessages",
-    "Asks",
-    "BadAgentReference",
-    "Budgets",
-    "CannotContinue",
-    "CannotFork",
-    "DatabaseCorrupt",
-    "DatabaseRefused",
-    "DatabaseUnavailable",
-    "LeaseHeld",
-    "LeaseLost",
-    "MissingExtra",
-    "ModelFatal",
-    "ModelRetryable",
-    "NotWaiting",
-    "OpenAIChat",
-    "Price",
-    "QueryFailed",
-    "ReplayMismatch",
-    "RequestRefused",
-    "RunConflict",
-    "RunNotFound",
-    "RunStatus",
-    "RunWaiting",
-    "Runner",
-    "RunnerError",
-    "SchemaOutOfDate",
-    "SchemaTooNew",
-    "StopReason",
-    "SubmissionRefused",
-    "SubmitInterrupted",
-    "Tool",
-    "ToolCall",
-    "Wait",
-    "WrongAnswer",
-    "agent_loop",
-    "ask_human",
-    "current_call",
-    "cut_observations",
-    "last_steps",
-    "run_agent",
-    "tool",
-]
+    return list(__all__)

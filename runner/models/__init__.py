@@ -12,14 +12,20 @@ from typing import TYPE_CHECKING
 
 from runner.lazy import exports
 
+# For type checkers only (`__all__` is computed, so each name is re-exported as `X as X`);
+# tests/unit/test_public_surface.py holds these to `_HOMES`.
 if TYPE_CHECKING:
-    from runner.models.anthropic_messages import AnthropicMessages
-    from runner.models.openai_chat import OpenAIChat
-    from runner.models.pricing import Price
-    from runner.models.schemas import SchemaError, ToolSpec, tool_spec, tool_specs
+    from runner.models.anthropic_messages import AnthropicMessages as AnthropicMessages
+    from runner.models.openai_chat import OpenAIChat as OpenAIChat
+    from runner.models.pricing import Price as Price
+    from runner.models.schemas import SchemaError as SchemaError
+    from runner.models.schemas import ToolSpec as ToolSpec
+    from runner.models.schemas import tool_spec as tool_spec
+    from runner.models.schemas import tool_specs as tool_specs
 
-# Loaded on first use (PEP 562): a command that only reads runs (and the replay of one)
-# never pays for the adapters.
+# The package's names, written once: where each lives (`__all__` and `dir()` come from
+# here). Loaded on first use (PEP 562): a command that only reads runs (and the replay of
+# one) never pays for the adapters.
 _HOMES = {
     "AnthropicMessages": "runner.models.anthropic_messages",
     "OpenAIChat": "runner.models.openai_chat",
@@ -32,14 +38,8 @@ _HOMES = {
 
 
 __getattr__ = exports(__name__, _HOMES)
+__all__ = sorted(_HOMES)
 
 
-__all__ = [
-    "AnthropicMessages",
-    "OpenAIChat",
-    "Price",
-    "SchemaError",
-    "ToolSpec",
-    "tool_spec",
-    "tool_specs",
-]
+def __dir__() -> list[str]:
+    return list(__all__)
