@@ -14,20 +14,30 @@ a `statement_timeout`:
    `set_config('role', 'none', true)` in the middle of a query and be superuser again for
    the rest of it; inside a security-definer function PostgreSQL refuses that (and
    `session_authorization`).
-4. The rows come through a server-side cursor, a batch at a time: memory stays flat
-   whatever the result's size. (The function gathers its rows on the server first,
-   spilling past `work_mem` to a temporary file, all within the timeout.)
+4. Before it runs, its plan is read (EXPLAIN VERBOSE, which runs nothing): every function
+   it calls must be one that cannot write, signal, sleep, lock or emit WAL. That is an
+   allow-list by property: a function declared IMMUTABLE or STABLE (PostgreSQL's word that
+   it changes nothing), less the few stable ones that assign a transaction id, plus a few
+   harmless volatile ones (random, clock_timestamp). pg_logical_emit_message,
+   pg_advisory_lock, pg_sleep, pg_notify, nextval, lo_*, set_config, dblink and every
+   other volatile function are refused before anything runs, whatever the role's grants.
+5. The rows come through a server-side cursor, a batch at a time: memory stays near a
+   batch whatever the result's size, a value over MAX_VALUE_BYTES stops the query on the
+   server (before it is sent), and the result stops at MAX_RESULT_BYTES. Each fetch runs
+   with what is left of the timeout, so the timeout bounds the whole command.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from runner.errors import DatabaseUnavailable, QueryFailed
 from runner.history.reader import (
-    FETCH,
+    MAX_VALUE_BYTES,
+    Bounds,
     QueryResult,
     failed,
     first_line,
@@ -35,6 +45,7 @@ from runner.history.reader import (
     read_only,
     streamed,
     timed_out,
+    value_too_large,
 )
 from runner.store.database import open_engine
 from runner.store.urls import redact_url
@@ -49,6 +60,17 @@ _VOID = 2278  # pg_type oid of `void`, which a column definition list cannot nam
 _READ_ONLY_TRANSACTION = "25006"
 _INSUFFICIENT_PRIVILEGE = "42501"
 _QUERY_CANCELED = "57014"
+_INVALID_TEXT = "22P02"
+
+# Volatile functions a reader may call: they read a clock or a random source, nothing else.
+_VOLATILE_ALLOWED = frozenset(
+    {"random", "random_normal", "clock_timestamp", "timeofday", "gen_random_uuid"}
+)
+# Stable functions that write all the same: each assigns a transaction id (WAL).
+_STABLE_DENIED = frozenset({"txid_current", "pg_current_xact_id"})
+_CALL = re.compile(r'"?([A-Za-z_][A-Za-z0-9_$]*)"?\s*\(')
+_LITERAL = re.compile(r"'(?:[^']|'')*'")
+_TOO_LARGE = "bytes: runner_sql_value_too_large"
 _UNDEFINED_ROLE = "22023"  # SET ROLE of a role that does not exist: invalid_parameter_value
 
 # One look at the role and the function before any query of the user's runs: the role must
@@ -79,6 +101,7 @@ def read(url: str, sql: str, timeout: float | None) -> Iterator[QueryResult]:
         raise DatabaseUnavailable(
             f"cannot connect to {redact_url(url)}: {first_line(getattr(exc, 'orig', exc))}"
         ) from None
+    cursor: Any = None
     try:
         connection: Any = raw.driver_connection
         connection.rollback()
@@ -86,14 +109,24 @@ def read(url: str, sql: str, timeout: float | None) -> Iterator[QueryResult]:
         connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         connection.autocommit = False
         connection.read_only = True
+        bounds = Bounds(timeout)
         _become_reader(connection, timeout)
         names, types = _describe(connection, sql)
+        _check_functions(connection, sql, timeout)
         query, argument = _through_reader(sql, types)
-        with connection.cursor(name="runner_sql") as cursor:
-            _run(cursor, query, argument, timeout)
-            yield QueryResult(names, streamed(lambda: _batch(cursor, timeout)))
+        cursor = connection.cursor(name="runner_sql")
+        _run(cursor, query, argument, bounds)
+        yield QueryResult(names, streamed(lambda: _batch(connection, cursor, bounds)))
     finally:
-        raw.close()  # rolled back and closed: the pool keeps no connection
+        # A query stopped mid-fetch leaves the transaction failed or a fetch cancelled:
+        # the connection is dropped, not reset (nothing of it is kept or committed).
+        with suppress(Exception):
+            connection.close()
+        if cursor is not None:
+            with suppress(Exception):
+                cursor.close()  # on a closed connection: marks it closed, sends nothing
+        with suppress(Exception):
+            raw.invalidate()
         engine.dispose()
 
 
@@ -171,10 +204,60 @@ def _describe(connection: Any, sql: str) -> tuple[list[str], list[tuple[str, boo
     return names, [(row[0], oid == _VOID) for row, oid in zip(spelled, oids, strict=True)]
 
 
+def _check_functions(connection: Any, sql: str, timeout: float | None) -> None:
+    """Refuse a statement whose plan calls a function outside the reader's allow-list."""
+    import psycopg
+
+    try:
+        plan = connection.execute(
+            "EXPLAIN (VERBOSE, FORMAT JSON) " + sql.rstrip().rstrip(";")
+        ).fetchone()[0]
+        called = sorted(_called(plan))
+        refused = connection.execute(
+            "SELECT DISTINCT proname FROM pg_proc WHERE proname = ANY(%s) AND ("
+            "(provolatile = 'v' AND NOT proname = ANY(%s)) OR proname = ANY(%s)"
+            ") ORDER BY 1",
+            [called, sorted(_VOLATILE_ALLOWED), sorted(_STABLE_DENIED)],
+        ).fetchall()
+    except psycopg.Error as exc:
+        raise _refusal(exc.sqlstate or "", str(exc), timeout) from None
+    if refused:
+        listed = ", ".join(f"{name}()" for (name,) in refused)
+        raise read_only(f"it may call no function that can write, signal, sleep or lock: {listed}")
+
+
+def _called(plan: object) -> set[str]:
+    """The names of the functions an EXPLAIN VERBOSE plan (JSON) calls anywhere."""
+    found: set[str] = set()
+    pending: list[object] = [plan]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.values())
+            name = item.get("Function Name")
+            if isinstance(name, str):
+                found.add(name)
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str):
+            found.update(match.group(1) for match in _CALL.finditer(_LITERAL.sub("''", item)))
+    return found
+
+
 def _through_reader(sql: str, types: list[tuple[str, bool]]) -> tuple[str, str]:
-    """The query that runs `sql` inside the reader's function, and the text it is given."""
+    """The query that runs `sql` inside the reader's function, and the text it is given.
+
+    A value over MAX_VALUE_BYTES stops the query on the server, before it is sent: the
+    WHERE clause fails a cast that names the size (a CASE branch that depends on the row,
+    so the planner cannot fold it away)."""
     columns = ", ".join(
         f'"c{i}" {"text" if void else spelled}' for i, (spelled, void) in enumerate(types)
+    )
+    sizes = ", ".join(_size_of(f'q."c{i}"', spelled) for i, (spelled, _) in enumerate(types))
+    largest = f"GREATEST({sizes}, 0)"
+    capped = (
+        f" WHERE CASE WHEN {largest} > {MAX_VALUE_BYTES} THEN "
+        f"CAST(CAST({largest} AS text) || ' {_TOO_LARGE}' AS int) > 0 ELSE true END"
     )
     if any(void for _, void in types):
         # A column definition list cannot name `void` (SELECT pg_sleep(1)): the statement
@@ -185,31 +268,48 @@ def _through_reader(sql: str, types: list[tuple[str, bool]]) -> tuple[str, str]:
             "CAST(NULL AS text)" if void else f'q."c{i}"' for i, (_, void) in enumerate(types)
         )
         sql = f"SELECT {picks} FROM (\n{sql.rstrip().rstrip(';')}\n) AS q({aliases})"
-    return f"SELECT * FROM runner_read(%s) AS q({columns})", sql
+    return f"SELECT * FROM runner_read(%s) AS q({columns}){capped}", sql
 
 
-def _run(cursor: Any, query: str, sql: str, timeout: float | None) -> None:
+def _size_of(column: str, spelled: str) -> str:
+    # octet_length reads a stored value's full size without decompressing it; what has no
+    # octet_length is measured as it is held (pg_column_size).
+    if spelled in ("text", "bytea", '"char"', "name") or spelled.startswith("character"):
+        return f"octet_length({column})"
+    if spelled == "json":
+        return f"octet_length(CAST({column} AS text))"
+    return f"pg_column_size({column})"
+
+
+def _run(cursor: Any, query: str, sql: str, bounds: Bounds) -> None:
     import psycopg
 
     try:
         cursor.execute(query, [sql])
     except psycopg.Error as exc:
-        raise _refusal(exc.sqlstate or "", str(exc), timeout) from None
+        raise _refusal(exc.sqlstate or "", str(exc), bounds.timeout) from None
 
 
-def _batch(cursor: Any, timeout: float | None) -> list[Any]:
+def _batch(connection: Any, cursor: Any, bounds: Bounds) -> Sequence[Any]:
     import psycopg
 
+    left = bounds.remaining()
     try:
-        return list(cursor.fetchmany(FETCH))
+        if left is not None:  # each FETCH is a statement: it gets what is left, no more
+            connection.execute(f"SET LOCAL statement_timeout = {max(1, round(left * 1000))}")
+        batch = list(cursor.fetchmany(bounds.rows))
     except psycopg.Error as exc:
-        raise _refusal(exc.sqlstate or "", str(exc), timeout) from None
+        raise _refusal(exc.sqlstate or "", str(exc), bounds.timeout) from None
+    return bounds.took(batch)
 
 
 def _refusal(sqlstate: str, message: str, timeout: float | None) -> QueryFailed:
     detail = message.strip().splitlines()[0] if message.strip() else "error"
     if sqlstate == _QUERY_CANCELED and timeout:
         return timed_out(timeout)
+    if sqlstate == _INVALID_TEXT and _TOO_LARGE in detail:
+        size = re.search(r'"(\d+) ' + _TOO_LARGE, detail)
+        return value_too_large(int(size.group(1)) if size else None)
     if sqlstate == _READ_ONLY_TRANSACTION:
         return read_only(detail)
     if sqlstate == _INSUFFICIENT_PRIVILEGE:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -21,13 +21,15 @@ from sqlalchemy.engine import make_url
 
 from runner.errors import DatabaseUnavailable, RunnerError
 from runner.history.reader import (
-    FETCH,
+    MAX_VALUE_BYTES,
+    Bounds,
     QueryResult,
     failed,
     one_statement,
     read_only,
     streamed,
     timed_out,
+    value_too_large,
 )
 from runner.store.database import damaged
 from runner.store.urls import encode_password
@@ -107,7 +109,7 @@ def read(url: str, sql: str, timeout: float | None) -> Iterator[QueryResult]:
         f"file:{quote(str(path))}?mode=ro", uri=True, timeout=30, isolation_level=None
     )
     try:
-        guard = _Guard(url, timeout)
+        guard = _Guard(url, Bounds(timeout))
         guard.install(connection)
         with guard.running():
             try:
@@ -120,17 +122,19 @@ def read(url: str, sql: str, timeout: float | None) -> Iterator[QueryResult]:
 
 
 class _Guard:
-    """The authorizer and the deadline of one query, and what to say when either stops it.
+    """The authorizer, the deadline and the size limits of one query, and what to say when
+    one stops it.
 
-    The deadline counts the time SQLite spends on the query (executing it and fetching its
-    rows), not the time the caller spends writing them out: a slow pipe downstream is not
-    the query's fault.
+    The deadline counts from the start of the command: executing the query, fetching its
+    rows and writing them out. SQLite's own length limit caps every string and blob a
+    statement makes or reads (randomblob(9e8), a doubling recursive CTE), before it is
+    allocated: one C call that the progress handler cannot interrupt stays small.
     """
 
-    def __init__(self, url: str, timeout: float | None) -> None:
+    def __init__(self, url: str, bounds: Bounds) -> None:
         self.url = url
-        self.timeout = timeout or None  # 0: no limit
-        self.spent = 0.0
+        self.bounds = bounds
+        self.timeout = bounds.timeout
         self.since: float | None = None
         self.denied: str | None = None
 
@@ -138,6 +142,7 @@ class _Guard:
         with suppress(AttributeError):  # a Python built without extension loading
             connection.enable_load_extension(False)
         connection.execute("PRAGMA query_only = ON")
+        connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         connection.set_authorizer(self.authorize)
         if self.timeout is not None:
             connection.set_progress_handler(self.over, _PROGRESS_EVERY)
@@ -166,18 +171,16 @@ class _Guard:
 
     @contextmanager
     def running(self) -> Iterator[None]:
+        self.bounds.remaining()  # out of time before SQLite is even asked: stop here
         self.since = time.monotonic()
         try:
             yield
         finally:
-            self.spent += time.monotonic() - self.since
             self.since = None
 
     def over(self) -> int:
         # Nonzero interrupts the statement (SQLITE_INTERRUPT).
-        if self.since is None or self.timeout is None:
-            return 0
-        return int(self.spent + time.monotonic() - self.since > self.timeout)
+        return int(self.since is not None and self.bounds.over())
 
     def refusal(self, exc: BaseException) -> RunnerError:
         corrupt = damaged(self.url, exc)
@@ -186,6 +189,8 @@ class _Guard:
         name = getattr(exc, "sqlite_errorname", "")
         if name == "SQLITE_INTERRUPT":
             return timed_out(self.timeout)
+        if name == "SQLITE_TOOBIG":
+            return value_too_large()
         if self.denied is not None:  # the authorizer refused it while it was compiled
             return read_only(f"{self.denied} is not allowed")
         if "not authorized" in str(exc):  # SQLite's own refusal (load_extension is off)
@@ -201,9 +206,10 @@ def _names(description: Any) -> list[str]:
     return [str(d[0]) for d in description] if description else []
 
 
-def _batch(cursor: sqlite3.Cursor, guard: _Guard) -> list[Any]:
+def _batch(cursor: sqlite3.Cursor, guard: _Guard) -> Sequence[Any]:
     with guard.running():
         try:
-            return cursor.fetchmany(FETCH)
+            batch = cursor.fetchmany(guard.bounds.rows)
         except (sqlite3.Error, sqlite3.Warning) as exc:
             raise guard.refusal(exc) from None
+    return guard.bounds.took(batch)
