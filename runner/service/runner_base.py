@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from runner.store.heartbeat import Heartbeat
-    from runner.store.pooling import Writer
     from runner.store.sql_store import SqlStore
+    from runner.store.writer import Writer
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 # How often a process blocked on a waiting run (`wait=True`) looks at it, where the database

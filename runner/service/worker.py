@@ -45,7 +45,7 @@ from runner.errors import (
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.store import queues as queue_limits
 from runner.store.database import resolve_url
-from runner.store.pooling import PoolChoice, choose_pool
+from runner.store.pool_size import PoolChoice, choose_pool
 from runner.store.protocol import Claim, RunStore
 
 log = logging.getLogger("runner.worker")

@@ -5,9 +5,10 @@ engines and migrations (`database`), runs as stored (`runs`, `rows`), the reads 
 as plain SQL over a driver connection (`reads`, `run_states`, `plain_connection`), leases and
 claims (`leases`; the run a claim takes next, `runnable`; the heartbeat's renewals,
 `heartbeat` and `lease_renewals`; `owner`, `liveness`), the fenced journal writes
-(`fencing`, `driver`, `sql_journal`), answers to waiting runs (`approvals`), queues (`queues`) and
-wake-ups (`wakeup`). It speaks SQL for the step machine's journal protocol and knows no
-policy of the loop, no command line and no page.
+(`fencing`, `driver`, `sql_journal`; SQLite's in-process write lock and the kept connection,
+`writer`), a worker's pool size (`pool_size`), answers to waiting runs (`approvals`), queues
+(`queues`) and wake-ups (`wakeup`). It speaks SQL for the step machine's journal protocol
+and knows no policy of the loop, no command line and no page.
 
 It may import: `runner.core` and the shared leaves.
 """

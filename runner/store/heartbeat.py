@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from runner.core.clock import SYSTEM, Clock
-from runner.store import lease_renewals, pooling
+from runner.store import lease_renewals, writer
 
 
 class Held(Protocol):
@@ -97,7 +97,7 @@ class Heartbeat:
         started = self.clock.time()
         epochs = {run_id: lease.epoch for run_id, lease in held.items()}
         try:
-            with pooling.writing(self.engine):
+            with writer.writing(self.engine):
                 renewed = lease_renewals.renew_leases(
                     self.engine, epochs, self.lease_seconds, self.clock
                 )

@@ -4,7 +4,7 @@ A run holds a database connection only while it writes, so a worker's runs waiti
 models hold none (a thousand of them share a handful): on PostgreSQL each write checks one
 out of the engine's pool and gives it back at its commit; on SQLite, where a process's
 writes take turns anyway, a runner's share the one connection it keeps for writing
-(`pooling.Writer`). The calls of a step of several record their
+(`writer.Writer`). The calls of a step of several record their
 observations from their own threads as they end: a run's writes take its lock, one at a
 time. The lease is renewed by the runner's one heartbeat (runner.heartbeat), beside every
 other lease the process holds.
@@ -25,11 +25,12 @@ from runner.core.faults import fault
 from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import EntryRefused, LeaseLost, describe
-from runner.store import fencing, leases, pooling
+from runner.store import fencing, leases
 from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.failures import refused, transient
 from runner.store.heartbeat import Heartbeat
+from runner.store.writer import Writer, writing
 
 # Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
 # own thread for the outcomes of a step of several calls.
@@ -53,12 +54,12 @@ class SqlJournal:
         clock: Clock = SYSTEM,
         heartbeat_seconds: float | None = None,
         heartbeat: Heartbeat | None = None,
-        writer: pooling.Writer | None = None,
+        writer: Writer | None = None,
     ) -> None:
         self.engine = engine
         # The runner's writer, shared by all its journals; else one of this journal's own
         # that keeps no connection between writes.
-        self.writer = writer or pooling.Writer(engine, keep=False)
+        self.writer = writer or Writer(engine, keep=False)
         self.clock = clock
         # The runner's heartbeat, shared by all its leases; else one of this journal's own
         # (real seconds between beats: a third of the lease unless a test wants it faster).
@@ -178,7 +179,7 @@ class SqlJournal:
         parking: fencing.Parking | None,
         retried: bool,
     ) -> bool:
-        """One try, on the connection the writer gives (pooling.Writer)."""
+        """One try, on the connection the writer gives (writer.Writer)."""
         with self.writer.turn() as connection:
             try:
                 return fencing.append_entries(
@@ -211,7 +212,7 @@ class SqlJournal:
         )
         error = f"{what} at step {entry.step} could not be journaled: {describe(exc)}"
         # On a connection of its own: the refused statement's may be unusable.
-        with pooling.writing(self.engine), self.engine.connect() as connection:
+        with writing(self.engine), self.engine.connect() as connection:
             fencing.finish_run(
                 connection,
                 self._run_id,

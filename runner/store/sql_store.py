@@ -24,7 +24,7 @@ from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.defaults import DEFAULT_LEASE_SECONDS
 from runner.errors import RunnerError
-from runner.store import approvals, leases, pooling, queues, run_changes, run_states
+from runner.store import approvals, leases, queues, run_changes, run_states, writer
 from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.database import connect, damaged, resolve_url
@@ -54,7 +54,7 @@ class SqlStore:
         # one only while it writes, so far fewer than runs in flight serve them.
         self.engine: Engine = connect(self.url, pool_size=connections)
         # The journals' writes: on SQLite they share one connection, kept until close().
-        self.writer = pooling.Writer(self.engine)
+        self.writer = writer.Writer(self.engine)
         # Leases and deadlines are compared across machines: on the database's clock.
         self._clock = (
             clock if clock is not None else backend_for(self.engine.dialect.name).clock(self.engine)
@@ -231,7 +231,7 @@ class SqlStore:
         return Wakeup(self.engine, event, log=log)
 
     def writing(self) -> AbstractContextManager[None]:
-        return pooling.writing(self.engine)
+        return writer.writing(self.engine)
 
     @property
     def outages(self) -> tuple[type[Exception], ...]:

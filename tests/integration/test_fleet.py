@@ -22,7 +22,7 @@ from runner.core.clock import ManualClock, utc_now
 from runner.core.journal import Counters
 from runner.errors import LeaseLost
 from runner.service.worker import Worker
-from runner.store import backend, leases, pooling
+from runner.store import backend, leases, pool_size, writer
 from runner.store import runs as store
 from runner.store.database import ensure_schema, open_engine
 from runner.store.heartbeat import Heartbeat
@@ -178,15 +178,15 @@ def test_a_runner_beats_on_one_thread_for_all_its_runs(db_url: str) -> None:
 
 
 def test_the_pool_is_sized_from_the_concurrency_and_the_database(db_url: str) -> None:
-    small = pooling.choose_pool(db_url, 1)
-    assert small.size == 1 + pooling.POOL_FLOOR  # never more than one run can use
-    large = pooling.choose_pool(db_url, 1000)
+    small = pool_size.choose_pool(db_url, 1)
+    assert small.size == 1 + pool_size.POOL_FLOOR  # never more than one run can use
+    large = pool_size.choose_pool(db_url, 1000)
     if db_url.startswith("sqlite"):
-        assert large.size == pooling.SQLITE_POOL_CAP
+        assert large.size == pool_size.SQLITE_POOL_CAP
     else:
-        assert pooling.POOL_FLOOR <= large.size <= pooling.POSTGRES_POOL_CAP
+        assert pool_size.POOL_FLOOR <= large.size <= pool_size.POSTGRES_POOL_CAP
         assert "max_connections" in large.reason and "in use" in large.reason
-    capped = pooling.choose_pool(db_url, 1000, cap=3)
+    capped = pool_size.choose_pool(db_url, 1000, cap=3)
     assert capped.size == 3
     assert capped.describe(1000).startswith("pool 3 connections for concurrency 1000 (capped")
 
@@ -196,11 +196,11 @@ def test_sqlite_writes_of_a_process_take_one_lock_per_file(tmp_path: Path) -> No
     same_file = open_engine(f"sqlite:///{tmp_path}/./a.db")
     other_file = open_engine(f"sqlite:///{tmp_path / 'b.db'}")
     try:
-        with pooling.writing(first):
+        with writer.writing(first):
             # Another engine on the same file must wait its turn; another file need not.
-            turn = pooling._lock_of(same_file)
+            turn = writer._lock_of(same_file)
             assert turn is not None and not turn.acquire(blocking=False)
-            with pooling.writing(other_file):
+            with writer.writing(other_file):
                 pass
         assert turn.acquire(blocking=False)
         turn.release()
@@ -267,8 +267,8 @@ def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Pat
         claim = leases.claim_run(
             engine, "f1", owner="w:1:1", lease_seconds=30, max_resumes=3, clock=clock
         )
-        writer = pooling.Writer(engine)
-        with SqlJournal(engine, claim, lease_seconds=30, clock=clock, writer=writer) as journal:
+        kept = writer.Writer(engine)
+        with SqlJournal(engine, claim, lease_seconds=30, clock=clock, writer=kept) as journal:
             journal.append(task_entry("t"))
             leases.claim_run(
                 engine, "f1", owner="t:1:1", lease_seconds=30, max_resumes=3, steal=True,
@@ -276,7 +276,7 @@ def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Pat
             )  # fmt: skip
             with pytest.raises(LeaseLost):  # fenced out inside the write's transaction
                 journal.append(tool_action("f1", 1, "add", {"a": 1}, Counters(steps=1)))
-        assert writer.keeps
+        assert kept.keeps
         # The kept connection rolled back: another process's writer gets the lock at once.
         other = sqlite3.connect(database, timeout=0, isolation_level=None)
         try:
@@ -284,7 +284,7 @@ def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Pat
             other.execute("ROLLBACK")
         finally:
             other.close()
-        writer.close()
+        kept.close()
     finally:
         engine.dispose()
 
