@@ -7,8 +7,7 @@ another process (or a crash test's second life) goes on where it was.
 
 - `TestModel()`: calls each of the agent's tools once, in order, with arguments made from
   the tool's schema, then answers with what they returned.
-- `FunctionModel(fn)`: `fn(transcript)` decides each move (a dict action, or a string for
-  the final answer).
+- `FunctionModel(fn)`: `fn(transcript)` decides each move (returned as it is).
 - `ScriptedModel([move, ...])`: the moves in order, one per model turn (a dict action, a
   string for the final answer, or a function of the transcript).
 
@@ -17,6 +16,7 @@ Each keeps the transcripts it was shown (`seen`) and counts its calls (`calls`).
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -49,20 +49,14 @@ def tool_results(transcript: Transcript) -> list[dict[str, Any]]:
 
 
 class _Recording:
-    """What every test model keeps: the transcripts shown it, and the tools it was told."""
+    """What every test model keeps: the transcripts shown it."""
 
     def __init__(self) -> None:
         self.seen: list[Transcript] = []
-        self.tools: list[ToolSpec] = []
 
     @property
     def calls(self) -> int:
         return len(self.seen)
-
-    def with_tools(self, tools: Mapping[str, Callable[..., Any]]) -> Any:
-        """Told the agent's tools (as an adapter is): their names and argument schemas."""
-        self.tools = tool_specs(tools)
-        return self
 
     def _shown(self, transcript: Transcript) -> None:
         self.seen.append([dict(message) for message in transcript])
@@ -73,7 +67,8 @@ def _as_action(move: Any) -> Any:
 
 
 class FunctionModel(_Recording):
-    """A model whose every move is `fn(transcript)`: a dict action, or a string to answer."""
+    """A model whose every move is `fn(transcript)`, returned as it is (so a test can give
+    the loop malformed output too): what `fn` returns is what the model said."""
 
     def __init__(self, fn: Callable[[Transcript], Any]) -> None:
         super().__init__()
@@ -81,7 +76,7 @@ class FunctionModel(_Recording):
 
     def __call__(self, transcript: Transcript) -> Any:
         self._shown(transcript)
-        return _as_action(self.fn(transcript))
+        return self.fn(transcript)
 
 
 class ScriptedModel(_Recording):
@@ -114,6 +109,14 @@ class TestModel(_Recording):
         super().__init__()
         self.answer = answer
         self.args = {name: dict(given) for name, given in (args or {}).items()}
+        self.tools: list[ToolSpec] = []
+
+    def with_tools(self, tools: Mapping[str, Callable[..., Any]]) -> TestModel:
+        """This model told the agent's tools (as an adapter is): their names and argument
+        schemas. What it is shown is kept in this model's `seen` too."""
+        bound = copy.copy(self)
+        bound.tools = tool_specs(tools)
+        return bound
 
     def __call__(self, transcript: Transcript) -> Any:
         self._shown(transcript)
