@@ -30,22 +30,6 @@ class Crash(BaseException):
     """Stands in for SIGKILL: the loop catches Exception, so this escapes the whole run."""
 
 
-class Counting:
-    """A model wrapper that counts its calls and keeps the transcripts it was shown."""
-
-    def __init__(self, model: Model) -> None:
-        self.model = model
-        self.seen: list[Transcript] = []
-
-    @property
-    def calls(self) -> int:
-        return len(self.seen)
-
-    def __call__(self, transcript: Transcript) -> Any:
-        self.seen.append([dict(m) for m in transcript])
-        return self.model(transcript)
-
-
 def observations(transcript: Transcript) -> Transcript:
     return [m for m in transcript if m["role"] == "tool"]
 

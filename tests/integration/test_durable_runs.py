@@ -24,11 +24,11 @@ from runner.core.agent import load_agent
 from runner.core.budgets import Budgets
 from runner.core.clock import ManualClock
 from runner.core.journal import Counters
+from runner.testing import FunctionModel
 
 from .agents import SOLVER_REF
 from .support import (
     TOOLS,
-    Counting,
     Crash,
     Transcript,
     count_entries,
@@ -188,9 +188,9 @@ def test_get_of_an_unknown_run(db_url: str) -> None:
 
 def test_an_existing_id_returns_the_stored_result_without_the_model(db_url: str) -> None:
     with Runner(db_url) as runner:
-        first_model = Counting(solver)
+        first_model = FunctionModel(solver)
         first = runner.run(Agent(first_model, TOOLS), "2+3?", id="job-1")
-        again_model = Counting(solver)
+        again_model = FunctionModel(solver)
         again = runner.run(Agent(again_model, TOOLS), "2+3?", id="job-1")
         assert count_runs(runner.engine) == 1
         assert count_entries(runner.engine, "job-1") == 4
@@ -204,7 +204,7 @@ def test_an_existing_id_with_another_task_or_budgets_is_a_conflict(db_url: str) 
     with Runner(db_url) as runner:
         runner.run(Agent(solver, TOOLS), "2+3?", id="job-1")
         with pytest.raises(RunConflict, match="another task: task '2\\+3\\?'") as raised:
-            runner.run(Agent(Counting(solver), TOOLS), "a different task", id="job-1")
+            runner.run(Agent(FunctionModel(solver), TOOLS), "a different task", id="job-1")
         assert raised.value.differences == {"task": ("2+3?", "a different task")}
         with pytest.raises(RunConflict, match="max_steps 8 \\(asked: 3\\)"):
             runner.run(Agent(solver, TOOLS), "2+3?", id="job-1", max_steps=3)
@@ -225,7 +225,7 @@ def test_run_resumes_an_unfinished_run_with_that_id(db_url: str) -> None:
     with Runner(db_url) as runner:
         first = tool_action("job-2", 1, "add", {"a": 2, "b": 3}, Counters())
         died_with(runner.engine, "job-2", "2+3?", [first, observation(first, "5")])
-        model = Counting(solver)
+        model = FunctionModel(solver)
         result = runner.run(Agent(model, TOOLS), "2+3?", id="job-2")
         assert count_runs(runner.engine) == 1
     assert (result.stop_reason, result.output, result.steps) == ("final", "5", 2)
@@ -303,7 +303,7 @@ def test_cancel_of_a_queued_run_finishes_it_at_once(db_url: str) -> None:
         row = runner.row(run_id)
         assert row.cancel_requested and row.finished_at is not None
         # Resuming a cancelled run gives the stored result: the model is never asked.
-        model = Counting(solver)
+        model = FunctionModel(solver)
         again = runner.resume(run_id, agent=Agent(model, TOOLS))
         # Cancelling again changes nothing.
         assert runner.cancel(run_id).stop_reason == "cancelled"
@@ -319,7 +319,7 @@ def test_a_run_cancelled_while_its_worker_was_dead_stops_at_once(db_url: str) ->
         epoch = runner.row("orphan").lease_epoch
         cancelled = runner.cancel("orphan")  # nobody holds it live: no step will come
         row = runner.row("orphan")
-        model = Counting(solver)
+        model = FunctionModel(solver)
         result = runner.resume("orphan", agent=Agent(model, TOOLS))
     assert model.calls == 0
     assert (cancelled.status, cancelled.stop_reason) == ("finished", "cancelled")
@@ -344,7 +344,7 @@ def test_cancel_from_another_runner_stops_the_run_before_its_next_step(db_url: s
                 assert other.cancel("busy").status == "running"
         return {"type": "tool", "name": "search", "args": {"q": len(transcript)}}
 
-    counted = Counting(model)
+    counted = FunctionModel(model)
     with Runner(db_url) as runner:
         result = runner.run(Agent(counted, TOOLS), "busy work", id="busy", max_steps=8)
         stored = runner.get("busy")
@@ -363,7 +363,7 @@ def test_cancel_of_a_slow_run_in_another_thread(db_url: str) -> None:
         assert go_on.wait(60)
         return {"type": "tool", "name": "search", "args": {"q": len(transcript)}}
 
-    counted = Counting(slow)
+    counted = FunctionModel(slow)
     outcome: list[Any] = []
 
     def work() -> None:
@@ -400,7 +400,7 @@ def test_a_token_budget_is_counted_across_a_resume(db_url: str) -> None:
         assert runner.get("spend").tokens == 8
         crash(runner.engine, "spend")
         # The agent resumed with has the default (large) budgets: the run's own still rule.
-        resumed_model = Counting(wander(4))
+        resumed_model = FunctionModel(wander(4))
         result = runner.resume("spend", agent=Agent(resumed_model, TOOLS))
     assert resumed_model.calls == 1  # step 3 only: steps 1 and 2 are in the journal
     assert fields(result) == fields(expected)
@@ -437,7 +437,7 @@ def test_the_time_budget_deadline_is_stored_and_survives_a_resume(db_url: str) -
         crash(runner.engine, "clock")
         clock.advance(0.6)
         # A resume does not restart the clock: the deadline passed while nobody ran it.
-        resumed_model = Counting(wander())
+        resumed_model = FunctionModel(wander())
         result = runner.resume("clock", agent=Agent(resumed_model, TOOLS))
         after = runner.row("clock")
     assert resumed_model.calls == 0

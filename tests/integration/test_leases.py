@@ -22,11 +22,11 @@ from runner.store import runs as store
 from runner.store.owner import owner_name, this_process
 from runner.store.schema import runs
 from runner.store.sql_journal import SqlJournal
+from runner.testing import FunctionModel
 
 from .support import (
     DEAD_OWNER,
     TOOLS,
-    Counting,
     Transcript,
     count_entries,
     died_with,
@@ -67,7 +67,7 @@ def set_expiry(engine: Any, run_id: str, at: datetime) -> None:
 
 
 def test_resumes_started_together_let_exactly_one_proceed(db_url: str) -> None:
-    model = Counting(slowly(solver, 0.2))
+    model = FunctionModel(slowly(solver, 0.2))
     agent = Agent(model, TOOLS)
     with Runner(db_url) as setup:
         queued(setup.engine, "race")
@@ -134,7 +134,7 @@ def test_steal_takes_over_and_the_old_holder_is_fenced(db_url: str) -> None:
         with Runner(db_url) as thief:
             with pytest.raises(LeaseHeld, match="steal"):
                 thief.resume("stolen", agent=Agent(new_model, TOOLS))
-            counted = Counting(new_model)
+            counted = FunctionModel(new_model)
             result = thief.resume("stolen", agent=Agent(counted, TOOLS), steal=True)
             written = count_entries(thief.engine, "stolen")
     finally:

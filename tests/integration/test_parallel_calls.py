@@ -16,13 +16,14 @@ from runner import NOT_APPLIED, Agent, LeaseLost, ReplayMismatch, Runner, run_ag
 from runner.cli.run_output import render_run
 from runner.core.journal import Counters, Entry, EntryKind
 from runner.store import leases
+from runner.testing import FunctionModel
 
-from .support import Counting, Crash, Transcript, crash, died_with, fields
+from .support import Crash, Transcript, crash, died_with, fields
 
 WAIT = 10.0
 
 
-def batch_then_answer(*calls: dict[str, Any]) -> Counting:
+def batch_then_answer(*calls: dict[str, Any]) -> FunctionModel:
     """Step 1 asks for `calls` at once (with text), step 2 answers with their results."""
 
     def model(transcript: Transcript) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def batch_then_answer(*calls: dict[str, Any]) -> Counting:
         results = [m["content"] for m in transcript if m["role"] == "tool"]
         return {"type": "final", "content": " | ".join(results), "usage": 5}
 
-    return Counting(model)
+    return FunctionModel(model)
 
 
 CALLS = (

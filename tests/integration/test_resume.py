@@ -13,11 +13,11 @@ from runner import NOT_APPLIED, Agent, Runner, ToolCall, current_call, run_agent
 from runner.core.budgets import Budgets
 from runner.core.journal import Counters
 from runner.store import leases
+from runner.testing import FunctionModel
 
 from .support import (
     DEAD_OWNER,
     TOOLS,
-    Counting,
     Crash,
     Transcript,
     count_entries,
@@ -38,7 +38,7 @@ from .support import (
 )
 
 
-def answers_last_observation(first_call: dict[str, Any]) -> Counting:
+def answers_last_observation(first_call: dict[str, Any]) -> FunctionModel:
     """A model that makes `first_call` at step 1 and then answers with what it observed."""
 
     def model(transcript: Transcript) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def answers_last_observation(first_call: dict[str, Any]) -> Counting:
             return first_call
         return {"type": "final", "content": seen[-1]["content"]}
 
-    return Counting(model)
+    return FunctionModel(model)
 
 
 def pending(engine: Engine, run_id: str, name: str, args: dict[str, Any], **budgets: Any) -> None:
@@ -320,7 +320,7 @@ def idempotent_tools(crash_on: int | None = None) -> tuple[dict[str, Any], list[
 @pytest.mark.parametrize("name", sorted(CRASH_CASES))
 def test_a_crash_at_any_model_call_changes_nothing(db_url: str, name: str) -> None:
     model, task, budgets = CRASH_CASES[name]
-    counted = Counting(model)
+    counted = FunctionModel(model)
     expected = run_agent(counted, TOOLS, task, **budgets)
     with Runner(db_url) as runner:
         for k in range(1, counted.calls + 1):
@@ -328,7 +328,7 @@ def test_a_crash_at_any_model_call_changes_nothing(db_url: str, name: str) -> No
             with pytest.raises(Crash):
                 runner.run(Agent(crashes_on_call(k, model), TOOLS), task, id=run_id, **budgets)
             crash(runner.engine, run_id)
-            resumed = Counting(model)
+            resumed = FunctionModel(model)
             result = runner.resume(run_id, agent=Agent(resumed, TOOLS))
             # Steps before the crash come from the journal; the crashed call is made again.
             assert resumed.calls == counted.calls - k + 1, k
@@ -349,7 +349,7 @@ def test_a_crash_in_any_idempotent_tool_call_changes_nothing(db_url: str, name: 
                 runner.run(Agent(model, crashing), task, id=run_id, **budgets)
             crash(runner.engine, run_id)
             again, made_again = idempotent_tools()
-            result = runner.resume(run_id, agent=Agent(Counting(model), again))
+            result = runner.resume(run_id, agent=Agent(FunctionModel(model), again))
             assert fields(result) == fields(expected), k
             assert len(made_again) == len(made) - k + 1, k  # the interrupted call ran again
             retried = [r for r in entry_rows(runner.engine, run_id) if r["attempt"] == 2]
@@ -369,7 +369,7 @@ def test_a_run_that_keeps_killing_its_worker_stops_with_crash_loop(db_url: str) 
         attempts.append(call.attempt)
         raise Crash  # kills the worker every time, before the observation is written
 
-    model = Counting(lambda tr: {"type": "final", "content": "unreachable"})
+    model = FunctionModel(lambda tr: {"type": "final", "content": "unreachable"})
     agent = Agent(model, {"explode": explode})
     with Runner(db_url, max_resumes=2) as runner:
         pending(runner.engine, "loop", "explode", {})
@@ -462,7 +462,7 @@ def test_a_journal_the_code_no_longer_agrees_with_is_a_replay_mismatch(db_url: s
         action_type="final",
         tokens=50,
     )
-    model = Counting(solver)
+    model = FunctionModel(solver)
     with Runner(db_url) as runner:
         died_with(runner.engine, "mm", "2+3?", [answered], Budgets(max_tokens=10))
         with pytest.raises(ReplayMismatch, match="step 1 was recorded as final"):

@@ -16,13 +16,14 @@ from runner.core.journal import Counters, EntryKind
 from runner.core.status import RunStatus
 from runner.history import History
 from runner.store.schema import runs
+from runner.testing import FunctionModel
 
-from .support import Counting, Crash, crash, died_with, entry_rows, observation, tool_action
+from .support import Crash, crash, died_with, entry_rows, observation, tool_action
 
 Transcript = list[dict[str, Any]]
 
 
-def counting_model(answer_after: int, usage: Any = 10) -> Counting:
+def counting_model(answer_after: int, usage: Any = 10) -> FunctionModel:
     """search(1), search(2), ... then the answer after `answer_after` results."""
 
     def model(transcript: Transcript) -> dict[str, Any]:
@@ -31,7 +32,7 @@ def counting_model(answer_after: int, usage: Any = 10) -> Counting:
             return {"type": "final", "content": f"found {len(seen)}", "usage": usage}
         return {"type": "tool", "name": "search", "args": {"q": len(seen) + 1}, "usage": usage}
 
-    return Counting(model)
+    return FunctionModel(model)
 
 
 @tool(idempotent=True)

@@ -32,8 +32,9 @@ from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Asks
 from runner.store import leases
 from runner.store.schema import entries, runs
+from runner.testing import FunctionModel
 
-from .support import Counting, Crash, Transcript, crash, entry_rows
+from .support import Crash, Transcript, crash, entry_rows
 
 OWNER = "test-worker"
 
@@ -62,7 +63,7 @@ class Shop:
                 return {"type": "tool", "name": "refund", "args": {"amount": amount}}
             return {"type": "final", "content": seen[-1]["content"]}
 
-        self.model = Counting(model)
+        self.model = FunctionModel(model)
         self.agent = Agent(self.model, {"refund": refund}, name="shop", release="1")
 
 

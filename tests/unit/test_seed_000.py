@@ -12,6 +12,7 @@ import pytest
 
 import runner
 from runner import run_agent
+from runner.testing import FunctionModel
 
 Transcript = list[dict[str, Any]]
 
@@ -64,18 +65,6 @@ def wander(usage: Any = None) -> Any:
     return model
 
 
-class Counting:
-    """Wraps a model and counts its calls."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.calls = 0
-
-    def __call__(self, tr: Transcript) -> Any:
-        self.calls += 1
-        return self.model(tr)
-
-
 def search(q: object) -> str:
     return f"results for {q}"
 
@@ -96,7 +85,7 @@ def test_tokens_exactly_at_the_budget_continue() -> None:
 
 
 def test_one_token_over_the_budget_stops() -> None:
-    model = Counting(wander(2000))
+    model = FunctionModel(wander(2000))
     r = run_agent(model, {"search": search}, "t", max_steps=10, max_tokens=9_999)
     assert r.stop_reason == "token_budget"
     assert r.steps == 5
@@ -165,7 +154,7 @@ def test_max_tokens_none_is_unlimited() -> None:
 
 
 def test_max_steps_zero_takes_zero_steps() -> None:
-    model = Counting(lambda tr: {"type": "final", "content": "never"})
+    model = FunctionModel(lambda tr: {"type": "final", "content": "never"})
     r = run_agent(model, {}, "the task", max_steps=0)
     assert (r.stop_reason, r.output, r.steps) == ("max_steps", None, 0)
     assert r.transcript == [{"role": "user", "content": "the task"}]
