@@ -13,7 +13,8 @@ It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
 from __future__ import annotations
 
 from runner.testing.memory_journal import MemoryRunJournal
-from runner.testing.memory_store import InMemoryStore, InMemoryStoreError
+from runner.testing.memory_rows import InMemoryStoreError
+from runner.testing.memory_store import InMemoryStore
 from runner.testing.models import (
     FunctionModel,
     ScriptedModel,

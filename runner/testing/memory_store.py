@@ -13,138 +13,42 @@ pools, a lost connection's retries, PostgreSQL's NOTIFY across processes (its wa
 reach this process's waiters), a heartbeat (a write renews its lease, as on PostgreSQL).
 `tests/integration/test_store_contract.py` runs the same scenarios here and on both
 databases, so the two cannot drift apart unseen.
+
+Its rows and lock are `memory_rows`', its answers to waiting runs `memory_answers`', a
+claimed run's journal `memory_journal`'s; claims, reads, queues, budgets and forks are here.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from runner.core.clock import Clock, ManualClock, utc_now
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
-from runner.core.waiting import Answer, Answered, Wait, timed_out_reason
-from runner.errors import AmbiguousRunId, LeaseHeld, NotWaiting, RunnerError, RunNotFound
+from runner.core.waiting import Wait
+from runner.errors import AmbiguousRunId, LeaseHeld, RunnerError, RunNotFound
 from runner.store import liveness, queues, run_states
-from runner.store.approvals import check_answer, check_fits, why_not_waiting
 from runner.store.leases import crash_loop_error
-from runner.store.owner import is_dead, local_prefix, this_process
+from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.rows import QueueInfo, RunRow, entry_of
 from runner.store.run_changes import FORKED_EPOCH
-from runner.store.runs import entry_row, plain_text
+from runner.store.runs import plain_text
+from runner.testing.memory_answers import MemoryAnswers
 from runner.testing.memory_journal import MemoryRunJournal
-
-Row = dict[str, Any]
-
-# The columns of `runs` that a new run's row (runs.new_run) leaves out: NULL until set.
-_NULLABLE = (
-    "stop_reason",
-    "output",
-    "output_format",
-    "error",
-    "deadline",
-    "lease_owner",
-    "lease_expires_at",
-    "leased_at",
-    "finished_at",
-    "last_seen_at",
-    "waiting_since",
-    "wait_expires_at",
-)
+from runner.testing.memory_rows import InMemoryStoreError, MemoryWakeups, Row, json_value
 
 
-class InMemoryStoreError(RunnerError):
-    """What the in-memory store refuses where a database would (a run id taken twice in a
-    bulk insert): the store's outage error, as SQLAlchemy's errors are the SQL store's."""
-
-
-def _json(value: Any) -> Any:
-    """A value as a JSON column gives it back (tuples become lists, and so on)."""
-    return json.loads(json.dumps(value))
-
-
-class InMemoryStore:
+class InMemoryStore(MemoryAnswers):
     """Runs, journals and queue limits in this process's memory (see the module's doc).
 
     `clock` is what leases, delays and timeouts are measured on (default a `ManualClock`:
     move it with `store.clock.advance(seconds)`); `owner` names this process's leases.
     """
-
-    def __init__(self, *, clock: Clock | None = None, owner: str | None = None) -> None:
-        self._clock: Clock = clock if clock is not None else ManualClock()
-        self._owner = owner or this_process()
-        self._lock = threading.RLock()
-        self.runs: dict[str, Row] = {}
-        self.entries: dict[str, list[Row]] = {}
-        self.limits: dict[str, int | None] = {}
-        self._listeners: set[threading.Event] = set()
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    @property
-    def owner(self) -> str:
-        return self._owner
-
-    def describe(self) -> str:
-        return "memory (runner.testing.InMemoryStore)"
-
-    def close(self) -> None:
-        """Nothing to let go: the runs stay for the next runner on this store."""
-
-    def _now(self) -> datetime:
-        return utc_now(self._clock)
-
-    # -- rows -------------------------------------------------------------------------------
-
-    def _row(self, run_id: str) -> Row:
-        row = self.runs.get(run_id)
-        if row is None:
-            raise RunNotFound(f"no run with id {run_id}")
-        return row
-
-    def _run(self, run_id: str) -> RunRow:
-        return RunRow.of(self._row(run_id))
-
-    def _insert(self, row: Mapping[str, Any]) -> None:
-        stored: Row = dict.fromkeys(_NULLABLE)
-        stored.update(row)
-        stored["budgets"] = _json(stored["budgets"])
-        self.runs[stored["id"]] = stored
-        self.entries[stored["id"]] = []
-
-    def _append(self, run_id: str, epoch: int, entry: Entry, at: datetime) -> int:
-        rows = self.entries[run_id]
-        row = entry_row(run_id, len(rows), epoch, entry, at)
-        row["args"] = _json(row["args"])
-        rows.append(row)
-        return len(rows) - 1
-
-    def _last_counters(self, run_id: str) -> tuple[int, int, float]:
-        rows = self.entries[run_id]
-        return (rows[-1]["steps"], rows[-1]["tokens"], rows[-1]["cost"]) if rows else (0, 0, 0.0)
-
-    def _stopped(self, run_id: str, reason: StopReason, at: datetime) -> Row:
-        steps, tokens, cost = self._last_counters(run_id)
-        return {
-            "status": RunStatus.FINISHED,
-            "stop_reason": reason,
-            "steps": steps,
-            "tokens": tokens,
-            "cost": cost,
-            "finished_at": at,
-        }
-
-    def _wake(self) -> None:
-        for event in list(self._listeners):
-            event.set()
 
     # -- creating and reading runs ------------------------------------------------------
 
@@ -481,88 +385,6 @@ class InMemoryStore:
     ) -> MemoryRunJournal:
         return MemoryRunJournal(self, claim, lease_seconds=lease_seconds, observer=observer)
 
-    # -- people in the loop ---------------------------------------------------------------------
-
-    def answer(
-        self,
-        run_id: str,
-        given: Answer,
-        *,
-        text: str | None,
-        by: str,
-        call: str | None = None,
-    ) -> Answered:
-        check_answer(given, text, by)
-        at = self._now()
-        with self._lock:
-            row = self._row(run_id)
-            run = RunRow.of(row)
-            last = self.entries[run.id][-1:]
-            if run.status is not RunStatus.WAITING or not last or last[0]["kind"] != "wait":
-                answers = [r for r in self.entries[run.id] if r["kind"] == EntryKind.ANSWER]
-                previous = (entry_of(answers[-1]), answers[-1]["created_at"]) if answers else None
-                raise NotWaiting(why_not_waiting(run, previous))
-            opened = entry_of(last[0])
-            wait = run_states.wait_of(run, opened, last[0]["created_at"])
-            check_fits(run, wait, given, call)
-            expired = wait.expires_at is not None and wait.expires_at <= at
-            if expired:
-                self._time_out(row, at)
-            else:
-                self._record(row, opened, given, text, by, at)
-        if expired:
-            raise NotWaiting(
-                f"run {run.id} waited too long: call {wait.call} was denied at {at:%H:%M:%S} "
-                f"UTC, {timed_out_reason(float(run.budgets.get('approval_timeout') or 0))}"
-            )
-        self._wake()
-        assert opened.idempotency_key is not None
-        return Answered(run.id, opened.idempotency_key, given, by, at, text)
-
-    def _time_out(self, row: Row, at: datetime) -> None:
-        last = self.entries[row["id"]][-1:]
-        if not last or last[0]["kind"] != EntryKind.WAIT:
-            self._requeue(row, at)
-            return
-        seconds = float(RunRow.of(row).budgets.get("approval_timeout") or 0)
-        reason = timed_out_reason(seconds)
-        self._record(row, entry_of(last[0]), Answer.TIMED_OUT, reason, None, at)
-
-    def _record(
-        self,
-        row: Row,
-        wait: Entry,
-        given: Answer,
-        text: str | None,
-        by: str | None,
-        at: datetime,
-    ) -> None:
-        entry = Entry(
-            EntryKind.ANSWER,
-            wait.step,
-            wait.counters,
-            content=text,
-            tool=wait.tool,
-            idempotency_key=wait.idempotency_key,
-            answer=given,
-            answered_by=by,
-        )
-        self._append(row["id"], row["lease_epoch"], entry, at)
-        self._requeue(row, at)
-
-    @staticmethod
-    def _requeue(row: Row, at: datetime) -> None:
-        deadline, since = row["deadline"], row["waiting_since"]
-        if deadline is not None and since is not None:
-            deadline += max(at - since, timedelta(0))  # max_seconds is active time
-        row.update(
-            status=RunStatus.QUEUED,
-            waiting_since=None,
-            wait_expires_at=None,
-            deadline=deadline,
-            updated_at=at,
-        )
-
     # -- queues, budgets, forks -----------------------------------------------------------------
 
     def set_queue_limit(self, name: str, limit: int | None) -> None:
@@ -604,7 +426,7 @@ class InMemoryStore:
                 return RunRow.of(row)
             self._append(run_id, row["lease_epoch"], change.entry, at)
             row.update(change.values, updated_at=at)
-            row["budgets"] = _json(row["budgets"])
+            row["budgets"] = json_value(row["budgets"])
             return RunRow.of(row)
 
     def create_fork(
@@ -643,24 +465,3 @@ class InMemoryStore:
 @contextmanager
 def _no_turn() -> Iterator[None]:
     yield  # one lock serialises the store's writes already
-
-
-class MemoryWakeups:
-    """Sets its event whenever the store queues a run (a submit, an answer, a release)."""
-
-    def __init__(self, store: InMemoryStore, event: threading.Event) -> None:
-        self.store, self.event = store, event
-
-    def start(self) -> bool:
-        self.store._listeners.add(self.event)
-        return True
-
-    def close(self) -> None:
-        self.store._listeners.discard(self.event)
-
-    def __enter__(self) -> MemoryWakeups:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
