@@ -254,6 +254,9 @@ class Worker:
             skip_agents=skip,
             suspects=not self._active,
             queues=self.queues,
+            # A run this worker still executes is never its to take over, even under a lease
+            # that lapsed while a loaded machine held its heartbeat up.
+            executing=self._active,
         )
 
     # -- one run --------------------------------------------------------------------------

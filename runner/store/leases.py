@@ -201,6 +201,7 @@ def claim_some(
     skip_agents: Collection[str] = (),
     suspects: bool = True,
     queues: Sequence[str] | None = None,
+    executing: Collection[str] = (),
     clock: Clock = SYSTEM,
 ) -> list[Claim]:
     """Take up to `limit` runnable runs in one transaction, in claim order: queued (and not
@@ -221,6 +222,10 @@ def claim_some(
     beside it would die without progress and be counted against them. Taking nothing,
     rather than the next run, lets busy workers drain so an idle one takes the suspect
     instead of it waiting behind the whole queue.
+
+    `executing`: the runs the claimer is executing now. One whose lease lapsed (its
+    heartbeat held up past a whole lease, as on a loaded machine) is not taken over by the
+    worker still running it, which would run it twice; another worker may.
     """
     at = utc_now(clock)
     claims: list[Claim] = []
@@ -229,6 +234,7 @@ def claim_some(
         slots = queue_limits.Slots(connection, at)
         refused: list[str] = []  # queues found with no room under their lock, this batch
         spent: set[int] = set()  # the ways of being runnable found empty, this batch
+        kept: list[str] = []  # runs found under a lapsed lease that the claimer executes
         while len(claims) < limit:
             found = next_claimable(
                 connection,
@@ -240,6 +246,8 @@ def claim_some(
                 spent,
                 slots,
                 suspects=suspects and not claims,
+                executing=executing,
+                kept=kept,
             )
             if found is None:
                 break

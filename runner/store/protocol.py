@@ -158,8 +158,10 @@ class RunStore(Protocol):
         skip_agents: Collection[str] = (),
         suspects: bool = True,
         queues: Sequence[str] | None = None,
+        executing: Collection[str] = (),
     ) -> list[Claim]:
-        """Take up to `limit` runnable runs in claim order (runner.store.leases.claim_some)."""
+        """Take up to `limit` runnable runs in claim order (runner.store.leases.claim_some);
+        never one of `executing` (the claimer's runs in flight) under a lapsed lease."""
         ...
 
     def release_run(self, run_id: str, epoch: int, error: str | None = None) -> None:

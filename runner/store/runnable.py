@@ -32,14 +32,23 @@ def next_claimable(
     slots: queue_limits.Slots,
     *,
     suspects: bool,
+    executing: Collection[str] = (),
+    kept: list[str] | None = None,
 ) -> tuple[Row[Any], bool, bool] | None:
     """The next run to take, whether it holds its queue's slot already (a dead holder's,
     under a lease not expired) and whether it is a suspect; None: none, or a suspect first
     when `suspects` is False. Each pass leaves out one more queue found with no room under
     its lock (full now, or a race lost to another claimer on PostgreSQL): `refused` keeps
-    them for the rest of the batch."""
+    them for the rest of the batch.
+
+    `executing`: the runs the claimer is executing now, never taken over by it when their
+    lease lapsed (its heartbeat was held up: the next beat renews the lease); `kept`
+    collects those found, for the rest of the batch."""
+    kept = [] if kept is None else kept
     while True:
-        row = _next_runnable(connection, at, skip_agents, queues, [*full, *refused], spent)
+        row = _next_runnable(
+            connection, at, skip_agents, queues, [*full, *refused], spent, executing, kept
+        )
         holds_slot = False
         if row is None:
             # A dead holder's run already holds its slot: a full queue may take it over.
@@ -63,6 +72,8 @@ def _next_runnable(
     queues: Sequence[str] | None,
     full: Sequence[str],
     spent: set[int],
+    executing: Collection[str] = (),
+    kept: list[str] | None = None,
 ) -> Row[Any] | None:
     """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL).
 
@@ -73,25 +84,44 @@ def _next_runnable(
     A way found empty is added to `spent` and not asked again in the same batch: with as
     many queues passed over or more it finds nothing still (a run that became runnable
     that way meanwhile waits for the next batch).
+
+    A run under a lapsed lease that the claimer itself is executing (`executing`) is
+    passed over, and added to `kept`: the claimer taking it again would run it twice in one
+    process. Rare (a heartbeat held up past a whole lease), so the queries that leave out
+    `kept` are only built and bound once one was found.
     """
-    params = _bounds(skip_agents, queues, full, at=at)
-    found = []
-    queries = _runnable_queries(queues is not None, bool(full), bool(skip_agents))
-    for way, query in enumerate(queries):
-        if way in spent:
-            continue
-        row = connection.execute(query, params).first()
-        if row is None:
-            spent.add(way)
-        else:
-            found.append(row)
-    # The others found stay locked until this claim commits, a moment: SKIP LOCKED passes
-    # them over meanwhile, as it passes over any run another claimer is taking.
-    return min(found, key=_claim_order) if found else None
+    kept = [] if kept is None else kept
+    while True:
+        params = _bounds(skip_agents, queues, full, kept, at=at)
+        found = []
+        shape = (queues is not None, bool(full), bool(skip_agents), bool(kept))
+        for way, query in enumerate(_runnable_queries(*shape)):
+            if way in spent:
+                continue
+            row = connection.execute(query, params).first()
+            if row is None:
+                spent.add(way)
+            else:
+                found.append(row)
+        # The others found stay locked until this claim commits, a moment: SKIP LOCKED
+        # passes them over meanwhile, as it passes over any run another claimer is taking.
+        first = min(found, key=_claim_order) if found else None
+        if first is None or not _executed_by_claimer(first, executing):
+            return first
+        kept.append(first._mapping["id"])
+
+
+def _executed_by_claimer(row: Row[Any], executing: Collection[str]) -> bool:
+    """Whether `row` is a running run the claimer is executing (its lease lapsed). A queued
+    or waiting one is not: its execution parked, and a claim starts the next."""
+    m = row._mapping
+    return m["status"] == RunStatus.RUNNING and m["id"] in executing
 
 
 @functools.cache
-def _runnable_queries(served: bool, passed: bool, skipping: bool) -> tuple[Select[Any], ...]:
+def _runnable_queries(
+    served: bool, passed: bool, skipping: bool, keeping: bool = False
+) -> tuple[Select[Any], ...]:
     """The three queries of `_next_runnable`, built once for each shape of their bounds
     (building one costs more than running it)."""
     at = bindparam("at", type_=runs.c.lease_expires_at.type)
@@ -112,6 +142,7 @@ def _runnable_queries(served: bool, passed: bool, skipping: bool) -> tuple[Selec
             served,
             passed,
             skipping,
+            keeping,
         )
         for runnable in ways
     )
@@ -122,22 +153,33 @@ def _claim_order(row: Row[Any]) -> tuple[int, datetime, str]:
     return (-m["priority"], m["created_at"], m["id"])
 
 
-def _within(query: Select[Any], served: bool, passed: bool, skipping: bool) -> Select[Any]:
-    """`query` kept to the queues served (`served`), not to those full (`passed`) and not to
-    the agents skipped: bound by `_bounds`."""
+def _within(
+    query: Select[Any], served: bool, passed: bool, skipping: bool, keeping: bool = False
+) -> Select[Any]:
+    """`query` kept to the queues served (`served`), not to those full (`passed`), not to
+    the agents skipped, and not to the runs the claimer keeps (`keeping`): bound by
+    `_bounds`."""
     if served:
         query = query.where(runs.c.queue.in_(bindparam("served", expanding=True)))
     if passed:
         query = query.where(runs.c.queue.not_in(bindparam("passed", expanding=True)))
     if skipping:
         query = query.where(runs.c.agent.not_in(bindparam("skipped", expanding=True)))
+    if keeping:
+        query = query.where(runs.c.id.not_in(bindparam("kept", expanding=True)))
     return query
 
 
 def _bounds(
-    skip_agents: Collection[str], queues: Sequence[str] | None, full: Sequence[str], **more: Any
+    skip_agents: Collection[str],
+    queues: Sequence[str] | None,
+    full: Sequence[str],
+    kept: Sequence[str] = (),
+    **more: Any,
 ) -> dict[str, Any]:
     params = dict(more)
+    if kept:
+        params["kept"] = list(kept)
     if queues is not None:
         params["served"] = list(queues)
     if full:

@@ -165,6 +165,7 @@ class SqlStore:
         skip_agents: Collection[str] = (),
         suspects: bool = True,
         queues: Sequence[str] | None = None,
+        executing: Collection[str] = (),
     ) -> list[Claim]:
         return leases.claim_some(
             self.engine,
@@ -175,6 +176,7 @@ class SqlStore:
             skip_agents=skip_agents,
             suspects=suspects,
             queues=queues,
+            executing=executing,
             clock=self._clock,
         )
 

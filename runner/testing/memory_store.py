@@ -249,6 +249,7 @@ class InMemoryStore(MemoryAnswers):
         skip_agents: Collection[str] = (),
         suspects: bool = True,
         queues: Sequence[str] | None = None,
+        executing: Collection[str] = (),
     ) -> list[Claim]:
         at = self._now()
         claims: list[Claim] = []
@@ -265,7 +266,13 @@ class InMemoryStore(MemoryAnswers):
             ]
             while len(claims) < limit:
                 found = self._next_claimable(
-                    at, skip_agents, queues, refused, live, suspects=suspects and not claims
+                    at,
+                    skip_agents,
+                    queues,
+                    refused,
+                    live,
+                    suspects=suspects and not claims,
+                    executing=executing,
                 )
                 if found is None:
                     break
@@ -297,10 +304,11 @@ class InMemoryStore(MemoryAnswers):
         live: dict[str, int],
         *,
         suspects: bool,
+        executing: Collection[str] = (),
     ) -> tuple[Row, bool, bool] | None:
         while True:
             holds_slot = False
-            row = self._first(self._runnable(at), skip_agents, served, refused)
+            row = self._first(self._runnable(at, executing), skip_agents, served, refused)
             if row is None:
                 # A dead holder's run (of this host) holds its slot already.
                 row = self._first(self._orphans(at), skip_agents, served, refused)
@@ -317,8 +325,9 @@ class InMemoryStore(MemoryAnswers):
                 return row, holds_slot, suspect
             refused.append(row["queue"])
 
-    def _runnable(self, at: datetime) -> Iterator[Row]:
-        """Queued and due, running under an expired lease, or waiting past its timeout."""
+    def _runnable(self, at: datetime, executing: Collection[str] = ()) -> Iterator[Row]:
+        """Queued and due, running under an expired lease (not one the claimer executes),
+        or waiting past its timeout."""
         for row in self.runs.values():
             status, expires, wait_ends = (
                 row["status"],
@@ -330,7 +339,11 @@ class InMemoryStore(MemoryAnswers):
                     status == RunStatus.QUEUED
                     and (row["not_before"] is None or row["not_before"] <= at)
                 )
-                or (status == RunStatus.RUNNING and (expires is None or expires < at))
+                or (
+                    status == RunStatus.RUNNING
+                    and (expires is None or expires < at)
+                    and row["id"] not in executing
+                )
                 or (status == RunStatus.WAITING and wait_ends is not None and wait_ends < at)
             ):
                 yield row

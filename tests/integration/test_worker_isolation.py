@@ -193,3 +193,28 @@ def test_runs_that_progressed_run_side_by_side(stepped: Stepped, gate: Any) -> N
     assert all(gate.entered(r, 1) for r in ("a-progressed", "b-progressed", "c-queued"))
     assert not any("running it alone" in line for line in stepped.lines), stepped.lines
     assert [stalled(engine, r) for r in ("a-progressed", "b-progressed", "c-queued")] == [0] * 3
+
+
+def test_a_worker_never_takes_over_a_run_it_is_executing(stepped: Stepped, gate: Any) -> None:
+    # Its lease lapsed while its worker still executes it: a heartbeat held up by a loaded
+    # machine. Taking it again would run it twice in one process: the model asked the same
+    # step again, a pending tool call run a second time. (Seen under load: a worker claimed
+    # epochs 2 and 3 of one run, and asked its model step 3 twice.)
+    engine = stepped.engine
+    queued(engine, "a-running")
+    assert stepped.claim() == ["a-running"]
+    assert gate.entered("a-running", 1)
+    expire(engine, "a-running")
+    queued(engine, "b-queued")
+
+    assert stepped.claim() == ["b-queued"]  # the lapsed lease is passed over, not taken
+    row = store.find_run(engine, "a-running")
+    assert (row.lease_epoch, row.resumes, row.lease_owner) == (1, 0, stepped.worker.name)
+
+    gate.open("a-running", 1, 2)
+    gate.open("b-queued", 1, 2)
+    stepped.finish("a-running")
+    stepped.finish("b-queued")
+    row = store.find_run(engine, "a-running")
+    assert (row.stop_reason, row.lease_epoch, row.resumes) == ("final", 1, 0)
+    assert not any("abandoned" in line for line in stepped.lines), stepped.lines
