@@ -211,10 +211,9 @@ def test_a_worker_never_takes_over_a_run_it_is_executing(stepped: Stepped, gate:
     row = store.find_run(engine, "a-running")
     assert (row.lease_epoch, row.resumes, row.lease_owner) == (1, 0, stepped.worker.name)
 
-    gate.open("a-running", 1, 2)
-    gate.open("b-queued", 1, 2)
-    stepped.finish("a-running")
-    stepped.finish("b-queued")
+    for run_id in ("a-running", "b-queued"):
+        gate.open(run_id, 1, 2)
+        stepped.finish(run_id)
     row = store.find_run(engine, "a-running")
     assert (row.stop_reason, row.lease_epoch, row.resumes) == ("final", 1, 0)
     assert not any("abandoned" in line for line in stepped.lines), stepped.lines
