@@ -62,6 +62,20 @@ def test_a_delayed_run_is_never_claimed_before_its_time() -> None:
     assert claimed_ids(store) == ["later"]
 
 
+
+def test_a_lapsed_lease_is_not_taken_over_by_the_claimer_executing_the_run() -> None:
+    # Its heartbeat was held up past the lease; the claimer still runs it (`executing`).
+    runner, store, clock = memory_runner()
+    runner.submit(SOLVER, "busy", id="busy")
+    runner.submit(SOLVER, "next", id="next")
+    clock.advance(0.001)
+    assert batch(store, 1) == ["busy"]
+    clock.advance(LEASE + 1)
+    assert claimed_ids(store, executing={"busy"}) == ["next"]
+    assert runner.row("busy").lease_epoch == 1
+    taken = claim(store, owner=ELSEWHERE)  # another claimer: the lease says its holder is gone
+    assert taken is not None and (taken.run.id, taken.epoch) == ("busy", 2)
+
 def test_a_run_due_in_the_past_or_given_not_before_starts_at_once() -> None:
     runner, store, _ = memory_runner()
     past = datetime(2020, 1, 1, tzinfo=UTC)
