@@ -47,6 +47,8 @@ class RunSummary:
     # The status, or `stalled` for a running run no live holder executes, judged at the
     # database's clock as `runner list` judges it (the view's own `state` sees only the lease).
     state: str = ""
+    # When a queued run's delay ends (`submit --in`/`--at`), while it has not yet ended.
+    delayed_until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ def runs_page(
         v.duration_seconds,
         runs.c.lease_owner,
         runs.c.lease_expires_at,
+        runs.c.not_before,
     ).select_from(run_summary.join(runs, runs.c.id == v.id))
     for name, value in (
         ("status", status),
@@ -109,7 +112,15 @@ def runs_page(
     rows = []
     for values in found:
         owner, expires = values.pop("lease_owner"), values.pop("lease_expires_at")
-        rows.append(RunSummary(**values, state=state_of(values["status"], owner, expires, now)))
+        start = values.pop("not_before")
+        delayed = start if values["status"] == "queued" and start and start > now else None
+        rows.append(
+            RunSummary(
+                **values,
+                state=state_of(values["status"], owner, expires, now),
+                delayed_until=delayed,
+            )
+        )
     older = rows[limit - 1].id if len(rows) > limit else None
     return RunsPage(rows[:limit], older)
 

@@ -5,6 +5,7 @@ behind `runner cancel`; approve and deny will be two more forms of the same shap
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
@@ -13,7 +14,9 @@ from starlette.responses import RedirectResponse, Response
 
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
+from runner.core.waiting import Wait
 from runner.history import (
+    Group,
     JournalEntry,
     filter_choices,
     journal_page,
@@ -139,9 +142,19 @@ def run(request: Request) -> Response:
         meaning=meaning,
         waiting=waiting,
         lease_live=row.lease_is_live(standing.now),
-        commands=state.commands(row),
+        commands=state.commands(row) + _answer_commands(waiting),
         notice=NOTICES.get(request.query_params.get("notice", "")),
     )
+
+
+def _answer_commands(waiting: Wait | None) -> list[str]:
+    """The commands that answer what a waiting run waits for, as the terminal types them."""
+    if waiting is None:
+        return []
+    run, call = waiting.run_id, f"--call {waiting.call}"
+    if waiting.asks == "reply":
+        return [f'runner reply {run} "..." {call}']
+    return [f"runner approve {run} {call}", f'runner deny {run} {call} --reason "..."']
 
 
 def _page_start(given: str | None, last_step: int) -> int:
@@ -244,4 +257,14 @@ def stats(request: Request) -> Response:
         groups=groups,
         chart=stop_chart(groups),
         rises=[(g, r) for g in groups for r in g.rises],
+        behind=None if by == "day" else _runs_behind,
     )
+
+
+def _runs_behind(group: Group, stop_reason: str) -> str:
+    """The runs page filtered to the runs a figure counts: finished, stopped for
+    `stop_reason`, of the group's agent and release. (The runs page has no filter by day:
+    a day's figures link nowhere.)"""
+    chosen = {"status": "finished", "stop_reason": stop_reason, "agent": group.agent_name,
+              "release": group.release}  # fmt: skip
+    return "/?" + urlencode({name: value for name, value in chosen.items() if value})
