@@ -214,7 +214,11 @@ def _entry_lines(entry: Entry, width: int | None) -> list[str]:
         what = f"{entry.tool}(...)" if entry.tool else str(entry.action_type)
         return [f"  x> {what} refused by a stop rule"]
     message = entry.message()
-    return [] if message is None else _message_lines(message, width)
+    if message is None:
+        return []
+    # A call run again (after a crash, with its key) says which attempt gave its outcome.
+    again = entry.kind is EntryKind.OBSERVATION and (entry.attempt or 1) > 1
+    return _message_lines(message, width, attempt=entry.attempt if again else None)
 
 
 def _unanswered(transcript: Sequence[dict[str, Any]]) -> list[str]:
@@ -241,12 +245,15 @@ def _unanswered(transcript: Sequence[dict[str, Any]]) -> list[str]:
     return []
 
 
-def _message_lines(message: dict[str, Any], width: int | None = _WIDTH) -> list[str]:
+def _message_lines(
+    message: dict[str, Any], width: int | None = _WIDTH, *, attempt: int | None = None
+) -> list[str]:
     role = message["role"]
     if role == "user":
         return [f"user      {_short(message['content'], width)}"]
     if role == "tool":
         mark = "error" if message["is_error"] else "ok"
+        mark += f", attempt {attempt}" if attempt else ""
         return [f"  <- {message['name']} [{mark}]  {_short(message['content'], width)}"]
     said = [f"  said: {_short(message['text'], width)}"] if message.get("text") else []
     if "tool" in message:

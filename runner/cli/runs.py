@@ -275,7 +275,8 @@ def resume(
         traces_from_environment(),
         _runner(url, observer=progress, max_resumes=max_resumes) as runner,
     ):
-        found = runner.row(run_id).id
+        before = runner.row(run_id)
+        found = before.id
         if block and not as_json:
             waiting = runner.waiting_for(found)
             if waiting is not None:
@@ -287,7 +288,13 @@ def resume(
                 found, steal=steal, revive=max_resumes is not None, wait=block, **chosen
             ),
         )
-    finish(result, as_json, progress.elapsed() if progress else None)
+        # A finished run that nothing revived is only shown again: say so, with no time.
+        idle = before.status is RunStatus.FINISHED and (
+            runner.row(found).updated_at == before.updated_at
+        )
+    if idle and not as_json:
+        output.line(f"run {found} had already finished: nothing ran", err=True)
+    finish(result, as_json, None if idle or not progress else progress.elapsed())
 
 
 def _hint_revival(result: AgentResult) -> None:
@@ -430,15 +437,21 @@ def list_(
     from runner.service.overview import listed
 
     reason = StopReason(stop_reason) if stop_reason else None
-    found = listed(url, state=status, stop_reason=reason, release=release, limit=limit)
+    # One more than shown: whether there are more is worth a line, not a second query.
+    found = listed(url, state=status, stop_reason=reason, release=release, limit=limit + 1)
+    rows, more = found.rows[:limit], len(found.rows) > limit
     if as_json:
         output.print_json(
-            [run_output.run_json(None, row, wait=found.waits.get(row.id)) for row in found.rows]
+            [run_output.run_json(None, row, wait=found.waits.get(row.id)) for row in rows]
         )
-    elif status == RunStatus.WAITING:
-        output.line(run_output.waits_table(found.rows, found.waits))
+        return
+    if status == RunStatus.WAITING:
+        output.line(run_output.waits_table(rows, found.waits))
     else:
-        output.line(run_output.runs_table(found.rows, found.now))
+        output.line(run_output.runs_table(rows, found.now))
+    if more:
+        said = f"showing the {limit} newest runs; there are more (--limit N shows N)"
+        output.line(said, err=True)
 
 
 @click.command()

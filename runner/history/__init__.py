@@ -32,6 +32,7 @@ from runner.history.moments import parse_moment
 from runner.history.query import QueryResult, read_only_query
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
 from runner.history.values import plain
+from runner.store import plain_connection
 from runner.store import runs as store
 from runner.store.database import connect
 
@@ -40,6 +41,7 @@ class History:
     """The history of runs in one database: its statistics, export and prune."""
 
     def __init__(self, url: str | None = None) -> None:
+        plain_connection.require_file(url)  # a history is read: a missing file is a typo
         self.engine = connect(url)
 
     def close(self) -> None:

@@ -14,12 +14,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from runner.defaults import DEFAULT_QUERY_TIMEOUT
-from runner.errors import DatabaseUnavailable
+from runner.errors import DatabaseRefused
 from runner.history import postgres_reader, sqlite_reader
 from runner.history.reader import QueryResult, Reader
 from runner.store.backend import backend_for
 from runner.store.database import resolve_url
-from runner.store.urls import encode_password, redact_url
+from runner.store.urls import encode_password, not_a_url
 
 # Seconds a query may run unless told otherwise (`--timeout`); 0 or None: no limit.
 DEFAULT_TIMEOUT = DEFAULT_QUERY_TIMEOUT
@@ -46,6 +46,6 @@ def read_only_query(
     try:
         backend = backend_for(make_url(encode_password(text)).get_backend_name())
     except ArgumentError:
-        raise DatabaseUnavailable(f"not a database URL: {redact_url(text)}") from None
+        raise DatabaseRefused(not_a_url(text)) from None
     with _READERS[backend.name](text, sql, timeout) as result:
         yield result

@@ -62,6 +62,7 @@ def listed(
         rows = runs(reader, now, state=state, stop_reason=stop_reason, release=release, limit=limit)
         return Listed(rows, now, waits(reader, rows))
 
+    plain_connection.require_file(url)
     found = _plainly(url, plainly)
     if found is not None:
         return found
@@ -82,6 +83,7 @@ def shown(url: str | None, run_id: str) -> Shown:
         result = result_of(run, journal, waits(reader, [run]).get(run.id))
         return Shown(result, observe(reader, [run], now)[0], journal, now)
 
+    plain_connection.require_file(url)
     found = _plainly(url, plainly)
     if found is not None:
         return found

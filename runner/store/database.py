@@ -22,7 +22,7 @@ from runner.errors import (
 from runner.store.backend import backend_for
 from runner.store.failures import unavailable
 from runner.store.reads import SCHEMA_REVISION, VERSION_QUERY
-from runner.store.urls import encode_password, redact_url
+from runner.store.urls import encode_password, not_a_url, redact_url
 from runner.store.urls import resolve_url as resolve_url  # re-exported
 
 
@@ -34,7 +34,7 @@ def _parsed(url: str | None) -> URL:
         # holding the password's tail (which a driver's message would then show).
         parsed = make_url(encode_password(text))
     except ArgumentError:
-        raise DatabaseRefused(f"not a database URL: {redact_url(text)}") from None
+        raise DatabaseRefused(not_a_url(text)) from None
     if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed

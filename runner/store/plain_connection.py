@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from runner.defaults import BUSY_TIMEOUT_MS
+from runner.errors import DatabaseRefused
 from runner.store.reads import Reader, schema_at_head
 from runner.store.urls import encode_password, resolve_url
 
@@ -72,6 +73,23 @@ def open_reader(url: str | None) -> Reader | None:
     if name in _POSTGRES:
         return _postgres(parts, options)
     return None
+
+
+def require_file(url: str | None) -> None:
+    """DatabaseRefused if `url` names a SQLite file that does not exist: a read (`list`,
+    `show`) never creates one, so a mistyped name is said, not answered with no runs."""
+    found = _URL.match(encode_password(resolve_url(url)))
+    if found is None or found.group("name") not in _SQLITE:
+        return
+    database = unquote(found.group("database") or "")
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database).absolute()
+    if not path.exists():
+        raise DatabaseRefused(
+            f"no SQLite database at {path}: check its name (a run, a submit or "
+            "`runner db upgrade` creates one; a read never does)"
+        )
 
 
 def _sqlite(parts: dict[str, Any], options: dict[str, str]) -> Reader | None:

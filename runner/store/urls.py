@@ -96,3 +96,12 @@ def _as_text(url: Any) -> str:
     if callable(render):
         return str(render(hide_password=False))
     return str(url)
+
+
+def not_a_url(text: str) -> str:
+    """The message for `text` that is no database URL; a file path gets the URL it meant
+    (`/data/runs.db` is `sqlite:////data/runs.db`: three slashes, then the path's own)."""
+    said = f"not a database URL: {redact_url(text)}"
+    if re.fullmatch(r"[^@:?\s]+", text):  # a path: nothing in it a secret could hide behind
+        said += f" (a SQLite file is a URL: sqlite:///{text})"
+    return said

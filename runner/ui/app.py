@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import socket
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -81,12 +82,31 @@ def serve(
         raise ValueError(f"serving {host} needs a token (--token or RUNNER_UI_TOKEN)")
     app = make_app(url, token=token)
     shown = f"[{host}]" if ":" in host else host
+    # Bound here, before "serving on" is said: a port in use is one line and exit 1, not a
+    # line saying it serves and then uvicorn's own exit 3.
+    listening = _listen(host, port, f"http://{shown}:{port}/")
     log.info(f"serving {app.state.ui.shown_url} on http://{shown}:{port}/")
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, HidesTokens) for f in access.filters):
         access.addFilter(HidesTokens())
     # log_config=None: uvicorn's records go to the handlers the CLI configured.
-    uvicorn.run(app, host=host, port=port, log_config=None, server_header=False)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, server_header=False)
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def _listen(host: str, port: int, shown: str) -> socket.socket:
+    """A socket bound to (host, port), as uvicorn binds one; RunnerError if it cannot be."""
+    address = host.strip("[]")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    bound = socket.socket(family, socket.SOCK_STREAM)
+    bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        bound.bind((address, port))
+    except OSError as exc:
+        bound.close()
+        why = exc.strerror or str(exc)
+        raise RunnerError(f"cannot serve on {shown}: {why} (--port chooses another)") from None
+    return bound
 
 
 class HidesTokens(logging.Filter):
