@@ -142,6 +142,11 @@ def run(request: Request) -> Response:
         meaning=meaning,
         waiting=waiting,
         lease_live=row.lease_is_live(standing.now),
+        delayed_until=(
+            row.not_before
+            if row.status is RunStatus.QUEUED and row.not_before and row.not_before > standing.now
+            else None
+        ),
         commands=state.commands(row) + _answer_commands(waiting),
         notice=NOTICES.get(request.query_params.get("notice", "")),
     )

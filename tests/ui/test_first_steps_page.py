@@ -57,6 +57,8 @@ def test_a_delayed_run_says_until_when(client: TestClient) -> None:
     shown = visible(client.get("/").text)
     assert re.search(r"later queued until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", shown), shown
     assert not re.search(r"waits waiting until", shown)
+    page = visible(client.get("/runs/later").text)
+    assert re.search(r"Run later queued until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", page), page
 
 
 def test_a_waiting_run_says_what_it_waits_for_and_the_commands_that_answer(
