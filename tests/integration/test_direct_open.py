@@ -128,8 +128,9 @@ def test_the_full_path_still_words_what_the_fast_path_declined(tmp_path: Path) -
     assert done.output.count("\n") == 1
     fresh = tmp_path / "fresh.db"
     done = CliRunner().invoke(main, ["list", "--db", f"sqlite:///{fresh}"])
-    assert (done.exit_code, done.output) == (0, "no runs\n")
-    assert fresh.is_file()  # created and migrated by the full path, as before
+    # A read makes no database (issue 22): a missing file is a mistyped name, said so.
+    assert done.exit_code == 1 and done.output.startswith(f"Error: no SQLite database at {fresh}")
+    assert not fresh.exists()
     refused = CliRunner().invoke(main, ["list", "--db", "postgresql://postgres@127.0.0.1:1/x"])
     assert refused.exit_code == 1 and refused.output.startswith("Error: cannot open")
 
