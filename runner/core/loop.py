@@ -26,7 +26,14 @@ from runner.core.budgets import Budgets
 from runner.core.clock import SYSTEM, Clock
 from runner.core.context import Context
 from runner.core.journal import Entry, EntryKind, Journal, Stop, step_messages
-from runner.core.model_call import Cancel, Model, ModelCall, ModelFailed, OutOfTime
+from runner.core.model_call import (
+    Cancel,
+    CancelledInFlight,
+    Model,
+    ModelCall,
+    ModelFailed,
+    OutOfTime,
+)
 from runner.core.result import AgentResult
 from runner.core.resume_cursor import Recorded
 from runner.core.spans import NO_SPANS, Spans
@@ -165,6 +172,8 @@ class _Loop:
             return parse_action(self.model_call.ask(self.transcript, self.rules.budgets, steps + 1))
         except OutOfTime:
             return self.stop_now(StopReason.TIME_BUDGET)
+        except CancelledInFlight:
+            return self.stop_now(StopReason.CANCELLED)
         except ModelFailed as failure:
             return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
 

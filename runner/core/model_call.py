@@ -13,6 +13,7 @@ from runner.core.budgets import Budgets
 from runner.core.calls import CallTimedOut, described, invoke
 from runner.core.clock import Clock
 from runner.core.context import Context
+from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Journal
 from runner.core.spans import Spans
 from runner.core.stop_reasons import StopReason
@@ -31,6 +32,10 @@ class ModelFailed(Exception):
 
 class OutOfTime(Exception):
     """The deadline came before the model answered."""
+
+
+class CancelledInFlight(Exception):
+    """The run was cancelled while its model call was in flight, and the call gave up."""
 
 
 class ModelCall:
@@ -69,6 +74,12 @@ class ModelCall:
             return StopReason.TIME_BUDGET
         return None
 
+    def stop_requested(self) -> str | None:
+        """Why a model call in flight should give up (runner.core.interrupts)."""
+        if self.pause is not None and self.pause.is_set():
+            return "paused"
+        return "cancelled" if self.cancelled() else None
+
     def cancelled(self) -> bool:
         if isinstance(self.cancel, threading.Event):
             if self.cancel.is_set():
@@ -98,12 +109,18 @@ class ModelCall:
             if remaining is not None and remaining <= 0:
                 raise OutOfTime
             try:
-                with self.spans.model_call(step) as call:
+                with self.spans.model_call(step) as call, checking(self.stop_requested):
                     output = invoke(self.model, (shown,), {}, remaining)
                     call.returned(output)
                 return output
             except CallTimedOut:
                 raise OutOfTime from None
+            except CallInterrupted as exc:
+                if exc.reason == "paused":
+                    raise RunPaused(
+                        f"run {self.journal.run_id} paused during its model call"
+                    ) from None
+                raise CancelledInFlight from None
             except ModelFatal as exc:
                 raise ModelFailed(described(exc)) from None
             except Exception as exc:

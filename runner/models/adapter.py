@@ -13,15 +13,24 @@ import copy
 import importlib
 import json
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, ClassVar, Self
 from urllib.parse import urlsplit
 
+from runner.core.interrupts import CallInterrupted, stop_requested
 from runner.errors import MissingExtra, ModelFatal, ModelRetryable, RunnerError
 from runner.models.failures import redact, translate
 from runner.models.pricing import PriceLike, Pricer, as_price
 from runner.models.schemas import ToolSpec, tool_specs
+
+# A model call may take this long in all, unless the adapter says otherwise (total_timeout).
+DEFAULT_TOTAL_TIMEOUT = 600.0
+# How often a call in flight looks at its run (cancelled, paused) and its clock.
+_WATCH_EVERY = 0.2
 
 
 class Adapter:
@@ -41,6 +50,7 @@ class Adapter:
         price: PriceLike | None,
         request_params: Mapping[str, Any],
         secrets: Iterable[str] = (),
+        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"{type(self).__name__} needs a model name, not {model!r}")
@@ -52,6 +62,9 @@ class Adapter:
         self._base_url = base_url
         self._api_key = api_key
         self._secrets = [str(secret) for secret in secrets]
+        if total_timeout is not None and not (0 < total_timeout < threading.TIMEOUT_MAX):
+            raise ValueError("total_timeout must be a positive number of seconds or None")
+        self.total_timeout = total_timeout
         self._given = client
         self._client: Any = None
         self._lock = threading.Lock()
@@ -75,7 +88,7 @@ class Adapter:
             raise ModelRetryable(self._redact(str(exc)), retry_after=exc.retry_after) from None
         except ModelFatal as exc:
             raise ModelFatal(self._redact(str(exc))) from None
-        except RunnerError:
+        except (RunnerError, CallInterrupted):
             raise
         except Exception as exc:  # a bug or a surprise of the SDK's: retried like any error
             raise ModelRetryable(
@@ -123,8 +136,51 @@ class Adapter:
     def _make_client(self, sdk: Any) -> Any:
         raise NotImplementedError
 
-    def _send(self, client: Any, request: dict[str, Any]) -> bytes:
+    def _stream(self, client: Any, request: dict[str, Any]) -> Any:
+        """The SDK's streamed-response context manager of one create() call."""
         raise NotImplementedError
+
+    def _send(self, client: Any, request: dict[str, Any]) -> bytes:
+        """The response body, read on a thread of its own while this one watches the clock
+        and the run: a call past `total_timeout` (a server that sends a byte now and then
+        never trips a read timeout) or whose run is cancelled or paused is given up at once.
+        The reading thread stops at its next byte, or at the SDK's read timeout."""
+        if self.total_timeout is not None and "timeout" not in request:
+            request = {**request, "timeout": self.total_timeout}  # each read, at most that
+        body: Future[bytes] = Future()
+        abandoned = threading.Event()
+
+        def fetch() -> None:
+            try:
+                parts: list[bytes] = []
+                with self._stream(client, request) as response:
+                    for chunk in response.iter_bytes():
+                        if abandoned.is_set():
+                            return
+                        parts.append(chunk)
+                body.set_result(b"".join(parts))
+            except BaseException as exc:  # handed to the waiting caller
+                body.set_exception(exc)
+
+        threading.Thread(target=fetch, name="runner-model-call", daemon=True).start()
+        started = time.monotonic()
+        while True:
+            try:
+                return body.result(timeout=_WATCH_EVERY)
+            except FutureTimeout:
+                pass
+            why = stop_requested()
+            if why is not None:
+                abandoned.set()
+                raise CallInterrupted(why)
+            if self.total_timeout is not None and (
+                time.monotonic() - started >= self.total_timeout
+            ):
+                abandoned.set()
+                raise ModelRetryable(
+                    f"{self.provider} API call took longer than its total_timeout, "
+                    f"{self.total_timeout:g} s: given up"
+                )
 
     # -- the client -------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from runner.errors import ModelRetryable
-from runner.models.adapter import Adapter
+from runner.models.adapter import DEFAULT_TOTAL_TIMEOUT, Adapter
 from runner.models.pricing import PriceLike, Tokens, count
 from runner.models.turns import (
     Call,
@@ -34,7 +34,9 @@ class AnthropicMessages(Adapter):
     `max_tokens` the output limit of each call, `price` the dollars per million tokens (a
     `Price`, or `(input, output)`), else genai-prices' table when it is installed, else
     cost 0 marked unknown. `secrets` are more strings (a gateway's token, a header's value)
-    never to be repeated in an error: the key is never repeated either. Other keywords
+    never to be repeated in an error: the key is never repeated either. `total_timeout`
+    (600 s by default; None: none) is how long one call may take in all, the body
+    included: past it the call is given up and retried like a timeout. Other keywords
     (`tool_choice`, `stop_sequences`, `timeout`, `extra_body`, ...) go to every
     `messages.create` call.
     """
@@ -53,6 +55,7 @@ class AnthropicMessages(Adapter):
         price: PriceLike | None = None,
         secrets: Iterable[str] = (),
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         **request_params: Any,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -65,6 +68,7 @@ class AnthropicMessages(Adapter):
             system=system,
             price=price,
             secrets=secrets,
+            total_timeout=total_timeout,
             request_params=request_params,
         )
         self.max_tokens = max_tokens
@@ -137,10 +141,8 @@ class AnthropicMessages(Adapter):
     def _make_client(self, sdk: Any) -> Any:
         return sdk.Anthropic(api_key=self._api_key, base_url=self._base_url, max_retries=0)
 
-    def _send(self, client: Any, request: dict[str, Any]) -> bytes:
-        raw = client.messages.with_raw_response.create(**request)
-        content: bytes = raw.http_response.content
-        return content
+    def _stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.messages.with_streaming_response.create(**request)
 
     def _sdk_error(self) -> type[Exception]:
         error: type[Exception] = self._sdk.AnthropicError

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from runner.errors import ModelRetryable
-from runner.models.adapter import Adapter
+from runner.models.adapter import DEFAULT_TOTAL_TIMEOUT, Adapter
 from runner.models.pricing import PriceLike, Tokens, count
 from runner.models.turns import (
     Call,
@@ -34,6 +34,8 @@ class OpenAIChat(Adapter):
     per million tokens (a `Price`, or `(input, output)`), else genai-prices' table when it
     is installed, else cost 0 marked unknown. `secrets` are more strings (a gateway's token,
     a header's value) never to be repeated in an error: the key is never repeated either.
+    `total_timeout` (600 s by default; None: none) is how long one call may take in all,
+    the body included: past it the call is given up and retried like a timeout.
     Other keywords (`temperature`,
     `max_completion_tokens`, `parallel_tool_calls`, `timeout`, `extra_body`, ...) go to
     every `chat.completions.create` call.
@@ -52,6 +54,7 @@ class OpenAIChat(Adapter):
         system: str | None = None,
         price: PriceLike | None = None,
         secrets: Iterable[str] = (),
+        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         **request_params: Any,
     ) -> None:
         super().__init__(
@@ -62,6 +65,7 @@ class OpenAIChat(Adapter):
             system=system,
             price=price,
             secrets=secrets,
+            total_timeout=total_timeout,
             request_params=request_params,
         )
 
@@ -135,10 +139,8 @@ class OpenAIChat(Adapter):
     def _make_client(self, sdk: Any) -> Any:
         return sdk.OpenAI(api_key=self._api_key, base_url=self._base_url, max_retries=0)
 
-    def _send(self, client: Any, request: dict[str, Any]) -> bytes:
-        raw = client.chat.completions.with_raw_response.create(**request)
-        content: bytes = raw.http_response.content
-        return content
+    def _stream(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.chat.completions.with_streaming_response.create(**request)
 
     def _sdk_error(self) -> type[Exception]:
         error: type[Exception] = self._sdk.OpenAIError

@@ -35,6 +35,8 @@ class Held(Protocol):
     def taken_over(self) -> None:
         """Another worker holds the run now: stop writing."""
 
+    # Optional: `cancel_asked()`, told when a beat finds the run asked to cancel.
+
 
 class Heartbeat:
     """Renews the leases held through it every `interval` real seconds, all at once."""
@@ -106,5 +108,9 @@ class Heartbeat:
         for run_id, lease in held.items():
             if run_id in renewed:
                 lease.renewed(started)
+                if renewed[run_id]:
+                    cancelled = getattr(lease, "cancel_asked", None)
+                    if cancelled is not None:  # a fake lease may not listen for cancels
+                        cancelled()
             else:
                 lease.taken_over()

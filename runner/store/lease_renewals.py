@@ -1,5 +1,6 @@
 """Lease renewals: the heartbeat extends every lease a runner holds in one statement, and
-learns from the ids it gets back which runs another worker took over (or have ended)."""
+learns from the ids it gets back which runs another worker took over (or have ended), and
+which were asked to cancel (so a cancel reaches a run whose model call is in flight)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ LEASES_PER_STATEMENT = 2000
 
 def renew_leases(
     engine: Engine, held: Mapping[str, int], lease_seconds: float, clock: Clock = SYSTEM
-) -> set[str]:
+) -> dict[str, bool]:
     """The heartbeat: extend every lease in `held` (run id -> epoch) in one statement, one
-    transaction; the ids renewed. A run missing from them was taken over (or has ended)."""
+    transaction; the ids renewed, each with whether a cancel was asked for. A run missing
+    from them was taken over (or has ended)."""
     at = utc_now(clock)
     pairs = list(held.items())
-    renewed: set[str] = set()
+    renewed: dict[str, bool] = {}
     with engine.begin() as connection:
         for start in range(0, len(pairs), LEASES_PER_STATEMENT):
             chunk = pairs[start : start + LEASES_PER_STATEMENT]
@@ -37,7 +39,7 @@ def renew_leases(
                     runs.c.status == RunStatus.RUNNING,
                 )
                 .values(lease_expires_at=at + timedelta(seconds=lease_seconds), last_seen_at=at)
-                .returning(runs.c.id)
+                .returning(runs.c.id, runs.c.cancel_requested)
             )
-            renewed.update(result.scalars())
+            renewed.update((run_id, bool(cancel)) for run_id, cancel in result)
     return renewed

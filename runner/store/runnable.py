@@ -247,5 +247,3 @@ def journal_length(connection: Connection, run_id: str) -> int:
     return connection.execute(
         select(func.count()).select_from(entries).where(entries.c.run_id == run_id)
     ).scalar_one()
-
-

@@ -261,6 +261,11 @@ class SqlJournal:
         """Told by the heartbeat: a beat that started at `started` renewed the lease."""
         self._renewed_at = max(self._renewed_at, started)
 
+    def cancel_asked(self) -> None:
+        """Told by the heartbeat: the run was asked to cancel (a model call in flight sees
+        it through cancel_requested and gives up)."""
+        self._cancel = True
+
     def taken_over(self) -> None:
         """Told by the heartbeat: another worker holds the run; the next write refuses."""
         self.lost.set()
