@@ -199,3 +199,44 @@ def test_ui_commands_serve_as_written(tmp_path: Path) -> None:
             server.terminate()
             output, _ = server.communicate(timeout=10)
         assert "Traceback" not in output and "on http://" in output, output
+
+
+# -- docs/*.md: their commands run under the same rules -----------------------------------------
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+# Fences the README test runs (`sh`, `python`), or that say they are not run: output and
+# pictures (no language, `text`), statements for an administrator (`sql`). A `bash`, `shell`
+# or `console` block would be run in the README and silently not here: say which it is.
+NOT_RUN = {"", "text", "sql"}
+
+
+def doc_blocks(page: Path, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
+
+
+def test_docs_blocks_say_whether_they_run() -> None:
+    for page in DOCS:
+        fences = re.findall(r"^```(\S*)\n.*?^```", page.read_text(encoding="utf-8"), re.S | re.M)
+        unknown = set(fences) - NOT_RUN - {"sh", "python"}
+        assert not unknown, f"{page.name}: fences {sorted(unknown)}: use sh, python, text or sql"
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_docs_commands_run_as_written(
+    page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page's `python` blocks, then its `sh` commands in order, as the README's run."""
+    monkeypatch.chdir(tmp_path)
+    for index, code in enumerate(doc_blocks(page, "python")):
+        exec(compile(code, f"{page.name} python block {index}", "exec"), {"__name__": "docs"})
+    env = {**os.environ, "RUNNER_DATABASE_URL": f"sqlite:///{tmp_path / 'docs.db'}"}
+    env["PATH"] = f"{BIN}:{env['PATH']}"
+    lines = [line for block in doc_blocks(page, "sh") for line in block.splitlines()]
+    for command, comment in (line.partition("  #")[::2] for line in lines if line.strip()):
+        done = run_line(command.strip(), env)
+        assert done.returncode in expected_exit(command, comment.strip()), (
+            command,
+            done.stdout,
+            done.stderr,
+        )
+        assert "Traceback" not in done.stderr
