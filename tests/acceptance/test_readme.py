@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -211,12 +212,16 @@ NOT_RUN = {"", "text", "sql"}
 
 
 def doc_blocks(page: Path, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
+    """The page's `language` blocks, those indented in a list item too (dedented)."""
+    text = page.read_text(encoding="utf-8")
+    found = re.findall(rf"^[ \t]*```{language}\n(.*?)^[ \t]*```", text, re.S | re.M)
+    return [textwrap.dedent(block) for block in found]
 
 
 def test_docs_blocks_say_whether_they_run() -> None:
     for page in DOCS:
-        fences = re.findall(r"^```(\S*)\n.*?^```", page.read_text(encoding="utf-8"), re.S | re.M)
+        text = page.read_text(encoding="utf-8")
+        fences = re.findall(r"^[ \t]*```(\S*)\n.*?^[ \t]*```", text, re.S | re.M)
         unknown = set(fences) - NOT_RUN - {"sh", "python"}
         assert not unknown, f"{page.name}: fences {sorted(unknown)}: use sh, python, text or sql"
 
