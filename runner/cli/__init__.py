@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import answers, db, history, logs, queues, runs, ui, worker
+from runner.cli import answers, db, history, logs, output, queues, runs, ui, worker
 from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,12 +33,14 @@ def reports_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        # An error's words may repeat what a person or a model typed (who answered, a
+        # provider's message): control characters are printed escaped, as `show` does.
         except RequestRefused as exc:
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(output.printable(str(exc))) from None
         except RunnerError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(output.printable(str(exc))) from None
         except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+            raise click.UsageError(output.printable(str(exc))) from None
         except Exception as exc:
             if not _is_database_error(exc):
                 raise

@@ -444,7 +444,7 @@ def waits_table(rows: Sequence[RunRow], waits: dict[str, Wait]) -> str:
 
 
 def answered_line(answered: Answered) -> str:
-    by = f" by {answered.by}" if answered.by else ""
+    by = f" by {printable(answered.by)}" if answered.by else ""
     return (
         f"run {answered.run_id}: call {answered.call} {answered.answer}{by}; the run is queued "
         f"again (a worker takes it, or `runner resume {answered.run_id}`)"

@@ -28,14 +28,27 @@ def amount(value: float | None) -> str:
     return "-" if value is None else f"{value:.6g}"
 
 
+# A value longer than this is cut on the page (a tool may return 200 MB): the page stays a
+# page, and `runner show ID --full` or `runner export --run ID` (shown on it) give it whole.
+SHOWN_LIMIT = 64 * 1024
+
+
 def shown(value: Any) -> str:
-    """Journal content as text: strings as they are, anything else as indented JSON. The
-    template escapes it; nothing here is ever marked safe."""
+    """Journal content as text: strings as they are, anything else as indented JSON, cut at
+    SHOWN_LIMIT characters. The template escapes it; nothing here is ever marked safe."""
     if isinstance(value, str):
-        return value
-    if value is None:
+        text = value
+    elif value is None:
         return ""
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    else:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(text) <= SHOWN_LIMIT:
+        return text
+    more = len(text) - SHOWN_LIMIT
+    return (
+        f"{text[:SHOWN_LIMIT]}\n[... {more:,} more characters cut here: "
+        "`runner show ID --full` or `runner export --run ID` gives the whole value]"
+    )
 
 
 def state(run: Any) -> str:
