@@ -306,7 +306,8 @@ class Worker:
         self.finished += 1
         self._log(
             logging.INFO,
-            f"run {run.id} finished: {result.stop_reason} after {result.steps} steps",
+            f"run {run.id} finished: {result.stop_reason} after {result.steps} steps"
+            + _why(result.error),
             run.id,
         )
 
@@ -358,6 +359,12 @@ class Worker:
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
+
+
+def _why(error: str | None) -> str:
+    """`: <the error's first line>` for a run that stopped with one (a model_error)."""
+    said = (error or "").strip()
+    return f": {said.splitlines()[0]}" if said else ""
 
 
 def start_worker(make: Callable[[], Worker], *, wait: bool) -> Worker | None:
