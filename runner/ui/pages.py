@@ -69,10 +69,17 @@ def runs(request: Request) -> Response:
     if page.older is not None:
         older = str(request.url.include_query_params(before=page.older))
     newest = str(request.url.remove_query_params("before")) if q.get("before") else None
+    # What each waiting run waits for: a read per waiting run shown (a page holds 50 at most).
+    waits = {
+        run.id: wait
+        for run in page.runs
+        if run.status == RunStatus.WAITING and (wait := state.waiting_for(run.id)) is not None
+    }
     return state.render(
         request,
         "runs.html",
         runs=page.runs,
+        waits=waits,
         chosen=chosen,
         statuses=statuses,
         reasons=reasons,
