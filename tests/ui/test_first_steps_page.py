@@ -53,7 +53,9 @@ def client(db_url: str) -> Iterator[TestClient]:
         yield found
 
 
-def test_the_list_says_until_when_a_delayed_run_waits_and_what_a_waiting_one_waits_for(client: TestClient) -> None:
+def test_the_list_says_until_when_a_delayed_run_waits_and_what_a_waiting_one_waits_for(
+    client: TestClient,
+) -> None:
     shown = visible(client.get("/").text)
     assert re.search(r"later queued until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", shown), shown
     assert not re.search(r"waits waiting until", shown)
