@@ -22,3 +22,9 @@ UI_TOKEN_VARIABLE = "RUNNER_UI_TOKEN"
 
 # Seconds a `runner sql` query may run unless --timeout says otherwise.
 DEFAULT_QUERY_TIMEOUT = 30.0
+
+# The longest span of time runner takes (a budget, a timeout, a delay): about 31 years, far
+# past any budget a run needs and far inside what a timestamp column holds (year 9999).
+LONGEST_SECONDS = 1e9
+# The longest agent name or release label: the columns hold 200 characters.
+LONGEST_LABEL = 200

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import click
 
-from runner.defaults import URL_VARIABLE
+from runner.defaults import LONGEST_SECONDS, URL_VARIABLE
 from runner.service.delays import parse_duration, parse_time
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -29,20 +31,35 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
 
 
+class Bounded(click.FloatRange):
+    """A float flag that is finite and at most `most`: `1e309` (infinity) or `1e300` seconds
+    is refused in one line here, not by the database or a deadline's overflow later."""
+
+    def __init__(self, *, most: float, min_open: bool = False) -> None:
+        super().__init__(min=0, max=most, min_open=min_open)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number is not None and not math.isfinite(number):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return number
+
+
 def budget_options(fn: F) -> F:
-    whole = click.IntRange(min=0)
-    amount = click.FloatRange(min=0)
+    whole = click.IntRange(min=0, max=2**63 - 1)  # what a counter column holds
+    seconds = Bounded(most=LONGEST_SECONDS)
+    amount = Bounded(most=sys.float_info.max)
     for flag, kind, text in reversed(
         [
             ("--max-steps", whole, "Most steps (model calls) the run may take."),
             ("--max-tokens", whole, "Most tokens the run may spend."),
             ("--max-consecutive-errors", whole, "Most failed steps in a row."),
             ("--max-repeats", whole, "Most times one identical tool call may be made."),
-            ("--max-seconds", amount, "Active-time budget of the run (waiting not counted)."),
+            ("--max-seconds", seconds, "Active-time budget of the run (waiting not counted)."),
             ("--max-cost", amount, "Most cost the run may spend."),
             (
                 "--approval-timeout",
-                click.FloatRange(min=0, min_open=True),
+                Bounded(most=LONGEST_SECONDS, min_open=True),
                 "Seconds a call may wait for a person's answer before it is denied.",
             ),
         ]

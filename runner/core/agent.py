@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from runner.core.budgets import Budgets
 from runner.core.context import Context
 from runner.core.tools import Tool, as_tools
+from runner.defaults import LONGEST_LABEL
 from runner.errors import AgentLoadError, BadAgentReference
 
 if TYPE_CHECKING:
@@ -41,6 +42,13 @@ class Agent:
         self.tools: dict[str, Tool] = as_tools(tools or {})
         self.model = bind_tools(model, self.tools)
         self.context = context
+        for label, value in (("name", name), ("release", release)):
+            if value is not None and (not isinstance(value, str) or len(value) > LONGEST_LABEL):
+                # Refused here, the same on both databases (PostgreSQL's column refuses
+                # more; SQLite's would keep it).
+                raise ValueError(
+                    f"an Agent's {label} must be text of at most {LONGEST_LABEL} characters"
+                )
         self.name = name
         self.release = release
         self.budgets = with_budgets(budgets)

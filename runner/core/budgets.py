@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from runner.defaults import LONGEST_SECONDS
+
 
 @dataclass(frozen=True)
 class Budgets:
@@ -39,7 +41,10 @@ class Budgets:
         _check_number("max_cost", self.max_cost)
         _check_number("retry_backoff", self.retry_backoff, allow_none=False)
         _check_number("tool_timeout", self.tool_timeout, positive=True)
-        _check_number("approval_timeout", self.approval_timeout, positive=True)
+        # A wait's expiry is a timestamp: a timeout past year 9999 cannot be one.
+        _check_number(
+            "approval_timeout", self.approval_timeout, positive=True, most=LONGEST_SECONDS
+        )
         _check_int("max_parallel_tools", self.max_parallel_tools, allow_none=False)
         if self.max_parallel_tools < 1:
             raise ValueError(f"max_parallel_tools must be 1 or more, got {self.max_parallel_tools}")
@@ -60,7 +65,12 @@ def _check_int(name: str, value: object, *, allow_none: bool = True) -> None:
 
 
 def _check_number(
-    name: str, value: object, *, allow_none: bool = True, positive: bool = False
+    name: str,
+    value: object,
+    *,
+    allow_none: bool = True,
+    positive: bool = False,
+    most: float | None = None,
 ) -> None:
     if value is None and allow_none:
         return
@@ -69,3 +79,5 @@ def _check_number(
     if math.isnan(value) or value < 0 or (positive and value == 0):
         bound = "greater than zero" if positive else "zero or more"
         raise ValueError(f"{name} must be {bound}, got {value}")
+    if most is not None and not value <= most:
+        raise ValueError(f"{name} must be at most {most:g} seconds (about 31 years), got {value}")

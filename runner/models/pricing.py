@@ -64,10 +64,16 @@ class Tokens:
     cache_write: int = 0  # input tokens written to it
 
 
+# What a counter column holds: a count a provider reports past it (10**400 tokens) is
+# taken as this many, so the cost stays a finite float and the run goes on.
+_COUNT_MAX = 2**63 - 1
+
+
 def count(value: object) -> int:
-    """A token count from a response, 0 when it is missing or not a count."""
+    """A token count from a response, 0 when it is missing or not a count, saturated at
+    2**63-1 (what comes from a model is never trusted to fit)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
+        return min(value, _COUNT_MAX)
     return 0
 
 

@@ -10,6 +10,8 @@ import math
 import re
 from datetime import UTC, datetime, timedelta
 
+from runner.defaults import LONGEST_SECONDS
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -19,7 +21,13 @@ def parse_duration(text: str) -> timedelta:
     found = _DURATION.fullmatch(text.strip())
     if found is None:
         raise ValueError(f"not a duration: {text!r} (try 30s, 10m, 2h or 1d)")
-    return timedelta(seconds=float(found.group(1)) * _UNITS[found.group(2)])
+    seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if not seconds <= LONGEST_SECONDS:  # NaN and infinity too
+        raise ValueError(
+            f"{text.strip()} is too far away: at most {LONGEST_SECONDS / 86400:.0f}d "
+            "(about 31 years)"
+        )
+    return timedelta(seconds=seconds)
 
 
 def parse_time(text: str) -> datetime:
