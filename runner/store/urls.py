@@ -101,7 +101,12 @@ def _as_text(url: Any) -> str:
 def not_a_url(text: str) -> str:
     """The message for `text` that is no database URL; a file path gets the URL it meant
     (`/data/runs.db` is `sqlite:////data/runs.db`: three slashes, then the path's own)."""
-    said = f"not a database URL: {redact_url(text)}"
+    shown = redact_url(text)
+    if "://" not in text:
+        # No scheme, so redact_url sees no user part: `user:secret@host/db` would show its
+        # password. Whatever sits between the first ':' and the last '@' is hidden.
+        shown = re.sub(r"^([^:@/]*):.*@", rf"\1:{HIDDEN}@", shown)
+    said = f"not a database URL: {shown}"
     if re.fullmatch(r"[^@:?\s]+", text):  # a path: nothing in it a secret could hide behind
         said += f" (a SQLite file is a URL: sqlite:///{text})"
     return said

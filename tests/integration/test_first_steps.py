@@ -51,6 +51,11 @@ def test_a_path_given_as_the_database_says_the_url_it_meant(tmp_path: Path) -> N
     assert said.endswith("(a SQLite file is a URL: sqlite:///runs.db)")
 
 
+def test_a_url_without_its_scheme_hides_its_password() -> None:
+    said = one_line(invoke("list", "--db", "user:s3cr@t@db.example/runs"))
+    assert said == "Error: not a database URL: user:***@db.example/runs"
+
+
 def test_no_sqlite_url_is_suggested_for_what_is_no_path() -> None:
     said = one_line(invoke("list", "--db", "user@db.example:5432/runs"))
     assert said == "Error: not a database URL: user@db.example:5432/runs"
