@@ -14,10 +14,11 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import queue
 import threading
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from typing import Any
 
 
@@ -51,14 +52,21 @@ _PLAIN = frozenset({str, dict, list, int, float, bool, type(None)})
 class Together:
     """Threads for running several calls at once, at most `limit` at a time.
 
-    One per run: the calling thread takes its share of the calls, and the pool's threads
+    One per run: the calling thread takes its share of the calls, and the helper threads
     (`limit - 1` at most) are made when a step first needs them and kept for the next steps:
     making a thread, or handing a call to one, costs about as much as a commit.
+
+    Ctrl-C (KeyboardInterrupt, which Python raises on the main thread only) gives up at
+    once: Python cannot stop a thread, so the calls in flight on the helpers are left to
+    run to their end on their own. The helpers are daemon threads, so they never hold
+    the process open at exit; `abandoned` is set, for the callers' bookkeeping to drop
+    what those calls return (a resume settles them, as any call interrupted in flight).
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._pool: ThreadPoolExecutor | None = None
+        self._helpers: _Helpers | None = None
+        self.abandoned = threading.Event()
 
     def run(self, jobs: Sequence[Callable[[], None]]) -> None:
         """Run `jobs` (in order on this thread if the limit is 1, or there is one job).
@@ -66,14 +74,15 @@ class Together:
         Each job runs in a copy of this thread's context, so a tool sees the context
         variables the loop's thread would have shown it. Every started job is waited for,
         so nothing keeps running unseen; once one job raised, the jobs not started yet are
-        skipped, and the first exception (in job order) is raised here.
+        skipped, and the first exception (in job order) is raised here. KeyboardInterrupt
+        is raised at once: see the class.
         """
         if self.limit <= 1 or len(jobs) <= 1:
             for job in jobs:
                 job()
             return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.limit - 1, thread_name_prefix="runner-tool")
+        if self._helpers is None:
+            self._helpers = _Helpers(self.limit - 1)
         waiting = [(n, contextvars.copy_context(), job) for n, job in enumerate(jobs)]
         waiting.reverse()  # taken from the end: in job order
         failures: dict[int, BaseException] = {}
@@ -82,25 +91,70 @@ class Together:
         def work() -> None:
             while True:
                 with lock:
-                    if failures or not waiting:
+                    if failures or not waiting or self.abandoned.is_set():
                         return  # after a failure (a lost lease, say): start no more effects
                     n, context, job = waiting.pop()
                 try:
                     context.run(job)
+                except KeyboardInterrupt:
+                    raise  # only ever on the calling thread: handled below
                 except BaseException as exc:  # raised below, once every started job ended
                     with lock:
                         failures[n] = exc
 
-        helpers = [self._pool.submit(work) for _ in range(min(self.limit, len(jobs)) - 1)]
-        work()
-        wait(helpers)
+        helpers = [self._helpers.submit(work) for _ in range(min(self.limit, len(jobs)) - 1)]
+        try:
+            work()
+            wait(helpers)
+        except KeyboardInterrupt:
+            self.abandoned.set()  # no job starts from now on; those running are left be
+            raise
         if failures:
             raise failures[min(failures)]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False)  # every job has ended: its threads just exit
-            self._pool = None
+        if self._helpers is not None:
+            self._helpers.close()  # each helper exits once its job (if any) has ended
+            self._helpers = None
+
+
+class _Helpers:
+    """Daemon threads taking work from a queue: unlike a ThreadPoolExecutor's, they never
+    keep the process from exiting (the interpreter joins those at exit, which made a
+    Ctrl-C wait for every call still in flight)."""
+
+    def __init__(self, count: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[[], None], Future[None]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._count = count
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, work: Callable[[], None]) -> Future[None]:
+        future: Future[None] = Future()
+        if len(self._threads) < self._count:
+            thread = threading.Thread(target=self._serve, name="runner-tool", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._queue.put((work, future))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            work, future = item
+            try:
+                work()
+                future.set_result(None)
+            except BaseException as exc:  # handed to the waiting caller, never lost
+                future.set_exception(exc)
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        self._threads = []
 
 
 # Whether a callable is async, remembered: inspecting it costs more than the rest of an
