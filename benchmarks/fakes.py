@@ -68,6 +68,15 @@ def make_agent() -> Agent:
 REF = f"{Path(__file__).resolve()}:make_agent"
 
 
+def make_marked_agent() -> Agent:
+    """The same agent, its tools declared `mark_start`: one more commit per tool call."""
+    marked = {name: tool(mark_start=True)(fn) for name, fn in tools().items()}
+    return Agent(model, marked, name="bench-marked", ref=MARKED_REF, **UNLIMITED)
+
+
+MARKED_REF = f"{Path(__file__).resolve()}:make_marked_agent"
+
+
 # benchmarks/approvals.py: one call that needs approval, which notes when it starts (in the
 # file RUNNER_BENCH_STARTS names), then the answer.
 STARTS_VARIABLE = "RUNNER_BENCH_STARTS"

@@ -16,7 +16,9 @@ loop's floor: the in-memory run once more, each of its journal writes also one r
 a prebuilt row (`raw_floor.CommittingJournal`), the least any durable runner of this loop
 can cost; and the same with each commit the journal's own fenced statement, its parameters
 prebuilt (`raw_floor.fenced_committer`): the durable step with no Python in its write path.
-The six take turns going first. All are
+And the durable run once more with its tools declared `mark_start` (one more commit per
+tool call, the start mark), reported as a ratio to the plain durable run.
+The seven take turns going first. All are
 reported per step of the run, and the durable time as a ratio to each floor (per
 repetition, then the median); "(durable - memory) / floor" is the overhead durability adds
 to a step (the durable step less the same step in memory) over the floor. The last column
@@ -75,8 +77,11 @@ def in_memory(steps: int) -> tuple[float, float]:
     return elapsed
 
 
-def durable(runner: Runner, steps: int) -> tuple[tuple[float, float], int, str]:
-    """One run: its (wall, cpu) time, how many commits it made, its id."""
+def durable(
+    runner: Runner, steps: int, *, marked: bool = False
+) -> tuple[tuple[float, float], int, str]:
+    """One run: its (wall, cpu) time, how many commits it made, its id. `marked`: its tools
+    declared `mark_start` (a start mark committed before each tool call)."""
     commits = 0
 
     def on_commit(_connection: Any) -> None:
@@ -86,7 +91,8 @@ def durable(runner: Runner, steps: int) -> tuple[tuple[float, float], int, str]:
     event.listen(runner.engine, "commit", on_commit)
     try:
         clock = Clock()
-        result = runner.run(fakes.make_agent(), fakes.task(steps))
+        agent = fakes.make_marked_agent() if marked else fakes.make_agent()
+        result = runner.run(agent, fakes.task(steps))
         elapsed = clock.since()
     finally:
         event.remove(runner.engine, "commit", on_commit)
@@ -194,7 +200,10 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     _, commits, run_id = durable(runner, steps)
     rows = common.entry_rows(runner.engine, run_id)
     journal = [entry for entry, _ in store.load_entries(runner.engine, run_id)]
-    kinds = ("memory", "durable", "floor", "raw", "raw_autocommit", "loop_floor", "fenced_floor")
+    kinds = (
+        "memory", "durable", "marked", "floor", "raw", "raw_autocommit", "loop_floor",
+        "fenced_floor",
+    )  # fmt: skip
     samples: dict[str, list[float]] = {k: [] for k in (*kinds, *(f"{k}_cpu" for k in kinds))}
     prefixes = {
         "": "floor",
@@ -207,6 +216,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         samples[ratio] = []
     samples["loop_floor_to_raw_ratio"] = []
     samples["fenced_floor_to_raw_ratio"] = []
+    samples["marked_ratio"] = []
     commit_counts = {commits}
     made = commits
 
@@ -217,6 +227,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
 
     contenders = {
         "durable": run_durable,
+        "marked": lambda: durable(runner, steps, marked=True)[0],
         "floor": lambda: floor(runner.engine, table, rows, commits),
         "raw": lambda: raw(runner.engine, table, rows, commits, False),
         "raw_autocommit": lambda: raw(runner.engine, table, rows, commits, True),
@@ -238,6 +249,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
                 samples[f"{kind}_cpu"].append(cpu / steps * 1e6)
             samples["loop_floor_to_raw_ratio"].append(timed["loop_floor"][0] / timed["raw"][0])
             samples["fenced_floor_to_raw_ratio"].append(timed["fenced_floor"][0] / timed["raw"][0])
+            samples["marked_ratio"].append(timed["marked"][0] / timed["durable"][0])
             overhead = timed["durable"][0] - timed["memory"][0]
             for prefix, base in prefixes.items():
                 samples[f"{prefix}ratio"].append(timed["durable"][0] / timed[base][0])
@@ -261,6 +273,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "loop_floor_to_raw_floor": common.spread(samples["loop_floor_to_raw_ratio"]),
         "ratio_to_fenced_floor": common.spread(samples["fenced_floor_ratio"]),
         "fenced_floor_to_raw_floor": common.spread(samples["fenced_floor_to_raw_ratio"]),
+        "marked_to_durable": common.spread(samples["marked_ratio"]),
         "samples": samples,
     }
 
@@ -294,6 +307,7 @@ def main() -> None:
                 "/".join(map(str, r["commits_per_run"])),
                 common.fmt_spread(us["memory"], 1),
                 common.fmt_spread(us["durable"]),
+                common.fmt_spread(r["marked_to_durable"], 2),
                 common.fmt_spread(us["floor"]),
                 common.fmt_spread(us["raw"]),
                 common.fmt_spread(us["raw_autocommit"]),
@@ -320,6 +334,7 @@ def main() -> None:
             "commits",
             "in memory us/step",
             "durable us/step",
+            "with start marks / durable",
             "floor us/step",
             "raw floor us/step",
             "raw autocommit us/step",

@@ -31,7 +31,8 @@ def _call_option(fn: click.decorators.FC) -> click.decorators.FC:
         "--call",
         metavar="KEY",
         default=None,
-        help="Answer only if the run waits for this call (its idempotency key, as shown).",
+        help="The call to answer (its idempotency key, as shown): needed when the run waits "
+        "for several calls of one step; otherwise it makes sure you answer the call you saw.",
     )(fn)
 
 
@@ -57,6 +58,7 @@ def _print(answered: Answered, as_json: bool) -> None:
                 "by": answered.by,
                 "at": answered.at.isoformat(),
                 "text": answered.text,
+                "still_waiting": list(answered.still_waiting),
             }
         )
     else:

@@ -85,6 +85,8 @@ def run_json(
         if wait is None and result is not None:
             wait = result.waiting
         data["waiting"] = wait_json(wait) if wait is not None else None
+        if result is not None and result.waits:  # every call it waits for, `waiting` first
+            data["waits"] = [wait_json(each) for each in result.waits]
     return data
 
 
@@ -150,8 +152,8 @@ def render_run(
             f"worker    {row.lease_owner} since {_when(row.leased_at)} UTC"
             + (f", last seen {ago(seen, now)}" if now is not None else "")
         )
-    if result.waiting is not None:
-        lines.extend(wait_lines(result.waiting))
+    for wait in result.waits or ([result.waiting] if result.waiting is not None else []):
+        lines.extend(wait_lines(wait))
     if row.error:
         lines.append(f"error     {row.error}")
     lines.append("")
@@ -194,8 +196,10 @@ def _ending(result: AgentResult, row: RunRow) -> list[str]:
     """How the transcript ends: the stop and what it means, or the call still in flight."""
     if row.stop_reason is None:
         if result.waiting is not None:
-            wait = result.waiting
-            return [f"  .. {wait.tool}: waits for a person's {wait.asks} (see above)"]
+            return [
+                f"  .. {wait.tool}: waits for a person's {wait.asks} (see above)"
+                for wait in result.waits or [result.waiting]
+            ]
         return [
             f"  .. {name}: no result yet (running, or a resume will settle it)"
             for name in _unanswered(result.transcript)
@@ -420,9 +424,10 @@ def waiting(result: AgentResult) -> None:
     if wait is None:
         line(f"run {result.run_id} is waiting", err=True)
         return
-    line(f"waiting: run {result.run_id} needs {_asked(wait)}", err=True)
-    for command in answer_commands(wait):
-        line(f"  {command}", err=True)
+    for each in result.waits or [wait]:  # a step of several calls: each waiting call
+        line(f"waiting: run {result.run_id} needs {_asked(each)}", err=True)
+        for command in answer_commands(each):
+            line(f"  {command}", err=True)
 
 
 def waits_table(rows: Sequence[RunRow], waits: dict[str, Wait]) -> str:
@@ -445,6 +450,12 @@ def waits_table(rows: Sequence[RunRow], waits: dict[str, Wait]) -> str:
 
 def answered_line(answered: Answered) -> str:
     by = f" by {printable(answered.by)}" if answered.by else ""
+    if answered.still_waiting:  # other calls of its step still wait: nothing runs yet
+        return (
+            f"run {answered.run_id}: call {answered.call} {answered.answer}{by}; the run still "
+            f"waits for {plural(len(answered.still_waiting), 'call')} of its step "
+            f"({', '.join(answered.still_waiting)})"
+        )
     return (
         f"run {answered.run_id}: call {answered.call} {answered.answer}{by}; the run is queued "
         f"again (a worker takes it, or `runner resume {answered.run_id}`)"

@@ -26,6 +26,10 @@ POINTS = frozenset(
         "after_wait_commit",
         "after_answer_commit",
         "before_approved_call",
+        # A call of a tool declared `mark_start`: its start mark about to be written, and
+        # written (the tool has not been called yet).
+        "before_start_commit",
+        "after_start_commit",
     }
 )
 

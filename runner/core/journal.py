@@ -35,6 +35,9 @@ class EntryKind(StrEnum):
     EXTENDED = "extended"
     WAIT = "wait"  # a call waits for a person (approval or reply): the run is `waiting`
     ANSWER = "answer"  # a person's answer to the wait before it (or its timeout)
+    # A call of a tool declared `mark_start` is about to run: a call pending without it
+    # never started, and runs on resume instead of being reported OutcomeUnknown.
+    START = "start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +126,12 @@ def transcript_of(entries: Sequence[Entry]) -> list[dict[str, Any]]:
     i = 0
     while i < len(entries):
         entry = entries[i]
-        calls = _rows_of_step(entries, i, EntryKind.ACTION, entry.step)
+        calls = _rows_of_step(entries, i, (EntryKind.ACTION,), entry.step)
         if calls - i > 1:  # a step of several calls: its actions, then their observations
-            done = _rows_of_step(entries, calls, EntryKind.OBSERVATION, entry.step)
-            messages.extend(step_messages(entries[i:calls], entries[calls:done]))
+            # (the step's waits, answers and start marks among them are not shown)
+            done = _rows_of_step(entries, calls, _CALL_ROWS, entry.step)
+            observed = [e for e in entries[calls:done] if e.kind is EntryKind.OBSERVATION]
+            messages.extend(step_messages(entries[i:calls], observed))
             i = done
             continue
         message = entry.message()
@@ -136,10 +141,16 @@ def transcript_of(entries: Sequence[Entry]) -> list[dict[str, Any]]:
     return messages
 
 
-def _rows_of_step(entries: Sequence[Entry], start: int, kind: EntryKind, step: int) -> int:
-    """Where the run of `kind` rows of `step` that begins at `start` ends."""
+# What follows the actions of a step of several calls, before its next step.
+_CALL_ROWS = (EntryKind.OBSERVATION, EntryKind.WAIT, EntryKind.ANSWER, EntryKind.START)
+
+
+def _rows_of_step(
+    entries: Sequence[Entry], start: int, kinds: tuple[EntryKind, ...], step: int
+) -> int:
+    """Where the run of rows of `kinds` of `step` that begins at `start` ends."""
     end = start
-    while end < len(entries) and entries[end].kind is kind and entries[end].step == step:
+    while end < len(entries) and entries[end].kind in kinds and entries[end].step == step:
         end += 1
     return end
 
@@ -190,9 +201,10 @@ class Journal(Protocol):
         approved, that no process has taken up since)."""
         ...
 
-    def wait(self, entry: Entry) -> bool:
-        """Record `entry` (a wait) and leave the run waiting for a person, its lease let go,
-        in the same transaction. False when a cancel came first: the run finished then."""
+    def wait(self, entries: Sequence[Entry]) -> bool:
+        """Record `entries` (the waits of a step: one per call that needs an answer) and
+        leave the run waiting for a person, its lease let go, in the same transaction.
+        False when a cancel came first: the run finished then."""
         ...
 
 
@@ -226,10 +238,13 @@ class MemoryJournal:
     def attempt(self, action: Entry) -> int:
         return 2
 
-    def wait(self, entry: Entry) -> bool:
-        self.entries.append(entry)
+    def wait(self, entries: Sequence[Entry]) -> bool:
+        # No call of the step has run: in memory, as in a durable run, a step's calls wait
+        # together for every answer they need.
+        self.entries.extend(entries)
+        asked = ", ".join(f"{entry.tool} needs a person's {entry.waits_for}" for entry in entries)
         raise RunWaiting(
-            f"run {self.run_id}: {entry.tool} needs a person's {entry.waits_for}, and an "
-            "in-memory run has nobody to ask: run the agent with a durable Runner",
+            f"run {self.run_id}: {asked}, and an in-memory run has nobody to ask: run the "
+            "agent with a durable Runner",
             run_id=self.run_id,
         )

@@ -2,11 +2,12 @@
 
 For step n: check cancellation and the deadline, take the model's action (from the journal
 when a crash came after it was recorded, else from the model), record it, apply the stop
-rules in seed 000's order (tokens, cost, final, repeats), wait for a person's answer if the
-call needs one (`answer_for`), run the tool unless its outcome is recorded, record the
-observation, then apply the error-streak and step-cap rules.
-A step of several calls records them all in one write, runs them at once and records each
-outcome as its call ends. This module knows nothing of storage: it talks to a `Journal`.
+rules in seed 000's order (tokens, cost, final, repeats), wait for people's answers if the
+step's calls need some (`answers_for`), run the tools unless their outcomes are recorded,
+record the observations, then apply the error-streak and step-cap rules.
+A step of several calls records them all in one write, waits for every answer they need
+(the waits in one write), runs them at once and records each outcome as its call ends.
+This module knows nothing of storage: it talks to a `Journal`.
 
 The loop is the order of a step and what it journals; the model call (`model_call`), the
 tool calls (`tool_runs`) and the stop rules with their counters (`stop_rules`) are each a
@@ -196,15 +197,21 @@ class _Loop:
         self.record(recorded, (entry,), None)
         self.show(entry)
 
-        answer = self.answer_for(entry)
-        if isinstance(answer, Stop):
-            return answer
+        answers = self.answers_for(step, (entry,))
+        if isinstance(answers, Stop):
+            return answers
+        answer = answers.get(entry.idempotency_key)
+        started = False
+        while self.replay.take_if(step, EntryKind.START) is not None:
+            started = True  # a process began the call (a `mark_start` tool's mark)
         observed = self.replay.take(step, (EntryKind.OBSERVATION,))
         fresh = observed is None
         if observed is None:
             # A call a person approved is pending only if a process took it up since.
             pending = bool(recorded) and (answer is None or self.journal.attempt(entry) > 1)
-            observed = self.tool_runs.observe(entry, action, pending=pending, answer=answer)
+            observed = self.tool_runs.observe(
+                entry, action, pending=pending, answer=answer, started=started
+            )
         self.rules.counters = observed.counters
         reason = self.rules.after_tools(observed)
         if fresh:
@@ -227,8 +234,17 @@ class _Loop:
                 for call, row in zip(calls, recorded, strict=True)
             ]
         self.record(recorded, calls, None)
-        observed = self.replayed_outcomes(step, calls)
-        ran = self.tool_runs.run_together(calls, observed, pending=bool(recorded))
+        answers = self.answers_for(step, calls)
+        if isinstance(answers, Stop):
+            return answers
+        started: set[str | None] = set()
+        observed = self.replayed_outcomes(step, calls, started)
+        # After people's answers, the step's calls (answered or not: none ran before every
+        # answer was in) are pending only if a process took the step up since.
+        pending = bool(recorded) and (not answers or self.journal.attempt(calls[0]) > 1)
+        ran = self.tool_runs.run_together(
+            calls, observed, pending=pending, answers=answers, started=started
+        )
         last = observed[-1]  # the last recorded: the step's counters, its stop if any
         self.rules.counters = last.counters
         self.transcript.extend(step_messages(calls, observed))
@@ -237,14 +253,20 @@ class _Loop:
             return None  # a recorded stop that a revival lifted
         return self.after(reason)
 
-    def replayed_outcomes(self, step: int, calls: Sequence[Entry]) -> list[Entry]:
-        """The observations a previous process recorded for the step's calls, in its order."""
+    def replayed_outcomes(
+        self, step: int, calls: Sequence[Entry], started: set[str | None]
+    ) -> list[Entry]:
+        """The observations a previous process recorded for the step's calls, in its order;
+        the keys of the calls it marked as started go into `started`."""
         keys = {call.idempotency_key for call in calls}
         observed: list[Entry] = []
         while len(observed) < len(calls):
-            entry = self.replay.take(step, (EntryKind.OBSERVATION,))
+            entry = self.replay.take(step, (EntryKind.OBSERVATION, EntryKind.START))
             if entry is None:
                 break
+            if entry.kind is EntryKind.START and entry.idempotency_key in keys:
+                started.add(entry.idempotency_key)
+                continue
             if entry.idempotency_key not in keys:
                 raise ReplayMismatch(
                     f"step {step} has an observation (key {entry.idempotency_key}) for none "
@@ -261,32 +283,52 @@ class _Loop:
 
     # -- people in the loop ---------------------------------------------------------------
 
-    def answer_for(self, entry: Entry) -> Entry | Stop | None:
-        """The person's answer this call needs before it runs; None if it needs none.
+    def answers_for(self, step: int, calls: Sequence[Entry]) -> dict[str | None, Entry] | Stop:
+        """The people's answers the step's calls need before any of them runs, by call key:
+        empty if none needs one.
 
-        A call that needs one and has none is journaled as waiting (`journal.wait`: the run
-        lets its worker go in that commit) and the run stops here with RunWaiting, or with
-        the Stop when a cancel came first.
+        The calls that need one are journaled as waiting, one wait each, in ONE commit
+        (`journal.wait`: the run lets its worker go in it), and the run stops here with
+        RunWaiting (or with the Stop when a cancel came first) until every answer is in.
+        Until then no call of the step runs, not even one that needs no answer: the model
+        asked for the calls together, a person answers with none of them done (a cancel
+        while waiting leaves no effect of the step), and their outcomes come from one moment.
         """
-        wait = self.replay.take_if(entry.step, EntryKind.WAIT)
-        if wait is None:
-            tool = self.tool_runs.tools.get(entry.tool or "")
-            if not self.replay.done or tool is None or entry.action_type is not ActionKind.TOOL:
-                return None  # journaled already (the call went ahead), or no call to ask of
-            asks = tool.asks(entry.args)
-            if asks is None:
-                return None
-            wait = wait_entry(entry, asks, self.rules.counters)
-            if not self.journal.wait(wait):
+        waits: list[Entry] = []
+        while (wait := self.replay.take_if(step, EntryKind.WAIT)) is not None:
+            waits.append(wait)
+        if not waits:
+            if not self.replay.done:
+                return {}  # journaled already: the calls went ahead
+            waits = [found for call in calls if (found := self.wait_of(call)) is not None]
+            if not waits:
+                return {}
+            if not self.journal.wait(waits):
                 return Stop(StopReason.CANCELLED)
-        answer = self.replay.take(entry.step, (EntryKind.ANSWER,))
-        if answer is None:
+        answers: dict[str | None, Entry] = {}
+        while (answer := self.replay.take_if(step, EntryKind.ANSWER)) is not None:
+            answers[answer.idempotency_key] = answer
+        unanswered = [wait for wait in waits if wait.idempotency_key not in answers]
+        if unanswered:
+            if not self.replay.done:  # something else follows an unanswered wait
+                self.replay.take(step, (EntryKind.ANSWER,))  # raises ReplayMismatch
+            asked = "; ".join(
+                f"{wait.waits_for}: {wait.content} (call {wait.idempotency_key})"
+                for wait in unanswered
+            )
             raise RunWaiting(
-                f"run {self.journal.run_id} waits for a person's {wait.waits_for}: "
-                f"{wait.content} (call {wait.idempotency_key})",
+                f"run {self.journal.run_id} waits for a person's {asked}",
                 run_id=self.journal.run_id,
             )
-        return answer
+        return answers
+
+    def wait_of(self, call: Entry) -> Entry | None:
+        """The wait a call needs before it runs, or None if it needs no answer."""
+        tool = self.tool_runs.tools.get(call.tool or "")
+        if tool is None or call.action_type is not ActionKind.TOOL:
+            return None
+        asks = tool.asks(call.args)
+        return None if asks is None else wait_entry(call, asks, self.rules.counters)
 
     # -- recording and stopping -----------------------------------------------------------
 

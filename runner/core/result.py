@@ -25,3 +25,5 @@ class AgentResult:
     run_id: str | None = None
     status: RunStatus = RunStatus.FINISHED  # a durable run not stopped yet: queued/running/waiting
     waiting: Wait | None = None  # what a `waiting` run waits for: the call and its question
+    # Every call it waits for (a step of several calls may wait for several), `waiting` first.
+    waits: list[Wait] = field(default_factory=list)

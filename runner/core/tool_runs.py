@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from runner.core.actions import Action, ActionKind
 from runner.core.calls import CallTimedOut, Together, described, invoke
 from runner.core.faults import fault
-from runner.core.journal import Counters, Entry, Journal
+from runner.core.journal import Counters, Entry, EntryKind, Journal
 from runner.core.spans import Spans
 from runner.core.steps import observation_entry
 from runner.core.stop_rules import StopRules
@@ -48,48 +48,82 @@ class ToolRuns:
         # signature costs more than the rest of an in-memory step.
         self.takes_key_by_tool: dict[str, bool] = {}
         self.together = Together(max_parallel)  # threads for steps of several calls
+        # Journal writes from the calls' threads (start marks, outcomes), one at a time.
+        self.writing = threading.Lock()
 
     def close(self) -> None:
         self.together.close()
 
     def observe(
-        self, entry: Entry, action: Action, *, pending: bool, answer: Entry | None = None
+        self,
+        entry: Entry,
+        action: Action,
+        *,
+        pending: bool,
+        answer: Entry | None = None,
+        started: bool = False,
     ) -> Entry:
         """Run the tool (or settle a call a crash left pending): the observation to record.
 
         An answered call runs only if it was approved; a denial or a reply is the observation.
+        `started`: the journal holds the call's start mark (a `mark_start` tool's).
         """
-        ruled = (
-            None if answer is None else observation_of(Answer(str(answer.answer)), answer.content)
-        )
         if action.kind is ActionKind.INVALID:
             content, is_error, attempt = f"InvalidAction: {action.error}", True, 1
-        elif ruled is not None:
-            (content, is_error), attempt = ruled, 1
         else:
-            if answer is not None and not pending:
-                fault("before_approved_call")
-            content, is_error, attempt = self.outcome(entry, pending=pending)
+            content, is_error, attempt = self.answered(entry, answer, pending, started)
         c = self.rules.counters
         streak = c.error_streak + 1 if is_error else 0
         counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
         return observation_entry(entry, counters, content, is_error, attempt)
 
-    def run_together(self, calls: Sequence[Entry], observed: list[Entry], *, pending: bool) -> int:
+    def answered(
+        self, entry: Entry, answer: Entry | None, pending: bool, started: bool
+    ) -> Outcome:
+        """The outcome of a call after its answer, if it needed one: a denial or a reply is
+        the outcome; an approved call (or one that needed no answer) runs."""
+        if answer is not None:
+            ruled = observation_of(Answer(str(answer.answer)), answer.content)
+            if ruled is not None:
+                return (*ruled, 1)
+            if not pending:
+                fault("before_approved_call")
+        return self.outcome(entry, pending=pending, started=started)
+
+    def run_together(
+        self,
+        calls: Sequence[Entry],
+        observed: list[Entry],
+        *,
+        pending: bool,
+        answers: Mapping[str | None, Entry],
+        started: set[str | None],
+    ) -> int:
         """Run at once (at most max_parallel_tools) the calls with no outcome in `observed`,
-        recording each outcome as it ends and appending it to `observed`: how many ran."""
+        each after its answer (`answers`, by key), recording each outcome as it ends and
+        appending it to `observed`: how many ran. `started`: the keys of the calls whose
+        start marks the journal holds."""
         batch = _Batch(self, calls, observed)
         done = {entry.idempotency_key for entry in observed}
         jobs = [
-            batch.job(call, pending=pending) for call in calls if call.idempotency_key not in done
+            batch.job(call, pending, answers.get(key), key in started)
+            for call in calls
+            if (key := call.idempotency_key) not in done
         ]
         self.together.run(jobs)
         return len(jobs)
 
-    def outcome(self, entry: Entry, *, pending: bool) -> Outcome:
-        """The call's (content, is_error, attempt): run, or settled if a crash left it pending."""
-        if pending and entry.tool in self.tools:
-            return self.settle(entry, self.journal.attempt(entry))
+    def outcome(self, entry: Entry, *, pending: bool, started: bool = False) -> Outcome:
+        """The call's (content, is_error, attempt): run, or settled if a crash left it pending.
+
+        A pending call of a `mark_start` tool without its start mark never started (the mark
+        is committed before every call of it): it runs, as a later attempt."""
+        tool = self.tools.get(entry.tool or "")
+        if pending and tool is not None:
+            attempt = self.journal.attempt(entry)
+            if tool.mark_start and not started:
+                return (*self.call_tool(entry, attempt), attempt)
+            return self.settle(entry, attempt)
         return (*self.call_tool(entry, 1), 1)
 
     def settle(self, entry: Entry, attempt: int) -> Outcome:
@@ -101,9 +135,9 @@ class ToolRuns:
                 outcome = tool.reconcile(entry.idempotency_key, dict(entry.args or {}))
             except Exception as exc:
                 return (
-                    f"OutcomeUnknown: {entry.tool} was interrupted by a crash and its "
-                    f"reconcile hook failed ({described(exc)}); it may or may not have "
-                    "taken effect",
+                    f"OutcomeUnknown: {entry.tool} was interrupted before its outcome was "
+                    f"recorded and its reconcile hook failed ({described(exc)}); it may or "
+                    "may not have taken effect",
                     True,
                     attempt,
                 )
@@ -112,10 +146,13 @@ class ToolRuns:
             return (*self.call_tool(entry, attempt), attempt)
         if tool.retry_safe:
             return (*self.call_tool(entry, attempt), attempt)
+        # Interrupted: its process died (a crash, a kill) or gave the run back (Ctrl-C) while
+        # the call ran or was about to, before its outcome was recorded. Which, and how far
+        # the call got, no one can tell here.
         return (
-            f"OutcomeUnknown: {entry.tool} was interrupted by a crash (key "
-            f"{entry.idempotency_key}); it may or may not have taken effect. Check before "
-            "calling it again.",
+            f"OutcomeUnknown: {entry.tool} was interrupted before its outcome was recorded "
+            f"(key {entry.idempotency_key}); it may or may not have taken effect. Check "
+            "before calling it again.",
             True,
             attempt,
         )
@@ -142,6 +179,8 @@ class ToolRuns:
             limit = remaining
         if limit is not None and limit <= 0:
             return f"TimeoutError: no time left in the run's budget to call {name}", True
+        if tool.mark_start and not self.mark_start(entry, attempt):
+            return "Interrupted: the run was given back before the call started", True
         token = set_current_call(ToolCall(self.journal.run_id, entry.step, attempt, key))
         try:
             with self.spans.tool_call(entry.step, name, key, attempt):
@@ -158,6 +197,24 @@ class ToolRuns:
             reset_current_call(token)
 
 
+    def mark_start(self, entry: Entry, attempt: int) -> bool:
+        """Journal that the call is about to start (committed before it does): False, and
+        nothing written, once the step was abandoned (Ctrl-C): the call must not start."""
+        mark = Entry(
+            EntryKind.START,
+            entry.step,
+            self.rules.counters,
+            tool=entry.tool,
+            idempotency_key=entry.idempotency_key,
+            attempt=attempt,
+        )
+        with self.writing:
+            if self.together.abandoned.is_set():
+                return False
+            self.journal.append(mark)
+        return True
+
+
 class _Batch:
     """The outcomes of one step's calls, recorded as each call ends (on its own thread).
 
@@ -171,22 +228,22 @@ class _Batch:
         self.runs = runs
         self.calls = calls
         self.observed = observed  # replayed first, then in the order they were recorded
-        self.lock = threading.Lock()
 
-    def job(self, call: Entry, *, pending: bool) -> Callable[[], None]:
+    def job(
+        self, call: Entry, pending: bool, answer: Entry | None, started: bool
+    ) -> Callable[[], None]:
         def run() -> None:
-            tool = self.runs.tools.get(call.tool or "")
-            if tool is not None and tool.asks(call.args) is not None:
-                # A person's answer is asked of a call alone: never run it unasked here.
-                self.record(call, *_asked_alone(call.tool))
-                return
-            self.record(call, *self.runs.outcome(call, pending=pending))
+            self.record(call, *self.runs.answered(call, answer, pending, started))
 
         return run
 
     def record(self, call: Entry, content: str, is_error: bool, attempt: int) -> None:
         rules = self.runs.rules
-        with self.lock:
+        with self.runs.writing:
+            if self.runs.together.abandoned.is_set():
+                # Ctrl-C gave the run back while this call ran: its outcome is dropped, and
+                # the call is settled on resume as any call interrupted in flight.
+                return
             c = rules.counters
             failed = is_error and all(entry.is_error for entry in self.observed)
             streak = c.error_streak + 1 if failed else 0
@@ -196,12 +253,3 @@ class _Batch:
             stop = rules.stop_with(rules.after_tools(entry)) if last else None
             self.runs.journal.append(entry, stop)
             self.observed.append(entry)
-
-
-def _asked_alone(tool: str | None) -> Outcome:
-    return (
-        f"NeedsAnswer: {tool} needs a person's answer before it runs, and asks it only as the "
-        "one call of its step: call it again on its own",
-        True,
-        1,
-    )

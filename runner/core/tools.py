@@ -3,7 +3,8 @@
 A tool is any callable (sync or async). The `tool` decorator adds the metadata that decides
 what happens to a call whose outcome a crash made unknown: run it again with the same key
 (`idempotent`, or a tool taking `idempotency_key`), ask its `reconcile` hook, or tell the
-model the outcome is unknown; and whether a call must wait for a person's approval first.
+model the outcome is unknown (unless `mark_start` shows it never started); and whether a
+call must wait for a person's approval first.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class Tool:
     approval: Approval = False
     # A call whose observation is a person's reply, never the function's result (ask_human).
     replies: bool = False
+    # Journal a `start` entry just before each call (one more write per call): a call that
+    # a crash left pending without it never started, and runs on resume instead of being
+    # reported OutcomeUnknown. For tools that are neither idempotent nor reconcilable.
+    mark_start: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.approval, bool) and not callable(self.approval):
@@ -107,6 +112,7 @@ def tool(
     reconcile: Reconcile | None = None,
     schema: dict[str, Any] | None = None,
     approval: Approval = False,
+    mark_start: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -119,13 +125,16 @@ def tool(
     reconcile: Reconcile | None = None,
     schema: dict[str, Any] | None = None,
     approval: Approval = False,
+    mark_start: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool: `@tool`, or `@tool(idempotent=True, timeout=5, reconcile=check)`.
 
     `schema` is the JSON schema of the tool's arguments that model adapters send, in place of
     the one they would build from its signature. `approval=True` makes every call wait for a
     person's approval before it runs (in a durable run); `approval=fn` only the calls for
-    which `fn(args)` is true (a rule that raises asks too).
+    which `fn(args)` is true (a rule that raises asks too). `mark_start=True` journals that
+    a call is about to start (one more write per call), so a call a crash left pending that
+    never started runs on resume rather than being reported `OutcomeUnknown`.
     """
 
     def wrap(inner: Callable[..., Any]) -> Tool:
@@ -136,6 +145,7 @@ def tool(
             reconcile=reconcile,
             schema=schema,
             approval=approval,
+            mark_start=mark_start,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -1,8 +1,9 @@
 """Calls that wait for a person: what they ask, how they are answered, what the model sees.
 
-A call that needs an answer is journaled as a `wait` entry right after its action, in the
-commit that moves the run to `waiting`; a person's answer is an `answer` entry right after
-the wait. This module holds the words for both and knows no SQL: the store writes them
+A call that needs an answer is journaled as a `wait` entry after its step's actions, in the
+commit that moves the run to `waiting` (one per such call of the step, in call order); each
+person's answer is an `answer` entry after them, in the order the answers come. This module
+holds the words for both and knows no SQL: the store writes them
 (`runner.approvals`), the loop reads them back on resume.
 """
 
@@ -86,7 +87,8 @@ def call_args(args: dict[str, Any] | None) -> str:
 
 @dataclass(frozen=True)
 class Wait:
-    """What a waiting run waits for: one call, and the kind of answer it needs."""
+    """What a waiting run waits for: one call, and the kind of answer it needs (a step of
+    several calls may wait for several: one Wait each)."""
 
     run_id: str
     step: int
@@ -109,3 +111,6 @@ class Answered:
     by: str | None  # who answered (None for a timeout)
     at: datetime
     text: str | None  # the note, the reason, the reply
+    # The calls of the same step still waiting for their answers (the run is queued again
+    # only once none is left): a step of several calls waits for every answer it needs.
+    still_waiting: tuple[str, ...] = ()

@@ -15,15 +15,22 @@ class Answering(RunnerBase):
     """The `Runner`'s part that answers runs waiting for a person."""
 
     def waiting_for(self, run_id: str) -> Wait | None:
-        """What the run waits for (the call, its question, since when), None if it does not."""
+        """What the run waits for (the call, its question, since when), None if it does not.
+        Of a step of several calls waiting, the first still open: see `waiting_calls`."""
+        waits = self.waiting_calls(run_id)
+        return waits[0] if waits else None
+
+    def waiting_calls(self, run_id: str) -> Sequence[Wait]:
+        """Every call the run waits for, in call order (a step of several calls waits for
+        all its answers before any of its calls runs); empty if it waits for none."""
         run = self.store.find_run(run_id)
-        return self.store.waits([run]).get(run.id)
+        return self.store.waits([run]).get(run.id, [])
 
     def waits(self, rows: Sequence[RunRow]) -> dict[str, Wait]:
-        """What each waiting run among `rows` waits for, by run id."""
+        """What each waiting run among `rows` waits for, by run id (its first open call)."""
         if not any(run.status is RunStatus.WAITING for run in rows):
             return {}
-        return self.store.waits(rows)
+        return {run_id: found[0] for run_id, found in self.store.waits(rows).items()}
 
     def approve(
         self,
@@ -35,8 +42,10 @@ class Answering(RunnerBase):
     ) -> Answered:
         """Approve the call the run waits for: it runs (with its key) when the run resumes.
 
-        `call` (its idempotency key) makes sure the approval is for the call you saw. `by`
-        defaults to the OS user. NotWaiting if the run waits for no answer (a race lost),
+        `call` (its idempotency key) makes sure the approval is for the call you saw; it is
+        needed while the run waits for several calls of one step (each is answered on its
+        own, and the run is queued once the last is). `by` defaults to the OS user.
+        NotWaiting if the run waits for no answer (a race lost, or the call was answered),
         WrongAnswer if it waits for a reply or for another call.
         """
         return self._answer(run_id, Answer.APPROVED, note, call, by)

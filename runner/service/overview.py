@@ -60,7 +60,8 @@ def listed(
     def plainly(reader: Reader) -> Listed:
         now = clock_now(reader)
         rows = runs(reader, now, state=state, stop_reason=stop_reason, release=release, limit=limit)
-        return Listed(rows, now, waits(reader, rows))
+        first = {run_id: found[0] for run_id, found in waits(reader, rows).items()}
+        return Listed(rows, now, first)
 
     plain_connection.require_file(url)
     found = _plainly(url, plainly)
@@ -80,7 +81,7 @@ def shown(url: str | None, run_id: str) -> Shown:
         now = clock_now(reader)
         run = reads.find_run(reader, run_id)
         journal = [entry for entry, _ in reads.load_entries(reader, run.id)]
-        result = result_of(run, journal, waits(reader, [run]).get(run.id))
+        result = result_of(run, journal, waits(reader, [run]).get(run.id, []))
         return Shown(result, observe(reader, [run], now)[0], journal, now)
 
     plain_connection.require_file(url)

@@ -101,7 +101,7 @@ class _RecordOnly:
     def attempt(self, action: Entry) -> int:
         raise _Beyond("would settle a pending call")
 
-    def wait(self, entry: Entry) -> bool:
+    def wait(self, entries: Sequence[Entry]) -> bool:
         raise _Beyond("would wait for a person's answer")
 
 

@@ -130,7 +130,7 @@ class RunnerBase:
         """The run's result so far (stop_reason None while it has not stopped)."""
         run = self.store.find_run(run_id)
         journal = [entry for entry, _ in self.store.load_entries(run.id)]
-        return listing.result_of(run, journal, self.store.waits([run]).get(run.id))
+        return listing.result_of(run, journal, self.store.waits([run]).get(run.id, []))
 
     def row(self, run_id: str) -> store.RunRow:
         """The run's row as stored (lease holder, timestamps, budgets), with its `state`

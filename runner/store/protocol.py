@@ -125,8 +125,9 @@ class RunStore(Protocol):
         """The rows with their state at `now` and an unfinished run's journal counters."""
         ...
 
-    def waits(self, rows: Sequence[RunRow]) -> dict[str, Wait]:
-        """What each waiting run among `rows` waits for, by id."""
+    def waits(self, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
+        """Every call each waiting run among `rows` waits for, in call order, by id (a step of
+        several calls may wait for several)."""
         ...
 
     def request_cancel(self, run_id: str) -> RunRow:

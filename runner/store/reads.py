@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # SQLAlchemy is never imported here: `runner list` reads with
 # The Alembic revision runner's tables are at: the newest in migrations/ (tests/migrations
 # asserts it is the head; a new revision must change it). Every command checks a database
 # against it with the one SELECT below instead of loading Alembic (a tenth of a second).
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 VERSION_QUERY = "SELECT version_num FROM alembic_version"
 # PostgreSQL's clock, the one leases are measured on (the clock of the moment, not of the
 # transaction's start). Read by `database_now`, runner.store.backend's DatabaseClock too.
@@ -258,6 +258,39 @@ def last_entry(reader: Reader, run_id: str) -> tuple[Entry, int, datetime] | Non
         return None
     row = rows[0]
     return entry_of(row), row["seq"], row["created_at"]
+
+
+# The kinds of a waiting run's last rows: its step's waits and the answers given so far.
+_WAIT_KINDS = (EntryKind.WAIT, EntryKind.ANSWER)
+_TAIL_PAGE = 16
+
+
+def wait_rows(reader: Reader, run_id: str) -> list[tuple[Entry, int, datetime]]:
+    """The waits and answers the run's journal ends with (each with its seq and when it was
+    written), in order: those of a step that waits, or waited, for people. Empty if the
+    journal ends otherwise. Read from the end along the primary key, a page at a time."""
+    tail: list[tuple[Entry, int, datetime]] = []
+    before: int | None = None
+    while True:
+        params: dict[str, Any] = {"run_id": run_id}
+        bound = ""
+        if before is not None:
+            params["before"], bound = before, " AND seq < :before"
+        rows = reader.rows(
+            f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries WHERE run_id = :run_id{bound} "
+            f"ORDER BY seq DESC LIMIT {_TAIL_PAGE}",
+            params,
+        )
+        for row in rows:
+            entry = entry_of(row)
+            if entry.kind not in _WAIT_KINDS:
+                tail.reverse()
+                return tail
+            tail.append((entry, row["seq"], row["created_at"]))
+        if len(rows) < _TAIL_PAGE:
+            tail.reverse()
+            return tail
+        before = rows[-1]["seq"]
 
 
 def get_run(reader: Reader, run_id: str) -> RunRow:

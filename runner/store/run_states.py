@@ -84,21 +84,37 @@ def observe(reader: Reader, rows: Sequence[RunRow], now: datetime) -> list[RunRo
     ]
 
 
-def waits(reader: Reader, rows: Sequence[RunRow]) -> dict[str, Wait]:
-    """What each of these runs waits for (the waiting ones: the others are left out)."""
-    found: dict[str, Wait] = {}
+def waits(reader: Reader, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
+    """Every call each of these runs waits for (the waiting ones: the others are left out)."""
+    found: dict[str, list[Wait]] = {}
     for run in rows:
-        if run.status is not RunStatus.WAITING:
-            continue
-        last = reads.last_entry(reader, run.id)  # one primary-key probe each
-        if last is not None and last[0].kind is EntryKind.WAIT:
-            entry, _seq, at = last
-            found[run.id] = wait_of(run, entry, at)
+        open_ = open_waits(reader, run)
+        if open_:
+            found[run.id] = open_
     return found
 
 
+def open_waits(reader: Reader, run: RunRow) -> list[Wait]:
+    """The calls `run` waits for, in call order: its step's waits not answered yet."""
+    if run.status is not RunStatus.WAITING:
+        return []
+    tail = reads.wait_rows(reader, run.id)  # a primary-key range read from the end
+    return [wait_of(run, entry, at) for entry, at in unanswered(tail)]
+
+
+def unanswered(tail: Sequence[tuple[Entry, int, datetime]]) -> list[tuple[Entry, datetime]]:
+    """The waits of `tail` (the waits and answers a journal ends with: reads.wait_rows) that
+    have no answer yet, in call order, each with when it was written."""
+    answered = {entry.idempotency_key for entry, _, _ in tail if entry.kind is EntryKind.ANSWER}
+    return [
+        (entry, at)
+        for entry, _, at in tail
+        if entry.kind is EntryKind.WAIT and entry.idempotency_key not in answered
+    ]
+
+
 def wait_of(run: RunRow, entry: Entry, at: datetime) -> Wait:
-    """The wait that `entry` (the run's last, a wait written at `at`) opened."""
+    """The wait that `entry` (a wait of the run's last step, written at `at`) opened."""
     assert entry.tool is not None and entry.idempotency_key is not None
     return Wait(
         run_id=run.id,
@@ -113,9 +129,9 @@ def wait_of(run: RunRow, entry: Entry, at: datetime) -> Wait:
     )
 
 
-def result_of(run: RunRow, journal: Sequence[Entry], waiting: Wait | None) -> AgentResult:
+def result_of(run: RunRow, journal: Sequence[Entry], waits: Sequence[Wait]) -> AgentResult:
     """The run's result so far (stop_reason None while it has not stopped), from its row,
-    its journal and what it waits for."""
+    its journal and the calls it waits for."""
     transcript = transcript_of(list(journal))
     # A finished run stores its final counters; an unfinished one has them in its journal.
     counters = Counters(run.steps, run.tokens, run.cost)
@@ -132,5 +148,6 @@ def result_of(run: RunRow, journal: Sequence[Entry], waiting: Wait | None) -> Ag
         wrapped_up=run.wrapped_up,
         run_id=run.id,
         status=run.status,
-        waiting=waiting,
+        waiting=waits[0] if waits else None,
+        waits=list(waits),
     )

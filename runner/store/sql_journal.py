@@ -109,17 +109,19 @@ class SqlJournal:
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
         self.append_many((entry,), stop)
 
-    def wait(self, entry: Entry) -> bool:
+    def wait(self, entries: Sequence[Entry]) -> bool:
         with self._writing:
             self._check_lease()
             fault("before_wait_commit")
             # The run is `waiting` once this commits: the lease is gone, so no heartbeat
             # renews it, and a crash from here on leaves a run that waits, not one to take over.
-            cancelled = self._write((entry,), None, self._parking)
-            self.seq += 1
+            # A step's waits (one per call that needs an answer) go in this one commit.
+            cancelled = self._write(tuple(entries), None, self._parking)
+            self.seq += len(entries)
             fault("after_wait_commit")
             if self.observer is not None:
-                self.observer(self._run_id, entry)
+                for entry in entries:
+                    self.observer(self._run_id, entry)
         return not cancelled
 
     def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:

@@ -128,7 +128,7 @@ class SqlStore:
         with store.plain_reading(self.engine) as reader:
             return run_states.observe(reader, rows, now)
 
-    def waits(self, rows: Sequence[RunRow]) -> dict[str, Wait]:
+    def waits(self, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
         return approvals.pending(self.engine, rows)
 
     def request_cancel(self, run_id: str) -> RunRow:

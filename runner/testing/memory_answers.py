@@ -1,9 +1,10 @@
 """People in the loop on an `InMemoryStore`: answers to waiting runs, and their timeouts.
 
-As runner.store.approvals does in SQL: an answer is recorded right after the run's wait and
-queues the run, only while it still waits for exactly that call (under the store's lock,
-so exactly one answer wins any race); a wait past its approval_timeout is denied by the
-next claim, or by an answer that came too late.
+As runner.store.approvals does in SQL: an answer is recorded after the run's waits, only
+while the run still waits for that call (under the store's lock, so exactly one answer wins
+any race), and the answer to the step's last open call queues the run; the calls still
+waiting past the approval_timeout are denied by the next claim, or by an answer that came
+too late.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Answered, timed_out_reason
 from runner.errors import NotWaiting
 from runner.store import run_states
-from runner.store.approvals import check_answer, check_fits, why_not_waiting
+from runner.store.approvals import (
+    answer_words,
+    check_answer,
+    check_fits,
+    chosen_wait,
+    why_not_waiting,
+)
 from runner.store.rows import RunRow, entry_of
 from runner.testing.memory_rows import MemoryRows, Row
 
@@ -37,36 +44,58 @@ class MemoryAnswers(MemoryRows):
         with self._lock:
             row = self._row(run_id)
             run = RunRow.of(row)
-            last = self.entries[run.id][-1:]
-            if run.status is not RunStatus.WAITING or not last or last[0]["kind"] != "wait":
-                answers = [r for r in self.entries[run.id] if r["kind"] == EntryKind.ANSWER]
-                previous = (entry_of(answers[-1]), answers[-1]["created_at"]) if answers else None
-                raise NotWaiting(why_not_waiting(run, previous))
-            opened = entry_of(last[0])
-            wait = run_states.wait_of(run, opened, last[0]["created_at"])
-            check_fits(run, wait, given, call)
+            tail = self._wait_rows(run.id) if run.status is RunStatus.WAITING else []
+            opened = run_states.unanswered(tail)
+            if not opened:
+                raise NotWaiting(why_not_waiting(run, self._answered(run.id, call)))
+            waits = [run_states.wait_of(run, entry, when) for entry, when in opened]
+            wait = chosen_wait(run, waits, call, lambda: self._answered_words(run.id, call))
+            check_fits(run, wait, given)
             expired = wait.expires_at is not None and wait.expires_at <= at
+            still: tuple[str, ...] = ()
             if expired:
                 self._time_out(row, at)
             else:
-                self._record(row, opened, given, text, by, at)
+                self._record(row, opened[waits.index(wait)][0], given, text, by, at)
+                still = tuple(other.call for other in waits if other is not wait)
+                if not still:
+                    self._requeue(row, at)
         if expired:
             raise NotWaiting(
                 f"run {run.id} waited too long: call {wait.call} was denied at {at:%H:%M:%S} "
                 f"UTC, {timed_out_reason(float(run.budgets.get('approval_timeout') or 0))}"
             )
         self._wake()
-        assert opened.idempotency_key is not None
-        return Answered(run.id, opened.idempotency_key, given, by, at, text)
+        return Answered(run.id, wait.call, given, by, at, text, still_waiting=still)
+
+    def _wait_rows(self, run_id: str) -> list[tuple[Entry, int, datetime]]:
+        """The waits and answers the run's journal ends with (as reads.wait_rows reads)."""
+        tail: list[tuple[Entry, int, datetime]] = []
+        for stored in reversed(self.entries.get(run_id, [])):
+            if stored["kind"] not in (EntryKind.WAIT, EntryKind.ANSWER):
+                break
+            tail.append((entry_of(stored), stored["seq"], stored["created_at"]))
+        tail.reverse()
+        return tail
+
+    def _answered(self, run_id: str, call: str | None) -> tuple[Entry, datetime] | None:
+        """The run's last answer (to `call`, if named) and when it was written."""
+        for stored in reversed(self.entries[run_id]):
+            if stored["kind"] == EntryKind.ANSWER and call in (None, stored["idempotency_key"]):
+                return entry_of(stored), stored["created_at"]
+        return None
+
+    def _answered_words(self, run_id: str, call: str | None) -> str:
+        found = self._answered(run_id, call)
+        return "" if found is None else answer_words(*found)
 
     def _time_out(self, row: Row, at: datetime) -> None:
-        last = self.entries[row["id"]][-1:]
-        if not last or last[0]["kind"] != EntryKind.WAIT:
-            self._requeue(row, at)
-            return
+        """Deny every call the run still waits for, and queue it."""
         seconds = float(RunRow.of(row).budgets.get("approval_timeout") or 0)
         reason = timed_out_reason(seconds)
-        self._record(row, entry_of(last[0]), Answer.TIMED_OUT, reason, None, at)
+        for entry, _ in run_states.unanswered(self._wait_rows(row["id"])):
+            self._record(row, entry, Answer.TIMED_OUT, reason, None, at)
+        self._requeue(row, at)
 
     def _record(
         self,
@@ -88,7 +117,6 @@ class MemoryAnswers(MemoryRows):
             answered_by=by,
         )
         self._append(row["id"], row["lease_epoch"], entry, at)
-        self._requeue(row, at)
 
     @staticmethod
     def _requeue(row: Row, at: datetime) -> None:

@@ -77,11 +77,11 @@ class MemoryRunJournal:
             self.seq += len(entries)
         self._tell(entries)
 
-    def wait(self, entry: Entry) -> bool:
-        with self._writing:
-            cancelled = self._write((entry,), None, parking=True)
-            self.seq += 1
-        self._tell((entry,))
+    def wait(self, entries: Sequence[Entry]) -> bool:
+        with self._writing:  # a step's waits, one per call that needs an answer: one write
+            cancelled = self._write(tuple(entries), None, parking=True)
+            self.seq += len(entries)
+        self._tell(entries)
         return not cancelled
 
     def finish(self, stop: Stop, counters: Counters) -> None:

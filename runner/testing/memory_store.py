@@ -142,14 +142,15 @@ class InMemoryStore(MemoryAnswers):
             found.append(liveness.observed(run, now, last[0][0].counters if last else None))
         return found
 
-    def waits(self, rows: Sequence[RunRow]) -> dict[str, Wait]:
-        found: dict[str, Wait] = {}
+    def waits(self, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
+        found: dict[str, list[Wait]] = {}
         with self._lock:
             for run in rows:
-                last = self.entries.get(run.id, [])[-1:]
-                if run.status is RunStatus.WAITING and last and last[0]["kind"] == EntryKind.WAIT:
-                    row = last[0]
-                    found[run.id] = run_states.wait_of(run, entry_of(row), row["created_at"])
+                if run.status is not RunStatus.WAITING:
+                    continue
+                open_ = run_states.unanswered(self._wait_rows(run.id))
+                if open_:
+                    found[run.id] = [run_states.wait_of(run, entry, at) for entry, at in open_]
         return found
 
     def request_cancel(self, run_id: str) -> RunRow:

@@ -130,7 +130,7 @@ def run(request: Request) -> Response:
         for n, found in steps.items()
     ]
     totals = counters[-1] if counters else None
-    waiting = state.waiting_for(row.id) if row.status is RunStatus.WAITING else None
+    waits = state.waiting_calls(row.id) if row.status is RunStatus.WAITING else []
     meaning = (
         StopReason(row.stop_reason).explained(row.budgets, row.error) if row.stop_reason else ""
     )
@@ -147,14 +147,14 @@ def run(request: Request) -> Response:
         last_step=last_step,
         pages=_pages(request.url, first, last_step),
         meaning=meaning,
-        waiting=waiting,
+        waits=waits,
         lease_live=row.lease_is_live(standing.now),
         delayed_until=(
             row.not_before
             if row.status is RunStatus.QUEUED and row.not_before and row.not_before > standing.now
             else None
         ),
-        commands=state.commands(row) + _answer_commands(waiting),
+        commands=state.commands(row) + [c for wait in waits for c in _answer_commands(wait)],
         notice=NOTICES.get(request.query_params.get("notice", "")),
     )
 

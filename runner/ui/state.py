@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import jinja2
@@ -92,6 +93,10 @@ class UiState:
     def waiting_for(self, run_id: str) -> Wait | None:
         """What a waiting run waits for (a read, through the same library as the CLI)."""
         return self._runner().waiting_for(run_id)
+
+    def waiting_calls(self, run_id: str) -> Sequence[Wait]:
+        """Every call a waiting run waits for (a step of several calls may wait for several)."""
+        return self._runner().waiting_calls(run_id)
 
     async def answer(self, run_id: str, how: str, text: str, call: str | None) -> Answered:
         """Approve, deny or reply: the same library calls as `runner approve/deny/reply`."""

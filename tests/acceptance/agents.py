@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -318,3 +319,72 @@ gated = Agent(
 GATED_ANSWER = "balance 5; square 25; reply yes"
 
 not_an_agent = 42
+
+
+# -- a step of several calls that waits for people; start marks; Ctrl-C in a batch ------------
+
+GATED_BATCH = [
+    {"id": "call_s", "name": "square", "args": {"x": "3"}},
+    {"id": "call_d", "name": "deposit", "args": {"amount": 5}},
+    {"id": "call_n", "name": "notify", "args": {"text": "batch"}},
+]
+
+
+def gated_batch_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Step 1: square (runs unasked), deposit and notify (each needs approval) at once;
+    step 2: the answer, from square and deposit only (notify's may be OutcomeUnknown)."""
+    step = _log_model_call(transcript)
+    if step == 1:
+        return {"type": "tool", "calls": GATED_BATCH, "usage": _usage()}
+    results = {m["id"]: m["content"] for m in transcript if m["role"] == "tool"}
+    answer = f"square {results['call_s']}; deposit {results['call_d']}"
+    return {"type": "final", "content": answer, "usage": _usage()}
+
+
+# 2 steps; with both calls approved the answer is GATED_BATCH_ANSWER. Keys: <id>-1.1 square,
+# <id>-1.2 deposit, <id>-1.3 notify.
+gated_batch = Agent(
+    gated_batch_model,
+    {
+        "square": square,
+        "deposit": Tool(deposit, approval=True),
+        "notify": Tool(notify, approval=True),
+    },
+    name="gated-batch",
+    release="r6",
+)
+GATED_BATCH_ANSWER = "square 9; deposit 5"
+
+# `ledgered` with its plain notify declared `mark_start`: a notify a crash left pending
+# without its start mark never started, and runs on resume.
+marked = Agent(
+    planned_model(2),
+    {**TOOLS, "notify": Tool(notify, mark_start=True)},
+    name="marked",
+    release="r7",
+)
+ANSWERS["marked"] = ANSWERS["ledgered"]
+
+# Set by nobody: a blocked call waits on it until its process ends (or GATE_TIMEOUT passes).
+_never = threading.Event()
+
+
+def blocked(n: int) -> str:
+    """A sync tool that marks that it started (`started-<n>`), then blocks on an event no one
+    sets: Ctrl-C must give the run back without waiting for it."""
+    (ledger_folder() / f"started-{n}").touch()
+    _never.wait(GATE_TIMEOUT)
+    return f"blocked {n} ended"
+
+
+def blocked_batch_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Step 1: two blocked calls at once; step 2: the answer, their observations joined."""
+    step = _log_model_call(transcript)
+    if step == 1:
+        calls = [{"id": f"call_{n}", "name": "blocked", "args": {"n": n}} for n in (1, 2)]
+        return {"type": "tool", "calls": calls, "usage": _usage()}
+    results = [m["content"] for m in transcript if m["role"] == "tool"]
+    return {"type": "final", "content": " | ".join(results), "usage": _usage()}
+
+
+blocked_batch = Agent(blocked_batch_model, {"blocked": blocked}, name="blocked", release="r8")

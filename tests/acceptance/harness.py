@@ -31,8 +31,6 @@ KILLED = -signal.SIGKILL
 TIMEOUT = 90
 
 ACTION_KINDS = ("action", "final", "refused")
-CALL = ["action", "observation"]
-CALL_WITH_WAIT = ["action", "wait", "answer", "observation"]
 
 
 def agent_ref(name: str) -> str:
@@ -149,8 +147,11 @@ def committed_steps(db_url: str, run_id: str) -> set[int]:
 def check_journal(rows: list[dict[str, Any]], *, finished: bool = True) -> None:
     """No gap and no duplicate: seq 0..n-1, steps 1..N in order, each step's entries once.
 
-    A tool step is its action, then its observation; a step of several calls is one action
-    per call (keys `<run_id>-<step>.<n>`), then one observation per call in any order.
+    A tool step is its action(s), one per call (keys `<run_id>-<step>`, or `.<n>` in a step
+    of several calls); then the waits of the calls that need a person (in call order); then
+    one answer per wait, in any order; then each call's observation exactly once, in any
+    order, a call of a `mark_start` tool with its start mark(s) before it. The last step of
+    an unfinished run may stop anywhere in that.
     """
     assert [row["seq"] for row in rows] == list(range(len(rows))), "seq has a gap"
     if not rows and not finished:
@@ -164,33 +165,48 @@ def check_journal(rows: list[dict[str, Any]], *, finished: bool = True) -> None:
     assert [row["step"] for row in rows] == sorted(row["step"] for row in rows)
     for step in steps:
         kinds = [row["kind"] for row in per_step[step]]
-        last = step == steps[-1]
+        complete = finished or step != steps[-1]
         if kinds[0] == "action":
-            if kinds[1:2] == ["wait"]:
-                # A call that waited for a person: action, wait, the one answer, then its
-                # observation (the last step of an unfinished run may stop anywhere).
-                if finished or not last:
-                    assert kinds == CALL_WITH_WAIT, (step, kinds)
-                else:
-                    assert kinds in [CALL_WITH_WAIT[:n] for n in range(1, 5)], (step, kinds)
-                keys = {row["idempotency_key"] for row in per_step[step]}
-                assert keys == {f"{per_step[step][0]['run_id']}-{step}"}, (step, keys)
-                assert {row["tool"] for row in per_step[step]} == {per_step[step][0]["tool"]}
-                continue
-            # Every call of the step first, then each call's observation exactly once (the
-            # last step of an unfinished run may still have calls pending).
-            actions = [row for row in per_step[step] if row["kind"] == "action"]
-            outcomes = per_step[step][len(actions) :]
-            assert kinds[: len(actions)] == ["action"] * len(actions), (step, kinds)
-            assert all(row["kind"] == "observation" for row in outcomes), (step, kinds)
-            if finished or not last:
-                assert len(outcomes) == len(actions), (step, kinds)
-            else:
-                assert len(outcomes) <= len(actions), (step, kinds)
-            _check_keys(step, actions, outcomes)
+            _check_calls(step, per_step[step], complete)
         else:
-            assert last, f"step {step} ({kinds}) ended the run but is not the last step"
+            assert step == steps[-1], f"step {step} ({kinds}) ended the run but is not last"
             assert kinds in (["final"], ["refused"]), (step, kinds)
+
+
+def _leading(rows: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    n = 0
+    while n < len(rows) and rows[n]["kind"] == kind:
+        n += 1
+    return rows[:n]
+
+
+def _check_calls(step: int, rows: list[dict[str, Any]], complete: bool) -> None:
+    """One tool step's rows: actions, waits, answers, then start marks and observations."""
+    kinds = [row["kind"] for row in rows]
+    actions = _leading(rows, "action")
+    waits = _leading(rows[len(actions) :], "wait")
+    answers = _leading(rows[len(actions) + len(waits) :], "answer")
+    tail = rows[len(actions) + len(waits) + len(answers) :]
+    assert all(row["kind"] in ("start", "observation") for row in tail), (step, kinds)
+    keys = [row["idempotency_key"] for row in actions]
+    waited = [row["idempotency_key"] for row in waits]
+    assert waited == [key for key in keys if key in waited], (step, "waits out of call order")
+    answered = [row["idempotency_key"] for row in answers]
+    assert len(answered) == len(set(answered)) and set(answered) <= set(waited), (step, kinds)
+    if complete:
+        assert set(answered) == set(waited), (step, kinds)
+    if set(answered) != set(waited):
+        assert not tail, f"step {step} ran calls before every answer was in: {kinds}"
+    outcomes = [row for row in tail if row["kind"] == "observation"]
+    if complete:
+        assert len(outcomes) == len(actions), (step, kinds)
+    else:
+        assert len(outcomes) <= len(actions), (step, kinds)
+    observed_at = {row["idempotency_key"]: row["seq"] for row in outcomes}
+    for mark in (row for row in tail if row["kind"] == "start"):
+        assert mark["idempotency_key"] in keys, mark
+        assert mark["seq"] < observed_at.get(mark["idempotency_key"], mark["seq"] + 1), mark
+    _check_keys(step, actions, outcomes)
 
 
 def _check_keys(step: int, actions: list[dict[str, Any]], outcomes: list[dict[str, Any]]) -> None:

@@ -185,7 +185,7 @@ def _journal(spec: Spec) -> Iterator[dict[str, Any]]:
             "done": "found it",
             "rerun": "found it",
             "failed": "TimeoutError: no answer",
-            "unknown": "OutcomeUnknown: send_email was interrupted by a crash",
+            "unknown": "OutcomeUnknown: send_email was interrupted before its outcome was recorded",
         }[call.outcome]
         yield row(
             "observation",

@@ -151,8 +151,8 @@ class Recorded:
     def attempt(self, action: Entry) -> int:
         return self.attempt_now
 
-    def wait(self, entry: Entry) -> bool:
-        self.waits.append(entry)
+    def wait(self, entries: Sequence[Entry]) -> bool:
+        self.waits.extend(entries)
         return True
 
 
@@ -289,8 +289,8 @@ def test_a_reply_is_ask_humans_observation() -> None:
 
 def test_a_cancel_that_came_first_ends_the_run_where_it_would_have_waited() -> None:
     class CancelledFirst(Recorded):
-        def wait(self, entry: Entry) -> bool:
-            self.waits.append(entry)
+        def wait(self, entries: Sequence[Entry]) -> bool:
+            self.waits.extend(entries)
             return False
 
     refunds, journal = Refunds(), CancelledFirst(waited(None)[:2])
