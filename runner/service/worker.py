@@ -297,8 +297,11 @@ class Worker:
             )
             return
         if result.status is RunStatus.WAITING:
-            wait = result.waiting
-            what = f" for {wait.asks} of {wait.question} (call {wait.call})" if wait else ""
+            waits = result.waits or ([result.waiting] if result.waiting else [])
+            what = "".join(
+                f"{' and' if n else ''} for {wait.asks} of {wait.question} (call {wait.call})"
+                for n, wait in enumerate(waits)
+            )
             self._log(
                 logging.INFO, f"run {run.id} waits{what}: released until a person answers", run.id
             )

@@ -39,6 +39,10 @@ answer exactly what an uncrashed one does.
 
 The parallel agent asks for four calls in its first step (quick, square, deposit, notify:
 one of each kind, quick a plain tool that finishes) and answers from square and deposit.
+`gated_batch` asks in one step for square (needs nothing), deposit and notify (each needs
+approval); `marked` is `ledgered` with notify declared `mark_start`; `blocked_batch` asks
+for two calls that block on an event nobody sets (for Ctrl-C), each marking its start in
+the ledger folder (`started-<n>`).
 `openai_parallel` is the same batch through `OpenAIChat`, talking to the fake server at
 RUNNER_TEST_OPENAI_URL (without notify, so a resumed run's requests equal an uncrashed one's).
 """

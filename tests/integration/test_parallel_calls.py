@@ -297,7 +297,7 @@ def test_a_crash_mid_batch_settles_each_unfinished_call_and_reruns_no_finished_o
     assert result.stop_reason == "final"
     outcomes = [m["content"] for m in result.transcript if m["role"] == "tool"]
     assert outcomes[0] == "quick 1" and outcomes[1] == "pure 2" and outcomes[3] == "checked 4"
-    assert outcomes[2].startswith("OutcomeUnknown: plain was interrupted before its outcome was recorded")
+    assert outcomes[2].startswith("OutcomeUnknown: plain was interrupted before its outcome")
     assert {name: (row["status"], row["attempt"]) for name, row in found.items()} == {
         "quick": ("done", 1),
         "pure": ("done", 2),

@@ -361,7 +361,7 @@ def test_an_approved_plain_call_interrupted_by_a_crash_is_not_run_again(db_url: 
         crash(runner.engine, "k2")
         done = runner.resume("k2", agent=agent)
     assert ran == [9]
-    assert str(done.output).startswith("OutcomeUnknown: pay was interrupted before its outcome was recorded")
+    assert str(done.output).startswith("OutcomeUnknown: pay was interrupted before its outcome")
 
 
 # -- blocking until an answer --------------------------------------------------------------------
