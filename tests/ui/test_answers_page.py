@@ -34,6 +34,12 @@ def refund(amount: float) -> str:
 def model(transcript: Transcript) -> dict[str, Any]:
     seen = [m for m in transcript if m["role"] == "tool"]
     if not seen:
+        if "both" in transcript[0]["content"]:  # a step of two calls, each needing an answer
+            calls = [
+                {"id": "r", "name": "refund", "args": {"amount": 249.0}},
+                {"id": "q", "name": "ask_human", "args": {"question": "Which order?"}},
+            ]
+            return {"type": "tool", "calls": calls}
         if "question" in transcript[0]["content"]:
             return {"type": "tool", "name": "ask_human", "args": {"question": "Which order?"}}
         return {"type": "tool", "name": "refund", "args": {"amount": 249.0}}
@@ -175,3 +181,27 @@ def test_what_a_waiting_run_asks_is_shown_as_text(
     asked = re.search(r'<div class="waiting">(.*?)</div>', page, re.S)
     assert asked is not None and "&lt;script&gt;window.pwned" in asked.group(1)
     assert HOSTILE.split("<img")[0] in html.unescape(asked.group(1))  # the <script>, whole
+
+
+def test_a_step_of_two_waiting_calls_shows_and_answers_each(
+    client: TestClient, seeded: Seeded
+) -> None:
+    waiting_run(seeded, "ui-both", "both at once")
+    page = client.get("/runs/ui-both").text
+    assert "approval of" in page and "a reply to" in page
+    assert page.count('name="call" value="ui-both-1.1"') == 2  # approve and deny
+    assert page.count('name="call" value="ui-both-1.2"') == 2  # reply and deny
+    token = csrf_of(page)
+    replied = client.post(
+        "/runs/ui-both/reply",
+        data={"csrf": token, "call": "ui-both-1.2", "text": "1042"},
+        follow_redirects=False,
+    )
+    assert replied.status_code == 303
+    page = client.get("/runs/ui-both").text
+    assert 'value="ui-both-1.2"' not in page and 'value="ui-both-1.1"' in page
+    with Runner(seeded.url) as runner:
+        assert runner.row("ui-both").status == "waiting"  # one call still waits
+        runner.approve("ui-both", call="ui-both-1.1")
+        done = runner.resume("ui-both", agent=AGENT)
+    assert done.output == "1042"
