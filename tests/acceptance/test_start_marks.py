@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .agents import ANSWERS
+from .agents import MARKED_ANSWER
 from .harness import (
     KILLED,
     CrashHistory,
@@ -27,7 +27,7 @@ from .harness import (
     tool_steps,
 )
 
-ANSWER = ANSWERS["marked"]
+ANSWER = MARKED_ANSWER
 NOTIFY_STEP = 3  # the plan: deposit, square, notify, ...
 
 
