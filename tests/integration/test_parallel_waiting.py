@@ -16,8 +16,9 @@ from runner.core.clock import ManualClock
 from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Asks
 from runner.store import leases
+from runner.testing import FunctionModel
 
-from .support import Counting, Crash, Transcript, crash, entry_rows
+from .support import Crash, Transcript, crash, entry_rows
 
 OWNER = "test-worker"
 
@@ -54,7 +55,7 @@ class Desk:
                 return {"type": "tool", "calls": calls}
             return {"type": "final", "content": " | ".join(seen[k] for k in ("l", "r", "q"))}
 
-        self.model = Counting(model)
+        self.model = FunctionModel(model)
         tools = {"lookup": lookup, "refund": refund, "ask": ask_human}
         self.agent = Agent(self.model, tools, name="desk", release="1")
 
@@ -158,10 +159,10 @@ def test_a_timeout_denies_every_call_still_open(db_url: str) -> None:
         runner.run(desk.agent, "help", id="p3", approval_timeout=60)
         runner.reply("p3", "lost", call="p3-1.3")
         clock.advance(61)
-        claimed = leases.claim_next(
-            runner.engine, owner=OWNER, lease_seconds=30, max_resumes=3, clock=clock
+        (claimed,) = leases.claim_some(
+            runner.engine, limit=1, owner=OWNER, lease_seconds=30, max_resumes=3, clock=clock
         )
-        assert claimed is not None and claimed.run.id == "p3"
+        assert claimed.run.id == "p3"
         done = runner.execute(claimed, desk.agent)
         answered = rows(runner, "SELECT idempotency_key, answer FROM approvals ORDER BY 1")
     assert done.output == "order 1042: paid 250 | Denied: no answer within 60s | lost"
