@@ -335,3 +335,57 @@ def test_waiting_runs_are_listed_with_what_they_wait_for() -> None:
     assert waits["l2"].question == "refund(amount=202)"
     assert runner.get("l0").waiting == waits["l0"]
     assert runner.get("l1").waiting is None
+
+
+# -- a step of several calls that wait -------------------------------------------------------
+
+
+def desk() -> tuple[Agent, list[str]]:
+    """Step 1 asks at once for lookup (needs nothing), refund (approval) and ask (a reply)."""
+    ran: list[str] = []
+
+    @tool(approval=True)
+    def refund(amount: int) -> str:
+        ran.append("refund")
+        return f"refunded {amount}"
+
+    def lookup(order: str) -> str:
+        ran.append("lookup")
+        return f"order {order}"
+
+    def model(transcript: Any) -> dict[str, Any]:
+        seen = tool_results(transcript)
+        if not seen:
+            calls = [
+                {"id": "l", "name": "lookup", "args": {"order": "1042"}},
+                {"id": "r", "name": "refund", "args": {"amount": 250}},
+                {"id": "q", "name": "ask", "args": {"question": "Why?"}},
+            ]
+            return {"type": "tool", "calls": calls}
+        return final(" | ".join(m["content"] for m in seen))
+
+    tools = {"lookup": lookup, "refund": refund, "ask": ask_human}
+    return Agent(FunctionModel(model), tools, name="desk"), ran
+
+
+def test_a_step_of_several_calls_waits_for_each_answer_and_the_last_queues_it() -> None:
+    agent, ran = desk()
+    runner, store, clock = memory_runner()
+    result = runner.run(agent, "help", id="p1", approval_timeout=60)
+    assert [w.call for w in result.waits] == ["p1-1.2", "p1-1.3"] and ran == []
+    with pytest.raises(WrongAnswer, match="waits for 2 calls"):
+        runner.approve("p1")
+    replied = runner.reply("p1", "lost", call="p1-1.3")
+    assert replied.still_waiting == ("p1-1.2",)
+    assert runner.row("p1").status is RunStatus.WAITING
+    assert [w.call for w in runner.waiting_calls("p1")] == ["p1-1.2"]
+    with pytest.raises(NotWaiting, match=r"call p1-1\.3 was already replied"):
+        runner.reply("p1", "again", call="p1-1.3")
+    clock.advance(61)  # the call still open times out at the next claim
+    claimed = claim(store)
+    assert claimed is not None and claimed.run.id == "p1"
+    done = runner.execute(claimed, agent)
+    assert done.output == "order 1042 | Denied: no answer within 60s | lost"
+    assert ran == ["lookup"]
+    answers = [(e.idempotency_key, e.answer) for e in runner.journal("p1") if e.kind == "answer"]
+    assert answers == [("p1-1.3", Answer.REPLIED), ("p1-1.2", Answer.TIMED_OUT)]
