@@ -358,7 +358,7 @@ def test_a_database_blip_in_the_heartbeat_keeps_the_lease(
     beats: list[str] = []
     recovered = threading.Event()
 
-    def blipping_renew(engine: Any, held: dict[str, int], *rest: Any) -> set[str]:
+    def blipping_renew(engine: Any, held: dict[str, int], *rest: Any) -> dict[str, bool]:
         if len(beats) < 2:
             beats.append("failed")
             return renew_leases(unreachable, held, *rest)  # raises
@@ -436,7 +436,7 @@ def test_a_heartbeat_never_renews_a_finished_run(db_url: str) -> None:
         renewed = lease_renewals.renew_leases(runner.engine, {"done": run.lease_epoch}, 30)
         after = runner.row("done")
     assert result.stop_reason == "final"
-    assert renewed == set()
+    assert renewed == {}
     assert (after.lease_owner, after.lease_expires_at) == (None, None)
 
 
@@ -446,8 +446,9 @@ def test_renewing_with_a_stale_epoch_fails(db_url: str) -> None:
         first = leases.claim_run(
             runner.engine, "r", owner=ANOTHER_HOST, lease_seconds=30, max_resumes=3
         )
-        assert lease_renewals.renew_leases(runner.engine, {"r": first.epoch}, 30) == {"r"}
+        # Renewed, and not asked to cancel.
+        assert lease_renewals.renew_leases(runner.engine, {"r": first.epoch}, 30) == {"r": False}
         leases.claim_run(
             runner.engine, "r", owner="thief:1:1", lease_seconds=30, max_resumes=3, steal=True
         )
-        assert lease_renewals.renew_leases(runner.engine, {"r": first.epoch}, 30) == set()
+        assert lease_renewals.renew_leases(runner.engine, {"r": first.epoch}, 30) == {}
