@@ -1,6 +1,6 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
-Each family of commands has its module (runs, answers, worker, queues, db, history); they
+Each family of commands has its module (runs, follow, answers, worker, queues, db, history); they
 share the options of `runner.cli.options` and print through `runner.cli.output` (what a
 run looks like is `run_output`, query results, stats and queues `report_output`). This
 module builds the group, registers every command and gives each one runner's error
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import answers, db, history, logs, output, queues, runs, ui, worker
+from runner.cli import answers, db, follow, history, logs, output, queues, runs, ui, worker
 from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -131,6 +131,7 @@ for _command in (
     runs.fork,
     runs.replay,
     runs.show,
+    follow.tail,
     runs.list_,
     runs.cancel,
     answers.approve,

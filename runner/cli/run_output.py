@@ -1,13 +1,16 @@
 """What a run looks like, printed: its JSON, `show`'s transcript, `list`'s table, a step's
-progress line, how it stopped, a replay's verdict, and what a waiting run waits for with
-the commands that answer it. Written through `runner.cli.output`, the one way out.
+progress line, `tail`'s events, how it stopped, a replay's verdict, and what a waiting run
+waits for with the commands that answer it. Written through `runner.cli.output`, the one
+way out.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import UTC, datetime
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from runner.cli.output import (
@@ -31,6 +34,7 @@ from runner.core.stop_reasons import StopReason
 
 if TYPE_CHECKING:
     from runner.core.waiting import Answered, Wait
+    from runner.service.events import Event
     from runner.service.replay import Replay
     from runner.service.values import RunRow
 
@@ -165,6 +169,38 @@ def render_run(
         lines.extend(_entry_lines(entry, width))
     lines.extend(_ending(result, row))
     return printable("\n".join(lines).replace("\r\n", "\n"))
+
+
+# -- events (`tail`) ---------------------------------------------------------------------------
+
+
+# An entry's counters: the run's totals after it.
+_COUNTERS = ("steps", "tokens", "cost", "error_streak")
+
+
+def event_lines(event: Event) -> str:
+    """One event of `runner tail`: its entry as `show` prints it (cut as `show` cuts it)."""
+    return printable("\n".join(_entry_lines(event.entry, _WIDTH)))
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """One event of `runner tail --json`: its position, the entry's fields whole, and the
+    run's counters after it."""
+    entry = event.entry
+    data: dict[str, Any] = {"event": "entry", "position": event.position, "run_id": event.run_id}
+    for field in fields(entry):
+        value = getattr(entry, field.name)
+        if field.name == "counters":
+            value = {name: getattr(value, name) for name in _COUNTERS}
+        elif isinstance(value, Enum):
+            value = value.value
+        data[field.name] = value
+    return data
+
+
+def ending_lines(result: AgentResult, row: RunRow) -> str:
+    """How `tail` ends, as `show` does: the stop and what it means, or what is in flight."""
+    return printable("\n".join(_ending(result, row)))
 
 
 def _delayed(row: RunRow, now: datetime | None) -> str:

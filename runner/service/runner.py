@@ -2,9 +2,10 @@
 
 The class is made of parts by responsibility, each in its own module over one base that
 holds the store (runner.service.runner_base): queueing runs (`submitting`), driving them in
-this process (`resuming`), answering waiting runs (`answering`) and reading them
-(`inspecting`). Every part goes through the store's protocol (runner.store.protocol):
-a database's `SqlStore` by default, or the in-memory store of `runner.testing`.
+this process (`resuming`), answering waiting runs (`answering`), reading them
+(`inspecting`) and following their journals as events (`events`). Every part goes through
+the store's protocol (runner.store.protocol): a database's `SqlStore` by default, or the
+in-memory store of `runner.testing`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from runner.defaults import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS  # re-exported
 from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exported
 from runner.service.answering import Answering
+from runner.service.events import Following
 from runner.service.inspecting import Inspecting
 from runner.service.resuming import Resuming
 from runner.service.runner_base import ANSWER_POLL_SECONDS as ANSWER_POLL_SECONDS
@@ -19,7 +21,7 @@ from runner.service.runner_base import RUN_ID_PATTERN as RUN_ID_PATTERN
 from runner.service.submitting import Submitting
 
 
-class Runner(Submitting, Resuming, Answering, Inspecting):
+class Runner(Submitting, Resuming, Answering, Inspecting, Following):
     """Start, resume, inspect and cancel durable runs in one database.
 
     `Runner(url)` opens the database at `url` (None: RUNNER_DATABASE_URL, else the default

@@ -108,6 +108,11 @@ class RunStore(Protocol):
         """The run's journal in order (of `kinds`, if given), each with its writer's epoch."""
         ...
 
+    def entries_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Entry]]:
+        """At most `limit` of the run's journal entries whose position (seq) is after
+        `after`, in order, each with its position."""
+        ...
+
     def list_runs(
         self,
         now: datetime,

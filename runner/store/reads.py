@@ -342,6 +342,18 @@ def load_entries(
     return [(entry_of(row), row["lease_epoch"]) for row in rows]
 
 
+def entries_after(reader: Reader, run_id: str, after: int, limit: int) -> list[tuple[int, Entry]]:
+    """At most `limit` of the run's journal entries after position `after` (their seq), in
+    order, each with its position: a range of the primary key (run_id, seq), so a follower
+    polling an idle run costs one index probe."""
+    rows = reader.rows(
+        f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries WHERE run_id = :run_id "
+        "AND seq > :after ORDER BY seq LIMIT :limit",
+        {"run_id": run_id, "after": after, "limit": limit},
+    )
+    return [(row["seq"], entry_of(row)) for row in rows]
+
+
 def existing_runs(reader: Reader, run_ids: Sequence[str]) -> dict[str, RunRow]:
     """The runs among `run_ids` that exist, by id."""
     found: dict[str, RunRow] = {}

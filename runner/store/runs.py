@@ -286,6 +286,12 @@ def load_entries(
         return reads.load_entries(reader, run_id, kinds)
 
 
+def entries_after(engine: Engine, run_id: str, after: int, limit: int) -> list[tuple[int, Entry]]:
+    """At most `limit` of the run's journal entries after position `after`, in order."""
+    with plain_reading(engine) as reader:
+        return reads.entries_after(reader, run_id, after, limit)
+
+
 def last_entries(engine: Engine, run_ids: Sequence[str]) -> dict[str, tuple[Counters, datetime]]:
     """The counters after each run's last journal entry, and when it was written: the
     counters so far of an unfinished run (its row holds them only once it finishes)."""

@@ -108,6 +108,9 @@ class SqlStore:
     def load_entries(self, run_id: str, kinds: Sequence[EntryKind] = ()) -> list[tuple[Entry, int]]:
         return store.load_entries(self.engine, run_id, kinds)
 
+    def entries_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Entry]]:
+        return store.entries_after(self.engine, run_id, after, limit)
+
     def list_runs(
         self,
         now: datetime,

@@ -106,6 +106,11 @@ class InMemoryStore(MemoryAnswers):
             if not wanted or row["kind"] in wanted
         ]
 
+    def entries_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Entry]]:
+        with self._lock:
+            rows = [row for row in self.entries.get(run_id, ()) if row["seq"] > after]
+        return [(row["seq"], entry_of(row)) for row in rows[:limit]]
+
     def list_runs(
         self,
         now: datetime,

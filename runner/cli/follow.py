@@ -1,0 +1,79 @@
+"""`runner tail`: a run's journal as events, after a position, followed as it is written."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from runner.cli import output, run_output
+from runner.cli.options import db_option, json_option
+from runner.cli.runs import EXIT_FINAL, EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_WAITING
+from runner.core.result import AgentResult
+from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
+
+
+@click.command()
+@click.argument("run_id", metavar="ID")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Go on printing entries as they are committed, until the run stops or waits for a person.",
+)
+@click.option(
+    "--after",
+    type=click.IntRange(min=-1),
+    default=-1,
+    metavar="N",
+    help="Only the entries after position N (positions start at 0; --json gives each one's).",
+)
+@db_option
+@json_option
+def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) -> None:
+    """Print run ID's journal entries after position N, as `runner show` prints them, then
+    how the run stands (its stop line); with --follow, each new entry as it is committed,
+    from any process, until the run stops or waits for a person.
+
+    --json prints one object a line: each entry with its `position` (resume with
+    `--after POSITION`), then an `"event": "end"` object with the run as `show --json`
+    gives it. Exit codes as for `runner run`: 0 for a final answer, 3 for any other stop,
+    4 for a run that waits for a person; 0 for a run not stopped yet (without --follow).
+    """
+    # Imported here: the durable runner loads SQLAlchemy, which `runner --help` does without.
+    from runner.service.runner import Runner
+
+    with Runner(url) as runner:
+        stream = runner.events(run_id, after=after, follow=follow, until_waiting=True)
+        try:
+            for event in stream:
+                if as_json:
+                    output.print_json(run_output.event_json(event))
+                else:
+                    output.line(run_output.event_lines(event))
+        except KeyboardInterrupt:
+            output.line(
+                f"interrupted: `runner tail {stream.run_id} --follow --after {stream.position}` "
+                "goes on from here",
+                err=True,
+            )
+            sys.exit(EXIT_INTERRUPTED)
+        result = runner.get(stream.run_id)
+        row = runner.row(stream.run_id)
+    if as_json:
+        end = {"event": "end", "position": stream.position}
+        output.print_json(end | run_output.run_json(result, row))
+    else:
+        output.line(run_output.ending_lines(result, row))
+        if result.status is RunStatus.WAITING:
+            run_output.waiting(result)
+    sys.exit(_exit_code(result))
+
+
+def _exit_code(result: AgentResult) -> int:
+    if result.status is RunStatus.WAITING:
+        return EXIT_WAITING
+    if result.stop_reason is None or result.stop_reason == StopReason.FINAL:
+        return EXIT_FINAL
+    return EXIT_STOPPED
