@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from runner.models import AnthropicMessages as AnthropicMessages
     from runner.models import OpenAIChat as OpenAIChat
     from runner.models import Price as Price
+    from runner.service.events import Event as Event
     from runner.service.run_agent import run_agent as run_agent
     from runner.service.runner import Runner as Runner
 
@@ -80,6 +81,7 @@ _HOMES = {
     "cut_observations": "runner.core.context",
     "last_steps": "runner.core.context",
     "Runner": "runner.service.runner",
+    "Event": "runner.service.events",
     "AgentLoadError": "runner.errors",
     "AmbiguousRunId": "runner.errors",
     "BadAgentReference": "runner.errors",

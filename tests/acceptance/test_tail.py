@@ -19,9 +19,7 @@ from typing import Any
 
 import pytest
 
-from runner.errors import RunNotFound
-from runner.service.events import Event
-from runner.service.runner import Runner
+from runner import Event, Runner, RunNotFound
 from tests.conditions import GENEROUS
 
 from .agents import ANSWERS
@@ -86,9 +84,7 @@ def test_after_n_gives_exactly_the_entries_after_n_in_order(db_url: str, ledger:
     )  # fmt: skip
 
 
-def test_a_tail_in_another_process_follows_a_worker_to_its_stop(
-    db_url: str, ledger: Path
-) -> None:
+def test_a_tail_in_another_process_follows_a_worker_to_its_stop(db_url: str, ledger: Path) -> None:
     worker, gate = _held_run(db_url, ledger, "followed")
     follower = start(
         "tail", "followed", "--follow", "--json", env=cli_env(db_url, ledger), cwd=ledger
@@ -172,7 +168,8 @@ def test_a_waiting_run_ends_the_tail_with_exit_4(db_url: str, ledger: Path) -> N
     assert first.returncode == 4, described(first)
     tailed = cli("tail", "waits", "--follow", db_url=db_url, ledger=ledger)
     assert tailed.returncode == 4, described(tailed)
-    assert tailed.stdout.splitlines()[-1] == "  .. deposit: waits for a person's approval (see above)"
+    said = "  .. deposit: waits for a person's approval (see above)"
+    assert tailed.stdout.splitlines()[-1] == said
     assert "waiting: run waits needs approval of deposit" in tailed.stderr
     assert "  runner approve waits --call waits-1\n" in tailed.stderr
 
