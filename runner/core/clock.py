@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -32,6 +33,61 @@ class SystemClock:
 
 
 SYSTEM = SystemClock()
+
+
+class SteadyClock:
+    """This machine's wall clock, carried forward by its monotonic clock: a step of the wall
+    clock (NTP correcting a large error, a VM resumed) does not move it.
+
+    It follows the wall clock's slow corrections: every `refresh` seconds it takes the wall
+    time again if the two differ by less than `tolerance`. A larger difference is a step,
+    which it does not follow, so leases written before the step stay comparable with those
+    written after it in every process that saw it. (A process started after the step reads
+    the stepped time: on one machine, restart the workers after stepping its clock.)
+    """
+
+    def __init__(
+        self,
+        wall: Clock = SYSTEM,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        refresh: float = 60.0,
+        tolerance: float = 1.0,
+    ) -> None:
+        self.wall = wall
+        self.monotonic = monotonic
+        self.refresh = refresh
+        self.tolerance = tolerance
+        self._lock = threading.Lock()
+        self._anchor = wall.time() - monotonic()  # steady time minus monotonic time
+        self._last_wall = wall.time()
+        self._anchored_at = monotonic()
+        self.steps_seen = 0
+
+    def time(self) -> float:
+        now = self.monotonic()
+        if now - self._anchored_at > self.refresh:
+            with self._lock:
+                if now - self._anchored_at > self.refresh:
+                    self._follow(now)
+        return self.monotonic() + self._anchor
+
+    def _follow(self, now: float) -> None:
+        # What the wall clock moved since the last look, against what time really passed:
+        # a small difference is a correction (followed), a large one a step (not).
+        wall = self.wall.time()
+        drift = (wall - self._last_wall) - (now - self._anchored_at)
+        if abs(drift) < self.tolerance:
+            self._anchor += drift
+        else:
+            self.steps_seen += 1
+        self._last_wall, self._anchored_at = wall, now
+
+    def sleep(self, seconds: float) -> None:
+        self.wall.sleep(seconds)
+
+
+STEADY = SteadyClock()
 
 
 def utc_now(clock: Clock = SYSTEM) -> datetime:

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, Connection
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 
-from runner.core.clock import SYSTEM, Clock
+from runner.core.clock import STEADY, SYSTEM, Clock, SteadyClock
 from runner.defaults import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported
 from runner.errors import DatabaseRefused
 from runner.store.reads import database_now, plain
@@ -132,8 +132,10 @@ class Backend:
         return {}
 
     def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
-        """The clock leases are measured on: one that every worker of this database shares."""
-        return base
+        """The clock leases are measured on: one that every worker of this database shares.
+        On SQLite, this machine's, steadied (a step of its wall clock would make every live
+        lease look expired at once): see SteadyClock."""
+        return STEADY if base is SYSTEM else SteadyClock(base)
 
     def wake_workers(self, connection: Connection) -> None:
         """Announce, when `connection`'s transaction commits, that a run became runnable."""
@@ -444,37 +446,50 @@ def _enable_wal(dbapi_connection: Any) -> None:
 
 
 class DatabaseClock:
-    """The database server's clock, read through this machine's.
+    """The database server's clock, read through this machine's monotonic clock.
 
     Leases are compared across machines, so they must be measured on one clock: the
-    server's. Asking it on every write would cost a round trip, so the offset between the
-    two clocks is measured once and again every `refresh` seconds; a machine whose clock is
-    a minute ahead then still writes the server's time. A failed refresh keeps the last
-    offset (the database is away for a moment; the writes that follow will say so).
+    server's. Asking it on every write would cost a round trip, so the server's time is
+    measured once and again every `refresh` seconds, and carried forward in between by this
+    machine's monotonic clock, which no step of the wall clock moves: a machine whose clock
+    is a minute ahead still writes the server's time, and so does one whose clock jumps 35 s
+    forward (NTP, a VM resumed) between two measures. Its leases and claims cannot take a
+    live holder's run. A failed refresh keeps the last measure (the database is away for a
+    moment; the writes that follow will say so).
     """
 
-    def __init__(self, engine: Engine, base: Clock = SYSTEM, *, refresh: float = 60.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        base: Clock = SYSTEM,
+        *,
+        refresh: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.engine = engine
         self.base = base
         self.refresh = refresh
-        self._offset: float | None = None
-        self._measured_at = 0.0
+        self.monotonic = monotonic
+        self._offset: float | None = None  # server time minus monotonic time
+        self._wall_offset: float | None = None  # server time minus the base clock's
+        self._measured_at = 0.0  # monotonic
         self._lock = threading.Lock()
 
     def time(self) -> float:
-        now = self.base.time()
-        if self._offset is None or abs(now - self._measured_at) > self.refresh:
+        now = self.monotonic()
+        if self._offset is None or now - self._measured_at > self.refresh:
             self._measure(now)
         assert self._offset is not None
-        return now + self._offset
+        return self.monotonic() + self._offset
 
     def sleep(self, seconds: float) -> None:
         self.base.sleep(seconds)
 
     @property
     def offset(self) -> float | None:
-        """Seconds the server's clock is ahead of this machine's (None until measured)."""
-        return self._offset
+        """Seconds the server's clock was ahead of this machine's at the last measure (None
+        until measured)."""
+        return self._wall_offset
 
     def _measure(self, now: float) -> None:
         # Once there is an offset, one thread measures and the others go on with the last
@@ -483,18 +498,20 @@ class DatabaseClock:
         if not self._lock.acquire(blocking=self._offset is None):
             return
         try:
-            if self._offset is not None and abs(now - self._measured_at) <= self.refresh:
+            if self._offset is not None and now - self._measured_at <= self.refresh:
                 return  # another thread measured meanwhile
             try:
                 with self.engine.connect() as connection, plain(connection) as reader:
-                    before = self.base.time()
+                    before = self.monotonic()
+                    wall = self.base.time()
                     server = database_now(reader)
-                    after = self.base.time()
+                    after = self.monotonic()
             except SQLAlchemyError:
                 if self._offset is None:
                     raise
                 return
             middle = (before + after) / 2
+            self._wall_offset = server.timestamp() - wall
             self._offset = server.timestamp() - middle
             self._measured_at = after
         finally:
