@@ -1,10 +1,11 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
-Each family of commands has its module (runs, follow, answers, worker, queues, db, history); they
-share the options of `runner.cli.options` and print through `runner.cli.output` (what a
-run looks like is `run_output`, query results, stats and queues `report_output`). This
-module builds the group, registers every command and gives each one runner's error
-handling: the command modules never import this one.
+Each family of commands has its module (`runs`, `follow`, `answers`, `worker`, `queues`,
+`db`, `history`, `ui`; `tasks_file` reads `submit --from`); they share the options of
+`options` and print through `output` (what a run looks like is `run_output`, what a run
+shows while it goes `progress`; query results, stats and queues `report_output`), and log
+through `logs`. This module builds the group, registers every command and gives each one
+runner's error handling: the command modules never import this one.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.history`,
 `runner.service`, `runner.ui` (to serve the page) and the shared leaves.

@@ -1,14 +1,19 @@
 """The step machine: the one loop every run goes through, in memory or durable.
 
-What the model asked for (`actions`), the tools and how they are called (`tools`, `calls`),
-the limits of a run (`budgets`) and why it stopped (`stop_reasons`), the journal protocol
-the loop writes through and the in-memory journal (`journal`), what a resumed loop takes
-back from its journal (`resume_cursor`), waits for a person (`waiting`, `ask`), what the
-model is shown (`context`), time as a parameter (`clock`), and the loop itself: the order
-of a step (`loop`), the model call with its retries and wrap-up (`model_call`), running a
-step's tool calls and settling them after a crash (`tool_runs`), and the stop rules with
-the counters they read (`stop_rules`). It knows no SQL, no command line, no provider and
-no tracing library.
+The loop itself: the order of a step (`loop`), the model call with its retries and wrap-up
+(`model_call`), running a step's tool calls and settling them after a crash (`tool_runs`),
+the stop rules with the counters they read (`stop_rules`), and how a call in flight learns
+its run must stop (`interrupts`). What it works on: what the model asked for (`actions`), a
+step's action as journal entries and back (`steps`), the tools and how user code is called
+(`tools`, `calls`), agents a new process can rebuild (`agent`), the limits of a run
+(`budgets`, `budget_changes`) and why it stopped (`stop_reasons`), the journal protocol and
+the in-memory journal (`journal`), what a resumed loop takes back from its journal
+(`resume_cursor`), waits for a person (`waiting`, `ask`), what the model is shown
+(`context`), what the loop tells a tracer (`spans`), the result of a run (`result`) and
+where it stands (`status`). Small parts: time as a parameter (`clock`), the one backoff
+(`backoff`), run ids (`ids`), text as UTF-8 can carry it (`utf8`), named fault points for
+crash tests (`faults`), and seed 004's scripted contract over the loop (`agent_loop`). It
+knows no SQL, no command line, no provider and no tracing library.
 
 It may import: only the shared leaves (`runner.errors`, `runner.defaults`, `runner.lazy`).
 """

@@ -1,8 +1,11 @@
 """The run history: read-only SQL, the stop-reason distribution, export and prune, and the
 paged reads of the page (`runner ui`).
 
-Every function reads the tables and the views of migration 0002 (`run_summary`,
-`tool_calls`); the README documents them for the users who query them directly.
+`runner sql` (`query`, over `sqlite_reader` or `postgres_reader`, which share `reader`),
+`runner stats` (`stats`), export and prune (`archive`), the page's reads a page at a time
+(`browse`), moments such as `--since 7d` (`moments`), values as JSON (`values`) and the
+views of migration 0002 as SQLAlchemy sees them (`views`: `run_summary`, `tool_calls`); the
+README documents them for the users who query them directly.
 
 It may import: `runner.core`, `runner.store` and the shared leaves.
 """

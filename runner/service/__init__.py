@@ -1,10 +1,13 @@
 """The service: runs driven on the step machine, in memory or on the store.
 
-`run_agent` and `agent_loop` (the two seed contracts, in memory), the `Runner` (durable runs:
-run, submit, resume, cancel, answer, list), the worker that serves the queue, and the
-operations on runs (`fork`, `replay`, `revival`, `submissions`, `conflicts`, `delays`). What
-the faces show of runs and the database comes from here too (`overview`, `values`,
-`database`): the faces never reach into the store.
+`run_agent` and `agent_loop` (the two seed contracts, in memory); the `Runner` (`runner`),
+put together from its parts: what they share (`runner_base`), putting runs in the queue
+(`submitting`), running and resuming them here (`resuming`), answering waiting runs
+(`answering`), reading runs and cancelling them (`inspecting`) and following a run's events
+(`events`); the `worker` that serves the queue; and the operations on runs (`fork`,
+`replay`, `revival`, `submissions`, `conflicts`, `delays`). What the faces show of runs and
+the database comes from here too (`overview`, `values`, `database`): the faces never reach
+into the store.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store` and the shared
 leaves.

@@ -1,14 +1,17 @@
 """The store: all of runner's SQL, on SQLite and PostgreSQL.
 
-The schema declared once (`schema`), every dialect difference in one object (`backend`),
-engines and migrations (`database`), runs as stored (`runs`, `rows`), the reads written once
-as plain SQL over a driver connection (`reads`, `run_states`, `plain_connection`), leases and
-claims (`leases`; the run a claim takes next, `runnable`; the heartbeat's renewals,
-`heartbeat` and `lease_renewals`; `owner`, `liveness`), the fenced journal writes
-(`fencing`, `driver`, `sql_journal`; SQLite's in-process write lock and the kept connection,
-`writer`), a worker's pool size (`pool_size`), answers to waiting runs (`approvals`), queues
-(`queues`) and wake-ups (`wakeup`). It speaks SQL for the step machine's journal protocol
-and knows no policy of the loop, no command line and no page.
+What the service asks of a store (`protocol`) and the SQL store that provides it
+(`sql_store`). The schema declared once (`schema`), every dialect difference in one object
+(`backend`), engines and migrations (`database`), URLs and their secrets (`urls`), runs as
+stored (`runs`, `rows`) and changed outside the loop (`run_changes`: revivals, forks), the
+reads written once as plain SQL over a driver connection (`reads`, `run_states`,
+`plain_connection`), leases and claims (`leases`; the run a claim takes next, `runnable`;
+the heartbeat's renewals, `heartbeat` and `lease_renewals`; `owner`, `liveness`), the
+fenced journal writes (`fencing`, `driver`, `sql_journal`; which failures are worth a retry,
+`failures`; SQLite's in-process write lock and the kept connection, `writer`), a worker's
+pool size (`pool_size`), answers to waiting runs (`approvals`), queues (`queues`) and
+wake-ups (`wakeup`). It speaks SQL for the step machine's journal protocol and knows no
+policy of the loop, no command line and no page.
 
 It may import: `runner.core` and the shared leaves.
 """

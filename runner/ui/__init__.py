@@ -4,7 +4,8 @@ Starlette serves Jinja2 templates (autoescaped) through uvicorn; every page read
 `runner.history` on a read-only engine, and the one write (cancel) goes through the same
 `Runner.cancel` as `runner cancel`. Needs the `ui` extra. Layout: `app` (routes, errors,
 serving), `pages` (what each page reads), `security` (token, Host check, CSRF, headers),
-`charts` (SVG geometry), `filters` (how values are written), `templates/`, `static/`.
+`charts` (SVG geometry), `filters` (how values are written), `state` (what the server
+holds: the read-only engine, the templates, the writer, the guard), `templates/`, `static/`.
 
 It may import: `runner.core`, `runner.models`, `runner.history`, `runner.service` and the
 shared leaves.

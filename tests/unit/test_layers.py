@@ -206,3 +206,16 @@ def test_a_shared_leaf_that_imports_a_layer_breaks_the_contract(tmp_path: Path) 
     assert [str(c) for c in crossings(root, "pkg")] == [
         "pkg.errors imports pkg.core.loop (line 1)"
     ]
+
+
+def test_each_package_docstring_names_every_module_in_it() -> None:
+    # The map at the top of each package is the map a maintainer reads first: a module it
+    # does not name is a room nobody knows is there.
+    unnamed = []
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        named = set(re.findall(r"`([\w.]+)`", doc))
+        for module in sorted(init.parent.glob("*.py")):
+            if module.stem != "__init__" and module.stem not in named:
+                unnamed.append(f"{init.parent.name}/{module.name}")
+    assert unnamed == []
