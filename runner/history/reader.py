@@ -14,7 +14,7 @@ from runner.errors import QueryFailed
 # Rows fetched from the database at a time: memory holds one batch, whatever the result.
 FETCH = 500
 
-# What `runner sql` gives at most (README, Security notes): one value, and a whole result
+# What `runner sql` gives at most (docs/security.md): one value, and a whole result
 # (what a table must hold to lay it out; CSV and JSON stream, yet stop there too). A batch
 # of rows is sized to hold about BATCH_BYTES, so memory stays near that whatever a row holds.
 MAX_VALUE_BYTES = 16 * 2**20

@@ -1,7 +1,7 @@
 """Every reader gives back what the journal keeps, lone surrogates included.
 
 The journal keeps a model's text exactly (a lone surrogate as a JSON escape); no UTF-8
-stream can carry one. Decided once (README, Security notes): every face writes it as the
+stream can carry one. Decided once (docs/security.md): every face writes it as the
 escape `\\ud800`: the terminal (`run`, `show`, `list`, `sql`, logs), the page, and the
 export, where the escape is JSON's own and the value reads back exactly.
 """
