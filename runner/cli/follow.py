@@ -50,8 +50,8 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
             for event in stream:
                 if as_json:
                     output.print_json(run_output.event_json(event))
-                else:
-                    output.line(run_output.event_lines(event))
+                elif said := run_output.event_lines(event):  # some entries show nothing
+                    output.line(said)
         except KeyboardInterrupt:
             output.line(
                 f"interrupted: `runner tail {stream.run_id} --follow --after {stream.position}` "

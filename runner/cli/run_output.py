@@ -199,8 +199,9 @@ def event_json(event: Event) -> dict[str, Any]:
 
 
 def ending_lines(result: AgentResult, row: RunRow) -> str:
-    """How `tail` ends, as `show` does: the stop and what it means, or what is in flight."""
-    return printable("\n".join(_ending(result, row)))
+    """How `tail` ends, as `show` does: the stop and what it means, or what is in flight
+    (the commands that answer a waiting call follow, on stderr)."""
+    return printable("\n".join(_ending(result, row, answers="answer below")))
 
 
 def _delayed(row: RunRow, now: datetime | None) -> str:
@@ -228,12 +229,13 @@ def _agent_label(row: RunRow) -> str:
     return f"  ({', '.join(labels)})" if labels else ""
 
 
-def _ending(result: AgentResult, row: RunRow) -> list[str]:
-    """How the transcript ends: the stop and what it means, or the call still in flight."""
+def _ending(result: AgentResult, row: RunRow, *, answers: str = "see above") -> list[str]:
+    """How the transcript ends: the stop and what it means, or the call still in flight
+    (`answers`: where the commands that answer a waiting call are printed)."""
     if row.stop_reason is None:
         if result.waiting is not None:
             return [
-                f"  .. {wait.tool}: waits for a person's {wait.asks} (see above)"
+                f"  .. {wait.tool}: waits for a person's {wait.asks} ({answers})"
                 for wait in result.waits or [result.waiting]
             ]
         return [

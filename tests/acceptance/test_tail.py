@@ -168,8 +168,9 @@ def test_a_waiting_run_ends_the_tail_with_exit_4(db_url: str, ledger: Path) -> N
     assert first.returncode == 4, described(first)
     tailed = cli("tail", "waits", "--follow", db_url=db_url, ledger=ledger)
     assert tailed.returncode == 4, described(tailed)
-    said = "  .. deposit: waits for a person's approval (see above)"
+    said = "  .. deposit: waits for a person's approval (answer below)"
     assert tailed.stdout.splitlines()[-1] == said
+    assert "" not in tailed.stdout.splitlines()  # the wait entry itself prints no line
     assert "waiting: run waits needs approval of deposit" in tailed.stderr
     assert "  runner approve waits --call waits-1\n" in tailed.stderr
 
