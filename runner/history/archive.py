@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,15 +54,23 @@ def export_runs(
         **backend_for(engine.dialect.name).snapshot_options(),
     }
     n_runs = n_entries = 0
-    with engine.connect().execution_options(**options) as connection, connection.begin():
-        run_rows = connection.execute(select(runs).where(runs.c.id.in_(chosen)).order_by(runs.c.id))
-        entry_rows = iter(
+    # Both results are closed however the export ends: a server-side cursor left open when a
+    # run cannot be written would outlive its connection's transaction.
+    with (
+        engine.connect().execution_options(**options) as connection,
+        connection.begin(),
+        closing(
+            connection.execute(select(runs).where(runs.c.id.in_(chosen)).order_by(runs.c.id))
+        ) as run_rows,
+        closing(
             connection.execute(
                 select(entries)
                 .where(entries.c.run_id.in_(chosen))
                 .order_by(entries.c.run_id, entries.c.seq)
             )
-        )
+        ) as entries_read,
+    ):
+        entry_rows = iter(entries_read)
         pending = next(entry_rows, None)
         for run in run_rows:
             try:
