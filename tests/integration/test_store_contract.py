@@ -216,7 +216,20 @@ def serving(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
     outcome.append(sorted((r.id, str(r.status), r.output, r.steps) for r in runner.list()))
 
 
-SCENARIOS = [claiming, answering, reviving, serving]
+def reading_events(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """A journal read as events: after a position, a page at a time, a follow that ends."""
+    runner.submit(SOLVER_REF, "t", id="ev")
+    worker = Worker(store=runner.store, concurrency=1, once=True, poll=0.01)
+    worker.runner.observer = None
+    worker.serve()
+    for after in (-1, 0, 2, 99):
+        events = runner.events("ev", after=after)
+        outcome.append([(e.position, str(e.entry.kind), e.entry.content) for e in events])
+    outcome.append([e.position for e in runner.events("ev", after=1, follow=True)])
+    outcome.append([position for position, _ in runner.store.entries_after("ev", 0, 2)])
+
+
+SCENARIOS = [claiming, answering, reviving, serving, reading_events]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
