@@ -22,7 +22,7 @@ from runner.store.protocol import Claim, Observer
 from runner.store.runs import amount, counter, encode, plain_text
 
 if TYPE_CHECKING:
-    from runner.testing.memory_store import InMemoryStore
+    from runner.testing.memory_rows import MemoryRows
 
 
 class MemoryRunJournal:
@@ -30,7 +30,7 @@ class MemoryRunJournal:
 
     def __init__(
         self,
-        store: InMemoryStore,
+        store: MemoryRows,
         claim: Claim,
         *,
         lease_seconds: float,

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from runner.core.clock import Clock, ManualClock, utc_now
-from runner.core.journal import Entry
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunnerError, RunNotFound
 from runner.store.owner import this_process
-from runner.store.rows import RunRow
+from runner.store.rows import RunRow, entry_of
 from runner.store.runs import entry_row
 
 Row = dict[str, Any]
@@ -76,6 +76,16 @@ class MemoryRows:
 
     def close(self) -> None:
         """Nothing to let go: the runs stay for the next runner on this store."""
+
+    def load_entries(self, run_id: str, kinds: Sequence[EntryKind] = ()) -> list[tuple[Entry, int]]:
+        with self._lock:
+            rows = list(self.entries.get(run_id, ()))
+        wanted = {str(kind) for kind in kinds}
+        return [
+            (entry_of(row), row["lease_epoch"])
+            for row in rows
+            if not wanted or row["kind"] in wanted
+        ]
 
     def _now(self) -> datetime:
         return utc_now(self._clock)

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from runner.core.journal import Entry, EntryKind
+from runner.core.journal import Entry
 from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
@@ -95,16 +95,6 @@ class InMemoryStore(MemoryAnswers):
         if len(found) > 1:
             raise AmbiguousRunId(f"more than one run id starts with {prefix}: give more of it")
         return self.get_run(found[0])
-
-    def load_entries(self, run_id: str, kinds: Sequence[EntryKind] = ()) -> list[tuple[Entry, int]]:
-        with self._lock:
-            rows = list(self.entries.get(run_id, ()))
-        wanted = {str(kind) for kind in kinds}
-        return [
-            (entry_of(row), row["lease_epoch"])
-            for row in rows
-            if not wanted or row["kind"] in wanted
-        ]
 
     def entries_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Entry]]:
         with self._lock:
