@@ -124,8 +124,8 @@ class Guard:
             if given is not None and hmac.compare_digest(given.encode(), self.token.encode()):
                 # The token leaves the URL (history, logs, Referer) for a cookie.
                 kept = [(k, v) for k, v in connection.query_params.multi_items() if k != "token"]
-                # One leading slash: `//evil.com/` would be another site to a browser.
-                url = URL(path="/" + connection.url.path.lstrip("/"), query=urlencode(kept))
+                # One leading slash: `//evil.com/` (or `/\evil.com/`) is another site to a browser.
+                url = URL(path="/" + connection.url.path.lstrip("/\\"), query=urlencode(kept))
                 response = RedirectResponse(str(url), status_code=303)
                 response.headers.append("set-cookie", _cookie(TOKEN_COOKIE, self.cookie_value))
                 return response

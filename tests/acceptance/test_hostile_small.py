@@ -61,7 +61,7 @@ def test_answers_print_by_with_control_characters_escaped(db_url: str) -> None:
 def test_the_token_redirect_stays_on_this_site(db_url: str) -> None:
     with TestClient(make_app(db_url, token="s3cret"), base_url=BASE) as client:
         for path in ("//evil.com/", "///evil.com/", "/\\evil.com/"):
-            sent = client.get(f"{path}?token=s3cret", follow_redirects=False)
+            sent = client.get(f"{BASE}{path}?token=s3cret", follow_redirects=False)
             assert sent.status_code == 303
             location = sent.headers["location"]
             assert location.startswith("/") and not location.startswith(("//", "/\\")), location
