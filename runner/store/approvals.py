@@ -160,7 +160,15 @@ def _record(
     by: str | None,
     at: datetime,
 ) -> None:
-    entry = Entry(
+    entry = answer_entry(wait, given, text, by)
+    # Written under the wait's epoch: no claim has been made since the run began to wait.
+    connection.execute(insert(entries).values(entry_row(run.id, seq, run.lease_epoch, entry, at)))
+
+
+def answer_entry(wait: Entry, given: Answer, text: str | None, by: str | None) -> Entry:
+    """The journal entry of an answer to `wait`: its step, counters, tool and key, the
+    answer and who gave it (every store writes the same one)."""
+    return Entry(
         EntryKind.ANSWER,
         wait.step,
         wait.counters,
@@ -170,8 +178,6 @@ def _record(
         answer=given,
         answered_by=by,
     )
-    # Written under the wait's epoch: no claim has been made since the run began to wait.
-    connection.execute(insert(entries).values(entry_row(run.id, seq, run.lease_epoch, entry, at)))
 
 
 def _requeue(connection: Connection, run: RunRow, at: datetime) -> None:

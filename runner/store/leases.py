@@ -61,11 +61,7 @@ def claim_run(
             raise RunNotFound(f"no run with id {run_id}")
         run = RunRow.of(row)
         at = utc_now(clock)
-        if run.status is not RunStatus.FINISHED and not steal and run.lease_is_live(at):
-            raise LeaseHeld(
-                f"run {run.id} is being executed by {run.lease_owner} (lease until "
-                f"{run.lease_expires_at:%H:%M:%S} UTC); pass --steal to take it over"
-            )
+        refuse_if_held(run, at, steal=steal)
         if run.status is RunStatus.FINISHED:
             return Claim(run, run.lease_epoch, 0, crash_loop=False)
         if run.status is RunStatus.WAITING:
@@ -290,4 +286,14 @@ def release_run(
                 updated_at=utc_now(clock),
                 **extra,
             )
+        )
+
+
+def refuse_if_held(run: RunRow, at: datetime, *, steal: bool) -> None:
+    """LeaseHeld when a live worker executes `run` at `at` and the caller does not steal it
+    (a finished run is never held). Every store takes a run for a resume by this rule."""
+    if run.status is not RunStatus.FINISHED and not steal and run.lease_is_live(at):
+        raise LeaseHeld(
+            f"run {run.id} is being executed by {run.lease_owner} (lease until "
+            f"{run.lease_expires_at:%H:%M:%S} UTC); pass --steal to take it over"
         )

@@ -17,6 +17,7 @@ from runner.core.waiting import Answer, Answered, timed_out_reason
 from runner.errors import NotWaiting
 from runner.store import run_states
 from runner.store.approvals import (
+    answer_entry,
     answer_words,
     check_answer,
     check_fits,
@@ -106,17 +107,7 @@ class MemoryAnswers(MemoryRows):
         by: str | None,
         at: datetime,
     ) -> None:
-        entry = Entry(
-            EntryKind.ANSWER,
-            wait.step,
-            wait.counters,
-            content=text,
-            tool=wait.tool,
-            idempotency_key=wait.idempotency_key,
-            answer=given,
-            answered_by=by,
-        )
-        self._append(row["id"], row["lease_epoch"], entry, at)
+        self._append(row["id"], row["lease_epoch"], answer_entry(wait, given, text, by), at)
 
     @staticmethod
     def _requeue(row: Row, at: datetime) -> None:

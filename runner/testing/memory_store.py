@@ -30,9 +30,9 @@ from runner.core.journal import Entry
 from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
-from runner.errors import AmbiguousRunId, LeaseHeld, RunnerError, RunNotFound
+from runner.errors import AmbiguousRunId, RunnerError, RunNotFound
 from runner.store import liveness, queues, run_states
-from runner.store.leases import crash_loop_error
+from runner.store.leases import crash_loop_error, refuse_if_held
 from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.rows import QueueInfo, RunRow, entry_of
@@ -184,12 +184,7 @@ class InMemoryStore(MemoryAnswers):
         with self._lock:
             row = self._row(run_id)
             run = RunRow.of(row)
-            if run.status is not RunStatus.FINISHED and not steal and run.lease_is_live(at):
-                assert run.lease_expires_at is not None
-                raise LeaseHeld(
-                    f"run {run.id} is being executed by {run.lease_owner} (lease until "
-                    f"{run.lease_expires_at:%H:%M:%S} UTC); pass --steal to take it over"
-                )
+            refuse_if_held(run, at, steal=steal)
             if run.status is RunStatus.FINISHED:
                 return Claim(run, run.lease_epoch, 0, crash_loop=False)
             if run.status is RunStatus.WAITING:
