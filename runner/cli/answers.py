@@ -13,6 +13,7 @@ import click
 
 from runner.cli import output, run_output
 from runner.cli.options import db_option, json_option
+from runner.service.documents import answered_json
 
 if TYPE_CHECKING:
     from runner.core.waiting import Answered
@@ -50,17 +51,7 @@ def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 def _print(answered: Answered, as_json: bool) -> None:
     if as_json:
-        output.print_json(
-            {
-                "id": answered.run_id,
-                "call": answered.call,
-                "answer": str(answered.answer),
-                "by": answered.by,
-                "at": answered.at.isoformat(),
-                "text": answered.text,
-                "still_waiting": list(answered.still_waiting),
-            }
-        )
+        output.print_json(answered_json(answered))
     else:
         output.line(run_output.answered_line(answered))
 

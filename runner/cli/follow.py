@@ -12,6 +12,7 @@ from runner.cli.runs import EXIT_FINAL, EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_WAI
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
+from runner.service import documents
 
 
 @click.command()
@@ -49,7 +50,7 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
         try:
             for event in stream:
                 if as_json:
-                    output.print_json(run_output.event_json(event))
+                    output.print_json(documents.event_json(event))
                 elif said := run_output.event_lines(event):  # some entries show nothing
                     output.line(said)
         except KeyboardInterrupt:
@@ -63,7 +64,7 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
         row = runner.row(stream.run_id)
     if as_json:
         end = {"event": "end", "position": stream.position}
-        output.print_json(end | run_output.run_json(result, row))
+        output.print_json(end | documents.run_json(result, row))
     else:
         output.line(run_output.ending_lines(result, row))
         if result.status is RunStatus.WAITING:

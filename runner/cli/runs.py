@@ -24,6 +24,7 @@ from runner.core.result import AgentResult
 from runner.core.status import STATES, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.defaults import DEFAULT_MAX_RESUMES
+from runner.service import documents
 from runner.tracing.environment import traces_from_environment
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def _runner(
 
 def finish(result: AgentResult, as_json: bool, seconds: float | None = None) -> None:
     if as_json:
-        output.print_json(run_output.run_json(result))
+        output.print_json(documents.run_json(result))
     elif result.status is RunStatus.WAITING:
         run_output.waiting(result)
     else:
@@ -194,7 +195,7 @@ def submit(
         )  # fmt: skip
         row = runner.row(chosen)
     if as_json:
-        output.print_json(run_output.run_json(None, row))
+        output.print_json(documents.run_json(None, row))
     else:
         output.line(chosen)
 
@@ -349,7 +350,7 @@ def fork(
         row = runner.row(forked)
         if queue:
             if as_json:
-                output.print_json(run_output.run_json(None, row))
+                output.print_json(documents.run_json(None, row))
             else:
                 output.line(forked)
             return
@@ -395,7 +396,7 @@ def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
 
     run = shown(url, run_id)
     if as_json:
-        output.print_json(run_output.run_json(run.result, run.row, transcript=True))
+        output.print_json(documents.run_json(run.result, run.row, transcript=True))
     else:
         stalled = stall_reason(run.row, run.now)
         page = run_output.render_run(
@@ -442,7 +443,7 @@ def list_(
     rows, more = found.rows[:limit], len(found.rows) > limit
     if as_json:
         output.print_json(
-            [run_output.run_json(None, row, wait=found.waits.get(row.id)) for row in rows]
+            [documents.run_json(None, row, wait=found.waits.get(row.id)) for row in rows]
         )
         return
     if status == RunStatus.WAITING:

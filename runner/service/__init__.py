@@ -6,8 +6,8 @@ put together from its parts: what they share (`runner_base`), putting runs in th
 (`answering`), reading runs and cancelling them (`inspecting`) and following a run's events
 (`events`); the `worker` that serves the queue; and the operations on runs (`fork`,
 `replay`, `revival`, `submissions`, `conflicts`, `delays`). What the faces show of runs and
-the database comes from here too (`overview`, `values`, `database`): the faces never reach
-into the store.
+the database comes from here too (`overview`, `values`, `database`, and `documents`: the
+JSON every face gives of runs and events): the faces never reach into the store.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store` and the shared
 leaves.
