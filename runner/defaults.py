@@ -20,6 +20,9 @@ UI_HOST = "127.0.0.1"
 UI_PORT = 8780
 UI_TOKEN_VARIABLE = "RUNNER_UI_TOKEN"
 
+# Seconds one model call may take in all, unless the agent or the run says otherwise.
+DEFAULT_MODEL_TIMEOUT = 600.0
+
 # Seconds a `runner sql` query may run unless --timeout says otherwise.
 DEFAULT_QUERY_TIMEOUT = 30.0
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from runner.defaults import LONGEST_SECONDS
+from runner.defaults import DEFAULT_MODEL_TIMEOUT, LONGEST_SECONDS
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,9 @@ class Budgets:
     model_retries: int = 2
     retry_backoff: float = 0.5
     tool_timeout: float | None = None
+    # Seconds one model call may take in all before it is given up (and retried like any
+    # failure): a model that never answers cannot hold a run forever. None: no limit.
+    model_timeout: float | None = DEFAULT_MODEL_TIMEOUT
     wrap_up: bool = False
     # Seconds a call may wait for a person's answer; then it is denied, saying so. Waiting
     # time never counts against max_seconds, which measures the run's active time.
@@ -41,6 +44,7 @@ class Budgets:
         _check_number("max_cost", self.max_cost)
         _check_number("retry_backoff", self.retry_backoff, allow_none=False)
         _check_number("tool_timeout", self.tool_timeout, positive=True)
+        _check_number("model_timeout", self.model_timeout, positive=True, most=LONGEST_SECONDS)
         # A wait's expiry is a timestamp: a timeout past year 9999 cannot be one.
         _check_number(
             "approval_timeout", self.approval_timeout, positive=True, most=LONGEST_SECONDS

@@ -16,32 +16,49 @@ import contextvars
 import inspect
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future, wait
 from typing import Any
+
+from runner.core.interrupts import CallInterrupted
 
 
 class CallTimedOut(Exception):
     """The call did not return within its time limit."""
 
 
+# Why a call in flight must be given up now ("cancelled", "paused"), or None: asked every
+# WATCH_EVERY seconds while a watched call runs.
+Watch = Callable[[], str | None]
+WATCH_EVERY = 0.2
+
+
 def invoke(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float | None
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout: float | None,
+    *,
+    watch: Watch | None = None,
 ) -> Any:
-    """Call `fn(*args, **kwargs)`, await it if async, give up after `timeout` seconds."""
+    """Call `fn(*args, **kwargs)`, await it if async, give up after `timeout` seconds.
+
+    With `watch`, the call is also given up (CallInterrupted) as soon as `watch()` names a
+    reason, so a cancel or a graceful stop reaches a call that would never return."""
     if timeout is not None and timeout >= threading.TIMEOUT_MAX:
         # Longer than a lock can wait (an infinite budget, or a far deadline) would raise
         # OverflowError in the wait: it is no limit at all in practice.
         timeout = None
     if _is_async(fn):
-        return _await(fn(*args, **kwargs), timeout)
-    if timeout is None:
+        return _await(fn(*args, **kwargs), timeout, watch)
+    if timeout is None and watch is None:
         result = fn(*args, **kwargs)
         if type(result) in _PLAIN:  # what models and tools return: never awaitable
             return result
         return _await(result, None) if inspect.isawaitable(result) else result
-    return _in_thread(fn, args, kwargs, timeout)
+    return _in_thread(fn, args, kwargs, timeout, watch)
 
 
 # Results that cannot be awaitable: checked by exact type first, since inspect.isawaitable
@@ -177,22 +194,98 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 def _in_thread(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout: float | None,
+    watch: Watch | None,
 ) -> Any:
-    future: Future[Any] = Future()
-    context = contextvars.copy_context()
+    call = _ThreadCall(fn, args, kwargs)
+    _SPARE.run(call.target)
+    return call.result(timeout, watch)
 
-    def target() -> None:
+
+class _ThreadCall:
+    """One sync call on a spare thread, waited for on a bare lock (released when the call
+    ends): the cheapest wait Python has, and a model call is waited for at every step."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.context = contextvars.copy_context()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def target(self) -> None:
         try:
-            result = context.run(fn, *args, **kwargs)
-            if inspect.isawaitable(result):
+            result = self.context.run(self.fn, *self.args, **self.kwargs)
+            if type(result) not in _PLAIN and inspect.isawaitable(result):
                 result = _await(result, None)
-            future.set_result(result)
+            self.value = result
         except BaseException as exc:  # handed to the waiting caller, never lost
-            future.set_exception(exc)
+            self.error = exc
+        finally:
+            self.done.release()
 
-    threading.Thread(target=target, name="runner-call", daemon=True).start()
-    return _result(future, timeout, cancel=False)
+    def result(self, timeout: float | None, watch: Watch | None) -> Any:
+        ends = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        while True:
+            left = None if ends is None else max(ends - time.monotonic(), 0.0)
+            if watch is not None:
+                left = WATCH_EVERY if left is None else min(left, WATCH_EVERY)
+            if self.done.acquire(timeout=-1 if left is None else left):
+                if self.error is not None:
+                    raise self.error
+                return self.value
+            why = None if watch is None else watch()
+            if why is not None:
+                raise CallInterrupted(why)
+            if ends is not None and time.monotonic() >= ends:
+                raise CallTimedOut(f"no result after {timeout:g}s")
+
+
+class _SpareThreads:
+    """Daemon threads for timed calls, kept between calls: handing a call to a waiting
+    thread costs a fraction of starting one, and every model call of a run is timed.
+
+    Each call gets a thread of its own (an idle one, or a new one), so a call abandoned
+    after its timeout, still running, never holds up the next. A thread idle for
+    IDLE_SECONDS ends, so a burst of calls leaves nothing behind."""
+
+    IDLE_SECONDS = 30.0
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # that thread is this job's: no other job may count on it
+        if start:
+            threading.Thread(target=self._serve, name="runner-call", daemon=True).start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    # Leave only if no job counts on an idle thread that is not there yet.
+                    if self._idle > 0 and self._jobs.empty():
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            with self._lock:
+                self._idle += 1
+
+
+_SPARE = _SpareThreads()
 
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -209,7 +302,7 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def _await(awaitable: Any, timeout: float | None) -> Any:
+def _await(awaitable: Any, timeout: float | None, watch: Watch | None = None) -> Any:
     context = contextvars.copy_context()
 
     async def in_callers_context() -> Any:
@@ -231,7 +324,7 @@ def _await(awaitable: Any, timeout: float | None) -> Any:
         nested.start()
     try:
         future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-        return _result(future, timeout, cancel=True)
+        return _result(future, timeout, cancel=True, watch=watch)
     finally:
         if private:
             loop.call_soon_threadsafe(loop.stop)
@@ -252,17 +345,29 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-def _result(future: Future[Any], timeout: float | None, *, cancel: bool) -> Any:
-    """The call's result, or CallTimedOut once `timeout` passes (cancelling an async call)."""
+def _result(
+    future: Future[Any], timeout: float | None, *, cancel: bool, watch: Watch | None = None
+) -> Any:
+    """The call's result, or CallTimedOut once `timeout` passes, or CallInterrupted once
+    `watch` names a reason (cancelling an async call either way)."""
     # Waiting apart from taking the result matters: `future.result(timeout)` raises the
     # builtin TimeoutError on a timeout, the very exception a call itself raises when its
     # own socket times out, which must reach the caller as that call's error.
-    done, _ = wait([future], timeout=None if timeout is None else max(timeout, 0.0))
-    if not done:
-        if cancel:  # never a thread's future: its late set_result would then raise
-            future.cancel()
-        raise CallTimedOut(f"no result after {timeout:g}s")
-    return future.result()
+    ends = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+    while True:
+        left = None if ends is None else max(ends - time.monotonic(), 0.0)
+        if watch is not None:
+            left = WATCH_EVERY if left is None else min(left, WATCH_EVERY)
+        done, _ = wait([future], timeout=left)
+        if done:
+            return future.result()
+        why = None if watch is None else watch()
+        if why is not None or (ends is not None and time.monotonic() >= ends):
+            if cancel:  # never a thread's future: its late set_result would then raise
+                future.cancel()
+            if why is not None:
+                raise CallInterrupted(why)
+            raise CallTimedOut(f"no result after {timeout:g}s")
 
 
 def described(exc: BaseException | None) -> str:

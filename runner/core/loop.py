@@ -394,7 +394,7 @@ class _Loop:
         self.show(note)
         answer = self.replay.take(step, (EntryKind.FINAL, EntryKind.REFUSED))
         if answer is None:
-            action = self.model_call.last_action(self.transcript, reason, step)
+            action = self.model_call.last_action(self.transcript, self.rules.budgets, reason, step)
             counters = replace(c, tokens=c.tokens + action.tokens, cost=c.cost + action.cost)
             kind = EntryKind.FINAL if action.kind is ActionKind.FINAL else EntryKind.REFUSED
             answer = action_entry(kind, step, counters, action)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,10 @@ class ModelFailed(Exception):
 
 class OutOfTime(Exception):
     """The deadline came before the model answered."""
+
+
+class ModelTimedOut(Exception):
+    """One model call took longer than the run's model_timeout: retried like any failure."""
 
 
 class CancelledInFlight(Exception):
@@ -108,13 +113,25 @@ class ModelCall:
             remaining = self.remaining()
             if remaining is not None and remaining <= 0:
                 raise OutOfTime
+            own = budgets.model_timeout
+            run_ends_first = own is None or (remaining is not None and remaining <= own)
             try:
                 with self.spans.model_call(step) as call, checking(self.stop_requested):
-                    output = invoke(self.model, (shown,), {}, remaining)
+                    output = invoke(
+                        self.model,
+                        (shown,),
+                        {},
+                        remaining if run_ends_first else own,
+                        watch=self.stop_requested,
+                    )
                     call.returned(output)
                 return output
             except CallTimedOut:
-                raise OutOfTime from None
+                if run_ends_first:
+                    raise OutOfTime from None
+                last = ModelTimedOut(
+                    f"model call took longer than its model_timeout, {own:g} s: given up"
+                )
             except CallInterrupted as exc:
                 if exc.reason == "paused":
                     raise RunPaused(
@@ -128,7 +145,7 @@ class ModelCall:
         raise ModelFailed(described(last))
 
     def last_action(
-        self, transcript: list[dict[str, Any]], reason: StopReason, step: int
+        self, transcript: list[dict[str, Any]], budgets: Budgets, reason: StopReason, step: int
     ) -> Action:
         """The wrap-up's one call, no retries: the model's action, or an invalid one if it
         failed (the run is over either way, and keeps the budget's reason)."""
@@ -136,10 +153,18 @@ class ModelCall:
             limit = WRAP_UP_SECONDS if reason is StopReason.TIME_BUDGET else self.remaining()
             if limit is not None and limit <= 0:
                 limit = WRAP_UP_SECONDS
-            with self.spans.model_call(step) as call:
-                output = invoke(self.model, (self.shown(transcript),), {}, limit)
+            if budgets.model_timeout is not None:
+                limit = min(limit if limit is not None else math.inf, budgets.model_timeout)
+            with self.spans.model_call(step) as call, checking(self.stop_requested):
+                output = invoke(
+                    self.model, (self.shown(transcript),), {}, limit, watch=self.stop_requested
+                )
                 call.returned(output)
             return parse_action(output)
+        except CallInterrupted as exc:
+            if exc.reason == "paused":  # the note is journaled: a resume asks again
+                raise RunPaused(f"run {self.journal.run_id} paused during its wrap-up") from None
+            return Action(ActionKind.INVALID, error=described(exc))
         except Exception as exc:
             return Action(ActionKind.INVALID, error=described(exc))
 

@@ -14,6 +14,7 @@ from runner.core.loop import drive
 from runner.core.model_call import Cancel, Model
 from runner.core.result import AgentResult
 from runner.core.tools import as_tools
+from runner.defaults import DEFAULT_MODEL_TIMEOUT
 from runner.tracing.run_spans import run_trace
 
 
@@ -32,6 +33,7 @@ def run_agent(
     model_retries: int = 2,
     retry_backoff: float = 0.5,
     tool_timeout: float | None = None,
+    model_timeout: float | None = DEFAULT_MODEL_TIMEOUT,
     wrap_up: bool = False,
     max_parallel_tools: int = 8,
     clock: Clock = SYSTEM,
@@ -48,6 +50,9 @@ def run_agent(
     result's transcript stays whole. A model may also ask for several calls at once,
     `{"type": "tool", "calls": [{"name": ..., "args": {...}, "id": ...}, ...]}`: they run
     together, at most `max_parallel_tools` at a time (1: one after another, in order).
+    One model call may take `model_timeout` seconds in all (None: no limit); past it the
+    call is given up and retried like any failure, so a model that never answers cannot
+    hold the run.
     """
     budgets = Budgets(
         max_steps=max_steps,
@@ -59,6 +64,7 @@ def run_agent(
         model_retries=model_retries,
         retry_backoff=retry_backoff,
         tool_timeout=tool_timeout,
+        model_timeout=model_timeout,
         wrap_up=wrap_up,
         max_parallel_tools=max_parallel_tools,
     )

@@ -465,6 +465,35 @@ def test_signal_finishes_the_step_releases_at_once_and_exits_0(
     )
 
 
+def test_a_graceful_stop_gives_up_a_model_call_that_never_answers(cluster: Cluster) -> None:
+    # The model blocks for ever (a hung connection of a plain model callable): the first
+    # SIGTERM still ends the worker, giving the call up and leaving the run to another.
+    first = cluster.start(lease=30)
+    (run_id,) = cluster.submit("stuck")
+    wait_for(lambda: cluster.model_calls(), 30, cluster.logs)
+
+    first.signal(signal.SIGTERM)
+    assert first.wait(60) == 0, first.log()  # never, before model calls were watched
+    assert "released for another worker" in first.log()
+    row = cluster.row(run_id)
+    assert (row.status, row.lease_owner, row.stop_reason) == (RunStatus.QUEUED, None, None)
+    kinds = [entry.kind for entry, _ in load_entries(cluster.runner.engine, run_id)]
+    assert kinds == [EntryKind.TASK]  # no half answer: the next worker asks again
+
+
+def test_cancel_reaches_a_model_call_that_never_answers(cluster: Cluster) -> None:
+    # A short lease beats often, so the cancel is seen within a second or so of its write.
+    worker = cluster.start(lease=3)
+    (run_id,) = cluster.submit("stuck")
+    wait_for(lambda: cluster.model_calls(), 30, cluster.logs)
+
+    done = cluster.cli("cancel", run_id)
+    assert done.returncode == 0, done.stderr
+    row = cluster.wait_finished([run_id], timeout=60)[run_id]
+    assert str(row.stop_reason) == "cancelled"
+    assert worker.stop() == 0, worker.log()  # and the worker is free: it stops at once
+
+
 def test_second_signal_exits_at_once_leaving_the_run_to_be_taken_over(cluster: Cluster) -> None:
     # A long lease: the run must be taken over because its holder is dead, not expired.
     first = cluster.start(lease=30, slow=5)

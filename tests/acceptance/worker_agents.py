@@ -37,6 +37,7 @@ import fcntl
 import json
 import os
 import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -151,6 +152,8 @@ def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
 
     if mode == "thinking":
         time.sleep(float(os.environ.get(THINK_VARIABLE, "0.3")))
+    if mode == "stuck":  # a model that never answers (a hung connection, say)
+        threading.Event().wait()
     if mode in ("final", "thinking"):
         return call("record", n=1) if step == 1 else answer
     if mode == "max_steps":
