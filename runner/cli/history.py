@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -152,6 +151,8 @@ def _opened_on_first_write(path: str) -> Iterator[Callable[[str], object]]:
         return
     target = os.path.abspath(path)
     folder, name = os.path.split(target)
+    import tempfile  # here: `runner --help` and `list` need none of it
+
     handle, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".partial", dir=folder)
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # as a file opened for writing would be

@@ -70,6 +70,8 @@ _BOOLEANS = frozenset({"wrapped_up", "cancel_requested", "is_error"})
 _SQLITE_TIME = "%04d-%02d-%02d %02d:%02d:%02d.%06d"
 # At most this many ids in one IN list (SQLite's limit of binds is far above it).
 _CHUNK = 500
+# Rows taken from the driver at a time by `Reader.each`.
+_FETCH = 500
 _BIND = re.compile(r"(?<![:\w]):(\w+)")
 
 
@@ -115,30 +117,34 @@ class Reader:
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """The rows of one SELECT, each by column name, decoded (see the module's doc)."""
+        return list(self.each(sql, params))
+
+    def each(self, sql: str, params: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        """The rows of one SELECT as `rows` gives them, one at a time, fetched a batch at a
+        time: a caller that keeps something smaller than the row (a journal's entries) never
+        holds every row as the driver gave it and decoded beside what it keeps."""
         self.statement = sql
         cursor = self.connection.cursor()
         try:
             cursor.execute(sql if self.sqlite else _pyformat(sql), params or {})
             names = [column[0] for column in cursor.description]
-            fetched = cursor.fetchall()
+            times = [i for i, name in enumerate(names) if name in _TIMESTAMPS]
+            texts = [i for i, name in enumerate(names) if name in _JSON] if self.sqlite else []
+            flags = [i for i, name in enumerate(names) if name in _BOOLEANS] if self.sqlite else []
+            while fetched := cursor.fetchmany(_FETCH):
+                for values in fetched:
+                    row = dict(zip(names, values, strict=True))
+                    for i in times:
+                        row[names[i]] = utc(values[i])
+                    for i in texts:
+                        if values[i] is not None:
+                            row[names[i]] = json.loads(values[i])
+                    for i in flags:
+                        if values[i] is not None:
+                            row[names[i]] = bool(values[i])
+                    yield row
         finally:
             cursor.close()
-        times = [i for i, name in enumerate(names) if name in _TIMESTAMPS]
-        texts = [i for i, name in enumerate(names) if name in _JSON] if self.sqlite else []
-        flags = [i for i, name in enumerate(names) if name in _BOOLEANS] if self.sqlite else []
-        decoded = []
-        for values in fetched:
-            row = dict(zip(names, values, strict=True))
-            for i in times:
-                row[names[i]] = utc(values[i])
-            for i in texts:
-                if values[i] is not None:
-                    row[names[i]] = json.loads(values[i])
-            for i in flags:
-                if values[i] is not None:
-                    row[names[i]] = bool(values[i])
-            decoded.append(row)
-        return decoded
 
     def when(self, value: datetime) -> Any:
         """A timestamp as a bind, as UtcDateTime binds it: UTC (SQLite: its stored text)."""
@@ -335,10 +341,11 @@ def load_entries(
     if kinds:
         params.update({f"kind_{i}": str(kind) for i, kind in enumerate(kinds)})
         only = f" AND kind IN ({', '.join(f':kind_{i}' for i in range(len(kinds)))})"
-    rows = reader.rows(
+    rows = reader.each(
         f"SELECT {', '.join(ENTRY_FIELDS)} FROM entries WHERE run_id = :run_id{only} ORDER BY seq",
         params,
     )
+    # Each row becomes its entry as it comes: a long journal is never in memory twice.
     return [(entry_of(row), row["lease_epoch"]) for row in rows]
 
 

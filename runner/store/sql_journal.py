@@ -82,11 +82,13 @@ class SqlJournal:
         # claims already: its action's writer tried it once; after a person's answer (the
         # last such entry of the step), no process has yet.
         self._call_epochs: dict[int, tuple[int, int]] = {}
+        # One tuple per (epoch, tries), not per step: a long journal has a few epochs.
+        shared: dict[tuple[int, int], tuple[int, int]] = {}
         for entry, epoch in journal:
             if entry.kind is EntryKind.ACTION:
-                self._call_epochs[entry.step] = (epoch, 1)
+                self._call_epochs[entry.step] = shared.setdefault((epoch, 1), (epoch, 1))
             elif entry.kind is EntryKind.ANSWER:
-                self._call_epochs[entry.step] = (epoch, 0)
+                self._call_epochs[entry.step] = shared.setdefault((epoch, 0), (epoch, 0))
         # approval_timeout: how long a call of this run may wait for a person.
         self._parking = fencing.Parking(claim.run.budgets.get("approval_timeout"))
         self.seq = len(self._recorded)
