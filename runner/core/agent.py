@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,20 @@ class Agent:
         # Where the agent was made, so `reference()` can find the attribute holding it.
         self._module: str | None = sys._getframe(1).f_globals.get("__name__")
 
+    def as_tool(
+        self, name: str | None = None, description: str | None = None, **budgets: Any
+    ) -> Tool:
+        """This agent as another agent's tool: a call `name(task=...)` starts a child run of
+        this agent on `task`, and its answer (or why it stopped) is the call's observation.
+
+        In a durable run the child is a run of its own (journal, lease, stop reason), whose
+        id is derived from the call's key; the parent parks until it ends, and its spend is
+        charged to the parent's budgets (see runner.core.tree). In memory it runs inline.
+        `budgets` cap the child's own (they can only be smaller than what its parent has
+        left); `description` is what the parent's model is told the tool does.
+        """
+        return sub_agent_tool(self, name, description, budgets)
+
     def reference(self) -> str | None:
         """How another process finds this agent: given, or the module attribute holding it."""
         if self.ref is not None:
@@ -70,6 +85,37 @@ class Agent:
                     return f"{Path(path).resolve()}:{attr}" if path else None
                 return f"{self._module}:{attr}"
         return None
+
+
+@dataclass(frozen=True)
+class SubAgent:
+    """What a sub-agent tool runs: the agent, under its budgets capped by `as_tool`'s."""
+
+    agent: Agent
+    budgets: Budgets
+
+
+def sub_agent_tool(
+    agent: Agent, name: str | None, description: str | None, caps: Mapping[str, Any]
+) -> Tool:
+    """The Tool of `Agent.as_tool`: one string argument, `task`, and the agent to run."""
+    label = name or agent.name or "sub_agent"
+    if not isinstance(label, str) or not label.isidentifier():
+        raise ValueError(f"a sub-agent tool's name must be an identifier, not {label!r}")
+    sub = SubAgent(agent, with_budgets(caps, agent.budgets))
+
+    def run_sub_agent(task: str) -> str:
+        from runner.core.tree_inline import run_inline
+
+        return run_inline(sub, task)
+
+    run_sub_agent.__name__ = run_sub_agent.__qualname__ = label
+    run_sub_agent.__doc__ = (
+        f"{description or f'Hand a task to the {label} agent and get its answer.'}\n\n"
+        "Args:\n    task: The task for the agent, complete and self-contained: it sees "
+        "nothing else.\n"
+    )
+    return Tool(run_sub_agent, sub_agent=sub)
 
 
 def bind_tools(model: Model, tools: Mapping[str, Tool]) -> Model:

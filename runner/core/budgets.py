@@ -33,6 +33,9 @@ class Budgets:
     # How many calls of one step run at once (a model may ask for several); 1 runs them in
     # order. Not a budget that stops a run: a cap on the step's threads.
     max_parallel_tools: int = 8
+    # How deep sub-agents nest below the run that started the tree (a child is 1 deep); a
+    # child deeper than its parent's max_depth stops at once with `max_depth`.
+    max_depth: int | None = 3
 
     def __post_init__(self) -> None:
         _check_int("max_steps", self.max_steps, allow_none=False)
@@ -50,6 +53,7 @@ class Budgets:
             "approval_timeout", self.approval_timeout, positive=True, most=LONGEST_SECONDS
         )
         _check_int("max_parallel_tools", self.max_parallel_tools, allow_none=False)
+        _check_int("max_depth", self.max_depth)
         if self.max_parallel_tools < 1:
             raise ValueError(f"max_parallel_tools must be 1 or more, got {self.max_parallel_tools}")
         if not isinstance(self.wrap_up, bool):

@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.core.actions import ActionKind
 from runner.core.ids import new_run_id
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunWaiting
+
+if TYPE_CHECKING:
+    from runner.core.tree import Ancestor, ChildRun, Place, Spend, TreeStop
 
 
 class EntryKind(StrEnum):
@@ -201,11 +204,36 @@ class Journal(Protocol):
         approved, that no process has taken up since)."""
         ...
 
-    def wait(self, entries: Sequence[Entry]) -> bool:
+    def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         """Record `entries` (the waits of a step: one per call that needs an answer) and
         leave the run waiting for a person, its lease let go, in the same transaction.
+        `children`: the child runs the step's sub-agent calls start, created in it too.
         False when a cancel came first: the run finished then."""
         ...
+
+    @property
+    def parks_children(self) -> bool:
+        """Whether a sub-agent's call starts a child run and parks this one until it ends
+        (a durable journal), rather than running the child inline (in memory)."""
+        ...
+
+    def place(self) -> Place:
+        """Where this run stands in its tree: its depth, what the runs below it spent."""
+        ...
+
+    def tree_stop(self) -> TreeStop | None:
+        """Why this run must stop for a run above it (cancelled, or its budget spent), as
+        last heard (every write of a child run reports its ancestors' spend)."""
+        ...
+
+
+class Charged(Protocol):
+    """A run above an inline child: it is charged what the child spends, and tells what it
+    and its runs below spent against its budgets."""
+
+    def charge(self, spent: Spend) -> None: ...
+
+    def ancestor(self) -> Ancestor: ...
 
 
 @dataclass
@@ -215,22 +243,54 @@ class MemoryJournal:
     run_id: str = field(default_factory=new_run_id)
     entries: list[Entry] = field(default_factory=list)
     stop: Stop | None = None
+    # An inline child's (runner.core.tree_inline): how deep it is, and the runs above it,
+    # nearest first, to which everything it spends is charged as it is spent.
+    depth: int = 0
+    above: tuple[Charged, ...] = ()
+    _last: Counters = field(default_factory=Counters)
+
+    parks_children = False
 
     def recorded(self) -> Sequence[Entry]:
         return ()
 
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
         self.entries.append(entry)
+        self._charge(entry.counters)
         if stop is not None:
             self.stop = stop
 
     def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
         self.entries.extend(entries)
+        if entries:
+            self._charge(entries[-1].counters)
         if stop is not None:
             self.stop = stop
 
     def finish(self, stop: Stop, counters: Counters) -> None:
+        self._charge(counters)
         self.stop = stop
+
+    def _charge(self, counters: Counters) -> None:
+        if self.above:
+            from runner.core.tree import Spend
+
+            added = Spend.added(self._last, counters)
+            for run in self.above:
+                run.charge(added)
+        self._last = counters
+
+    def place(self) -> Place:
+        from runner.core.tree import Place
+
+        return Place(depth=self.depth)
+
+    def tree_stop(self) -> TreeStop | None:
+        if not self.above:
+            return None
+        from runner.core.tree import ancestors_stop
+
+        return ancestors_stop([run.ancestor() for run in self.above])
 
     def cancel_requested(self) -> bool:
         return False
@@ -238,7 +298,7 @@ class MemoryJournal:
     def attempt(self, action: Entry) -> int:
         return 2
 
-    def wait(self, entries: Sequence[Entry]) -> bool:
+    def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         # No call of the step has run: in memory, as in a durable run, a step's calls wait
         # together for every answer they need.
         self.entries.extend(entries)

@@ -43,7 +43,9 @@ from runner.core.stop_reasons import StopReason
 from runner.core.stop_rules import StopRules
 from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool
-from runner.core.waiting import wait_entry
+from runner.core.tree import ChildRun, Place, child_run_id, spawn_budgets
+from runner.core.tree_inline import InlineParent
+from runner.core.waiting import Asks, wait_entry
 from runner.errors import ReplayMismatch, RunWaiting
 
 WRAP_UP_NOTE = (
@@ -80,6 +82,9 @@ def drive(
     recorded = journal.recorded()
     # Each recorded step is replayed under the budgets it ran with.
     rules = StopRules(before_changes(budgets, recorded))
+    # (A journal made before sub-agents, a test's own, has none of their parts: a root.)
+    place = journal.place() if hasattr(journal, "place") else Place()
+    rules.below = place.below  # what its sub-agents spent before this process took it up
     model_call = ModelCall(
         model,
         journal,
@@ -93,7 +98,19 @@ def drive(
     tool_runs = ToolRuns(
         tools, journal, rules, model_call.remaining, spans, budgets.max_parallel_tools
     )
+    # In memory a sub-agent's call runs its child inline, under this run.
+    if not getattr(journal, "parks_children", False):
+        tool_runs.parent = InlineParent(
+            journal.run_id,
+            rules,
+            place.depth,
+            getattr(journal, "above", ()),
+            model_call.remaining,
+            model_call.cancelled,
+            clock,
+        )
     loop = _Loop(task, journal, Recorded(recorded, rules.change), rules, model_call, tool_runs)
+    loop.depth = place.depth
     try:
         return loop.run(spans)
     finally:
@@ -119,11 +136,20 @@ class _Loop:
         self.model_call = model_call
         self.tool_runs = tool_runs
         self.transcript: list[dict[str, Any]] = []
+        self.depth = 0  # how deep below its tree's root the run is (a child: 1 or more)
 
     def run(self, spans: Spans) -> AgentResult:
         if self.replay.take(0, (EntryKind.TASK,)) is None:
             self.journal.append(Entry(EntryKind.TASK, 0, self.rules.counters, content=self.task))
         self.transcript.append({"role": "user", "content": self.task})
+        max_depth = self.rules.budgets.max_depth
+        if max_depth is not None and self.depth > max_depth:
+            too_deep = Stop(
+                StopReason.MAX_DEPTH,
+                error=f"a sub-agent {self.depth} deep below its root (max_depth={max_depth})",
+            )
+            self.journal.finish(too_deep, self.rules.counters)
+            return self.result(too_deep)
         step = 0
         while True:
             step += 1
@@ -169,6 +195,11 @@ class _Loop:
         early = self.model_call.check(steps)
         if early is not None:
             return self.stop_now(early)
+        tree = self.rules.tree_stop() or (
+            self.journal.tree_stop() if hasattr(self.journal, "tree_stop") else None
+        )
+        if tree is not None:
+            return self.stop_now(tree.reason, error=tree.error)
         try:
             return parse_action(self.model_call.ask(self.transcript, self.rules.budgets, steps + 1))
         except OutOfTime:
@@ -303,7 +334,9 @@ class _Loop:
             waits = [found for call in calls if (found := self.wait_of(call)) is not None]
             if not waits:
                 return {}
-            if not self.journal.wait(waits):
+            children = self.children_of(waits)
+            parked = self.journal.wait(waits, children) if children else self.journal.wait(waits)
+            if not parked:
                 return Stop(StopReason.CANCELLED)
         answers: dict[str | None, Entry] = {}
         while (answer := self.replay.take_if(step, EntryKind.ANSWER)) is not None:
@@ -313,11 +346,14 @@ class _Loop:
             if not self.replay.done:  # something else follows an unanswered wait
                 self.replay.take(step, (EntryKind.ANSWER,))  # raises ReplayMismatch
             asked = "; ".join(
-                f"{wait.waits_for}: {wait.content} (call {wait.idempotency_key})"
+                f"sub-agent run {child_run_id(self.journal.run_id, wait.idempotency_key or '')}"
+                if wait.waits_for == Asks.CHILD
+                else f"a person's {wait.waits_for}: {wait.content}"
+                + f" (call {wait.idempotency_key})"
                 for wait in unanswered
             )
             raise RunWaiting(
-                f"run {self.journal.run_id} waits for a person's {asked}",
+                f"run {self.journal.run_id} waits for {asked}",
                 run_id=self.journal.run_id,
             )
         return answers
@@ -327,8 +363,40 @@ class _Loop:
         tool = self.tool_runs.tools.get(call.tool or "")
         if tool is None or call.action_type is not ActionKind.TOOL:
             return None
+        if tool.sub_agent is not None:
+            # A durable run parks for its child; a call that cannot start one (no task) is
+            # run as a tool, whose error the model is shown.
+            if not getattr(self.journal, "parks_children", False) or _task_of(call) is None:
+                return None
+            return wait_entry(call, Asks.CHILD, self.rules.counters)
         asks = tool.asks(call.args)
         return None if asks is None else wait_entry(call, asks, self.rules.counters)
+
+    def children_of(self, waits: Sequence[Entry]) -> list[ChildRun]:
+        """The child runs the step's sub-agent calls start, each under what this run has
+        left (its budgets, less what it and the runs below it spent; its deadline)."""
+        children = []
+        for wait in waits:
+            if wait.waits_for != Asks.CHILD:
+                continue
+            sub = self.tool_runs.tools[wait.tool or ""].sub_agent
+            key = wait.idempotency_key or ""
+            budgets = spawn_budgets(
+                sub.budgets, self.rules.budgets, self.rules.spent(), self.model_call.remaining()
+            )
+            children.append(
+                ChildRun(
+                    id=child_run_id(self.journal.run_id, key),
+                    parent_id=self.journal.run_id,
+                    call_key=key,
+                    agent=sub.agent.reference(),
+                    agent_name=sub.agent.name,
+                    release=sub.agent.release,
+                    task=_task_of(wait) or "",
+                    budgets=budgets.as_dict(),
+                )
+            )
+        return children
 
     # -- recording and stopping -----------------------------------------------------------
 
@@ -420,6 +488,12 @@ class _Loop:
             wrapped_up=stop.wrapped_up,
             run_id=self.journal.run_id,
         )
+
+
+def _task_of(call: Entry) -> str | None:
+    """A sub-agent call's task, if the model gave one a child run can take."""
+    task = (call.args or {}).get("task")
+    return task if isinstance(task, str) and task.strip() else None
 
 
 def _decision(entry: Entry, stop: Stop | None) -> str:

@@ -21,6 +21,8 @@ class StopReason(StrEnum):
     CANCELLED = "cancelled"  # somebody asked the run to stop
     MODEL_ERROR = "model_error"  # the model kept raising after its retries
     CRASH_LOOP = "crash_loop"  # taken over too many times in a row without progress
+    # A sub-agent (a child run) nested deeper below its root than max_depth: it never runs.
+    MAX_DEPTH = "max_depth"
 
     @property
     def meaning(self) -> str:
@@ -60,6 +62,10 @@ _MEANINGS: dict[StopReason, tuple[str, str | None]] = {
     StopReason.CRASH_LOOP: (
         "given up: taken over too many times in a row without progress",
         None,
+    ),
+    StopReason.MAX_DEPTH: (
+        "not run: a sub-agent nested deeper below its root than allowed",
+        "max_depth",
     ),
 }
 

@@ -8,6 +8,7 @@ or extension changes them from the step after it (`change`).
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 from runner.core.actions import Action, ActionKind
@@ -15,6 +16,7 @@ from runner.core.budget_changes import applied
 from runner.core.budgets import Budgets
 from runner.core.journal import Counters, Entry, Stop
 from runner.core.stop_reasons import WRAP_UP_REASONS, StopReason
+from runner.core.tree import Spend, TreeStop, over_budget
 
 
 class StopRules:
@@ -24,6 +26,30 @@ class StopRules:
         self.budgets = budgets
         self.counters = Counters()
         self.calls: Counter[tuple[str, str]] = Counter()  # each call's signature, for repeats
+        # What the run's sub-agents (child runs, and theirs) spent, charged to this run as
+        # they spend it: its budgets cover it too (runner.core.tree).
+        self.below = Spend()
+        self._charging = threading.Lock()
+
+    def charge(self, spent: Spend) -> None:
+        """Add what a run below this one just spent (from the child's thread)."""
+        with self._charging:
+            self.below = self.below + spent
+
+    def spent(self) -> Spend:
+        """What this run and the runs below it spent."""
+        return Spend.of(self.counters) + self.below
+
+    def tree_stop(self) -> TreeStop | None:
+        """Before a model call: the budget this run and its sub-agents spent together, if
+        it is spent (only while sub-agents spent something: a run alone is judged by the
+        rules below, exactly as seed 000 orders them)."""
+        if not self.below:
+            return None
+        reason = over_budget(self.budgets.as_dict(), self.spent())
+        if reason is None:
+            return None
+        return TreeStop(reason, "its budget is spent, with what its sub-agents spent")
 
     def change(self, entry: Entry) -> None:
         """A recorded revival or extension: the steps after it run under its budgets."""
@@ -46,9 +72,10 @@ class StopRules:
     def before_tools(self, action: Action) -> StopReason | None:
         """The stop rules before a tool runs, in seed 000's order."""
         b, c = self.budgets, self.counters
-        if b.max_tokens is not None and c.tokens > b.max_tokens:
+        below = self.below
+        if b.max_tokens is not None and c.tokens + below.tokens > b.max_tokens:
             return StopReason.TOKEN_BUDGET
-        if b.max_cost is not None and c.cost > b.max_cost:
+        if b.max_cost is not None and c.cost + below.cost > b.max_cost:
             return StopReason.COST_BUDGET
         if action.kind is ActionKind.FINAL:
             return StopReason.FINAL
@@ -69,6 +96,8 @@ class StopRules:
             return StopReason.TOOL_ERRORS
         if observed.step == self.budgets.max_steps:
             return StopReason.MAX_STEPS
+        if self.below.steps and observed.step + self.below.steps >= self.budgets.max_steps:
+            return StopReason.MAX_STEPS  # the steps its sub-agents took count too
         return None
 
     def wraps_up(self, reason: StopReason | None) -> bool:

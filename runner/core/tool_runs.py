@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from runner.core.actions import Action, ActionKind
 from runner.core.calls import CallTimedOut, Together, described, invoke
@@ -22,6 +23,7 @@ from runner.core.tools import (
     reset_current_call,
     set_current_call,
 )
+from runner.core.tree_inline import InlineParent, run_child
 from runner.core.waiting import Answer, observation_of
 
 Outcome = tuple[str, bool, int]  # (content, is_error, attempt)
@@ -50,6 +52,8 @@ class ToolRuns:
         self.together = Together(max_parallel)  # threads for steps of several calls
         # Journal writes from the calls' threads (start marks, outcomes), one at a time.
         self.writing = threading.Lock()
+        # In memory: the run a sub-agent's child runs under, inline (runner.core.tree_inline).
+        self.parent: InlineParent | None = None
 
     def close(self) -> None:
         self.together.close()
@@ -82,6 +86,9 @@ class ToolRuns:
     ) -> Outcome:
         """The outcome of a call after its answer, if it needed one: a denial or a reply is
         the outcome; an approved call (or one that needed no answer) runs."""
+        if answer is not None and answer.answer == Answer.ENDED:
+            # The child run's end, delivered by the runner: its answer or why it stopped.
+            return (str(answer.content or ""), answer.is_error, 1)
         if answer is not None:
             ruled = observation_of(Answer(str(answer.answer)), answer.content)
             if ruled is not None:
@@ -165,6 +172,8 @@ class ToolRuns:
         if tool is None:
             return f"LookupError: unknown tool {name}", True
         kwargs = dict(entry.args or {})
+        if tool.sub_agent is not None:
+            return self.call_sub_agent(tool, entry, kwargs)
         takes_key = self.takes_key_by_tool.get(name)
         if takes_key is None:
             takes_key = self.takes_key_by_tool[name] = tool.takes_key
@@ -196,6 +205,21 @@ class ToolRuns:
         finally:
             reset_current_call(token)
 
+
+    def call_sub_agent(
+        self, tool: Tool, entry: Entry, kwargs: dict[str, Any]
+    ) -> tuple[str, bool]:
+        """A sub-agent's call that starts no child run: in memory, the child runs inline
+        here, charged to this run; a call without a task is an error the model is shown."""
+        extra = sorted(set(kwargs) - {"task"})
+        if extra or not isinstance(kwargs.get("task"), str) or not kwargs["task"].strip():
+            return (
+                f"TypeError: {entry.tool} takes one argument, task (text)"
+                + (f", not {', '.join(extra)}" if extra else ""),
+                True,
+            )
+        with self.spans.tool_call(entry.step, entry.tool or "", entry.idempotency_key or "", 1):
+            return run_child(tool.sub_agent, kwargs["task"], self.parent)
 
     def mark_start(self, entry: Entry, attempt: int) -> bool:
         """Journal that the call is about to start (committed before it does): False, and

@@ -54,6 +54,9 @@ class Tool:
     # a crash left pending without it never started, and runs on resume instead of being
     # reported OutcomeUnknown. For tools that are neither idempotent nor reconcilable.
     mark_start: bool = False
+    # The Agent a call of this tool runs as a child run (`Agent.as_tool`): in a durable run
+    # the call starts a child run and waits for its end; in memory the child runs inline.
+    sub_agent: Any = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.approval, bool) and not callable(self.approval):

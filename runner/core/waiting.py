@@ -23,6 +23,9 @@ class Asks(StrEnum):
 
     APPROVAL = "approval"  # a tool declared with `approval`: yes (approve) or no (deny)
     REPLY = "reply"  # `ask_human`: a person's reply becomes the observation
+    # A sub-agent's call (`Agent.as_tool`): the child run's end is the answer, delivered by
+    # the runner, never by a person; its answer or why it stopped becomes the observation.
+    CHILD = "child"
 
 
 class Answer(StrEnum):
@@ -32,6 +35,7 @@ class Answer(StrEnum):
     DENIED = "denied"  # the call never runs: the model is shown `Denied: <reason>`
     REPLIED = "replied"  # ask_human's observation is the reply
     TIMED_OUT = "timed_out"  # nobody answered within approval_timeout: denied, saying so
+    ENDED = "ended"  # the child run a sub-agent's call started ended (Asks.CHILD)
 
 
 DENIED_PREFIX = "Denied: "

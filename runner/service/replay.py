@@ -26,6 +26,7 @@ from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.loop import drive
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import KEY_PARAMETER, Tool
+from runner.core.tree import ChildRun, Place, TreeStop
 from runner.errors import ReplayMismatch, RunnerError, RunWaiting
 from runner.models.adapter import Adapter
 from runner.store.runs import RunRow
@@ -101,8 +102,17 @@ class _RecordOnly:
     def attempt(self, action: Entry) -> int:
         raise _Beyond("would settle a pending call")
 
-    def wait(self, entries: Sequence[Entry]) -> bool:
+    def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         raise _Beyond("would wait for a person's answer")
+
+    # A recorded sub-agent's call is a wait with its answer (the child's end): replayed.
+    parks_children = True
+
+    def place(self) -> Place:
+        return Place()
+
+    def tree_stop(self) -> TreeStop | None:
+        return None
 
 
 def replay_run(run: RunRow, journal: Sequence[Entry], agent: Agent, budgets: Budgets) -> Replay:

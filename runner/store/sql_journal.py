@@ -24,6 +24,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.faults import fault
 from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
+from runner.core.tree import ChildRun, Place, TreeStop
 from runner.errors import EntryRefused, LeaseLost, describe
 from runner.store import fencing, leases
 from runner.store import runs as store
@@ -111,7 +112,16 @@ class SqlJournal:
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
         self.append_many((entry,), stop)
 
-    def wait(self, entries: Sequence[Entry]) -> bool:
+    # Until the store keeps trees of runs, a sub-agent's child runs inline, in the call.
+    parks_children = False
+
+    def place(self) -> Place:
+        return Place()
+
+    def tree_stop(self) -> TreeStop | None:
+        return None
+
+    def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         with self._writing:
             self._check_lease()
             fault("before_wait_commit")

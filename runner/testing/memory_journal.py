@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
+from runner.core.tree import ChildRun, Place, TreeStop
 from runner.errors import LeaseLost
 from runner.store.protocol import Claim, Observer
 from runner.store.runs import amount, counter, encode, plain_text
@@ -77,7 +78,17 @@ class MemoryRunJournal:
             self.seq += len(entries)
         self._tell(entries)
 
-    def wait(self, entries: Sequence[Entry]) -> bool:
+    # The in-memory store runs a sub-agent's child inline, inside the call (as run_agent
+    # does): no child run is created, parked or delivered here.
+    parks_children = False
+
+    def place(self) -> Place:
+        return Place()
+
+    def tree_stop(self) -> TreeStop | None:
+        return None
+
+    def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         with self._writing:  # a step's waits, one per call that needs an answer: one write
             cancelled = self._write(tuple(entries), None, parking=True)
             self.seq += len(entries)
