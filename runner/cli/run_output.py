@@ -78,8 +78,8 @@ def render_run(
         + (f", finished {_when(row.finished_at)} UTC" if row.finished_at else ""),
     ]
     lines.append(f"queue     {row.queue}, priority {row.priority}" + _delayed(row, now))
-    if row.parent_run_id:
-        lines.append(f"forked    from run {row.parent_run_id} at step {row.parent_step}")
+    if row.forked_from_id:
+        lines.append(f"forked    from run {row.forked_from_id} at step {row.forked_at_step}")
     if row.lease_owner:
         seen = row.last_seen_at or row.leased_at
         lines.append(

@@ -341,8 +341,9 @@ def fork(
     """Start a new run from the first N steps of run ID, then run it to its stop.
 
     The fork's journal starts as a copy of those steps (their tool calls are not run again)
-    and records its parent; run ID is not changed. The fork's own calls get keys of their
-    own. Budget flags change the fork's budgets. Exit codes as for `runner run`.
+    and records where it came from (forked_from_id); run ID is not changed. The fork's own
+    calls get keys of their own. Budget flags change the fork's budgets. Exit codes as for
+    `runner run`.
     """
     progress = None if queue else _progress(as_json)
     with _runner(url, observer=progress) as runner:
@@ -354,7 +355,7 @@ def fork(
             else:
                 output.line(forked)
             return
-        output.line(f"run {forked} (forked from {row.parent_run_id} at step {at_step})", err=True)
+        output.line(f"run {forked} (forked from {row.forked_from_id} at step {at_step})", err=True)
         result = _go(forked, progress, lambda: runner.resume(forked))
     finish(result, as_json, progress.elapsed() if progress else None)
 

@@ -1,4 +1,4 @@
-"""The views of migration 0002 (`run_summary`, `tool_calls`) as SQLAlchemy sees them.
+"""The views of the migrations (`run_summary`, `tool_calls`, `root_spend`) as SQLAlchemy sees them.
 
 Declared here for the queries that read them; created (per dialect) by the migration, and
 documented column by column in the README: they are part of the public schema.
@@ -33,6 +33,24 @@ run_summary = table(
     column("queue", String),
     column("priority", Integer),
     column("not_before", Timestamp),
+    column("parent_id", String),
+    column("root_id", String),
+)
+
+# Revision 0010: one row per tree of runs (a root and its children), its spend summed.
+root_spend = table(
+    "root_spend",
+    column("root_id", String),
+    column("runs", Integer),
+    column("steps", Integer),
+    column("tokens", Integer),
+    column("cost", Float),
+    column("queued", Integer),
+    column("running", Integer),
+    column("waiting", Integer),
+    column("finished", Integer),
+    column("started_at", Timestamp),
+    column("last_finished_at", Timestamp),
 )
 
 tool_calls = table(

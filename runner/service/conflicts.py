@@ -1,8 +1,8 @@
 """A run id is an idempotency key for the run itself: the same request returns the existing
 run, a different one is refused with what differs.
 
-The same request means the same agent, task and budgets (and, for a fork, the same parent
-and step; for a request that names them, the same queue and priority). Budgets are
+The same request means the same agent, task and budgets (and, for a fork, the same run
+forked from and step; for a request that names them, the same queue and priority). Budgets are
 compared with those the run was created with, so repeating the original request still
 names a run that was revived since with larger ones.
 """
@@ -29,7 +29,7 @@ def differences(
     task: str,
     budgets: Mapping[str, Any],
     later_changes: Iterable[Entry] = (),
-    parent: tuple[str, int] | None = None,
+    forked_from: tuple[str, int] | None = None,
     queue: str | None = None,
     priority: int | None = None,
 ) -> dict[str, tuple[Any, Any]]:
@@ -60,9 +60,9 @@ def differences(
         found["queue"] = (run.queue, queue)
     if priority is not None and run.priority != priority:
         found["priority"] = (run.priority, priority)
-    stored_parent = (run.parent_run_id, run.parent_step) if run.parent_run_id else None
-    if parent is not None and stored_parent != parent:
-        found["parent"] = (_parent(stored_parent), _parent(parent))
+    stored_fork = (run.forked_from_id, run.forked_at_step) if run.forked_from_id else None
+    if forked_from is not None and stored_fork != forked_from:
+        found["forked_from"] = (_fork(stored_fork), _fork(forked_from))
     return found
 
 
@@ -80,12 +80,12 @@ def conflict(run_id: str, found: dict[str, tuple[Any, Any]]) -> RunConflict:
     )
 
 
-def _parent(parent: tuple[str | None, int | None] | None) -> str:
-    return "none" if parent is None else f"run {parent[0]} at step {parent[1]}"
+def _fork(origin: tuple[str | None, int | None] | None) -> str:
+    return "none" if origin is None else f"run {origin[0]} at step {origin[1]}"
 
 
 def _quoted(value: Any, name: str) -> str:
-    quote = isinstance(value, str) and name != "parent"
+    quote = isinstance(value, str) and name != "forked_from"
     text = repr(value) if quote else "none" if value is None else str(value)
     text = " ".join(text.split())
     if len(text) <= _SHOWN:

@@ -93,8 +93,8 @@ def create_fork(
         task=parent.task,
         budgets=budgets.as_dict(),
         at=utc_now(store.clock),
-        parent_run_id=parent.id,
-        parent_step=at_step,
+        forked_from_id=parent.id,
+        forked_at_step=at_step,
         # A fork left to a worker waits in its parent's queue, at its priority.
         queue=parent.queue,
         priority=parent.priority,

@@ -157,7 +157,7 @@ def refuse_another(
     queue: str | None = None,
     priority: int | None = None,
     *,
-    parent: tuple[str, int] | None = None,
+    forked_from: tuple[str, int] | None = None,
 ) -> None:
     """RunConflict unless the stored run is what this request for its id asks for.
 
@@ -177,7 +177,7 @@ def refuse_another(
         task=task,
         budgets=budgets,
         later_changes=later,
-        parent=parent,
+        forked_from=forked_from,
         queue=queue,
         priority=priority,
     )

@@ -135,6 +135,6 @@ class Submitting(RunnerBase):
             origin = (parent.id, at_step)
             existing = self.store.get_run(new_id)
             submissions.refuse_another(
-                existing, self.store, ref, name, parent.task, chosen.as_dict(), parent=origin
+                existing, self.store, ref, name, parent.task, chosen.as_dict(), forked_from=origin
             )
         return new_id

@@ -70,8 +70,8 @@ class RunRow:
     updated_at: datetime
     finished_at: datetime | None
     last_seen_at: datetime | None = None
-    parent_run_id: str | None = None
-    parent_step: int | None = None
+    forked_from_id: str | None = None
+    forked_at_step: int | None = None
     # Derived, not stored: the status, or `stalled` for a running run nobody holds any more
     # (see runner.store.liveness, which fills it in for the rows `Runner.row` and `list` return).
     state: str = ""
@@ -80,6 +80,11 @@ class RunRow:
     queue: str = DEFAULT_QUEUE  # the queue workers claim it from
     priority: int = 0  # higher is claimed first
     not_before: datetime | None = None  # a delayed run: claimed no earlier than this
+    # Trees of runs: the run whose tool call started this one (None for a root), the tree's
+    # root (a root's own id), and the key of the call that started it.
+    parent_id: str | None = None
+    root_id: str | None = None
+    parent_call_key: str | None = None
 
     @classmethod
     def of(cls, row: Columns) -> RunRow:
@@ -111,14 +116,18 @@ class RunRow:
             updated_at=m["updated_at"],
             finished_at=m["finished_at"],
             last_seen_at=m["last_seen_at"],
-            parent_run_id=m["parent_run_id"],
-            parent_step=m["parent_step"],
+            forked_from_id=m["forked_from_id"],
+            forked_at_step=m["forked_at_step"],
             state=str(m["status"]),
             waiting_since=m["waiting_since"],
             wait_expires_at=m["wait_expires_at"],
             queue=m["queue"],
             priority=m["priority"],
             not_before=m["not_before"],
+            parent_id=m["parent_id"],
+            # A row written before revision 0010 by hand may have none: it is a root.
+            root_id=m["root_id"] or m["id"],
+            parent_call_key=m["parent_call_key"],
         )
 
     def lease_is_live(self, at: datetime) -> bool:

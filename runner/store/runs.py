@@ -226,13 +226,20 @@ def new_run(
     task: str,
     budgets: dict[str, Any],
     at: datetime,
-    parent_run_id: str | None = None,
-    parent_step: int | None = None,
+    forked_from_id: str | None = None,
+    forked_at_step: int | None = None,
     queue: str = DEFAULT_QUEUE,
     priority: int = 0,
     not_before: datetime | None = None,
+    parent_id: str | None = None,
+    root_id: str | None = None,
+    parent_call_key: str | None = None,
 ) -> dict[str, Any]:
-    """The row of a run just submitted (queued, nothing spent)."""
+    """The row of a run just submitted (queued, nothing spent). A child run names its
+    parent, its tree's root and the key of the parent's call that started it; any other
+    run is a root, and its root_id is its own id."""
+    if (parent_id is None) != (root_id is None):
+        raise ValueError("a child run names both its parent and its root; a root neither")
     return {
         "id": run_id,
         "agent": agent,
@@ -252,11 +259,14 @@ def new_run(
         "lease_epoch": 0,
         "created_at": at,
         "updated_at": at,
-        "parent_run_id": parent_run_id,
-        "parent_step": parent_step,
+        "forked_from_id": forked_from_id,
+        "forked_at_step": forked_at_step,
         "queue": queue,
         "priority": priority,
         "not_before": not_before,
+        "parent_id": parent_id,
+        "root_id": run_id if root_id is None else root_id,
+        "parent_call_key": parent_call_key,
     }
 
 

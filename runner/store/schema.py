@@ -105,10 +105,11 @@ runs = Table(
     Column("updated_at", Timestamp, nullable=False),
     Column("finished_at", Timestamp, nullable=True),
     # Revision 0005 (operating runs): when the holder was last heard from (its claim or
-    # heartbeat: never the per-step write), and where a fork came from.
+    # heartbeat: never the per-step write), and where a fork came from (named parent_run_id
+    # and parent_step until revision 0010: a fork is a copy, not a child).
     Column("last_seen_at", Timestamp, nullable=True, comment="holder's last claim or heartbeat"),
-    Column("parent_run_id", String(32), nullable=True, comment="the run this was forked from"),
-    Column("parent_step", Integer, nullable=True, comment="steps copied from the parent"),
+    Column("forked_from_id", String(32), nullable=True, comment="the run this was forked from"),
+    Column("forked_at_step", Integer, nullable=True, comment="steps copied from that run"),
     # A waiting run (migration 0006): since when, and when approval_timeout denies its call.
     Column("waiting_since", Timestamp, nullable=True, comment="when the run began to wait"),
     Column("wait_expires_at", Timestamp, nullable=True, comment="when its wait times out"),
@@ -129,6 +130,18 @@ runs = Table(
         comment="higher is claimed first within the queues a worker serves",
     ),
     Column("not_before", Timestamp, nullable=True, comment="a delayed run: no claim before this"),
+    # Trees of runs (revision 0010): a sub-agent is a child run, started by a tool call of
+    # its parent. No foreign keys, as for forks: pruning a run leaves the others' rows.
+    # root_id is nullable only because ALTER TABLE adds it (a NOT NULL column would need a
+    # rebuild of runs on SQLite, which cascades to the journal): every insert sets it.
+    Column("parent_id", String(32), nullable=True, comment="the run whose call started this one"),
+    Column("root_id", String(32), nullable=True, comment="the tree's root (a root: its own id)"),
+    Column(
+        "parent_call_key",
+        String(80),
+        nullable=True,
+        comment="idempotency key of the parent's call that started this run",
+    ),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
     Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),
@@ -140,6 +153,10 @@ runs = Table(
     Index("ix_runs_release_created_at", "release", "created_at"),
     Index("ix_runs_stop_reason_created_at", "stop_reason", "created_at"),
     Index("ix_runs_status_finished_at", "status", "finished_at"),
+    # Trees (revision 0010): the children of a run, and every run of a tree, each in the
+    # order they were created. A root's own row is in the second (root_id = id).
+    Index("ix_runs_parent_id_created_at", "parent_id", "created_at"),
+    Index("ix_runs_root_id_created_at", "root_id", "created_at"),
     comment="one row per run",
 )
 

@@ -130,7 +130,7 @@ def test_a_fork_of_a_sigkilled_run(db_url: str, ledger: Path) -> None:
     ]  # fmt: skip
     assert [r["lease_epoch"] for r in rows[:5]] == [0] * 5
     fork_row = run_row(db_url, "fk")
-    assert (fork_row["parent_run_id"], fork_row["parent_step"]) == ("parent", 2)
+    assert (fork_row["forked_from_id"], fork_row["forked_at_step"]) == ("parent", 2)
     # The copied calls never ran for the fork; its own calls ran under its own keys.
     assert sorted((c.tool, c.step) for c in tool_calls(ledger, "fk")) == [
         ("deposit", 4), ("notify", 3), ("notify", 6), ("square", 5),
@@ -302,7 +302,7 @@ def test_a_queued_fork_is_left_to_a_worker(db_url: str, ledger: Path) -> None:
                  db_url=db_url, ledger=ledger)  # fmt: skip
     assert queued.returncode == 0, described(queued)
     data = json.loads(queued.stdout)
-    assert (data["status"], data["state"], data["parent_run_id"], data["parent_step"]) == (
+    assert (data["status"], data["state"], data["forked_from_id"], data["forked_at_step"]) == (
         "queued", "queued", "p", 3,
     )  # fmt: skip
     assert data["budgets"]["max_steps"] == 9 and data["steps"] == 3

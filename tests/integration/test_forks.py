@@ -54,7 +54,8 @@ def test_a_fork_copies_the_first_steps_and_goes_on_with_keys_of_its_own(db_url: 
 
         forked = runner.fork("parent", 2, id="child")
         queued = runner.row(forked)
-        assert (queued.status, queued.parent_run_id, queued.parent_step) == ("queued", "parent", 2)
+        fork_of = (queued.forked_from_id, queued.forked_at_step)
+        assert (queued.status, fork_of) == ("queued", ("parent", 2))
         assert (queued.agent, queued.task, queued.budgets) == (
             parent_row[0]["agent"], "count", parent_row[0]["budgets"],
         )  # fmt: skip
@@ -163,7 +164,8 @@ def test_a_fork_with_another_agent_and_its_id_as_an_idempotency_key(db_url: str)
         row = runner.row(forked)
         assert (row.agent, row.release) == (ref("relabelled"), "5")
         with pytest.raises(
-            RunConflict, match="another parent: parent run p at step 1 \\(asked: run p at step 2\\)"
+            RunConflict,
+            match="another forked_from: forked_from run p at step 1 \\(asked: run p at step 2\\)",
         ):
             runner.fork("p", 2, id="f", agent=ref("relabelled"))
         with pytest.raises(RunConflict, match="another agent"):
@@ -178,7 +180,7 @@ def test_a_fork_is_whole_or_absent(db_url: str) -> None:
         with pytest.raises(RunConflict):
             runner.fork("p", 2, id="taken")  # the id names another run: nothing copied
         assert rows(runner, entries, entries.c.run_id == "taken") == []
-        assert runner.row("taken").parent_run_id is None
+        assert runner.row("taken").forked_from_id is None
 
 
 # -- steps of several calls, approvals, and every boundary inside a step ---------------------

@@ -250,6 +250,7 @@ def seed(engine: Engine, specs: list[Spec] = HISTORY) -> None:
                     created_at=spec.created_at,
                     updated_at=spec.created_at,
                     finished_at=_finished_at(spec),
+                    root_id=spec.id,
                 )
             )
             journal = list(_journal(spec))
@@ -422,7 +423,7 @@ def test_documented_query_answers(seeded: str, title: str) -> None:
 
 def test_docs_describe_every_column(seeded: str) -> None:
     documented = DOCS.read_text()
-    for name in ("runs", "entries", "run_summary", "tool_calls", "approvals"):
+    for name in ("runs", "entries", "run_summary", "tool_calls", "approvals", "root_spend"):
         heading = re.search(rf"^### (Table|View) `{name}`", documented, re.M)
         assert heading, f"the README has no section on {name}"
         section = documented[heading.end() :].split("\n### ", 1)[0]

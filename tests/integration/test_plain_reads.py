@@ -70,7 +70,7 @@ def test_every_run_column_reads_as_sqlalchemy_reads_it(filled: str, plain: Reade
     # What the fixture holds, so that the comparison above compared something.
     assert by_id["done-json"].output == {"sum": 5, "unit": None, "exact": True}
     assert by_id["done-text"].output == "5"
-    assert by_id["forked"].parent_run_id == "done-text"
+    assert by_id["forked"].forked_from_id == "done-text"
     assert by_id["delayed"].not_before is not None and by_id["delayed"].priority == 5
     assert by_id["live"].deadline is not None and by_id["live"].cancel_requested is True
     assert by_id["waiting"].waiting_since is not None

@@ -70,7 +70,7 @@ def seen(runner: Runner, *run_ids: str) -> list[Any]:
                 since(row.lease_expires_at), row.resumes, row.queue, row.priority,
                 since(row.not_before), row.steps,
                 row.budgets, row.cancel_requested, since(row.deadline), since(row.waiting_since),
-                since(row.wait_expires_at), row.parent_run_id, row.parent_step,
+                since(row.wait_expires_at), row.forked_from_id, row.forked_at_step,
             )
         )  # fmt: skip
         found.append(

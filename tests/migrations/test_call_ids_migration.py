@@ -102,8 +102,20 @@ def populate_at_0003(engine: Engine) -> None:
             budgets={"max_steps": 8},
             at=START,
         )
-        for column in ("queue", "priority", "not_before"):
-            del run[column]  # revision 0008's, which this database has not reached
+        for column in (
+            "queue",
+            "priority",
+            "not_before",
+            "parent_id",
+            "root_id",
+            "parent_call_key",
+        ):
+            del run[column]  # revisions 0008's and 0010's, which this database has not reached
+        # Revision 0010 renamed them.
+        run["parent_run_id"], run["parent_step"] = (
+            run.pop("forked_from_id"),
+            run.pop("forked_at_step"),
+        )
         with engine.begin() as connection:
             connection.execute(insert(runs).values(**run))
             for seq, entry in enumerate(journal):
@@ -158,10 +170,13 @@ def test_a_populated_0003_database_reads_back_after_0004(engine: Engine, empty_u
     assert view_rows(engine) == before  # the same rows, paired by key now
     with engine.connect() as connection:
         after = connection.execute(text("SELECT * FROM run_summary ORDER BY id")).all()
-        # The same rows; revision 0008 adds queue, priority and not_before at the end.
+        # The same rows; revision 0008 adds queue, priority and not_before at the end, and
+        # 0010 parent_id and root_id after them (every run stored before it is a root).
         width = len(summaries[0])
         assert [tuple(row)[:width] for row in after] == [tuple(row) for row in summaries]
-        assert {tuple(row)[width:] for row in after} == {("default", 0, None)}
+        assert [tuple(row)[width:] for row in after] == [
+            ("default", 0, None, None, row.id) for row in after
+        ]
         ids = connection.execute(text("SELECT call_id FROM tool_calls")).scalars().all()
         assert ids == [None, None, None]
 

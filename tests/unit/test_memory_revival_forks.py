@@ -150,7 +150,8 @@ def test_a_fork_copies_the_first_steps_and_goes_on_with_keys_of_its_own() -> Non
     del keys[:]
     forked = runner.fork("parent", 2, id="child")
     queued = runner.row(forked)
-    assert (queued.status, queued.parent_run_id, queued.parent_step) == ("queued", "parent", 2)
+    fork_of = (queued.forked_from_id, queued.forked_at_step)
+    assert (queued.status, fork_of) == ("queued", ("parent", 2))
     model = adding()
     result = runner.resume(forked, agent=Agent(model, {"add": add}))
     assert (result.output, result.transcript) == ("3", parent.transcript)
@@ -186,9 +187,9 @@ def test_a_fork_needs_a_step_with_its_result_and_its_id_names_one_request() -> N
     with pytest.raises(CannotFork, match="run done has no step 9"):
         runner.fork("done", 9)
     assert runner.fork("done", 1, id="f") == runner.fork("done", 1, id="f")
-    with pytest.raises(RunConflict, match="another parent"):
+    with pytest.raises(RunConflict, match="another forked_from"):
         runner.fork("done", 2, id="f")
     runner.submit(agent, "taken", id="taken")
     with pytest.raises(RunConflict):
         runner.fork("done", 2, id="taken")  # the id names another run: nothing copied
-    assert runner.journal("taken") == [] and runner.row("taken").parent_run_id is None
+    assert runner.journal("taken") == [] and runner.row("taken").forked_from_id is None
