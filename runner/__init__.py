@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from runner.core.budgets import Budgets as Budgets
     from runner.core.context import cut_observations as cut_observations
     from runner.core.context import last_steps as last_steps
+    from runner.core.deltas import Delta as Delta
     from runner.core.result import AgentResult as AgentResult
     from runner.core.status import RunStatus as RunStatus
     from runner.core.stop_reasons import StopReason as StopReason
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
     from runner.models import AnthropicMessages as AnthropicMessages
     from runner.models import OpenAIChat as OpenAIChat
     from runner.models import Price as Price
+    from runner.service.events import DeltaEvent as DeltaEvent
     from runner.service.events import Event as Event
     from runner.service.run_agent import run_agent as run_agent
     from runner.service.runner import Runner as Runner
@@ -82,6 +84,8 @@ _HOMES = {
     "last_steps": "runner.core.context",
     "Runner": "runner.service.runner",
     "Event": "runner.service.events",
+    "DeltaEvent": "runner.service.events",
+    "Delta": "runner.core.deltas",
     "AgentLoadError": "runner.errors",
     "AmbiguousRunId": "runner.errors",
     "BadAgentReference": "runner.errors",

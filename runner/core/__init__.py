@@ -3,7 +3,8 @@
 The loop itself: the order of a step (`loop`), the model call with its retries and wrap-up
 (`model_call`), running a step's tool calls and settling them after a crash (`tool_runs`),
 the stop rules with the counters they read (`stop_rules`), and how a call in flight learns
-its run must stop (`interrupts`). What it works on: what the model asked for (`actions`), a
+its run must stop (`interrupts`) and where the pieces of a streaming response go while it
+is in flight (`deltas`). What it works on: what the model asked for (`actions`), a
 step's action as journal entries and back (`steps`), the tools and how user code is called
 (`tools`, `calls`), agents a new process can rebuild (`agent`), the limits of a run
 (`budgets`, `budget_changes`) and why it stopped (`stop_reasons`), the journal protocol and

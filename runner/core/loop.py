@@ -26,6 +26,7 @@ from runner.core.budget_changes import before_changes
 from runner.core.budgets import Budgets
 from runner.core.clock import SYSTEM, Clock
 from runner.core.context import Context
+from runner.core.deltas import DeltaSink
 from runner.core.journal import Entry, EntryKind, Journal, Stop, step_messages
 from runner.core.model_call import (
     Cancel,
@@ -67,6 +68,7 @@ def drive(
     clock: Clock = SYSTEM,
     context: Context | None = None,
     spans: Spans = NO_SPANS,
+    deltas: DeltaSink | None = None,
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
@@ -78,6 +80,7 @@ def drive(
     retries. `context` maps the transcript to what the model is sent; the journal and the
     result keep it whole.
     `spans` is told of each step, model call and tool call (tracing; see runner.spans).
+    `deltas` takes the pieces of a streaming model's responses in flight (runner.core.deltas).
     """
     recorded = journal.recorded()
     # Each recorded step is replayed under the budgets it ran with.
@@ -94,6 +97,7 @@ def drive(
         clock=clock,
         context=context,
         spans=spans,
+        deltas=deltas,
     )
     tool_runs = ToolRuns(
         tools, journal, rules, model_call.remaining, spans, budgets.max_parallel_tools

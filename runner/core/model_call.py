@@ -14,6 +14,7 @@ from runner.core.budgets import Budgets
 from runner.core.calls import CallTimedOut, described, invoke
 from runner.core.clock import Clock
 from runner.core.context import Context
+from runner.core.deltas import DeltaSink, streaming
 from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Journal
 from runner.core.spans import Spans
@@ -57,6 +58,7 @@ class ModelCall:
         clock: Clock,
         context: Context | None,
         spans: Spans,
+        deltas: DeltaSink | None = None,
     ) -> None:
         self.model = model
         self.journal = journal
@@ -66,6 +68,7 @@ class ModelCall:
         self.clock = clock
         self.context = context
         self.spans = spans
+        self.deltas = deltas  # where a streaming model's pieces go (None: nowhere)
 
     def check(self, steps: int) -> StopReason | None:
         """Why the run must stop before asking the model for step `steps + 1`, if it must.
@@ -116,7 +119,11 @@ class ModelCall:
             own = budgets.model_timeout
             run_ends_first = own is None or (remaining is not None and remaining <= own)
             try:
-                with self.spans.model_call(step) as call, checking(self.stop_requested):
+                with (
+                    self.spans.model_call(step) as call,
+                    checking(self.stop_requested),
+                    streaming(self.deltas, step),
+                ):
                     output = invoke(
                         self.model,
                         (shown,),
@@ -155,7 +162,11 @@ class ModelCall:
                 limit = WRAP_UP_SECONDS
             if budgets.model_timeout is not None:
                 limit = min(limit if limit is not None else math.inf, budgets.model_timeout)
-            with self.spans.model_call(step) as call, checking(self.stop_requested):
+            with (
+                self.spans.model_call(step) as call,
+                checking(self.stop_requested),
+                streaming(self.deltas, step),
+            ):
                 output = invoke(
                     self.model, (self.shown(transcript),), {}, limit, watch=self.stop_requested
                 )

@@ -12,24 +12,42 @@ NOTIFY in each (measured on this project's 2-core machine).
 
 One stream serves both `for` and `async for`: the async iterator runs the same reads in a
 worker thread and waits with asyncio, so an event loop is never blocked.
+
+With `deltas=True` the stream also gives the pieces of the model call in flight as
+`DeltaEvent`s: ephemeral, not journal entries and without a position of their own (each
+says the position it came `after`). They are read from the `deltas` table after a cursor
+of their own, before the journal in each look, every DELTA_POLL_SECONDS: a reader who
+connects while a call streams gets the call's pieces so far, then each new one. A delta of
+a call whose action the stream has given already is dropped (it came late), and a delta
+with ordinal 0 begins its step's response afresh (a retry, or a resumed run calling again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import ClassVar, Generic, Literal, TypeVar, overload
 
-from runner.core.journal import Entry
+from runner.core.deltas import Delta
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.service.runner_base import RunnerBase
 from runner.store.protocol import RunStore
 
 # How long a follower waits before looking again when the last look found nothing new.
 EVENT_POLL_SECONDS = 0.25
+# How long a follower of deltas waits before looking again (the writer batches every 50 ms).
+DELTA_POLL_SECONDS = 0.05
 # Entries read per query: a long journal is read in pages, never all at once.
 EVENT_PAGE = 500
+# Deltas read per query.
+DELTA_PAGE = 1000
+
+# The entries that end a model call: its late deltas are dropped once one was given.
+_CALL_ENDS = (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +58,29 @@ class Event:
     position: int
     entry: Entry
 
+    kind: ClassVar[str] = "entry"
+    ephemeral: ClassVar[bool] = False  # durable: resume after its position
 
-class EventStream:
+
+@dataclass(frozen=True, slots=True)
+class DeltaEvent:
+    """A piece of the response of run `run_id`'s model call in flight (see `Delta`: its
+    step, ordinal within the call, part, tool call and text). Ephemeral: not in the journal,
+    no position of its own; `after` is the position of the last durable event before it,
+    and resuming after that position gives the deltas still stored, not these again."""
+
+    run_id: str
+    after: int
+    delta: Delta
+
+    kind: ClassVar[str] = "delta"
+    ephemeral: ClassVar[bool] = True
+
+
+E = TypeVar("E", Event, Event | DeltaEvent)
+
+
+class EventStream(Generic[E]):
     """The events of one run after a position, in order; iterate it with `for` or
     `async for` (once). `position` is the last position handed out (resume after it)."""
 
@@ -54,13 +93,19 @@ class EventStream:
         follow: bool,
         until_waiting: bool,
         poll_seconds: float,
+        deltas: bool = False,
     ) -> None:
         self.store = store
         self.run_id = run_id
         self.position = after
         self.follow = follow
         self.until_waiting = until_waiting
-        self.poll_seconds = poll_seconds
+        self.poll_seconds = min(poll_seconds, DELTA_POLL_SECONDS) if deltas else poll_seconds
+        self.status_seconds = poll_seconds  # how often an idle follow reads the run's row
+        self.deltas = deltas
+        self.delta_cursor = 0  # the id of the last delta read
+        self._settled = 0  # the last step whose model call's end the stream has given
+        self._status_read = 0.0
         # Set to end a follow early (from another thread); it also cuts a poll's wait short.
         self._closed = threading.Event()
 
@@ -68,48 +113,118 @@ class EventStream:
         """Stop following: the iteration ends at its next look (or at once, if waiting)."""
         self._closed.set()
 
-    def _look(self) -> tuple[list[Event], bool]:
-        """The next page of events, and whether the stream ends after them."""
-        page = self.store.entries_after(self.run_id, self.position, EVENT_PAGE)
-        events = [Event(self.run_id, position, entry) for position, entry in page]
+    def _look(self) -> tuple[list[Delta | Event], bool]:
+        """The next deltas and page of events, and whether the stream ends after them."""
+        # Deltas first: a call's pieces are written before its action, so those read now
+        # come before any action the journal read below gives.
+        pieces: list[Delta | Event] = []
+        if self.deltas:
+            for cursor, delta in self.store.deltas_after(
+                self.run_id, self.delta_cursor, DELTA_PAGE
+            ):
+                self.delta_cursor = cursor
+                pieces.append(delta)
+        events = self._entries()
         if events or self._closed.is_set():
-            return events, self._closed.is_set()
+            return _merged(pieces, events), self._closed.is_set()
         if not self.follow:
-            return [], True
+            return pieces, True
+        now = time.monotonic()
+        if pieces or now - self._status_read < self.status_seconds:
+            return pieces, False
         # Nothing new: has the run stopped? The status is read before the journal again,
         # so an entry committed before the run finished (or began to wait) is still read.
+        self._status_read = now
         status = self.store.get_run(self.run_id).status
         if status is RunStatus.FINISHED or (self.until_waiting and status is RunStatus.WAITING):
-            page = self.store.entries_after(self.run_id, self.position, EVENT_PAGE)
-            events = [Event(self.run_id, position, entry) for position, entry in page]
-            return events, not events
-        return [], False
+            events = self._entries()
+            return _merged(pieces, events), not events
+        return pieces, False
 
-    def __iter__(self) -> Iterator[Event]:
+    def _entries(self) -> list[Delta | Event]:
+        page = self.store.entries_after(self.run_id, self.position, EVENT_PAGE)
+        return [Event(self.run_id, position, entry) for position, entry in page]
+
+    def _given(self, item: Delta | Event) -> E | None:
+        """What the stream gives for a piece it read (None: a late delta, dropped)."""
+        if isinstance(item, Event):
+            self.position = item.position
+            entry = item.entry
+            if entry.kind in _CALL_ENDS:
+                self._settled = max(self._settled, entry.step)
+            elif entry.kind is EntryKind.WRAP_UP:
+                self._settled = entry.step - 1  # the wrap-up's call is of this step again
+            return item
+        if item.step <= self._settled:
+            return None
+        return DeltaEvent(self.run_id, self.position, item)  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[E]:
         while True:
-            events, ended = self._look()
-            for event in events:
-                self.position = event.position
-                yield event
+            items, ended = self._look()
+            for item in items:
+                given = self._given(item)
+                if given is not None:
+                    yield given
             if ended:
                 return
-            if not events:
+            if not items:
                 self._closed.wait(self.poll_seconds)
 
-    async def __aiter__(self) -> AsyncIterator[Event]:
+    async def __aiter__(self) -> AsyncIterator[E]:
         while True:
-            events, ended = await asyncio.to_thread(self._look)
-            for event in events:
-                self.position = event.position
-                yield event
+            items, ended = await asyncio.to_thread(self._look)
+            for item in items:
+                given = self._given(item)
+                if given is not None:
+                    yield given
             if ended:
                 return
-            if not events:
+            if not items:
                 await asyncio.sleep(self.poll_seconds)
+
+
+def _merged(pieces: list[Delta | Event], events: list[Delta | Event]) -> list[Delta | Event]:
+    """The events in order, each call's deltas just before the entry that ends the call
+    (the rest after them all): a reader catching up sees a call's pieces before its action."""
+    if not pieces:
+        return events
+    merged: list[Delta | Event] = []
+    for event in events:
+        if isinstance(event, Event) and event.entry.kind in _CALL_ENDS:
+            step = event.entry.step
+            merged += [p for p in pieces if isinstance(p, Delta) and p.step <= step]
+            pieces = [p for p in pieces if isinstance(p, Delta) and p.step > step]
+        merged.append(event)
+    return merged + pieces
 
 
 class Following(RunnerBase):
     """The `Runner`'s part that follows runs as they are written."""
+
+    @overload
+    def events(
+        self,
+        run_id: str,
+        *,
+        after: int = -1,
+        follow: bool = False,
+        until_waiting: bool = False,
+        poll_seconds: float = EVENT_POLL_SECONDS,
+        deltas: Literal[False] = False,
+    ) -> EventStream[Event]: ...
+
+    @overload
+    def events(
+        self,
+        run_id: str,
+        *,
+        after: int = -1,
+        follow: bool = False,
+        until_waiting: bool = False,
+        poll_seconds: float = EVENT_POLL_SECONDS,
+        deltas: Literal[True],
+    ) -> EventStream[Event | DeltaEvent]: ...
 
     def events(
         self,
@@ -119,16 +234,22 @@ class Following(RunnerBase):
         follow: bool = False,
         until_waiting: bool = False,
         poll_seconds: float = EVENT_POLL_SECONDS,
-    ) -> EventStream:
+        deltas: bool = False,
+    ) -> EventStream[Event] | EventStream[Event | DeltaEvent]:
         """The run's journal entries after position `after` (-1: from the first), as
         `Event`s, for `for` or `async for`. With `follow`, the stream goes on with each
         entry as it is committed, from whatever process writes it, and ends once the run
         has finished and every entry was given (`until_waiting`: also once it waits for a
         person). Resume after a reconnect with `after=` the last position seen: no entry
         is given twice or skipped. RunNotFound at once if there is no such run (`run_id`
-        may be a prefix of its id)."""
+        may be a prefix of its id).
+
+        With `deltas`, the stream also gives `DeltaEvent`s (`event.ephemeral`, kind
+        "delta"): the pieces of the model call in flight, the ones stored so far first,
+        looked for every DELTA_POLL_SECONDS. They are never positions: resume with the
+        last `Event.position` (or `DeltaEvent.after`)."""
         run = self.store.find_run(run_id)
         return EventStream(
             self.store, run.id, after=after, follow=follow, until_waiting=until_waiting,
-            poll_seconds=poll_seconds,
+            poll_seconds=poll_seconds, deltas=deltas,
         )  # fmt: skip

@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from runner.core.agent import Agent
 from runner.core.budgets import Budgets
+from runner.core.journal import Entry
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.errors import LeaseHeld, RunnerError, RunWaiting
 from runner.service import revival
 from runner.service.runner_base import RunnerBase
-from runner.store.protocol import Claim
+from runner.store.protocol import Claim, Observer
 from runner.store.rows import RunRow
 
 if TYPE_CHECKING:
@@ -149,8 +150,14 @@ class Resuming(RunnerBase):
         run = claim.run
         budgets = Budgets(**run.budgets)
         deadline = run.deadline.timestamp() if run.deadline is not None else None
+        # A streaming model's pieces go where followers read them, until the call's action
+        # is journaled (the journal's observer tells them).
+        deltas = self.store.run_deltas(run.id)
+        observer = self.observer
         journal = self.store.open_journal(
-            claim, lease_seconds=self.lease_seconds, observer=self.observer
+            claim,
+            lease_seconds=self.lease_seconds,
+            observer=deltas.journaled if observer is None else _both(deltas.journaled, observer),
         )
         spans = run_trace(
             run.id,
@@ -173,6 +180,7 @@ class Resuming(RunnerBase):
                     clock=self.clock,
                     context=agent.context,
                     spans=traced,
+                    deltas=deltas,
                 )
                 traced.finished(result)
         except RunWaiting:
@@ -182,5 +190,15 @@ class Resuming(RunnerBase):
             # than leave it held until its lease expires (and count a takeover).
             self.store.release_run(run.id, claim.epoch)
             raise
+        finally:
+            deltas.close()
         result.run_id = run.id
         return result
+
+
+def _both(first: Observer, second: Observer) -> Observer:
+    def observe(run_id: str, entry: Entry) -> None:
+        first(run_id, entry)
+        second(run_id, entry)
+
+    return observe

@@ -17,11 +17,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from runner.core.clock import Clock
+from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind, Journal
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.errors import RunnerError
+from runner.store.delta_writer import RunDeltas
 from runner.store.leases import Claim as Claim  # re-exported: what a claim holds
 from runner.store.rows import QueueInfo, RunRow
 
@@ -113,6 +115,11 @@ class RunStore(Protocol):
         `after`, in order, each with its position."""
         ...
 
+    def deltas_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Delta]]:
+        """At most `limit` of the run's stored deltas (pieces of a model call in flight)
+        whose id is above `after`, in order, each with its id (a cursor, not a position)."""
+        ...
+
     def list_runs(
         self,
         now: datetime,
@@ -178,6 +185,11 @@ class RunStore(Protocol):
         self, claim: Claim, *, lease_seconds: float, observer: Observer | None = None
     ) -> OpenJournal:
         """The claimed run's journal: every write fenced by the claim's epoch."""
+        ...
+
+    def run_deltas(self, run_id: str) -> RunDeltas:
+        """The sink of the run's deltas while this process drives it: hand it to the loop,
+        make it an observer of the run's journal, close it when the run leaves."""
         ...
 
     # -- people, queues, budgets, forks ----------------------------------------------------

@@ -230,5 +230,47 @@ queues = Table(
     Column("updated_at", Timestamp, nullable=False, comment="when the limit was last set"),
     comment="limits of queues; a queue with no row here has no limit",
 )
+# Deltas (revision 0011): pieces of model responses still in flight, for followers. Not the
+# journal, and nothing reads them to resume a run: a row lives until its call's action is
+# journaled (the worker deletes it then), or until a worker takes the run up again, or at
+# most DELTA_KEEP_SECONDS (runner.store.deltas) when a crash left it behind.
+deltas = Table(
+    "deltas",
+    metadata,
+    Column(
+        "id",
+        Counter,
+        primary_key=True,
+        autoincrement=True,
+        comment="a follower's cursor: grows with each delta written, never reused",
+    ),
+    Column("run_id", String(32), nullable=False, comment="the run whose model call streams"),
+    Column("step", Integer, nullable=False, comment="the step whose model call it is"),
+    Column(
+        "ordinal",
+        Integer,
+        nullable=False,
+        comment=("its place in the call's response, from 0 (0 begins the step's response afresh)"),
+    ),
+    Column(
+        "part",
+        String(16),
+        nullable=False,
+        comment="text: the model's text; arguments: a piece of a tool call's arguments (JSON)",
+    ),
+    Column(
+        "call_index",
+        Integer,
+        nullable=False,
+        comment="for arguments: which tool call of the response, from 0",
+    ),
+    Column("tool", Text, nullable=True, comment="for arguments: the tool's name, once known"),
+    Column("text", Text, nullable=False, comment="the piece, as the provider sent it"),
+    Column("created_at", Timestamp, nullable=False, comment="when the worker wrote it"),
+    Index("ix_deltas_run_id_id", "run_id", "id"),
+    Index("ix_deltas_created_at", "created_at"),
+    sqlite_autoincrement=True,
+    comment="pieces of model responses in flight (ephemeral: deleted once journaled)",
+)
 # The entries table's columns in order: how a journal row's values are laid out.
 ENTRY_COLUMNS = [column.name for column in entries.columns]

@@ -17,17 +17,19 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from runner.core.clock import Clock
+from runner.core.clock import Clock, utc_now
+from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.defaults import DEFAULT_LEASE_SECONDS
 from runner.errors import RunnerError
-from runner.store import approvals, leases, queues, run_changes, run_states, writer
+from runner.store import approvals, deltas, leases, queues, run_changes, run_states, writer
 from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.database import connect, damaged, resolve_url
+from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.heartbeat import Heartbeat
 from runner.store.owner import this_process
 from runner.store.protocol import Claim, Decide, Observer
@@ -68,6 +70,12 @@ class SqlStore:
             interval=heartbeat_seconds or lease_seconds / 3,
             clock=self._clock,
         )
+        # Pieces of model responses in flight, written in batches by a thread of their own.
+        self.deltas = DeltaWriter(
+            lambda changes: deltas.write(self.engine, changes),
+            lambda: deltas.sweep(self.engine, utc_now(self._clock)),
+            self._clock,
+        )
 
     @property
     def clock(self) -> Clock:
@@ -81,6 +89,7 @@ class SqlStore:
         return redact_url(self.engine.url)
 
     def close(self) -> None:
+        self.deltas.close()
         self.heartbeat.close()
         self.writer.close()
         self.engine.dispose()
@@ -110,6 +119,9 @@ class SqlStore:
 
     def entries_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Entry]]:
         return store.entries_after(self.engine, run_id, after, limit)
+
+    def deltas_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Delta]]:
+        return deltas.deltas_after(self.engine, run_id, after, limit)
 
     def list_runs(
         self,
@@ -198,6 +210,9 @@ class SqlStore:
             heartbeat=self.heartbeat,
             writer=self.writer,
         )
+
+    def run_deltas(self, run_id: str) -> RunDeltas:
+        return self.deltas.run(run_id)
 
     # -- people, queues, budgets, forks ----------------------------------------------------
 

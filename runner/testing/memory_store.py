@@ -26,12 +26,15 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from runner.core.clock import Clock, utc_now
+from runner.core.deltas import Delta
 from runner.core.journal import Entry
 from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
 from runner.errors import AmbiguousRunId, RunnerError, RunNotFound
 from runner.store import liveness, queues, run_states
+from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.leases import crash_loop_error, refuse_if_held
 from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
@@ -39,6 +42,7 @@ from runner.store.rows import QueueInfo, RunRow, entry_of
 from runner.store.run_changes import FORKED_EPOCH
 from runner.store.runs import plain_text
 from runner.testing.memory_answers import MemoryAnswers
+from runner.testing.memory_deltas import MemoryDeltas
 from runner.testing.memory_journal import MemoryRunJournal
 from runner.testing.memory_rows import InMemoryStoreError, MemoryWakeups, Row, json_value
 
@@ -49,6 +53,13 @@ class InMemoryStore(MemoryAnswers):
     `clock` is what leases, delays and timeouts are measured on (default a `ManualClock`:
     move it with `store.clock.advance(seconds)`); `owner` names this process's leases.
     """
+
+    def __init__(self, *, clock: Clock | None = None, owner: str | None = None) -> None:
+        super().__init__(clock=clock, owner=owner)
+        self.deltas = MemoryDeltas()
+        self._deltas = DeltaWriter(
+            self.deltas.write, lambda: self.deltas.sweep(utc_now(self._clock)), self._clock
+        )
 
     # -- creating and reading runs ------------------------------------------------------
 
@@ -100,6 +111,12 @@ class InMemoryStore(MemoryAnswers):
         with self._lock:
             rows = [row for row in self.entries.get(run_id, ()) if row["seq"] > after]
         return [(row["seq"], entry_of(row)) for row in rows[:limit]]
+
+    def deltas_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Delta]]:
+        return self.deltas.after(run_id, after, limit)
+
+    def run_deltas(self, run_id: str) -> RunDeltas:
+        return self._deltas.run(run_id)
 
     def list_runs(
         self,

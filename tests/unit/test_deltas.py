@@ -1,0 +1,85 @@
+"""Deltas in memory: how a model call's pieces are numbered and handed on, and a follower
+of a run on the in-memory store that gets them before the answer, none left after it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from runner import Agent, DeltaEvent, Event, Runner, run_agent
+from runner.core.deltas import Delta, current_stream, streaming
+from runner.testing import InMemoryStore
+from tests.conditions import wait_until
+
+WAIT = 60.0
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.deltas: list[Delta] = []
+        self.flushes = 0
+
+    def delta(self, delta: Delta) -> None:
+        self.deltas.append(delta)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_each_call_numbers_its_pieces_from_zero_and_drops_any_after_its_end() -> None:
+    sink = Sink()
+    assert current_stream() is None
+    with streaming(sink, 3):
+        stream = current_stream()
+        assert stream is not None
+        stream.emit("a")
+        stream.emit("")  # nothing to show: dropped
+        stream.emit('{"x"', part="arguments", call=1, tool="add")
+    assert current_stream() is None and sink.flushes == 1
+    stream.emit("late")  # a reading thread given up on: dropped
+    with streaming(sink, 3):  # a retry of the call begins again at 0
+        current_stream().emit("b")  # type: ignore[union-attr]
+    assert sink.deltas == [
+        Delta(3, 0, "a"),
+        Delta(3, 1, '{"x"', "arguments", 1, "add"),
+        Delta(3, 0, "b"),
+    ]
+    with streaming(None, 4):  # no sink (run_agent): no stream
+        assert current_stream() is None
+
+
+def test_run_agent_gives_a_streaming_model_no_stream() -> None:
+    def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        assert current_stream() is None
+        return {"type": "final", "content": "ok"}
+
+    assert run_agent(model, {}, "hi").output == "ok"
+
+
+def test_a_follower_on_the_memory_store_gets_the_pieces_before_the_answer() -> None:
+    gate = threading.Event()
+
+    def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        stream = current_stream()
+        assert stream is not None
+        stream.emit("4")
+        stream.emit("2")
+        assert gate.wait(WAIT)
+        return {"type": "final", "content": "42"}
+
+    store = InMemoryStore()
+    with Runner(store=store) as runner:
+        done = threading.Thread(target=runner.run, args=(Agent(model), "?"), kwargs={"id": "m"})
+        done.start()
+        wait_until(lambda: len(store.deltas.rows) == 2, what="two stored deltas")
+        seen: list[Event | DeltaEvent] = []
+        stream = runner.events("m", follow=True, deltas=True, poll_seconds=0.01)
+        follower = threading.Thread(target=lambda: seen.extend(stream))
+        follower.start()
+        wait_until(lambda: len(seen) == 3, what="the task and two deltas")
+        gate.set()
+        done.join(WAIT)
+        follower.join(WAIT)
+        assert [e.kind for e in seen] == ["entry", "delta", "delta", "entry"]
+        assert [e.delta.text for e in seen if isinstance(e, DeltaEvent)] == ["4", "2"]
+        wait_until(lambda: store.deltas.rows == [], what="the deltas deleted")
