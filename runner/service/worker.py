@@ -50,9 +50,15 @@ from runner.store.protocol import Claim, RunStore
 
 log = logging.getLogger("runner.worker")
 
-# Backoff after a database error or an agent that will not load: doubling, capped.
+# Backoff after an agent that will not load: doubling, capped.
 FIRST_BACKOFF = 0.5
 MAX_BACKOFF = 30.0
+# Backoff after a database error, jittered: capped low, so that the first step after an
+# outage follows the database's return within about a second (a longer cap left runs
+# waiting up to 38 s after PostgreSQL came back), while each worker knocks at most once a
+# second or so (one failed connect: no herd a recovering server would notice).
+DB_FIRST_BACKOFF = 0.1
+DB_MAX_BACKOFF = 1.0
 
 # Most runs claimed in one transaction: enough that a worker fills a thousand slots in a
 # second or two (50 left PostgreSQL at 600-770 in flight of 1,000), few enough that the claim
@@ -112,7 +118,7 @@ class Worker:
         self._agents: dict[str, Agent] = {}
         # An agent that will not load is skipped until its backoff passes: ref -> (until, wait).
         self._agent_backoff: dict[str, tuple[float, Backoff]] = {}
-        self._db_backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
+        self._db_backoff = Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
         self._db_wait = 0.0
         self.finished = 0
         # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
@@ -208,7 +214,7 @@ class Worker:
             self._db_wait = self._db_backoff.next()
             self._log(
                 logging.WARNING,
-                f"database error, retrying in {self._db_wait:g}s: {first_line(exc)}",
+                f"database error, retrying in {self._db_wait:.1f}s: {first_line(exc)}",
             )
             return False
         self._db_backoff.reset()
@@ -378,7 +384,7 @@ def start_worker(make: Callable[[], Worker], *, wait: bool) -> Worker | None:
     or database, a bad password) and a schema at the wrong revision are not waited for:
     they are errors. SIGTERM or SIGINT while it waits: None, a stop like any other.
     """
-    backoff = Backoff(FIRST_BACKOFF, MAX_BACKOFF)
+    backoff = Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
     stop = threading.Event()
     with _signals_set(stop) if wait else contextlib.nullcontext():
         while True:
@@ -390,7 +396,7 @@ def start_worker(make: Callable[[], Worker], *, wait: bool) -> Worker | None:
                 if not wait:
                     raise
                 delay = backoff.next()
-                log.warning(f"database unavailable, retrying in {delay:g}s: {exc}")
+                log.warning(f"database unavailable, retrying in {delay:.1f}s: {exc}")
                 if stop.wait(delay):
                     log.info("stopped while waiting for the database")
                     return None

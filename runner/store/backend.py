@@ -81,7 +81,11 @@ class Backend:
     # Whether idle workers can be woken when a run is queued (else they only poll).
     notifies = False
 
-    def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
+    def create_engine(
+        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+    ) -> Engine:
+        """An engine for `url`; with `idle_transactions`, the server (if it has sessions of
+        its own) ends one left idle inside a transaction that many seconds."""
         raise NotImplementedError
 
     def read_only_engine(self, url: URL) -> Engine:
@@ -174,7 +178,10 @@ class SqliteBackend(Backend):
     title = "SQLite"
     migrates_fresh_files = True
 
-    def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
+    def create_engine(
+        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+    ) -> Engine:
+        # idle_transactions: one process at a time writes a SQLite file, under its lock.
         synchronous = str(url.query.get("synchronous", "full")).lower()
         if synchronous not in SYNCHRONOUS_MODES:
             raise DatabaseRefused(
@@ -258,6 +265,20 @@ class SqliteBackend(Backend):
     # wake_workers, listen: SQLite has no notifications; its workers poll.
 
 
+# libpq's settings for a network that breaks (a URL's own query wins): give up a connect
+# after 10 s, notice a silent peer by keepalives within about 30 s of quiet, and drop a
+# connection whose sent data goes unacknowledged for 15 s, so that a worker cut off from
+# its database errs and retries (jittered) instead of hanging on a dead socket.
+_NETWORK_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 15,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
+
+
 class PostgresBackend(Backend):
     """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
 
@@ -266,8 +287,23 @@ class PostgresBackend(Backend):
     title = "PostgreSQL"
     notifies = True
 
-    def create_engine(self, url: URL, kwargs: dict[str, Any]) -> Engine:
-        engine = create_engine(url, **kwargs)
+    def create_engine(
+        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+    ) -> Engine:
+        # What a URL does not say about a broken network, runner does: without these, a
+        # worker cut off from its database waits minutes on a connect (the kernel's SYN
+        # retries) or on a write whose packets go unanswered (its retransmissions, ~15
+        # min), long after its lease ended, and comes back only when the kernel gives up.
+        network = {k: v for k, v in _NETWORK_DEFAULTS.items() if k not in url.query}
+        connect_args = {**network, **kwargs.pop("connect_args", {})}
+        if idle_transactions is not None and "options" not in url.query:
+            # A writer cut off in the middle of a transaction leaves its server session
+            # idle in it, holding the run rows it locked: no other worker could take those
+            # runs over until the network healed. runner's own transactions are never idle
+            # for more than milliseconds; sent in the startup packet, it costs nothing.
+            milliseconds = max(1000, int(idle_transactions * 1000))
+            connect_args["options"] = f"-c idle_in_transaction_session_timeout={milliseconds}"
+        engine = create_engine(url, connect_args=connect_args, **kwargs)
         _ping_after_idle(engine)
         return engine
 

@@ -41,12 +41,17 @@ def _parsed(url: str | None) -> URL:
 
 
 def open_engine(
-    url: str | None = None, *, pool: bool = True, pool_size: int | None = None
+    url: str | None = None,
+    *,
+    pool: bool = True,
+    pool_size: int | None = None,
+    idle_transactions: float | None = None,
 ) -> Engine:
     """An engine for `url` (or RUNNER_DATABASE_URL, or ./runner.db) with runner's hooks.
 
     `pool_size`: at most that many connections, all kept (a worker's pool); else
-    SQLAlchemy's default pool (5, and 10 more while busy).
+    SQLAlchemy's default pool (5, and 10 more while busy). `idle_transactions`: seconds
+    after which PostgreSQL ends a session left idle inside a transaction (a writer's).
     """
     parsed = _parsed(url)
     kwargs: dict[str, Any] = {}
@@ -56,7 +61,9 @@ def open_engine(
         # Checking out waits for a connection given back rather than opening one more.
         kwargs.update(poolclass=QueuePool, pool_size=pool_size, max_overflow=0)
     try:
-        return backend_for(parsed.get_backend_name()).create_engine(parsed, kwargs)
+        return backend_for(parsed.get_backend_name()).create_engine(
+            parsed, kwargs, idle_transactions=idle_transactions
+        )
     except (ArgumentError, ImportError) as exc:
         raise DatabaseRefused(f"cannot use {redact_url(parsed)}: {exc}") from None
 
@@ -82,10 +89,15 @@ def open_read_only(url: str | None = None) -> Engine:
     return engine
 
 
-def connect(url: str | None = None, *, pool_size: int | None = None) -> Engine:
+def connect(
+    url: str | None = None,
+    *,
+    pool_size: int | None = None,
+    idle_transactions: float | None = None,
+) -> Engine:
     """An engine for `url` whose schema is at head: a brand-new SQLite file is migrated,
     any other database must have been upgraded (`ensure_schema`)."""
-    engine = open_engine(url, pool_size=pool_size)
+    engine = open_engine(url, pool_size=pool_size, idle_transactions=idle_transactions)
     try:
         ensure_schema(engine)
     except BaseException:

@@ -37,9 +37,10 @@ from runner.store.writer import Writer, writing
 # own thread for the outcomes of a step of several calls.
 Observer = Callable[[str, Entry], None]
 
-# A write that failed on a lost connection is tried again after these waits (doubling).
+# A write that failed on a lost connection is tried again after these waits (doubling,
+# jittered): the cap is what a run may lag behind its database's return.
 WRITE_RETRY_FIRST = 0.05
-WRITE_RETRY_CAP = 2.0
+WRITE_RETRY_CAP = 1.0
 
 
 class SqlJournal:
@@ -164,7 +165,7 @@ class SqlJournal:
         cannot fix it) ends the run with the reason recorded, instead of leaving it to be
         taken over, asked the same question, and refused again until crash_loop.
         """
-        backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP)
+        backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, jitter=True)
         retried = False
         while True:
             try:

@@ -54,7 +54,10 @@ class SqlStore:
         self.url = resolve_url(url)
         # `connections`: the most this store holds at once (a worker's pool); a run holds
         # one only while it writes, so far fewer than runs in flight serve them.
-        self.engine: Engine = connect(self.url, pool_size=connections)
+        # A transaction of a worker cut off from the database holds no run past its lease.
+        self.engine: Engine = connect(
+            self.url, pool_size=connections, idle_transactions=lease_seconds
+        )
         # The journals' writes: on SQLite they share one connection, kept until close().
         self.writer = writer.Writer(self.engine)
         # Leases and deadlines are compared across machines: on the database's clock.

@@ -24,7 +24,7 @@ from runner.store.backend import Listening, backend_for
 LISTEN_SLICE = 0.25
 # Reconnecting after an error: doubling waits, capped.
 RECONNECT_FIRST = 0.1
-RECONNECT_CAP = 10.0
+RECONNECT_CAP = 2.0
 
 
 class Wakeup:
@@ -68,13 +68,13 @@ class Wakeup:
         self.close()
 
     def _run(self) -> None:
-        backoff = Backoff(RECONNECT_FIRST, RECONNECT_CAP)
+        backoff = Backoff(RECONNECT_FIRST, RECONNECT_CAP, jitter=True)
         while not self._stop.is_set():
             try:
                 listening = self.backend.listen(self.engine)
             except Exception as exc:
                 delay = backoff.next()
-                self.log(f"cannot listen for new runs, retrying in {delay:g}s: {first_line(exc)}")
+                self.log(f"cannot listen for new runs, retrying in {delay:.1f}s: {first_line(exc)}")
                 self._stop.wait(delay)
                 continue
             if listening is None:
