@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from runner.errors import RunnerError as RunnerError
     from runner.errors import RunNotFound as RunNotFound
     from runner.errors import RunWaiting as RunWaiting
+    from runner.errors import ScheduleExists as ScheduleExists
+    from runner.errors import ScheduleNotFound as ScheduleNotFound
     from runner.errors import SchemaOutOfDate as SchemaOutOfDate
     from runner.errors import SchemaTooNew as SchemaTooNew
     from runner.errors import SubmissionRefused as SubmissionRefused
@@ -107,6 +109,8 @@ _HOMES = {
     "RunNotFound": "runner.errors",
     "RunWaiting": "runner.errors",
     "RunnerError": "runner.errors",
+    "ScheduleExists": "runner.errors",
+    "ScheduleNotFound": "runner.errors",
     "SchemaOutOfDate": "runner.errors",
     "SchemaTooNew": "runner.errors",
     "SubmissionRefused": "runner.errors",

@@ -45,6 +45,14 @@ class RequestRefused(RunnerError):
     """What was asked cannot be done as asked: the command line exits 2 (a usage error)."""
 
 
+class ScheduleNotFound(RunnerError):
+    """No schedule has this name."""
+
+
+class ScheduleExists(RequestRefused):
+    """A schedule of this name exists already."""
+
+
 class RunConflict(RequestRefused):
     """A run id already names a run with another agent, task or budgets.
 

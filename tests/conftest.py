@@ -93,6 +93,6 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     url = request.getfixturevalue("postgres_database")
     engine = open_engine(url)
     with engine.begin() as connection:
-        connection.execute(text("TRUNCATE runs, entries, queues CASCADE"))
+        connection.execute(text("TRUNCATE runs, entries, queues, schedules CASCADE"))
     engine.dispose()
     yield url

@@ -1,11 +1,12 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
 Each family of commands has its module (`runs`, `follow`, `answers`, `worker`, `queues`,
-`db`, `history`, `ui`; `tasks_file` reads `submit --from`); they share the options of
-`options` and print through `output` (what a run looks like is `run_output`, what a run
-shows while it goes `progress`; query results, stats and queues `report_output`), and log
-through `logs`. This module builds the group, registers every command and gives each one
-runner's error handling: the command modules never import this one.
+`schedules`, `db`, `history`, `ui`; `tasks_file` reads `submit --from`); they share the
+options of `options` and print through `output` (what a run looks like is `run_output`, what
+a run shows while it goes `progress`; query results, stats, queues and schedules
+`report_output`), and log through `logs`. This module builds the group, registers every
+command and gives each one runner's error handling: the command modules never import this
+one.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.history`,
 `runner.service`, `runner.ui` (to serve the page) and the shared leaves.
@@ -20,7 +21,19 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import answers, db, follow, history, logs, output, queues, runs, ui, worker
+from runner.cli import (
+    answers,
+    db,
+    follow,
+    history,
+    logs,
+    output,
+    queues,
+    runs,
+    schedules,
+    ui,
+    worker,
+)
 from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -140,6 +153,7 @@ for _command in (
     answers.reply,
     worker.worker,
     queues.queue,
+    schedules.schedule,
     db.db,
     history.sql,
     history.stats,

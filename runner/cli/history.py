@@ -59,10 +59,11 @@ def sql(query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None
 @click.command()
 @click.option(
     "--by",
-    type=click.Choice(["release", "agent", "day"]),
+    type=click.Choice(["release", "agent", "day", "schedule"]),
     default="release",
     show_default=True,
-    help="Group runs by the agent's release, the agent, or the day they were created (UTC).",
+    help="Group runs by the agent's release, the agent, the day they were created (UTC), or "
+    "the schedule that started them.",
 )
 @click.option(
     "--since",
@@ -88,7 +89,8 @@ def stats(
     as_json: bool,
     url: str | None,
 ) -> None:
-    """Print the stop-reason distribution of finished runs, per release, agent or day.
+    """Print the stop-reason distribution of finished runs, per release, agent, day or
+    schedule.
 
     Each group is compared with the previous one (the agent's previous release, or the
     previous day): a reason other than final whose share rose by --min-rise points or more,

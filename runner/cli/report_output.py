@@ -1,6 +1,6 @@
 """What the history and the queues look like, printed: `runner sql`'s results (table, CSV,
-JSON), `runner stats`'s stop-reason distribution, what `runner prune` removed, and
-`runner queue list`. Written through `runner.cli.output`, the one way out.
+JSON), `runner stats`'s stop-reason distribution, what `runner prune` removed, `runner
+queue list` and `runner schedule list`. Written through `runner.cli.output`, the one way out.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from runner.core.utf8 import utf8_safe
 
 if TYPE_CHECKING:
     from runner.history import Group, Pruned
-    from runner.service.values import QueueInfo
+    from runner.service.values import Fired, QueueInfo, ScheduleRow
 
 
 # -- query results (`runner sql`) -------------------------------------------------------------
@@ -88,6 +88,7 @@ def stats_json(
                 "agent_name": g.agent_name,
                 "release": g.release,
                 "day": g.day,
+                "schedule": g.schedule,
                 "runs": g.runs,
                 "first_run_at": plain(g.first_run_at),
                 "stop_reasons": [
@@ -209,4 +210,62 @@ def queue_json(info: QueueInfo) -> dict[str, Any]:
         "delayed": info.delayed,
         "running": info.running,
         "waiting": info.waiting,
+    }
+
+
+# -- schedules (`runner schedule list`, `fire`) ------------------------------------------------
+
+
+def _minute(at: datetime | None) -> str:
+    return "-" if at is None else f"{at.astimezone(UTC):%Y-%m-%d %H:%M}Z"
+
+
+def schedules_table(found: Sequence[ScheduleRow]) -> str:
+    """Each schedule: when, where its runs go, its rules, its next tick and its last."""
+    if not found:
+        return "no schedules"
+    return table(
+        ("SCHEDULE", "CRON", "ZONE", "QUEUE", "CATCH-UP", "OVERLAP", "NEXT TICK", "LAST"),
+        (
+            (
+                row.name,
+                row.cron,
+                row.timezone,
+                row.queue,
+                row.catch_up,
+                row.overlap,
+                "paused" if row.paused else _minute(row.next_tick_at),
+                _last(row),
+            )
+            for row in found
+        ),
+    )
+
+
+def _last(row: ScheduleRow) -> str:
+    if row.last_tick_at is None:
+        return "-"
+    did = f"skipped ({row.last_skip})" if row.last_skip else (row.last_run_id or "-")
+    return f"{_minute(row.last_tick_at)} {did}"
+
+
+def schedule_json(row: ScheduleRow) -> dict[str, Any]:
+    from runner.history import plain
+
+    return {name: plain(getattr(row, name)) for name in row.__dataclass_fields__}
+
+
+def fired_line(tick: Fired) -> str:
+    when = _minute(tick.tick)
+    if tick.run_id is not None:
+        return f"schedule {tick.schedule}: tick {when} started run {tick.run_id}"
+    return f"schedule {tick.schedule}: tick {when} skipped ({tick.skipped})"
+
+
+def fired_json(tick: Fired) -> dict[str, Any]:
+    return {
+        "schedule": tick.schedule,
+        "tick": tick.tick.astimezone(UTC).isoformat(),
+        "run_id": tick.run_id,
+        "skipped": tick.skipped,
     }

@@ -420,6 +420,7 @@ def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
     help="Only runs that stopped for this reason.",
 )
 @click.option("--release", default=None, help="Only runs of this release.")
+@click.option("--schedule", default=None, metavar="NAME", help="Only runs this schedule started.")
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Most runs listed."
 )
@@ -429,6 +430,7 @@ def list_(
     status: str | None,
     stop_reason: str | None,
     release: str | None,
+    schedule: str | None,
     limit: int,
     url: str | None,
     as_json: bool,
@@ -440,7 +442,10 @@ def list_(
 
     reason = StopReason(stop_reason) if stop_reason else None
     # One more than shown: whether there are more is worth a line, not a second query.
-    found = listed(url, state=status, stop_reason=reason, release=release, limit=limit + 1)
+    found = listed(
+        url, state=status, stop_reason=reason, release=release, limit=limit + 1,
+        schedule=schedule,
+    )  # fmt: skip
     rows, more = found.rows[:limit], len(found.rows) > limit
     if as_json:
         output.print_json(

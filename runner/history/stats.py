@@ -1,6 +1,7 @@
 """The stop-reason distribution of finished runs (`runner stats`), with rises flagged.
 
-Read from the `run_summary` view of migration 0002.
+Read from the `run_summary` view of migration 0002 (by schedule: joined to `runs.schedule`,
+revision 0012).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from sqlalchemy import ColumnElement, Engine, func, select
 from runner.core.status import RunStatus
 from runner.history.views import run_summary
 from runner.store.backend import backend_for
+from runner.store.schema import runs
 
-By = Literal["release", "agent", "day"]
+By = Literal["release", "agent", "day", "schedule"]
 # A rise is flagged only when chance alone would produce it less than 5% of the time.
 P_FLAG = 0.05
 
@@ -43,7 +45,8 @@ class Rise:
 
 @dataclass
 class Group:
-    """One release (of one agent), one agent or one day, with its finished runs' reasons."""
+    """One release (of one agent), one agent, one day or one schedule, with its finished
+    runs' reasons."""
 
     label: str
     agent_name: str | None
@@ -54,6 +57,7 @@ class Group:
     shares: list[Share]
     previous: str | None = None
     rises: list[Rise] = field(default_factory=list)
+    schedule: str | None = None
 
 
 def stop_reason_stats(
@@ -73,16 +77,22 @@ def stop_reason_stats(
     compared with each other.
     """
     v = run_summary.c
-    keys: Sequence[ColumnElement[Any]] = {
+    by_key: dict[str, Sequence[ColumnElement[Any]]] = {
         "release": [v.agent_name, v.release],
         "agent": [v.agent_name],
         "day": [v.day],
-    }[by]
+        "schedule": [runs.c.schedule],
+    }
+    keys = by_key[by]
     query = (
         select(*keys, v.stop_reason, func.count().label("n"), func.min(v.created_at))
         .where(v.status == RunStatus.FINISHED)
         .group_by(*keys, v.stop_reason)
     )
+    if by == "schedule":  # the schedule's runs only (the view has no schedule column)
+        query = query.join_from(run_summary, runs, runs.c.id == v.id).where(
+            runs.c.schedule.is_not(None)
+        )
     if since is not None:
         query = query.where(v.created_at >= since.astimezone(UTC))
     if agent_name is not None:
@@ -102,6 +112,8 @@ def stop_reason_stats(
         groups.sort(key=lambda g: (g.agent_name or "", g.first_run_at or datetime.min))
         for name in dict.fromkeys(g.agent_name for g in groups):
             _compare([g for g in groups if g.agent_name == name], min_rise)
+    elif by == "schedule":
+        groups.sort(key=lambda g: g.schedule or "")
     else:
         groups.sort(key=lambda g: g.agent_name or "")
     return groups
@@ -111,13 +123,14 @@ def _group(by: By, key: tuple[Any, ...], rows: list[Any]) -> Group:
     total = sum(row.n for row in rows)
     counts = sorted(((row.stop_reason or "-", row.n) for row in rows), key=lambda c: (-c[1], c[0]))
     firsts = [row[-1] for row in rows if row[-1] is not None]
-    agent = key[0] if by != "day" else None
+    agent = key[0] if by in ("release", "agent") else None
     release = key[1] if by == "release" else None
     day = key[0] if by == "day" else None
+    schedule = key[0] if by == "schedule" else None
     if by == "release":
         label = f"{agent or '-'} {release or '-'}"
     else:
-        label = str((agent if by == "agent" else day) or "-")
+        label = str((agent if by == "agent" else day or schedule) or "-")
     return Group(
         label=label,
         agent_name=agent,
@@ -126,6 +139,7 @@ def _group(by: By, key: tuple[Any, ...], rows: list[Any]) -> Group:
         runs=total,
         first_run_at=min(firsts) if firsts else None,
         shares=[Share(reason, n, 100.0 * n / total) for reason, n in counts],
+        schedule=schedule,
     )
 
 

@@ -28,13 +28,15 @@ class Inspecting(RunnerBase):
         release: str | None = None,
         limit: int = 20,
         state: str | None = None,
+        schedule: str | None = None,
     ) -> Sequence[RunRow]:
         """Runs, newest first, as `row` gives them. `state` filters by state: `running`
-        leaves out the stalled runs that `status=running` includes."""
+        leaves out the stalled runs that `status=running` includes; `schedule`: only the
+        runs that schedule started."""
         now = self.now()  # before the connection: measuring the clock may take another
         return self.store.list_runs(
             now, status=status, stop_reason=stop_reason, release=release, limit=limit,
-            state=state,
+            state=state, schedule=schedule,
         )  # fmt: skip
 
     def cancel(self, run_id: str) -> AgentResult:

@@ -54,12 +54,16 @@ def listed(
     stop_reason: StopReason | None = None,
     release: str | None = None,
     limit: int = 20,
+    schedule: str | None = None,
 ) -> Listed:
     """The runs `runner list` shows (see `runs`) of the database at `url`."""
 
     def plainly(reader: Reader) -> Listed:
         now = clock_now(reader)
-        rows = runs(reader, now, state=state, stop_reason=stop_reason, release=release, limit=limit)
+        rows = runs(
+            reader, now, state=state, stop_reason=stop_reason, release=release, limit=limit,
+            schedule=schedule,
+        )  # fmt: skip
         first = {run_id: found[0] for run_id, found in waits(reader, rows).items()}
         return Listed(rows, now, first)
 
@@ -70,7 +74,10 @@ def listed(
     from runner.service.runner import Runner
 
     with Runner(url) as runner:
-        rows = runner.list(state=state, stop_reason=stop_reason, release=release, limit=limit)
+        rows = runner.list(
+            state=state, stop_reason=stop_reason, release=release, limit=limit,
+            schedule=schedule,
+        )  # fmt: skip
         return Listed(rows, runner.now(), runner.waits(rows))
 
 

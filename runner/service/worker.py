@@ -31,6 +31,7 @@ from types import FrameType
 
 from runner.core.agent import Agent, load_agent
 from runner.core.backoff import Backoff
+from runner.core.clock import Clock, utc_now
 from runner.core.journal import Entry
 from runner.core.status import RunStatus
 from runner.errors import (
@@ -81,9 +82,12 @@ class Worker:
         queues: Sequence[str] | None = None,
         connections: int | None = None,
         store: RunStore | None = None,
+        schedule_clock: Clock | None = None,
     ) -> None:
         """A worker of the database at `url`, or of `store` (say, runner.testing's
-        InMemoryStore, for tests with no database)."""
+        InMemoryStore, for tests with no database). `schedule_clock`: the time schedules'
+        ticks are fired on (default the store's clock: the database's on PostgreSQL); a test
+        gives a simulated one."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         # The queues this worker claims from (None: every queue).
@@ -102,6 +106,10 @@ class Worker:
             store=store,
         )
         self.store = self.runner.store
+        self.schedule_clock = schedule_clock or self.store.clock
+        # When this worker looks for due ticks next: at the next tick, or a poll from now
+        # (a schedule added meanwhile by another process), whichever comes first.
+        self._look_for_ticks_at = float("-inf")
         self.concurrency = concurrency
         self.poll = poll
         self.once = once
@@ -169,6 +177,7 @@ class Worker:
             # (a run submitted just after the claim found none) must not be lost.
             self._wake.clear()
             self._reap()
+            self._fire_ticks()
             claimed = False
             if len(self._active) < self.concurrency:
                 claimed = self._claim_into(pool)
@@ -177,9 +186,46 @@ class Worker:
             if self.once and not self._active:
                 break
             idle = self._db_wait or self.poll
+            # Awake for the next tick: no sooner (no busy polling), no later.
+            idle = max(0.0, min(idle, self._look_for_ticks_at - self.schedule_clock.time()))
             if log.isEnabledFor(logging.DEBUG):
                 self._log(logging.DEBUG, f"nothing to claim: idle until woken or {idle:g}s pass")
             self._wake.wait(idle)
+
+    def _fire_ticks(self) -> None:
+        # A cheap read at most once a poll (and at each tick): the schedules due, each fired
+        # in a short transaction of its own; the run id derived from the tick makes a
+        # second run of it impossible, whichever worker fires it.
+        now = self.schedule_clock.time()
+        if now < self._look_for_ticks_at:
+            return
+        self._look_for_ticks_at = now + (self._db_wait or self.poll)
+        try:
+            with self.store.writing():
+                fired = self.store.fire_schedules(utc_now(self.schedule_clock))
+            upcoming = self.store.next_tick()
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
+            if corrupt is not None:
+                raise corrupt from None
+            self._log(logging.WARNING, f"schedules not fired, retrying: {first_line(exc)}")
+            return
+        for tick in fired:
+            if tick.run_id is not None:
+                self._log(
+                    logging.INFO,
+                    f"schedule {tick.schedule}: tick {tick.tick:%Y-%m-%dT%H:%MZ} started run "
+                    f"{tick.run_id}",
+                    tick.run_id,
+                )
+            else:
+                self._log(
+                    logging.INFO,
+                    f"schedule {tick.schedule}: tick {tick.tick:%Y-%m-%dT%H:%MZ} skipped "
+                    f"({tick.skipped})",
+                )
+        if upcoming is not None:
+            self._look_for_ticks_at = min(self._look_for_ticks_at, upcoming.timestamp())
 
     def _reap(self) -> None:
         # The runs that ended since the last look (told by their futures): a worker with a

@@ -26,6 +26,7 @@ from runner.errors import RunnerError
 from runner.store.delta_writer import RunDeltas
 from runner.store.leases import Claim as Claim  # re-exported: what a claim holds
 from runner.store.rows import QueueInfo, RunRow
+from runner.store.schedules import Fired
 
 # Told of each journal entry after its commit, on the thread that wrote it.
 Observer = Callable[[str, Entry], None]
@@ -129,6 +130,7 @@ class RunStore(Protocol):
         release: str | None = None,
         limit: int = 20,
         state: str | None = None,
+        schedule: str | None = None,
     ) -> list[RunRow]:
         """Runs, newest first, with their state at `now` (runner.store.run_states.runs)."""
         ...
@@ -221,6 +223,17 @@ class RunStore(Protocol):
         """Insert a fork (a row of `runs.new_run`) with a copy of the parent's first
         `copied` entries (epoch 0, kept as they are) and `extra` after them, in one
         transaction; False, nothing written, when the id is taken."""
+        ...
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def fire_schedules(self, now: datetime) -> list[Fired]:
+        """Handle every schedule's tick due at `now`: a run started or a skip recorded each,
+        exactly once whatever the number of callers (runner.store.schedules)."""
+        ...
+
+    def next_tick(self) -> datetime | None:
+        """When the next tick of any schedule not paused comes (None: none)."""
         ...
 
     # -- waking and writing ------------------------------------------------------------------

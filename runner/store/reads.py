@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # SQLAlchemy is never imported here: `runner list` reads with
 # The Alembic revision runner's tables are at: the newest in migrations/ (tests/migrations
 # asserts it is the head; a new revision must change it). Every command checks a database
 # against it with the one SELECT below instead of loading Alembic (a tenth of a second).
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 VERSION_QUERY = "SELECT version_num FROM alembic_version"
 # PostgreSQL's clock, the one leases are measured on (the clock of the moment, not of the
 # transaction's start). Read by `database_now`, runner.store.backend's DatabaseClock too.
@@ -197,6 +197,7 @@ def list_runs(
     stop_reason: str | None = None,
     release: str | None = None,
     limit: int = 20,
+    schedule: str | None = None,
     lease_expired_at: datetime | None = None,
     lease_live_at: datetime | None = None,
     owner_prefix: str | None = None,
@@ -215,6 +216,9 @@ def list_runs(
     if release:
         where.append("release = :release")
         params["release"] = release
+    if schedule:
+        where.append("schedule = :schedule")
+        params["schedule"] = schedule
     if lease_expired_at is not None:
         where.append("(lease_expires_at IS NULL OR lease_expires_at < :expired_at)")
         params["expired_at"] = reader.when(lease_expired_at)

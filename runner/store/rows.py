@@ -167,6 +167,50 @@ def entry_of(row: Columns) -> Entry:
 
 
 @dataclass(frozen=True)
+class ScheduleRow:
+    """A schedule as stored (see the README's table `schedules`)."""
+
+    name: str
+    agent: str
+    agent_name: str | None
+    release: str | None
+    task: str
+    budgets: dict[str, Any]
+    queue: str
+    priority: int
+    cron: str
+    timezone: str
+    catch_up: str
+    overlap: str
+    paused: bool
+    next_tick_at: datetime
+    last_tick_at: datetime | None
+    last_run_id: str | None
+    last_skip: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Columns) -> ScheduleRow:
+        m = _values(row)
+        values = {name: m[name] for name in cls.__dataclass_fields__}
+        values["budgets"] = dict(values["budgets"])
+        values["paused"] = bool(values["paused"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What a worker did with one due tick: started `run_id`, or skipped it (`skipped`:
+    `late`, `overlap`, or `exists` when a run of that id was there already)."""
+
+    schedule: str
+    tick: datetime
+    run_id: str | None
+    skipped: str | None
+
+
+@dataclass(frozen=True)
 class QueueInfo:
     """A queue as `runner queue list` shows it: its limit and how many runs it holds."""
 

@@ -45,16 +45,20 @@ def runs(
     release: str | None = None,
     limit: int = 20,
     state: str | None = None,
+    schedule: str | None = None,
 ) -> list[RunRow]:
     """Runs, newest first, as they stand at `now` (see `observe`). `state` filters by state:
     `running` leaves out the stalled runs that `status=running` includes."""
     if state is None or state not in (RunStatus.RUNNING, STALLED):
         chosen = RunStatus(state) if state is not None else status
         rows = reads.list_runs(
-            reader, status=chosen, stop_reason=stop_reason, release=release, limit=limit
-        )
+            reader, status=chosen, stop_reason=stop_reason, release=release, limit=limit,
+            schedule=schedule,
+        )  # fmt: skip
         return observe(reader, rows, now)
-    filters: dict[str, Any] = {"stop_reason": stop_reason, "release": release}
+    filters: dict[str, Any] = {
+        "stop_reason": stop_reason, "release": release, "schedule": schedule
+    }  # fmt: skip
     running = RunStatus.RUNNING
     # A live lease on this host may be a dead process's: those are read and judged here.
     here = reads.list_runs(

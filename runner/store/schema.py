@@ -142,6 +142,10 @@ runs = Table(
         nullable=True,
         comment="idempotency key of the parent's call that started this run",
     ),
+    # Schedules (revision 0012): the schedule whose tick started the run; no foreign key,
+    # so removing a schedule leaves its runs. Indexed for `runner list --schedule NAME`.
+    Column("schedule", String(18), nullable=True, comment="the schedule that started the run"),
+    Index("ix_runs_schedule_created_at", "schedule", "created_at"),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
     Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),
@@ -272,5 +276,35 @@ deltas = Table(
     sqlite_autoincrement=True,
     comment="pieces of model responses in flight (ephemeral: deleted once journaled)",
 )
+
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("name", String(18), primary_key=True, comment="the schedule's name"),
+    Column("agent", Text, nullable=False, comment="agent reference of its runs"),
+    Column("agent_name", String(200), nullable=True),
+    Column("release", String(200), nullable=True),
+    Column("task", Text, nullable=False, comment="the task of each run"),
+    Column("budgets", Json, nullable=False),
+    Column("queue", String(64), nullable=False, comment="queue of its runs"),
+    Column("priority", Integer, nullable=False, comment="priority of its runs"),
+    Column("cron", String(200), nullable=False, comment="5-field cron"),
+    Column("timezone", String(64), nullable=False, comment="IANA zone"),
+    Column("catch_up", String(8), nullable=False, comment="last or skip"),
+    Column("overlap", String(8), nullable=False, comment="skip or allow"),
+    Column("paused", Boolean, nullable=False, comment="true: no tick fires"),
+    Column("next_tick_at", Timestamp, nullable=False, comment="the first tick not yet handled"),
+    Column(
+        "last_tick_at", Timestamp, nullable=True, comment="the last tick handled (fired or skipped)"
+    ),
+    Column("last_run_id", String(32), nullable=True, comment="the last tick's run"),
+    Column("last_skip", String(16), nullable=True, comment="why the last tick skipped"),
+    Column("created_at", Timestamp, nullable=False),
+    Column("updated_at", Timestamp, nullable=False),
+    # What a worker reads at each look: the schedules due, not paused.
+    Index("ix_schedules_due", "paused", "next_tick_at"),
+    comment="runs started on a cron schedule, one per tick",
+)
+
 # The entries table's columns in order: how a journal row's values are laid out.
 ENTRY_COLUMNS = [column.name for column in entries.columns]

@@ -25,7 +25,16 @@ from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.defaults import DEFAULT_LEASE_SECONDS
 from runner.errors import RunnerError
-from runner.store import approvals, deltas, leases, queues, run_changes, run_states, writer
+from runner.store import (
+    approvals,
+    deltas,
+    leases,
+    queues,
+    run_changes,
+    run_states,
+    schedules,
+    writer,
+)
 from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.database import connect, damaged, resolve_url
@@ -34,6 +43,7 @@ from runner.store.heartbeat import Heartbeat
 from runner.store.owner import this_process
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.rows import QueueInfo, RunRow
+from runner.store.schedules import Fired
 from runner.store.sql_journal import SqlJournal
 from runner.store.urls import redact_url
 from runner.store.wakeup import Wakeup
@@ -135,11 +145,12 @@ class SqlStore:
         release: str | None = None,
         limit: int = 20,
         state: str | None = None,
+        schedule: str | None = None,
     ) -> list[RunRow]:
         with store.plain_reading(self.engine) as reader:
             return run_states.runs(
                 reader, now, status=status, stop_reason=stop_reason, release=release,
-                limit=limit, state=state,
+                limit=limit, state=state, schedule=schedule,
             )  # fmt: skip
 
     def observe(self, rows: Sequence[RunRow], now: datetime) -> list[RunRow]:
@@ -247,6 +258,14 @@ class SqlStore:
         return run_changes.insert_fork(
             self.engine, row, parent_id, copied, extra, clock=self._clock
         )
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def fire_schedules(self, now: datetime) -> list[Fired]:
+        return schedules.fire_due(self.engine, now, utc_now(self._clock))
+
+    def next_tick(self) -> datetime | None:
+        return schedules.next_due(self.engine)
 
     # -- waking and writing ------------------------------------------------------------------
 

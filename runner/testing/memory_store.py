@@ -8,9 +8,10 @@ cancel flags; revivals and forks. One lock stands for the database's transaction
 SQLite's BEGIN IMMEDIATE serialises them). Time is the store's clock (a `ManualClock`
 unless given another), so a lease or an approval_timeout expires when a test moves it.
 
-What it does not model: SQL itself (the views, `runner sql`, migrations), connections and
-pools, a lost connection's retries, PostgreSQL's NOTIFY across processes (its wake-ups
-reach this process's waiters), a heartbeat (a write renews its lease, as on PostgreSQL).
+What it does not model: schedules (it has none to fire), SQL itself (the views, `runner
+sql`, migrations), connections and pools, a lost connection's retries, PostgreSQL's NOTIFY
+across processes (its wake-ups reach this process's waiters), a heartbeat (a write renews
+its lease, as on PostgreSQL).
 `tests/integration/test_store_contract.py` runs the same scenarios here and on both
 databases, so the two cannot drift apart unseen.
 
@@ -41,6 +42,7 @@ from runner.store.protocol import Claim, Decide, Observer
 from runner.store.rows import QueueInfo, RunRow, entry_of
 from runner.store.run_changes import FORKED_EPOCH
 from runner.store.runs import plain_text
+from runner.store.schedules import Fired
 from runner.testing.memory_answers import MemoryAnswers
 from runner.testing.memory_deltas import MemoryDeltas
 from runner.testing.memory_journal import MemoryRunJournal
@@ -127,9 +129,14 @@ class InMemoryStore(MemoryAnswers):
         release: str | None = None,
         limit: int = 20,
         state: str | None = None,
+        schedule: str | None = None,
     ) -> list[RunRow]:
         with self._lock:
-            rows = [RunRow.of(row) for row in self.runs.values()]
+            rows = [
+                RunRow.of(row)
+                for row in self.runs.values()
+                if schedule is None or row.get("schedule") == schedule
+            ]
         rows.sort(key=lambda run: (run.created_at, run.id), reverse=True)
         if state is not None and state not in (RunStatus.RUNNING, STALLED):
             status, state = RunStatus(state), None
@@ -466,6 +473,14 @@ class InMemoryStore(MemoryAnswers):
         return True
 
     # -- waking and writing ------------------------------------------------------------------
+
+    # -- schedules: not modelled (SQL only: tests/integration/test_schedules.py) ----------
+
+    def fire_schedules(self, now: datetime) -> list[Fired]:
+        return []
+
+    def next_tick(self) -> datetime | None:
+        return None
 
     def wakeups(
         self, event: threading.Event, log: Callable[[str], None] | None = None
