@@ -30,6 +30,10 @@ POINTS = frozenset(
         # written (the tool has not been called yet).
         "before_start_commit",
         "after_start_commit",
+        # Trees of runs: a child's end about to be delivered to its parent (the answer
+        # written, its transaction not committed), and delivered.
+        "before_delivery_commit",
+        "after_delivery_commit",
     }
 )
 

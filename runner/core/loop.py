@@ -87,7 +87,6 @@ def drive(
     rules = StopRules(before_changes(budgets, recorded))
     # (A journal made before sub-agents, a test's own, has none of their parts: a root.)
     place = journal.place() if hasattr(journal, "place") else Place()
-    rules.below = place.below  # what its sub-agents spent before this process took it up
     model_call = ModelCall(
         model,
         journal,
@@ -115,6 +114,7 @@ def drive(
         )
     loop = _Loop(task, journal, Recorded(recorded, rules.change), rules, model_call, tool_runs)
     loop.depth = place.depth
+    loop.below = place.below
     try:
         return loop.run(spans)
     finally:
@@ -141,6 +141,9 @@ class _Loop:
         self.tool_runs = tool_runs
         self.transcript: list[dict[str, Any]] = []
         self.depth = 0  # how deep below its tree's root the run is (a child: 1 or more)
+        # What its sub-agents spent before this process took the run up: charged once the
+        # journal's steps are replayed (each was judged without what came after it).
+        self.below = Place().below
 
     def run(self, spans: Spans) -> AgentResult:
         if self.replay.take(0, (EntryKind.TASK,)) is None:
@@ -178,6 +181,9 @@ class _Loop:
         if recorded:
             action = action_of(recorded)
         else:
+            if self.below:
+                self.rules.charge(self.below)
+                self.below = Place().below
             asked = self.next_action()
             if isinstance(asked, Stop):
                 return asked

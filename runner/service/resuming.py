@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from runner.core.agent import Agent
@@ -10,6 +12,8 @@ from runner.core.budgets import Budgets
 from runner.core.journal import Entry
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
+from runner.core.tree import child_run_id
+from runner.core.waiting import Asks
 from runner.errors import LeaseHeld, RunnerError, RunWaiting
 from runner.service import revival
 from runner.service.runner_base import RunnerBase
@@ -73,11 +77,44 @@ class Resuming(RunnerBase):
                     raise
                 self._await(run_id, RunStatus.RUNNING)
                 continue
+            if result.status is RunStatus.WAITING and self._run_children(run_id, agent, wait):
+                revive, budgets = False, {}
+                continue  # its children ended: it was queued again, and goes on here
             if not wait or result.status is not RunStatus.WAITING:
                 return result
             self._await(run_id, RunStatus.WAITING)
             # Revived or extended already: after the answer the run goes on as it is.
             revive, budgets = False, {}
+
+    def _run_children(self, run_id: str, agent: Agent | str | None, wait: bool) -> bool:
+        """Run here, at once, the unfinished children a parked parent waits for (a child a
+        worker holds is left to it, or followed with `wait`), then deliver their ends: True
+        once the parent was queued again (it goes on), False if it still waits (for a
+        person, or for a child another worker runs)."""
+        run = self.store.find_run(run_id)
+        waits = [w for w in self.store.waits([run]).get(run.id, []) if w.asks is Asks.CHILD]
+        if not waits:
+            return run.status is RunStatus.QUEUED
+        parent = self._agent(agent) if agent is not None else self._stored_agent(run)
+        jobs = []
+        for found in waits:
+            child = self.store.get_run(child_run_id(run.id, found.call))
+            if child.status is RunStatus.FINISHED:
+                continue
+            tool = parent.tools.get(found.tool)
+            sub = None if tool is None or tool.sub_agent is None else tool.sub_agent.agent
+            jobs.append((child.id, sub))
+        if jobs:
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                for done in [pool.submit(self._run_child, *job, wait) for job in jobs]:
+                    done.result()
+        self.store.deliver_children(run.id)
+        return self.store.find_run(run.id).status is RunStatus.QUEUED
+
+    def _run_child(self, child_id: str, agent: Agent | None, wait: bool) -> None:
+        # LeaseHeld: another worker runs it, and its end is delivered when it ends.
+        with contextlib.suppress(LeaseHeld):
+            self.resume(child_id, agent=agent, wait=wait)
 
     def _resume(
         self,
@@ -193,6 +230,10 @@ class Resuming(RunnerBase):
         finally:
             deltas.close()
         result.run_id = run.id
+        if run.parent_id is not None:
+            # A child's end goes to its parent at once (a worker's sweep delivers it if this
+            # process dies first); the last child's queues the parent again.
+            self.store.deliver_children(run.parent_id)
         return result
 
 

@@ -65,6 +65,8 @@ DB_MAX_BACKOFF = 1.0
 # second or two (50 left PostgreSQL at 600-770 in flight of 1,000), few enough that the claim
 # holds its locks (SQLite's file) for tens of milliseconds at most (~0.5 ms a claim).
 CLAIMS_PER_TRANSACTION = 100
+# How often a worker looks for children's ends still owed to their parents (see deliver_ended).
+SWEEP_SECONDS = 1.0
 
 
 class Worker:
@@ -127,6 +129,7 @@ class Worker:
         # An agent that will not load is skipped until its backoff passes: ref -> (until, wait).
         self._agent_backoff: dict[str, tuple[float, Backoff]] = {}
         self._db_backoff = Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
+        self._swept_at = -SWEEP_SECONDS  # when children's ends owed to parents were last sought
         self._db_wait = 0.0
         self.finished = 0
         # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
@@ -252,6 +255,11 @@ class Worker:
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
             with self.store.writing():
+                if now - self._swept_at >= SWEEP_SECONDS:
+                    # A child whose process died between its end and its delivery strands
+                    # no parent: any worker delivers it here.
+                    self._swept_at = now
+                    self.store.deliver_ended()
                 claims = self._claim_some(skip)
         except self.store.outages as exc:
             corrupt = self.store.damaged(exc)

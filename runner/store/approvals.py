@@ -46,8 +46,9 @@ class _Open:
     last_seq: int
 
 
-def _open_waits(connection: Connection, run_id: str) -> _Open | None:
-    """The run's open waits; None if its journal does not end in waits still open."""
+def open_waits(connection: Connection, run_id: str) -> _Open | None:
+    """The run's open waits; None if its journal does not end in waits still open
+    (`runner.store.children` delivers a child's end to them too)."""
     with plain(connection) as reader:
         tail = reads.wait_rows(reader, run_id)
     waits = listing.unanswered(tail)
@@ -93,7 +94,7 @@ def answer(
             if row is None:
                 raise RunNotFound(f"no run with id {run_id}")
             run = RunRow.of(row)
-            found = _open_waits(connection, run.id) if run.status is RunStatus.WAITING else None
+            found = open_waits(connection, run.id) if run.status is RunStatus.WAITING else None
             if found is None:
                 raise NotWaiting(_why_not_waiting(connection, run, call))
             waits = [listing.wait_of(run, entry, when) for entry, when in found.waits]
@@ -141,7 +142,7 @@ def time_out(connection: Connection, run: RunRow, at: datetime) -> None:
 
     Called in a claim's transaction, so the timeout holds with no process running the run.
     """
-    found = _open_waits(connection, run.id)
+    found = open_waits(connection, run.id)
     if found is not None:  # (waiting with no open wait cannot be written; requeue it anyway)
         seconds = float(run.budgets.get("approval_timeout") or 0)
         reason = timed_out_reason(seconds)
@@ -241,6 +242,11 @@ def _calls(waits: Sequence[Wait]) -> str:
 
 def check_fits(run: RunRow, wait: Wait, given: Answer, call: str | None = None) -> None:
     """WrongAnswer unless `given` (for `call`, if named) answers what `run` waits for."""
+    if wait.asks is Asks.CHILD:
+        raise WrongAnswer(
+            f"run {run.id} waits for its sub-agent's run to end (call {wait.call}), not for "
+            "a person: its end is delivered by the runner"
+        )
     if call is not None and call != wait.call:
         raise WrongAnswer(
             f"run {run.id} waits for call {wait.call} ({wait.question}), not for {call}"

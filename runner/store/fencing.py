@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -28,8 +28,9 @@ from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.journal import Counters, Entry, Stop
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
+from runner.core.tree import Ancestor, Spend
 from runner.errors import LeaseLost
-from runner.store import driver
+from runner.store import children, driver
 from runner.store.backend import backend_for
 from runner.store.driver import Parameters, Prepared, prepared
 from runner.store.runs import amount, counter, encode, entry_row, entry_values, plain_text
@@ -54,7 +55,9 @@ _FINISHED = (
     "updated_at",
     "finished_at",
 )
-_PARKED = ("status", "waiting_since", "wait_expires_at", "updated_at")
+# A parked run's row also holds its counters as of the park: what the runs below it check
+# its budgets against (its own spend; `below_*` is theirs).
+_PARKED = ("status", "waiting_since", "wait_expires_at", "updated_at", "steps", "tokens", "cost")
 
 
 def _fenced_insert(dialect: Dialect, rows: int) -> Prepared:
@@ -126,6 +129,20 @@ class Parking:
     """A run leaving its worker to wait for a person: the lease goes, the epoch stays."""
 
     timeout: float | None  # approval_timeout: seconds until an unanswered wait is denied
+    # The child runs its sub-agents' calls start, inserted in the same transaction (rows of
+    # `children.child_row`); a step with one has no approval_timeout (a child's end is
+    # delivered, never timed out).
+    children: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass
+class TreeCharge:
+    """What a write of a child run charges to the runs above it (`above`, nearest first),
+    and, once written, what each of them has spent against its budgets (`ancestors`)."""
+
+    above: tuple[str, ...]
+    spent: Spend
+    ancestors: list[Ancestor] = field(default_factory=list)
 
 
 def append_entry(
@@ -160,9 +177,11 @@ def append_entries(
     lease_seconds: float,
     clock: Clock = SYSTEM,
     parking: Parking | None = None,
+    charge: TreeCharge | None = None,
 ) -> bool:
     """One transaction: the entries from `seq` on, in ONE fenced statement (all or none
     are written), and the run's end if `stop` (or its move to `waiting`, see append_entry).
+    With `charge`, what the entries spent is charged to the runs above (children.py).
 
     Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
     """
@@ -190,7 +209,9 @@ def append_entries(
             inserts.append((statement.sql, statement.parameters(values)))
     counters = entries[-1].counters
     finish = None if stop is None else _finish_parameters(dialect, stop, counters, fence, at)
-    one_statement = len(inserts) == 1 and stop is None and parking is None
+    if charge is not None and not (charge.spent and charge.above):
+        charge = None
+    one_statement = len(inserts) == 1 and stop is None and parking is None and charge is None
     # No connection of its own: one from the pool, for this write alone.
     connection = bind if isinstance(bind, Connection) else bind.connect()
     try:
@@ -202,13 +223,21 @@ def append_entries(
                 if not written:
                     raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
                 cancel = bool(written[0][1])
+            if charge is not None:
+                statement = children.charge_statement(dialect, len(charge.above))
+                values = children.charge_values(charge.above, charge.spent)
+                returned = write.rows(statement.sql, statement.parameters(values))
+                charge.ancestors = children.charged(returned, charge.above)
             if finish is not None:
                 _finish(write, run_id, finish)
             elif parking is not None and cancel:
                 cancelled = Stop(StopReason.CANCELLED)
                 _finish(write, run_id, _finish_parameters(dialect, cancelled, counters, fence, at))
             elif parking is not None:
-                _park(write, run_id, dialect, parking, fence, at)
+                _park(write, run_id, dialect, parking, fence, at, counters)
+                child = children.insert_child(dialect)
+                for new in parking.children:
+                    write.execute(child.sql, child.parameters(children.child_values(new)))
     finally:
         if connection is not bind:
             connection.close()
@@ -292,8 +321,10 @@ def _park(
     parking: Parking,
     fence: dict[str, Any],
     at: datetime,
+    counters: Counters,
 ) -> None:
-    expires = None if parking.timeout is None else at + timedelta(seconds=parking.timeout)
+    timeout = None if parking.children else parking.timeout
+    expires = None if timeout is None else at + timedelta(seconds=timeout)
     statement = prepared(dialect, "park", lambda: _fenced_update(_PARKED))
     values = {
         **fence,
@@ -301,6 +332,9 @@ def _park(
         "set_waiting_since": at,
         "set_wait_expires_at": expires,
         "set_updated_at": at,
+        "set_steps": counter(counters.steps),
+        "set_tokens": counter(counters.tokens),
+        "set_cost": amount(counters.cost),
     }
     if write.count(statement.sql, statement.parameters(values)) != 1:
         raise LeaseLost(f"run {run_id} was taken over by another worker: not leaving it waiting")

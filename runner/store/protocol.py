@@ -145,7 +145,24 @@ class RunStore(Protocol):
         ...
 
     def request_cancel(self, run_id: str) -> RunRow:
-        """Ask the run to stop: at its next step while a live worker holds it, else now."""
+        """Ask the run, and every run below it, to stop: at its next step while a live
+        worker holds it, else now."""
+        ...
+
+    # -- trees of runs (runner.store.children) ---------------------------------------------
+
+    def deliver_children(self, parent_id: str) -> bool:
+        """Record the end of each finished child the parent waits for as its answer; the
+        last queues the parent again (True then). Exactly once, whoever races for it."""
+        ...
+
+    def deliver_ended(self) -> int:
+        """Deliver every child's end still owed to a waiting parent (a crash may have cut a
+        delivery short): how many parents were queued again."""
+        ...
+
+    def child_runs(self, run_id: str) -> list[RunRow]:
+        """The run's children (the runs its sub-agents' calls started), oldest first."""
         ...
 
     # -- leases and the journal -----------------------------------------------------------

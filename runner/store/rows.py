@@ -85,6 +85,10 @@ class RunRow:
     parent_id: str | None = None
     root_id: str | None = None
     parent_call_key: str | None = None
+    # What the runs below this one spent, charged to it as they spent it (revision 0013).
+    below_steps: int = 0
+    below_tokens: int = 0
+    below_cost: float = 0.0
 
     @classmethod
     def of(cls, row: Columns) -> RunRow:
@@ -128,6 +132,9 @@ class RunRow:
             # A row written before revision 0010 by hand may have none: it is a root.
             root_id=m["root_id"] or m["id"],
             parent_call_key=m["parent_call_key"],
+            below_steps=m.get("below_steps") or 0,
+            below_tokens=m.get("below_tokens") or 0,
+            below_cost=m.get("below_cost") or 0.0,
         )
 
     def lease_is_live(self, at: datetime) -> bool:

@@ -267,6 +267,9 @@ def new_run(
         "parent_id": parent_id,
         "root_id": run_id if root_id is None else root_id,
         "parent_call_key": parent_call_key,
+        "below_steps": 0,
+        "below_tokens": 0,
+        "below_cost": 0.0,
     }
 
 

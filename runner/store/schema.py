@@ -146,6 +146,30 @@ runs = Table(
     # so removing a schedule leaves its runs. Indexed for `runner list --schedule NAME`.
     Column("schedule", String(18), nullable=True, comment="the schedule that started the run"),
     Index("ix_runs_schedule_created_at", "schedule", "created_at"),
+    # What the runs below this one (its sub-agents, theirs, ...) spent, charged to it as
+    # they spend it, in the transaction of the entry that spent it (revision 0013): the
+    # tree's spend is a root's own (steps, tokens, cost) plus these.
+    Column(
+        "below_steps",
+        Counter,
+        nullable=False,
+        server_default="0",
+        comment="steps the runs below this one spent, charged as spent",
+    ),
+    Column(
+        "below_tokens",
+        Counter,
+        nullable=False,
+        server_default="0",
+        comment="tokens the runs below this one spent, charged as spent",
+    ),
+    Column(
+        "below_cost",
+        Float,
+        nullable=False,
+        server_default="0",
+        comment="cost the runs below this one spent, charged as spent",
+    ),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
     Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),

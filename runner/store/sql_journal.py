@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import NoReturn
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.backoff import Backoff
-from runner.core.clock import SYSTEM, Clock
+from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.faults import fault
 from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
-from runner.core.tree import ChildRun, Place, TreeStop
+from runner.core.tree import ChildRun, Place, Spend, TreeStop, ancestors_stop
 from runner.errors import EntryRefused, LeaseLost, describe
-from runner.store import fencing, leases
+from runner.store import children, fencing, leases
 from runner.store import runs as store
 from runner.store.backend import backend_for
+from runner.store.children import child_row
 from runner.store.failures import refused, transient
 from runner.store.heartbeat import Heartbeat
 from runner.store.writer import Writer, writing
@@ -93,6 +95,12 @@ class SqlJournal:
                 self._call_epochs[entry.step] = shared.setdefault((epoch, 0), (epoch, 0))
         # approval_timeout: how long a call of this run may wait for a person.
         self._parking = fencing.Parking(claim.run.budgets.get("approval_timeout"))
+        self._run = claim.run
+        # A child run: the runs above it (nearest first), charged what it spends as it
+        # spends it, whose budgets (and cancels) it checks before each model call.
+        self._ancestors = children.ancestors(engine, claim.run) if claim.run.parent_id else []
+        self._above = tuple(ancestor.run_id for ancestor in self._ancestors)
+        self._spent = self._recorded[-1].counters if self._recorded else Counters()
         self.seq = len(self._recorded)
         # Every write reports the run's cancel flag: the loop's check before each model call
         # costs no query of its own.
@@ -113,14 +121,16 @@ class SqlJournal:
     def append(self, entry: Entry, stop: Stop | None = None) -> None:
         self.append_many((entry,), stop)
 
-    # Until the store keeps trees of runs, a sub-agent's child runs inline, in the call.
-    parks_children = False
+    # A sub-agent's call starts a child run, created with the wait that parks this one.
+    parks_children = True
 
     def place(self) -> Place:
-        return Place()
+        run = self._run
+        below = Spend(run.below_steps, run.below_tokens, run.below_cost)
+        return Place(depth=len(self._ancestors), below=below)
 
     def tree_stop(self) -> TreeStop | None:
-        return None
+        return ancestors_stop(self._ancestors)
 
     def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         with self._writing:
@@ -128,8 +138,14 @@ class SqlJournal:
             fault("before_wait_commit")
             # The run is `waiting` once this commits: the lease is gone, so no heartbeat
             # renews it, and a crash from here on leaves a run that waits, not one to take over.
-            # A step's waits (one per call that needs an answer) go in this one commit.
-            cancelled = self._write(tuple(entries), None, self._parking)
+            # A step's waits (one per call that needs an answer) go in this one commit, with
+            # the child runs its sub-agents' calls start.
+            parking = self._parking
+            if children:
+                at = utc_now(self.clock)
+                rows = tuple(child_row(child, self._run, at) for child in children)
+                parking = replace(parking, children=rows)
+            cancelled = self._write(tuple(entries), None, parking)
             self.seq += len(entries)
             fault("after_wait_commit")
             if self.observer is not None:
@@ -167,9 +183,13 @@ class SqlJournal:
         """
         backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, jitter=True)
         retried = False
+        charge = None
+        if self._above:  # a child's spend, charged up its tree in the same transaction
+            spent = Spend.added(self._spent, entries[-1].counters)
+            charge = fencing.TreeCharge(self._above, spent)
         while True:
             try:
-                cancel = self._commit(entries, stop, parking, retried)
+                cancel = self._commit(entries, stop, parking, retried, charge)
             except (LeaseLost, IntegrityError):
                 raise
             except Exception as exc:
@@ -185,6 +205,9 @@ class SqlJournal:
             if backend_for(self.engine.dialect.name).writes_renew_lease:
                 # The write renewed the lease if a third of it was spent.
                 self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
+            self._spent = entries[-1].counters
+            if charge is not None and charge.ancestors:
+                self._ancestors = charge.ancestors
             return cancel
 
     def _commit(
@@ -193,6 +216,7 @@ class SqlJournal:
         stop: Stop | None,
         parking: fencing.Parking | None,
         retried: bool,
+        charge: fencing.TreeCharge | None = None,
     ) -> bool:
         """One try, on the connection the writer gives (writer.Writer)."""
         with self.writer.turn() as connection:
@@ -207,6 +231,7 @@ class SqlJournal:
                     self.lease_seconds,
                     self.clock,
                     parking,
+                    charge,
                 )
             except IntegrityError:
                 # A retry of a write whose commit did happen (only its answer was lost): its

@@ -27,6 +27,7 @@ from runner.defaults import DEFAULT_LEASE_SECONDS
 from runner.errors import RunnerError
 from runner.store import (
     approvals,
+    children,
     deltas,
     leases,
     queues,
@@ -161,7 +162,25 @@ class SqlStore:
         return approvals.pending(self.engine, rows)
 
     def request_cancel(self, run_id: str) -> RunRow:
-        return store.request_cancel(self.engine, run_id, clock=self._clock)
+        run = store.request_cancel(self.engine, run_id, clock=self._clock)
+        # Cancel travels down: every unfinished run below it is asked to stop too (one
+        # that a live worker holds stops at its next step; the others at once).
+        for below in children.subtree(self.engine, run.id):
+            store.request_cancel(self.engine, below, clock=self._clock)
+        if run.parent_id is not None and run.status is RunStatus.FINISHED:
+            children.deliver(self.engine, run.parent_id, self._clock)
+        return run
+
+    # -- trees of runs ----------------------------------------------------------------------
+
+    def deliver_children(self, parent_id: str) -> bool:
+        return children.deliver(self.engine, parent_id, self._clock)
+
+    def deliver_ended(self) -> int:
+        return children.deliver_ended(self.engine, self._clock)
+
+    def child_runs(self, run_id: str) -> list[RunRow]:
+        return children.children_of(self.engine, run_id)
 
     # -- leases and the journal -----------------------------------------------------------
 

@@ -172,6 +172,18 @@ class InMemoryStore(MemoryAnswers):
                     found[run.id] = [run_states.wait_of(run, entry, at) for entry, at in open_]
         return found
 
+    # -- trees of runs: the in-memory store runs a sub-agent's child inline, inside the
+    # parent's call (as run_agent does), so no child run is ever stored, parked or owed.
+
+    def deliver_children(self, parent_id: str) -> bool:
+        return False
+
+    def deliver_ended(self) -> int:
+        return 0
+
+    def child_runs(self, run_id: str) -> list[RunRow]:
+        return []
+
     def request_cancel(self, run_id: str) -> RunRow:
         at = self._now()
         with self._lock:

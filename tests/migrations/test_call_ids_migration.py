@@ -109,8 +109,11 @@ def populate_at_0003(engine: Engine) -> None:
             "parent_id",
             "root_id",
             "parent_call_key",
+            "below_steps",
+            "below_tokens",
+            "below_cost",
         ):
-            del run[column]  # revisions 0008's and 0010's, which this database has not reached
+            del run[column]  # revisions 0008's, 0010's, 0013's: this database has not reached them
         # Revision 0010 renamed them.
         run["parent_run_id"], run["parent_step"] = (
             run.pop("forked_from_id"),

@@ -70,8 +70,10 @@ def test_the_childs_spend_is_charged_to_the_parent_and_the_tree_stops_on_its_bud
 
 def test_a_child_deeper_than_max_depth_stops_with_max_depth() -> None:
     leaf = Agent(ScriptedModel([final("leaf")]))
-    middle = Agent(ScriptedModel([call("leaf", task="deeper"), final("middle")]),
-                   {"leaf": leaf.as_tool(name="leaf")})
+    middle = Agent(
+        ScriptedModel([call("leaf", task="deeper"), final("middle")]),
+        {"leaf": leaf.as_tool(name="leaf")},
+    )
     model = ScriptedModel([call("middle", task="go"), final("root")])
     tools = {"middle": middle.as_tool(name="middle", max_depth=1)}
     result = run_agent(model, tools, "task")
@@ -85,8 +87,10 @@ def test_a_child_deeper_than_max_depth_stops_with_max_depth() -> None:
 def test_parallel_children_run_at_once_inline() -> None:
     a = Agent(ScriptedModel([final("A")]))
     b = Agent(ScriptedModel([final("B")]))
-    both = {"type": "tool", "calls": [
-        {"name": "a", "args": {"task": "x"}}, {"name": "b", "args": {"task": "y"}}]}
+    both = {
+        "type": "tool",
+        "calls": [{"name": "a", "args": {"task": "x"}}, {"name": "b", "args": {"task": "y"}}],
+    }
     model = ScriptedModel([both, final("done")])
     result = run_agent(model, {"a": a.as_tool(name="a"), "b": b.as_tool(name="b")}, "task")
     assert sorted(m["content"] for m in tool_results(result.transcript)) == ["A", "B"]
