@@ -3,7 +3,8 @@
 `OpenAIChat` (`openai_chat`) and `AnthropicMessages` (`anthropic_messages`) share what every
 adapter does the same way (`adapter`): tool schemas from a tool's signature and docstring
 (`schemas`), the transcript read as turns and actions written back (`turns`), provider
-errors as retry-or-stop (`failures`) and what a call cost (`pricing`). Each adapter imports
+errors as retry-or-stop (`failures`), what a call cost (`pricing`) and a streamed response
+made one body again (`streams`, for `stream=True`). Each adapter imports
 its official SDK only when it is made (`pip install 'durable-runner[openai]'`,
 `[anthropic]`), so importing runner never needs them.
 

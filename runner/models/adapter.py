@@ -18,14 +18,18 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 from urllib.parse import urlsplit
 
+from runner.core.deltas import DeltaStream, current_stream
 from runner.core.interrupts import CallInterrupted, stop_requested
 from runner.errors import MissingExtra, ModelFatal, ModelRetryable, RunnerError
 from runner.models.failures import redact, translate
 from runner.models.pricing import PriceLike, Pricer, as_price
 from runner.models.schemas import ToolSpec, tool_specs
+from runner.models.streams import Assembler
+
+T = TypeVar("T")
 
 # A model call may take this long in all, unless the adapter says otherwise (total_timeout).
 DEFAULT_TOTAL_TIMEOUT = 600.0
@@ -56,7 +60,11 @@ class Adapter:
             raise ValueError(f"{type(self).__name__} needs a model name, not {model!r}")
         self.model = model
         self.system = system
-        self.request_params = dict(request_params)
+        params = dict(request_params)
+        # stream=True: through the SDK's streaming API, each piece handed to the run's
+        # followers (runner.core.deltas); the response and its action are the same.
+        self.stream = bool(params.pop("stream", False))
+        self.request_params = params
         self.tools: list[ToolSpec] = []
         self._sdk = self._import_sdk()
         self._base_url = base_url
@@ -98,6 +106,17 @@ class Adapter:
     def _call(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
         request = self.request(transcript)
         client = self._connect()
+        if self.stream:
+            # Taken here: the thread that reads the stream has no context of the run's.
+            deltas = current_stream()
+            try:
+                body = self._send_streamed(client, request, deltas)
+            except Exception as exc:
+                failure = self._translate(exc, client)
+                if failure is None:
+                    raise
+                raise failure from None
+            return self.reply(body)
         try:
             raw = self._send(client, request)
         except Exception as exc:
@@ -140,25 +159,67 @@ class Adapter:
         """The SDK's streamed-response context manager of one create() call."""
         raise NotImplementedError
 
+    def _events(self, client: Any, request: dict[str, Any]) -> Any:
+        """The SDK's stream of events of one create(stream=True) call (a context manager)."""
+        raise NotImplementedError
+
+    def _assembler(self) -> Assembler:
+        """What makes the stream's events one response body again."""
+        raise NotImplementedError
+
     def _send(self, client: Any, request: dict[str, Any]) -> bytes:
-        """The response body, read on a thread of its own while this one watches the clock
+        """The response body, as the provider sent it."""
+
+        def fetch(request: dict[str, Any], abandoned: threading.Event) -> bytes | None:
+            parts: list[bytes] = []
+            with self._stream(client, request) as response:
+                for chunk in response.iter_bytes():
+                    if abandoned.is_set():
+                        return None
+                    parts.append(chunk)
+            return b"".join(parts)
+
+        return self._watched(request, fetch)
+
+    def _send_streamed(
+        self, client: Any, request: dict[str, Any], deltas: DeltaStream | None
+    ) -> dict[str, Any]:
+        """The response streamed through the SDK's streaming API, each piece handed to
+        `deltas` as it comes, assembled into the body the same call answers unstreamed."""
+        assembler = self._assembler()
+
+        def fetch(request: dict[str, Any], abandoned: threading.Event) -> dict[str, Any] | None:
+            with self._events(client, request) as events:
+                for event in events:
+                    if abandoned.is_set():
+                        return None
+                    for piece in assembler.add(event.to_dict()):
+                        if deltas is not None:
+                            deltas.emit(
+                                piece.text, part=piece.part, call=piece.call, tool=piece.tool
+                            )
+            return assembler.body()
+
+        return self._watched(request, fetch)
+
+    def _watched(
+        self, request: dict[str, Any], read: Callable[[dict[str, Any], threading.Event], T | None]
+    ) -> T:
+        """What `read` gives, read on a thread of its own while this one watches the clock
         and the run: a call past `total_timeout` (a server that sends a byte now and then
-        never trips a read timeout) or whose run is cancelled or paused is given up at once.
-        The reading thread stops at its next byte, or at the SDK's read timeout."""
+        never trips a read timeout) or whose run is cancelled or paused is given up at once
+        (`read` is told by the event it is given, and stops at its next piece, or at the
+        SDK's read timeout)."""
         if self.total_timeout is not None and "timeout" not in request:
             request = {**request, "timeout": self.total_timeout}  # each read, at most that
-        body: Future[bytes] = Future()
+        body: Future[T] = Future()
         abandoned = threading.Event()
 
         def fetch() -> None:
             try:
-                parts: list[bytes] = []
-                with self._stream(client, request) as response:
-                    for chunk in response.iter_bytes():
-                        if abandoned.is_set():
-                            return
-                        parts.append(chunk)
-                body.set_result(b"".join(parts))
+                value = read(request, abandoned)
+                if value is not None:
+                    body.set_result(value)
             except BaseException as exc:  # handed to the waiting caller
                 body.set_exception(exc)
 

@@ -8,6 +8,7 @@ from typing import Any
 from runner.errors import ModelRetryable
 from runner.models.adapter import DEFAULT_TOTAL_TIMEOUT, Adapter
 from runner.models.pricing import PriceLike, Tokens, count
+from runner.models.streams import MessageEvents
 from runner.models.turns import (
     Call,
     Calls,
@@ -28,17 +29,18 @@ DEFAULT_MAX_TOKENS = 4096
 class AnthropicMessages(Adapter):
     """A model callable over the Messages API: `Agent(model=AnthropicMessages("claude-..."))`.
 
-    `api_key` and `base_url` default to the SDK's own (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL,
-    ...); `client` is an `anthropic.Anthropic` to use instead (its retries are turned off:
-    runner's `model_retries` are the only ones). `system` is the system prompt,
-    `max_tokens` the output limit of each call, `price` the dollars per million tokens (a
-    `Price`, or `(input, output)`), else genai-prices' table when it is installed, else
-    cost 0 marked unknown. `secrets` are more strings (a gateway's token, a header's value)
-    never to be repeated in an error: the key is never repeated either. `total_timeout`
-    (600 s by default; None: none) is how long one call may take in all, the body
-    included: past it the call is given up and retried like a timeout. Other keywords
-    (`tool_choice`, `stop_sequences`, `timeout`, `extra_body`, ...) go to every
-    `messages.create` call.
+    `api_key` and `base_url` default to the SDK's own (ANTHROPIC_API_KEY,
+    ANTHROPIC_BASE_URL, ...); `client` is an `anthropic.Anthropic` to use instead (its
+    retries are turned off: runner's `model_retries` are the only ones). `system` is the
+    system prompt, `max_tokens` the output limit of each call, `price` the dollars per
+    million tokens (a `Price`, or `(input, output)`), else genai-prices' table when it is
+    installed, else cost 0 marked unknown. `secrets` are more strings (a gateway's token, a
+    header's value) never to be repeated in an error: the key is never repeated either.
+    `total_timeout` (600 s by default; None: none) is how long one call may take in all, the
+    body included: past it the call is given up and retried like a timeout. `stream=True`:
+    each response through the SDK's streaming API, its pieces handed to the run's followers
+    (runner.core.deltas), the action the same. Other keywords (`tool_choice`,
+    `stop_sequences`, `timeout`, `extra_body`, ...) go to every `messages.create` call.
     """
 
     provider = "anthropic"
@@ -143,6 +145,12 @@ class AnthropicMessages(Adapter):
 
     def _stream(self, client: Any, request: dict[str, Any]) -> Any:
         return client.messages.with_streaming_response.create(**request)
+
+    def _events(self, client: Any, request: dict[str, Any]) -> Any:
+        return client.messages.create(**request, stream=True)
+
+    def _assembler(self) -> MessageEvents:
+        return MessageEvents()
 
     def _sdk_error(self) -> type[Exception]:
         error: type[Exception] = self._sdk.AnthropicError

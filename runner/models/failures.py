@@ -33,6 +33,11 @@ def translate(
     """The runner error for an exception of the SDK (`base` is its root), else None."""
     if not isinstance(exc, base):
         return None
+    if _in_stream(exc, sdk):
+        # An error event in a stream that began well (the provider overloaded mid-answer):
+        # a new call may well go through.
+        words = redact(_provider_message(getattr(exc, "body", None)) or str(exc), secrets)
+        return ModelRetryable(f"{provider} API error in the stream: {words}")
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         words = redact(_provider_message(exc.body) or str(exc.message), secrets)
@@ -55,6 +60,13 @@ def translate(
     # Anything else the SDK raises on purpose (no key configured, a bad option) is the
     # caller's to fix: retrying would fail the same way.
     return ModelFatal(f"{provider}: {redact(str(exc), secrets)}")
+
+
+def _in_stream(exc: Exception, sdk: Any) -> bool:
+    """Whether `exc` is an error event in a streamed response (its HTTP status was 200)."""
+    if isinstance(exc, sdk.APIStatusError):
+        return bool(exc.status_code < 400)
+    return type(exc) is sdk.APIError  # the openai SDK's for an error chunk
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:

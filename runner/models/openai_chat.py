@@ -12,6 +12,7 @@ from typing import Any
 from runner.errors import ModelRetryable
 from runner.models.adapter import DEFAULT_TOTAL_TIMEOUT, Adapter
 from runner.models.pricing import PriceLike, Tokens, count
+from runner.models.streams import ChatChunks
 from runner.models.turns import (
     Call,
     Calls,
@@ -34,9 +35,10 @@ class OpenAIChat(Adapter):
     per million tokens (a `Price`, or `(input, output)`), else genai-prices' table when it
     is installed, else cost 0 marked unknown. `secrets` are more strings (a gateway's token,
     a header's value) never to be repeated in an error: the key is never repeated either.
-    `total_timeout` (600 s by default; None: none) is how long one call may take in all,
-    the body included: past it the call is given up and retried like a timeout.
-    Other keywords (`temperature`,
+    `total_timeout` (600 s by default; None: none) is how long one call may take in all, the
+    body included: past it the call is given up and retried like a timeout. `stream=True`:
+    each response through the SDK's streaming API, its pieces handed to the run's followers
+    (runner.core.deltas), the action the same. Other keywords (`temperature`,
     `max_completion_tokens`, `parallel_tool_calls`, `timeout`, `extra_body`, ...) go to
     every `chat.completions.create` call.
     """
@@ -141,6 +143,14 @@ class OpenAIChat(Adapter):
 
     def _stream(self, client: Any, request: dict[str, Any]) -> Any:
         return client.chat.completions.with_streaming_response.create(**request)
+
+    def _events(self, client: Any, request: dict[str, Any]) -> Any:
+        # The usage comes in a last chunk only if asked for: the same as an unstreamed call's.
+        options = {"stream_options": {"include_usage": True}}
+        return client.chat.completions.create(**(options | request), stream=True)
+
+    def _assembler(self) -> ChatChunks:
+        return ChatChunks()
 
     def _sdk_error(self) -> type[Exception]:
         error: type[Exception] = self._sdk.OpenAIError

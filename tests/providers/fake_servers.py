@@ -37,6 +37,13 @@ class Reply:
     body: bytes
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering: longer than a client's timeout, say
+    # A streamed reply (text/event-stream): these events, each flushed as it is written;
+    # before event `hold_after`, the server waits for `hold` (a stream stopped mid-call),
+    # and it notes when it wrote each event in `sent` (time.monotonic()).
+    events: tuple[bytes, ...] | None = None
+    hold: threading.Event | None = None
+    hold_after: int = 0
+    sent: list[float] | None = None
 
 
 class FakeServer:
@@ -71,6 +78,19 @@ class FakeServer:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         with self._lock:
             self.script.append(Reply(status, raw, dict(headers or {}), delay))
+        return self
+
+    def stream(
+        self,
+        events: list[bytes],
+        *,
+        hold: threading.Event | None = None,
+        hold_after: int = 0,
+        sent: list[float] | None = None,
+    ) -> FakeServer:
+        """Queue a streamed reply: `events` (server-sent events, as fake_streams makes them)."""
+        with self._lock:
+            self.script.append(Reply(200, b"", {}, 0.0, tuple(events), hold, hold_after, sent))
         return self
 
     @property
@@ -108,6 +128,9 @@ class FakeServer:
                     self.rfile.read(length),
                 )
                 reply = server._next(request)
+                if reply.events is not None:
+                    self._stream(reply)
+                    return
                 time.sleep(reply.delay)
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
@@ -116,6 +139,20 @@ class FakeServer:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(reply.body)
+
+            def _stream(self, reply: Reply) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for n, event in enumerate(reply.events or ()):
+                    if reply.hold is not None and n == reply.hold_after:
+                        reply.hold.wait()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                    if reply.sent is not None:
+                        reply.sent.append(time.monotonic())
+                self.wfile.write(b"0\r\n\r\n")
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep test output quiet
