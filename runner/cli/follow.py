@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,9 @@ from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.service import documents
+
+if TYPE_CHECKING:
+    from runner.service.events import DeltaEvent
 
 
 @click.command()
@@ -37,23 +41,39 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
     how the run stands (its stop line); with --follow, each new entry as it is committed,
     from any process, until the run stops or waits for a person.
 
+    The model call in flight is shown as it streams (a model with `stream=True`): its text
+    and tool arguments as they come, then its entry once journaled. With --json each piece
+    is an `"event": "delta"` object with no position of its own (`after`: the last
+    position before it; `step`, `ordinal`, `part`, `call`, `tool`, `text`).
+
     --json prints one object a line: each entry with its `position` (resume with
     `--after POSITION`), then an `"event": "end"` object with the run as `show --json`
     gives it. Exit codes as for `runner run`: 0 for a final answer, 3 for any other stop,
     4 for a run that waits for a person; 0 for a run not stopped yet (without --follow).
     """
     # Imported here: the durable runner loads SQLAlchemy, which `runner --help` does without.
+    from runner.service.events import DeltaEvent
     from runner.service.runner import Runner
 
     with Runner(url) as runner:
-        stream = runner.events(run_id, after=after, follow=follow, until_waiting=True)
+        stream = runner.events(run_id, after=after, follow=follow, until_waiting=True, deltas=True)
+        streamed = _Streamed()
         try:
             for event in stream:
                 if as_json:
-                    output.print_json(documents.event_json(event))
-                elif said := run_output.event_lines(event):  # some entries show nothing
-                    output.line(said)
+                    if isinstance(event, DeltaEvent):
+                        output.print_json(documents.delta_json(event))
+                    else:
+                        output.print_json(documents.event_json(event))
+                elif isinstance(event, DeltaEvent):
+                    streamed.show(event)
+                else:
+                    streamed.end()
+                    if said := run_output.event_lines(event):  # some entries show nothing
+                        output.line(said)
+            streamed.end()
         except KeyboardInterrupt:
+            streamed.end()
             output.line(
                 f"interrupted: `runner tail {stream.run_id} --follow --after {stream.position}` "
                 "goes on from here",
@@ -70,6 +90,29 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
         if result.status is RunStatus.WAITING:
             run_output.waiting(result)
     sys.exit(_exit_code(result))
+
+
+class _Streamed:
+    """The model call in flight, as it streams: one line a step and part (its text, or a
+    tool call's arguments), written piece by piece, ended before anything else is written."""
+
+    def __init__(self) -> None:
+        self.open: tuple[int, str, int] | None = None
+
+    def show(self, event: DeltaEvent) -> None:
+        delta = event.delta
+        now = (delta.step, delta.part, delta.call)
+        if self.open != now or delta.ordinal == 0:  # another part, or the call began again
+            self.end()
+            label = "streams" if delta.part == "text" else f"streams {delta.tool or 'a call'}"
+            output.partial(f"step {delta.step} {label}: ")
+            self.open = now
+        output.partial(output.printable(delta.text))
+
+    def end(self) -> None:
+        if self.open is not None:
+            output.line("")
+            self.open = None
 
 
 def _exit_code(result: AgentResult) -> int:

@@ -42,6 +42,12 @@ def line(text: str, *, err: bool = False) -> None:
     click.echo(utf8_safe(text), err=err)
 
 
+def partial(text: str) -> None:
+    """Text on stdout with no newline after it, at once (a piece of a line that streams)."""
+    click.echo(utf8_safe(text), nl=False)
+    sys.stdout.flush()
+
+
 def print_json(data: Any) -> None:
     line(json.dumps(data, default=str))
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from runner.core.result import AgentResult
     from runner.core.waiting import Answered, Wait
-    from runner.service.events import Event
+    from runner.service.events import DeltaEvent, Event
     from runner.store.rows import RunRow
 
 # The fields an AgentResult and a RunRow share, under the same names.
@@ -122,6 +122,23 @@ def event_json(event: Event) -> dict[str, Any]:
             value = value.value
         data[field.name] = value
     return data
+
+
+def delta_json(event: DeltaEvent) -> dict[str, Any]:
+    """One delta of a run's stream: a piece of the model call in flight. No `position`: a
+    delta is not durable; `after` is the position of the last durable event before it."""
+    delta = event.delta
+    return {
+        "event": "delta",
+        "run_id": event.run_id,
+        "after": event.after,
+        "step": delta.step,
+        "ordinal": delta.ordinal,
+        "part": delta.part,
+        "call": delta.call,
+        "tool": delta.tool,
+        "text": delta.text,
+    }
 
 
 def iso(value: datetime | None) -> str | None:
