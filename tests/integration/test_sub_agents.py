@@ -208,3 +208,31 @@ def test_the_journal_keeps_each_child_call_as_a_wait_and_its_answer(db_url: str)
     engine.dispose()
     assert kinds.count(("wait", "child", None)) == 2
     assert kinds.count(("answer", None, "ended")) == 2
+
+
+# Module attributes: a worker loads them by reference (`tests.integration.test_sub_agents:...`).
+WORKER_LEAF = Agent(spending(5), name="leaf")
+WORKER_LEAD = Agent(
+    spending(5, both(("leaf", "a"), ("leaf", "b"), ("leaf", "c"))),
+    {"leaf": WORKER_LEAF.as_tool("leaf")},
+    name="lead",
+    max_steps=30,
+)
+
+
+def test_a_worker_runs_the_children_and_the_parent_again_with_slots_to_spare(db_url: str) -> None:
+    from runner.service.worker import Worker
+
+    with Runner(db_url) as runner:
+        runner.submit(WORKER_LEAD, "fan out", id="lead-w")
+    # One slot: the parent parks (letting it go) before any child can run in it.
+    Worker(db_url, concurrency=1, once=True, poll=0.05).serve()
+    with Runner(db_url) as runner:
+        result = runner.get("lead-w")
+        kids = runner.store.child_runs("lead-w")
+    assert (result.stop_reason, len(kids)) == ("final", 3)
+    assert sorted(m["content"] for m in tool_results(result.transcript)) == [
+        "did: a", "did: b", "did: c",
+    ]  # fmt: skip
+    # Each child names its agent for any worker: the module attribute holding it.
+    assert {(kid.agent or "").rpartition(":")[2] for kid in kids} == {"WORKER_LEAF"}

@@ -1,0 +1,64 @@
+"""The agents of benchmarks/sub_agents.py: a tree of sub-agents three levels deep.
+
+`root` hands 4 tasks at once to `middle` sub-agents; each `middle` hands 5 at once to
+`leaf` sub-agents (20 leaves in all); a leaf calls `work` once (it sleeps
+RUNNER_BENCH_LEAF_SECONDS, and writes when it ran and in which process to the file
+RUNNER_BENCH_TREE_LEDGER), then answers. Every model call reports 10 tokens. Loaded by path
+(`benchmarks/tree_fakes.py:root`), by the benchmark and by `runner worker` processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from runner import Agent
+from runner.testing import FunctionModel, tool_results, turns
+
+LEDGER_VARIABLE = "RUNNER_BENCH_TREE_LEDGER"
+SECONDS_VARIABLE = "RUNNER_BENCH_LEAF_SECONDS"
+MIDDLES, LEAVES = 4, 5
+
+
+def work(task: str) -> str:
+    """A leaf's work: it takes a while, and says when it ran and where."""
+    started = time.time()
+    time.sleep(float(os.environ.get(SECONDS_VARIABLE, "0.3")))
+    path = os.environ.get(LEDGER_VARIABLE)
+    if path:
+        with open(path, "a") as ledger:
+            ledger.write(f"{started} {time.time()} {os.getpid()} {task}\n")
+    return f"worked on {task}"
+
+
+def _fan_out(tool: str, count: int) -> FunctionModel:
+    def move(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        task = transcript[0]["content"]
+        if turns(transcript) == 0:
+            calls = [{"name": tool, "args": {"task": f"{task}.{n}"}} for n in range(count)]
+            return {"type": "tool", "calls": calls, "usage": 10}
+        done = len(tool_results(transcript))
+        return {"type": "final", "content": f"{task}: {done} done", "usage": 10}
+
+    return FunctionModel(move)
+
+
+def _leaf(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    task = transcript[0]["content"]
+    if turns(transcript) == 0:
+        return {"type": "tool", "name": "work", "args": {"task": task}, "usage": 10}
+    return {"type": "final", "content": f"{task} done", "usage": 10}
+
+
+leaf = Agent(FunctionModel(_leaf), {"work": work}, name="leaf")
+middle = Agent(
+    _fan_out("leaf", LEAVES), {"leaf": leaf.as_tool("leaf")}, name="middle", max_steps=50
+)
+root = Agent(
+    _fan_out("middle", MIDDLES),
+    {"middle": middle.as_tool("middle")},
+    name="root",
+    max_steps=500,
+    max_tokens=100_000,
+)
