@@ -162,6 +162,16 @@ class WrongAnswer(RunnerError):
     """The run waits for another kind of answer (a reply, not an approval) or another call."""
 
 
+class RunFinished(RunnerError):
+    """A message was sent to a run that has stopped: nothing would read it (send it with
+    `--revive`, `revive=True`, to continue the run with it)."""
+
+
+class MessageRefused(RequestRefused):
+    """A message the run cannot take: its key names another message, or its body does not
+    fit what the agent accepts (`Agent(accepts=...)`)."""
+
+
 class MissingExtra(RunnerError):
     """An optional dependency is not installed: the message names the extra to install."""
 

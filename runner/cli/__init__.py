@@ -1,12 +1,12 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
-Each family of commands has its module (`runs`, `follow`, `answers`, `worker`, `queues`,
-`schedules`, `db`, `history`, `ui`; `tasks_file` reads `submit --from`); they share the
-options of `options` and print through `output` (what a run looks like is `run_output`, what
-a run shows while it goes `progress`; query results, stats, queues and schedules
-`report_output`), and log through `logs`. This module builds the group, registers every
-command and gives each one runner's error handling: the command modules never import this
-one.
+Each family of commands has its module (`runs`, `follow`, `answers`, `messages`, `worker`,
+`queues`, `schedules`, `db`, `history`, `ui`; `tasks_file` reads `submit --from`); they
+share the options of `options` and print through `output` (what a run looks like is
+`run_output`, what a run shows while it goes `progress`; query results, stats, queues and
+schedules `report_output`), and log through `logs`. This module builds the group, registers
+every command and gives each one runner's error handling: the command modules never import
+this one.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.history`,
 `runner.service`, `runner.ui` (to serve the page) and the shared leaves.
@@ -27,6 +27,7 @@ from runner.cli import (
     follow,
     history,
     logs,
+    messages,
     output,
     queues,
     runs,
@@ -151,6 +152,7 @@ for _command in (
     answers.approve,
     answers.deny,
     answers.reply,
+    messages.send,
     worker.worker,
     queues.queue,
     schedules.schedule,

@@ -88,6 +88,8 @@ def render_run(
         )
     for wait in result.waits or ([result.waiting] if result.waiting is not None else []):
         lines.extend(wait_lines(wait))
+    if row.undelivered_messages:
+        lines.append(_inbox_line(row))
     if row.error:
         lines.append(f"error     {row.error}")
     lines.append("")
@@ -159,8 +161,18 @@ def _ending(result: AgentResult, row: RunRow, *, answers: str = "see above") -> 
     return ["", f"stopped   {row.stop_reason}: {meaning}"]
 
 
+def _inbox_line(row: RunRow) -> str:
+    """The messages sent to a run that it has not read yet (`runner send`)."""
+    count = plural(row.undelivered_messages, "message")
+    if row.status is RunStatus.FINISHED:
+        return f"messages  {count} sent, never read: the run finished first"
+    return f"messages  {count} sent, read before the run's next step"
+
+
 def _entry_lines(entry: Entry, width: int | None) -> list[str]:
     """One journal entry as `show` prints it: its message, or what the model never saw."""
+    if entry.kind is EntryKind.MESSAGE:  # a user turn sent while the run went
+        return [f"message   {_short(entry.content, width)}  (key {entry.idempotency_key})"]
     if entry.kind in (EntryKind.REVIVED, EntryKind.EXTENDED):
         return [f"  == {entry.content}"]
     if entry.kind is EntryKind.REFUSED:

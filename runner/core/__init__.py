@@ -10,8 +10,8 @@ step's action as journal entries and back (`steps`), the tools and how user code
 (`budgets`, `budget_changes`) and why it stopped (`stop_reasons`), the journal protocol and
 the in-memory journal (`journal`), what a resumed loop takes back from its journal
 (`resume_cursor`), waits for a person (`waiting`, `ask`), sub-agents as child runs and
-the one budget of their tree (`tree`; in memory, run inline: `tree_inline`), what the
-model is shown
+the one budget of their tree (`tree`; in memory, run inline: `tree_inline`), messages sent
+to a run (`messages`), what the model is shown
 (`context`), what the loop tells a tracer (`spans`), the result of a run (`result`) and
 where it stands (`status`). Small parts: time as a parameter (`clock`), the one backoff
 (`backoff`), run ids (`ids`), text as UTF-8 can carry it (`utf8`), named fault points for

@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
 
 class Agent:
-    """A model, its tools and its budgets, with a name and a release for the history."""
+    """A model, its tools and its budgets, with a name and a release for the history.
+
+    `accepts` is what a message sent to its runs (`Runner.send`) must be: free text by
+    default, or a type pydantic validates (a model class, a TypedDict), checked at send.
+    """
 
     def __init__(
         self,
@@ -34,6 +38,7 @@ class Agent:
         release: str | None = None,
         ref: str | None = None,
         context: Context | None = None,
+        accepts: Any = None,
         **budgets: Any,
     ) -> None:
         if not callable(model):
@@ -54,6 +59,9 @@ class Agent:
         self.release = release
         self.budgets = with_budgets(budgets)
         self.ref = ref
+        # What a message sent to its runs must be (`runner send`): text (None or str), or a
+        # type pydantic validates (a model, a TypedDict), checked when it is sent.
+        self.accepts = accepts
         # Where the agent was made, so `reference()` can find the attribute holding it.
         self._module: str | None = sys._getframe(1).f_globals.get("__name__")
 

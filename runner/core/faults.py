@@ -34,6 +34,11 @@ POINTS = frozenset(
         # written, its transaction not committed), and delivered.
         "before_delivery_commit",
         "after_delivery_commit",
+        # Messages: the worker's delivery into the journal about to commit, and committed;
+        # the sender's message recorded (in the process that sent it), not yet reported.
+        "before_message_commit",
+        "after_message_commit",
+        "after_message_sent",
     }
 )
 

@@ -41,6 +41,9 @@ class EntryKind(StrEnum):
     # A call of a tool declared `mark_start` is about to run: a call pending without it
     # never started, and runs on resume instead of being reported OutcomeUnknown.
     START = "start"
+    # A message sent to the run (`runner send`): a user turn, journaled by the worker before
+    # the model call of the step it belongs to (its key is the sender's idempotency key).
+    MESSAGE = "message"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,7 @@ class Entry:
         `content`: shown as "text", with the provider's id as "id" (neither key when the
         model gave none, so seed runs keep seed 000's shapes exactly).
         """
-        if self.kind in (EntryKind.TASK, EntryKind.WRAP_UP):
+        if self.kind in (EntryKind.TASK, EntryKind.WRAP_UP, EntryKind.MESSAGE):
             return {"role": "user", "content": self.content}
         if self.kind is EntryKind.FINAL:
             return {"role": "assistant", "content": self.content}
@@ -211,6 +214,12 @@ class Journal(Protocol):
         False when a cancel came first: the run finished then."""
         ...
 
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        """The messages sent to the run that its journal does not hold yet, recorded now as
+        `message` entries of `step` (in ONE transaction that also marks them delivered);
+        empty, at no cost, when none was sent."""
+        ...
+
     @property
     def parks_children(self) -> bool:
         """Whether a sub-agent's call starts a child run and parks this one until it ends
@@ -297,6 +306,9 @@ class MemoryJournal:
 
     def attempt(self, action: Entry) -> int:
         return 2
+
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        return ()  # nobody can send a message to a run in memory
 
     def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         # No call of the step has run: in memory, as in a durable run, a step's calls wait

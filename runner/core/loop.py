@@ -176,7 +176,9 @@ class _Loop:
         return self.result(stop)
 
     def step(self, step: int) -> Stop | None:
-        """One step: the action (replayed or asked for), the stop rules, then the tools."""
+        """One step: the messages sent to the run, the action (replayed or asked for), the
+        stop rules, then the tools."""
+        self.hear(step)
         recorded = self.replay.take_action(step)
         if recorded:
             action = action_of(recorded)
@@ -199,6 +201,15 @@ class _Loop:
             return self.act_together(recorded, step, action)
         return self.act(recorded, step, action)
 
+    def hear(self, step: int) -> None:
+        """Show the model the messages sent to the run before this step: those the journal
+        recorded here, then (past the record) those waiting, journaled now in one write."""
+        while (message := self.replay.take_if(step, EntryKind.MESSAGE)) is not None:
+            self.show(message)
+        if self.replay.done:
+            for message in self.journal.messages(step, self.rules.counters):
+                self.show(message)
+
     def next_action(self) -> Action | Stop:
         """The model's next action, unless the run must stop before it is asked."""
         steps = self.rules.counters.steps
@@ -219,12 +230,14 @@ class _Loop:
         except ModelFailed as failure:
             return self.stop_now(StopReason.MODEL_ERROR, error=str(failure))
 
-    def answer(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop:
+    def answer(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:
         """The model answered: record the answer and the run's end in one write."""
         entry = action_entry(EntryKind.FINAL, step, self.rules.counters, action)
         stop = Stop(StopReason.FINAL, output=action.content)
         self.record(recorded, (entry,), stop)
         self.show(entry)
+        if recorded and self.replay.changes():
+            return None  # revived after its answer by a message (`runner send --revive`)
         return stop
 
     def act(self, recorded: Sequence[Entry], step: int, action: Action) -> Stop | None:

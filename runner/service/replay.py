@@ -114,6 +114,9 @@ class _RecordOnly:
     def tree_stop(self) -> TreeStop | None:
         return None
 
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        return ()  # past the record: the model would be asked next, and that says so
+
 
 def replay_run(run: RunRow, journal: Sequence[Entry], agent: Agent, budgets: Budgets) -> Replay:
     """Replay `run` (its `journal`) against `agent` under `budgets`; see Replay."""

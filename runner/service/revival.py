@@ -37,13 +37,19 @@ def revive_run(store: RunStore, run_id: str, overrides: Mapping[str, Any]) -> Ru
     return store.change_budgets(run_id, lambda run, tail, _at: revival(run, tail, overrides))
 
 
-def revival(run: RunRow, tail: Tail, overrides: Mapping[str, Any]) -> BudgetChange:
-    """What reviving `run` (its last entries `tail`, newest first) writes, or why not."""
+def revival(
+    run: RunRow, tail: Tail, overrides: Mapping[str, Any], *, message: bool = False
+) -> BudgetChange:
+    """What reviving `run` (its last entries `tail`, newest first) writes, or why not.
+
+    With `message` (a message sent with `--revive` waits in its inbox), a run that answered
+    (`final`) may be revived too: the message gives it something new to answer.
+    """
     if run.status is not RunStatus.FINISHED:
         raise CannotContinue(f"run {run.id} has not stopped ({run.status}): resume it")
     stop = run.stop_reason
     assert stop is not None
-    if stop not in REVIVABLE:
+    if stop not in REVIVABLE and not (message and stop is StopReason.FINAL):
         raise CannotContinue(_not_revivable(run.id, stop))
     if run.wrapped_up or any(entry.kind is EntryKind.WRAP_UP for _, entry in tail):
         raise CannotContinue(
@@ -57,7 +63,7 @@ def revival(run: RunRow, tail: Tail, overrides: Mapping[str, Any]) -> BudgetChan
     if problems:
         raise CannotContinue(f"run {run.id} stopped with {stop}: {'; '.join(problems)}")
     changes = changed(before, after)
-    note = f"revived after {stop}: {describe(changes)}"
+    note = f"revived after {stop}{' by a message' if message else ''}: {describe(changes)}"
     record = {
         "budgets": changes,
         "stop_reason": str(stop),

@@ -95,8 +95,9 @@ class Backend:
     def fenced_insert(self, rows: int = 1) -> Insert:
         """INSERT entries only while the run's epoch is this worker's, in ONE statement.
 
-        It returns a row per entry written (with the run's cancel flag, read for free, so
-        the loop needs no query of its own to notice a cancel) and none when fenced out.
+        It returns a row per entry written (with the run's cancel flag and its count of
+        undelivered messages, read for free, so the loop needs no query of its own to notice
+        a cancel or a message) and none when fenced out.
         The entry's values are bound by column name (`name_<i>` for entry i when `rows` is
         more than 1: the calls of a step of several), the fence's as `fence_*`.
         """
@@ -233,11 +234,13 @@ class SqliteBackend(Backend):
         # SELECT ... FROM runs WHERE <fence> rather than WHERE EXISTS (<fence>): the same one
         # row or none, but SQLite runs it with RETURNING for about 10 us less a write.
         source = _values_from(runs, rows, where=_fence())
-        flag = select(runs.c.cancel_requested).where(runs.c.id == bindparam("fence_run"))
+        run = runs.c.id == bindparam("fence_run")
+        flag = select(runs.c.cancel_requested).where(run)
+        inbox = select(runs.c.undelivered_messages).where(run)
         return (
             insert(entries)
             .from_select(ENTRY_COLUMNS, source)
-            .returning(entries.c.seq, flag.scalar_subquery())
+            .returning(entries.c.seq, flag.scalar_subquery(), inbox.scalar_subquery())
         )
 
     def begin_write(
@@ -333,7 +336,7 @@ class PostgresBackend(Backend):
             update(runs)
             .where(_fence())
             .values(lease_expires_at=renewed)
-            .returning(runs.c.cancel_requested)
+            .returning(runs.c.cancel_requested, runs.c.undelivered_messages)
             .cte("fenced")
         )
         source = _values_from(fenced, rows)
@@ -341,7 +344,11 @@ class PostgresBackend(Backend):
             insert(entries)
             .from_select(ENTRY_COLUMNS, source)
             .add_cte(fenced)
-            .returning(entries.c.seq, select(fenced.c.cancel_requested).scalar_subquery())
+            .returning(
+                entries.c.seq,
+                select(fenced.c.cancel_requested).scalar_subquery(),
+                select(fenced.c.undelivered_messages).scalar_subquery(),
+            )
         )
 
     def begin_write(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine, Update, bindparam, null, select, update
@@ -124,6 +124,14 @@ def _fenced_update(columns: tuple[str, ...]) -> Update:
     )
 
 
+class Heard(NamedTuple):
+    """What a journal write reads back of its run, for free: whether a cancel was asked,
+    and how many messages sent to it are not in its journal yet."""
+
+    cancel: bool
+    messages: int
+
+
 @dataclass(frozen=True)
 class Parking:
     """A run leaving its worker to wait for a person: the lease goes, the epoch stays."""
@@ -155,12 +163,13 @@ def append_entry(
     lease_seconds: float,
     clock: Clock = SYSTEM,
     parking: Parking | None = None,
-) -> bool:
+) -> Heard:
     """One transaction: the entry (fenced by the epoch), and the run's end if `stop`, or its
     move to `waiting` if `parking` (unless a cancel was requested: then the run finishes,
     `cancelled`, in the same transaction, since nobody would be left to honour it).
 
-    Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
+    Returns what the write heard of the run (its cancel flag, its undelivered messages).
+    LeaseLost if fenced out.
     """
     return append_entries(
         bind, run_id, epoch, seq, (entry,), stop, lease_seconds, clock, parking=parking
@@ -178,12 +187,12 @@ def append_entries(
     clock: Clock = SYSTEM,
     parking: Parking | None = None,
     charge: TreeCharge | None = None,
-) -> bool:
+) -> Heard:
     """One transaction: the entries from `seq` on, in ONE fenced statement (all or none
     are written), and the run's end if `stop` (or its move to `waiting`, see append_entry).
     With `charge`, what the entries spent is charged to the runs above (children.py).
 
-    Returns whether a cancel has been requested for the run. LeaseLost if fenced out.
+    Returns what the write heard of the run (see append_entry). LeaseLost if fenced out.
     """
     at = utc_now(clock)
     dialect = bind.dialect
@@ -215,14 +224,15 @@ def append_entries(
     # No connection of its own: one from the pool, for this write alone.
     connection = bind if isinstance(bind, Connection) else bind.connect()
     try:
-        cancel = False
+        heard = Heard(False, 0)
         with driver.Write(connection, one_statement=one_statement) as write:
             for sql, parameters in inserts:
                 written = write.rows(sql, parameters)
                 # The fence holds for every row or for none: the first returned row says which.
                 if not written:
                     raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
-                cancel = bool(written[0][1])
+                heard = Heard(bool(written[0][1]), written[0][2])
+            cancel = heard.cancel
             if charge is not None:
                 statement = children.charge_statement(dialect, len(charge.above))
                 values = children.charge_values(charge.above, charge.spent)
@@ -241,7 +251,7 @@ def append_entries(
     finally:
         if connection is not bind:
             connection.close()
-    return cancel
+    return heard
 
 
 def _fence(
@@ -275,18 +285,18 @@ def _rows(
     return values
 
 
-def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> bool | None:
-    """After a write whose answer was lost: the run's cancel flag if entry `seq` is there,
-    written under `epoch`, else None."""
+def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> Heard | None:
+    """After a write whose answer was lost: what it would have heard if entry `seq` is
+    there, written under `epoch`, else None."""
     with connection.begin():
         row = connection.execute(
-            select(entries.c.lease_epoch, runs.c.cancel_requested)
+            select(entries.c.lease_epoch, runs.c.cancel_requested, runs.c.undelivered_messages)
             .join(runs, runs.c.id == entries.c.run_id)
             .where(entries.c.run_id == run_id, entries.c.seq == seq)
         ).first()
     if row is None or row.lease_epoch != epoch:
         return None
-    return bool(row.cancel_requested)
+    return Heard(bool(row.cancel_requested), row.undelivered_messages)
 
 
 def finish_run(

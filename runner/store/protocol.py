@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from runner.core.clock import Clock
 from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind, Journal
+from runner.core.messages import Sent
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
@@ -223,6 +224,16 @@ class RunStore(Protocol):
         call: str | None = None,
     ) -> Answered:
         """Record a person's answer to the run's wait and queue it: exactly once."""
+        ...
+
+    def send_message(self, run_id: str, key: str, body: str, *, finished_ok: bool = False) -> Sent:
+        """Put a message in the run's inbox, once per key: the same key again finds the
+        first (MessageRefused if its body differs); RunFinished for a finished run unless
+        `finished_ok` (see runner.store.messages.send)."""
+        ...
+
+    def inbox(self, run_id: str) -> list[Sent]:
+        """The messages the run has not read yet, in the order they were sent."""
         ...
 
     def set_queue_limit(self, name: str, limit: int | None) -> None: ...

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # SQLAlchemy is never imported here: `runner list` reads with
 # The Alembic revision runner's tables are at: the newest in migrations/ (tests/migrations
 # asserts it is the head; a new revision must change it). Every command checks a database
 # against it with the one SELECT below instead of loading Alembic (a tenth of a second).
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0014"
 VERSION_QUERY = "SELECT version_num FROM alembic_version"
 # PostgreSQL's clock, the one leases are measured on (the clock of the moment, not of the
 # transaction's start). Read by `database_now`, runner.store.backend's DatabaseClock too.
@@ -51,6 +51,7 @@ RUN_FIELDS = (
     "leased_at", "created_at", "updated_at", "finished_at", "last_seen_at", "forked_from_id",
     "forked_at_step", "waiting_since", "wait_expires_at", "queue", "priority", "not_before",
     "parent_id", "root_id", "parent_call_key", "below_steps", "below_tokens", "below_cost",
+    "undelivered_messages",
 )  # fmt: skip
 ENTRY_FIELDS = (
     "run_id", "seq", "step", "kind", "content", "content_format", "action_type", "tool",

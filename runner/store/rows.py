@@ -89,6 +89,7 @@ class RunRow:
     below_steps: int = 0
     below_tokens: int = 0
     below_cost: float = 0.0
+    undelivered_messages: int = 0  # messages sent to it and not in its journal yet
 
     @classmethod
     def of(cls, row: Columns) -> RunRow:
@@ -135,6 +136,7 @@ class RunRow:
             below_steps=m.get("below_steps") or 0,
             below_tokens=m.get("below_tokens") or 0,
             below_cost=m.get("below_cost") or 0.0,
+            undelivered_messages=m.get("undelivered_messages") or 0,
         )
 
     def lease_is_live(self, at: datetime) -> bool:

@@ -88,6 +88,7 @@ def amount(value: float) -> float:
 _ROLES = {
     EntryKind.TASK: "user",
     EntryKind.WRAP_UP: "user",
+    EntryKind.MESSAGE: "user",
     EntryKind.FINAL: "assistant",
     EntryKind.ACTION: "assistant",
     EntryKind.OBSERVATION: "tool",

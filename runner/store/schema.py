@@ -24,6 +24,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.engine import Dialect
 
@@ -169,6 +170,15 @@ runs = Table(
         nullable=False,
         server_default="0",
         comment="cost the runs below this one spent, charged as spent",
+    ),
+    # Messages (revision 0014): how many sent to the run are not in its journal yet. Every
+    # journal write reads it back with the cancel flag: a worker hears of a message free.
+    Column(
+        "undelivered_messages",
+        Integer,
+        nullable=False,
+        server_default="0",
+        comment="messages sent to the run and not in its journal yet",
     ),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
@@ -330,5 +340,33 @@ schedules = Table(
     comment="runs started on a cron schedule, one per tick",
 )
 
+messages = Table(
+    "messages",
+    metadata,
+    Column("run_id", String(32), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column(
+        "number",
+        Integer,
+        primary_key=True,
+        autoincrement=False,
+        comment="1, 2, 3, ...: the order of sending",
+    ),
+    Column(
+        "idempotency_key",
+        String(80),
+        nullable=False,
+        comment="the sender's key: the same key twice is one message",
+    ),
+    Column("body", Text, nullable=False, comment="what the model is shown"),
+    Column("sent_at", Timestamp, nullable=False),
+    Column(
+        "delivered_seq",
+        Integer,
+        nullable=True,
+        comment="the seq of its entry in the run's journal; NULL: not delivered yet",
+    ),
+    UniqueConstraint("run_id", "idempotency_key", name="uq_messages_run_id_key"),
+    comment="messages sent to runs, each journaled once as a user turn",
+)
 # The entries table's columns in order: how a journal row's values are laid out.
 ENTRY_COLUMNS = [column.name for column in entries.columns]

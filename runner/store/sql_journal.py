@@ -27,7 +27,7 @@ from runner.core.journal import Counters, Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import ChildRun, Place, Spend, TreeStop, ancestors_stop
 from runner.errors import EntryRefused, LeaseLost, describe
-from runner.store import children, fencing, leases
+from runner.store import children, fencing, leases, messages
 from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.children import child_row
@@ -105,6 +105,9 @@ class SqlJournal:
         # Every write reports the run's cancel flag: the loop's check before each model call
         # costs no query of its own.
         self._cancel = claim.run.cancel_requested
+        # Messages sent to the run and not in its journal yet: the claim read the count,
+        # every write reads it again (runner.store.messages delivers them).
+        self._messages = claim.run.undelivered_messages
         self._writing = threading.Lock()
         self.lost = threading.Event()
         # When the lease was last surely renewed: a write that failed on a lost connection is
@@ -145,7 +148,7 @@ class SqlJournal:
                 at = utc_now(self.clock)
                 rows = tuple(child_row(child, self._run, at) for child in children)
                 parking = replace(parking, children=rows)
-            cancelled = self._write(tuple(entries), None, parking)
+            cancelled = self._write(tuple(entries), None, parking).cancel
             self.seq += len(entries)
             fault("after_wait_commit")
             if self.observer is not None:
@@ -159,7 +162,7 @@ class SqlJournal:
             first = entries[0]
             name = "final" if first.kind is EntryKind.FINAL else str(first.kind)
             fault(f"before_{name}_commit")
-            self._cancel = self._write(entries, stop)
+            self._cancel, self._messages = self._write(entries, stop)
             self.seq += len(entries)
             # Committed before the tool runs: a crash now leaves a pending call, never a lost
             # one (for a step of several calls, every call is pending at once).
@@ -173,7 +176,7 @@ class SqlJournal:
         entries: Sequence[Entry],
         stop: Stop | None,
         parking: fencing.Parking | None = None,
-    ) -> bool:
+    ) -> fencing.Heard:
         """Commit the entries; on a lost connection, try again while the lease lasts.
 
         A tool's result is worth keeping: dropping it on a short outage would turn a call
@@ -189,7 +192,7 @@ class SqlJournal:
             charge = fencing.TreeCharge(self._above, spent)
         while True:
             try:
-                cancel = self._commit(entries, stop, parking, retried, charge)
+                heard = self._commit(entries, stop, parking, retried, charge)
             except (LeaseLost, IntegrityError):
                 raise
             except Exception as exc:
@@ -208,7 +211,7 @@ class SqlJournal:
             self._spent = entries[-1].counters
             if charge is not None and charge.ancestors:
                 self._ancestors = charge.ancestors
-            return cancel
+            return heard
 
     def _commit(
         self,
@@ -217,7 +220,7 @@ class SqlJournal:
         parking: fencing.Parking | None,
         retried: bool,
         charge: fencing.TreeCharge | None = None,
-    ) -> bool:
+    ) -> fencing.Heard:
         """One try, on the connection the writer gives (writer.Writer)."""
         with self.writer.turn() as connection:
             try:
@@ -262,6 +265,26 @@ class SqlJournal:
                 self.clock,
             )
         raise EntryRefused(f"run {self._run_id} stopped: {error}") from None
+
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        if not self._messages:
+            return ()  # the last write heard of none: no query
+        with self._writing:
+            self._check_lease()
+            fault("before_message_commit")
+            with self.writer.turn() as connection:
+                delivered = messages.deliver(
+                    connection, self._run_id, self.epoch, self.seq, step, counters, self.clock
+                )
+            self.seq += len(delivered)
+            self._messages = 0
+            # Journaled and marked delivered in one commit: a crash from here on leaves them
+            # in the journal, for the next worker to replay, and never in the inbox again.
+            fault("after_message_commit")
+            if self.observer is not None:
+                for entry in delivered:
+                    self.observer(self._run_id, entry)
+        return delivered
 
     def finish(self, stop: Stop, counters: Counters) -> None:
         with self._writing:

@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from runner.core.clock import Clock, utc_now
 from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind
+from runner.core.messages import Sent
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
@@ -30,6 +31,7 @@ from runner.store import (
     children,
     deltas,
     leases,
+    messages,
     queues,
     run_changes,
     run_states,
@@ -261,6 +263,15 @@ class SqlStore:
         return approvals.answer(
             self.engine, run_id, given, text=text, by=by, call=call, clock=self._clock
         )
+
+    def send_message(self, run_id: str, key: str, body: str, *, finished_ok: bool = False) -> Sent:
+        return messages.send(
+            self.engine, run_id, key, body, finished_ok=finished_ok, clock=self._clock
+        )
+
+    def inbox(self, run_id: str) -> list[Sent]:
+        with self.engine.connect() as connection:
+            return messages.undelivered(connection, messages.get_run_row(connection, run_id))
 
     def set_queue_limit(self, name: str, limit: int | None) -> None:
         queues.set_limit(self.engine, name, limit, clock=self._clock)

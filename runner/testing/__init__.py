@@ -1,8 +1,8 @@
 """Fakes for testing agents and the code around them, shipped with the library.
 
 `InMemoryStore` (`memory_store`, with its rows in `memory_rows`, its answers in
-`memory_answers`, its journal in `memory_journal` and its deltas in `memory_deltas`) is the
-store of durable runs in memory:
+`memory_answers`, its inboxes in `memory_messages`, its journal in `memory_journal` and its
+deltas in `memory_deltas`) is the store of durable runs in memory:
 `Runner(store=InMemoryStore())` and `Worker(store=...)` run, claim, answer, queue, revive and
 fork runs by the SQL store's rules with no database (`runner.store.protocol` is what both
 stores provide). `TestModel`, `FunctionModel` and `ScriptedModel` (`models`) need no

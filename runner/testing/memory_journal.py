@@ -23,7 +23,7 @@ from runner.store.protocol import Claim, Observer
 from runner.store.runs import amount, counter, encode, plain_text
 
 if TYPE_CHECKING:
-    from runner.testing.memory_rows import MemoryRows
+    from runner.testing.memory_messages import MemoryMessages
 
 
 class MemoryRunJournal:
@@ -31,7 +31,7 @@ class MemoryRunJournal:
 
     def __init__(
         self,
-        store: MemoryRows,
+        store: MemoryMessages,
         claim: Claim,
         *,
         lease_seconds: float,
@@ -54,6 +54,7 @@ class MemoryRunJournal:
         self._approval_timeout = claim.run.budgets.get("approval_timeout")
         self.seq = len(self._recorded)
         self._cancel = claim.run.cancel_requested
+        self._messages = claim.run.undelivered_messages
         self._writing = threading.Lock()
 
     @property
@@ -77,6 +78,16 @@ class MemoryRunJournal:
             self._cancel = self._write(entries, stop, parking=False)
             self.seq += len(entries)
         self._tell(entries)
+
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        if not self._messages:
+            return ()  # the last write heard of none
+        with self._writing:
+            delivered = self.store._deliver(self._run_id, self.epoch, step, counters)
+            self.seq += len(delivered)
+            self._messages = 0
+        self._tell(delivered)
+        return delivered
 
     # The in-memory store runs a sub-agent's child inline, inside the call (as run_agent
     # does): no child run is created, parked or delivered here.
@@ -127,6 +138,7 @@ class MemoryRunJournal:
             for entry in entries:
                 self.store._append(self._run_id, self.epoch, entry, at)
             cancel = bool(row["cancel_requested"])
+            self._messages = row["undelivered_messages"]
             row.update(lease_expires_at=at + timedelta(seconds=self.lease_seconds), last_seen_at=at)
             counters = entries[-1].counters
             if stop is not None:

@@ -61,6 +61,8 @@ class MemoryRows:
         self.runs: dict[str, Row] = {}
         self.entries: dict[str, list[Row]] = {}
         self.limits: dict[str, int | None] = {}
+        # Each run's inbox (the `messages` table's rows), in the order they were sent.
+        self.messages: dict[str, list[Row]] = {}
         self._listeners: set[threading.Event] = set()
 
     @property
@@ -103,6 +105,7 @@ class MemoryRows:
 
     def _insert(self, row: Mapping[str, Any]) -> None:
         stored: Row = dict.fromkeys(_NULLABLE)
+        stored["undelivered_messages"] = 0  # the column's server default
         stored.update(row)
         stored["budgets"] = json_value(stored["budgets"])
         self.runs[stored["id"]] = stored

@@ -15,8 +15,9 @@ its lease, as on PostgreSQL).
 `tests/integration/test_store_contract.py` runs the same scenarios here and on both
 databases, so the two cannot drift apart unseen.
 
-Its rows and lock are `memory_rows`', its answers to waiting runs `memory_answers`', a
-claimed run's journal `memory_journal`'s; claims, reads, queues, budgets and forks are here.
+Its rows and lock are `memory_rows`', its answers to waiting runs `memory_answers`', its
+inboxes `memory_messages`', a claimed run's journal `memory_journal`'s; claims, reads,
+queues, budgets and forks are here.
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ from runner.store.schedules import Fired
 from runner.testing.memory_answers import MemoryAnswers
 from runner.testing.memory_deltas import MemoryDeltas
 from runner.testing.memory_journal import MemoryRunJournal
+from runner.testing.memory_messages import MemoryMessages
 from runner.testing.memory_rows import InMemoryStoreError, MemoryWakeups, Row, json_value
 
 
-class InMemoryStore(MemoryAnswers):
+class InMemoryStore(MemoryAnswers, MemoryMessages):
     """Runs, journals and queue limits in this process's memory (see the module's doc).
 
     `clock` is what leases, delays and timeouts are measured on (default a `ManualClock`:

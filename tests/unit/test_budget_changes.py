@@ -57,6 +57,9 @@ class Replaying:
     def cancel_requested(self) -> bool:
         return False
 
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        return ()
+
     def attempt(self, action: Entry) -> int:
         self.attempts.append(action.idempotency_key or "")
         return 2

@@ -79,6 +79,9 @@ class Recorded:
     def cancel_requested(self) -> bool:
         return False
 
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        return ()
+
     def attempt(self, action: Entry) -> int:
         return self.attempt_now
 
