@@ -29,6 +29,7 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
+from runner.core.tree import child_run_id
 from runner.service.documents import answer_commands
 
 if TYPE_CHECKING:
@@ -148,7 +149,9 @@ def _ending(result: AgentResult, row: RunRow, *, answers: str = "see above") -> 
     if row.stop_reason is None:
         if result.waiting is not None:
             return [
-                f"  .. {wait.tool}: waits for a person's {wait.asks} ({answers})"
+                f"  .. {wait.tool}: waits for {_asked(wait)}"
+                if str(wait.asks) == "child"
+                else f"  .. {wait.tool}: waits for a person's {wait.asks} ({answers})"
                 for wait in result.waits or [result.waiting]
             ]
         return [
@@ -355,6 +358,8 @@ def replay_json(report: Replay, agent: str | None) -> dict[str, Any]:
 
 
 def _asked(wait: Wait) -> str:
+    if str(wait.asks) == "child":
+        return f"its sub-agent's run {child_run_id(wait.run_id, wait.call)} to end"
     if str(wait.asks) == "reply":
         return f"a reply to: {cut(wait.question, _WIDTH)}"
     return f"approval of {cut(wait.question, _WIDTH)}"
@@ -392,7 +397,13 @@ def waits_table(rows: Sequence[RunRow], waits: dict[str, Wait]) -> str:
         if wait is None:  # answered between the two reads: no longer waiting
             cells.append((row.id, "-", "-", "-", f"(now {row.status})"))
             continue
-        what = wait.question if str(wait.asks) == "reply" else f"approval: {wait.question}"
+        what = (
+            wait.question
+            if str(wait.asks) == "reply"
+            else f"child run: {child_run_id(wait.run_id, wait.call)}"
+            if str(wait.asks) == "child"
+            else f"approval: {wait.question}"
+        )
         cells.append(
             (row.id, cut(what, CELL_WIDTH), wait.call, _when(wait.since), answer_commands(wait)[0])
         )

@@ -10,8 +10,9 @@ class RunStatus(StrEnum):
 
     QUEUED = "queued"  # waiting for a worker: new, or released by a worker that shut down
     RUNNING = "running"  # a worker holds (or held, until its lease expires) the run
-    # A call needs a person's answer (an approval, or ask_human's reply): the run holds no
-    # lease, worker or connection until the answer queues it again.
+    # A call needs a person's answer (an approval, or ask_human's reply), or a sub-agent's
+    # child run to end: the run holds no lease, worker or connection until the answer (the
+    # child's end, delivered) queues it again.
     WAITING = "waiting"
     FINISHED = "finished"  # stopped; stop_reason says why. Runs again only if revived.
 

@@ -17,7 +17,6 @@ model call each. A child's budgets are at most what its parent has left (`spawn_
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,8 @@ def child_run_id(parent_id: str, call_key: str) -> str:
     """The id of the child run that the call `call_key` of run `parent_id` starts: the same
     on every resume (a crash re-attaches to it), sorted beside its parent (the parent's
     time-ordered head), 22 characters (never a submitted run's 16)."""
+    import hashlib  # here: a command that only reads runs never loads it
+
     digest = int.from_bytes(hashlib.sha256(call_key.encode()).digest()[:8], "big")
     tail = "".join(_ALPHABET[(digest >> shift) & 31] for shift in range(55, -1, -5))
     return parent_id[:10] + tail

@@ -89,6 +89,11 @@ def wait_json(wait: Wait) -> dict[str, Any]:
 def answer_commands(wait: Wait) -> list[str]:
     """The exact commands that answer a wait (naming the call, so an answer never lands on
     a later wait of the same run that its author has not seen)."""
+    if str(wait.asks) == "child":  # answered by the child run's end: look at it, or run it
+        from runner.core.tree import child_run_id
+
+        child = child_run_id(wait.run_id, wait.call)
+        return [f"runner show {child}", f"runner resume {child}"]
     target = f"{wait.run_id} --call {wait.call}"
     deny = f"runner deny {target} --reason TEXT"
     if str(wait.asks) == "reply":

@@ -14,6 +14,7 @@ from starlette.responses import RedirectResponse, Response
 
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
+from runner.core.tree import child_run_id
 from runner.core.waiting import Wait
 from runner.history import (
     Group,
@@ -164,6 +165,8 @@ def _answer_commands(waiting: Wait | None) -> list[str]:
     if waiting is None:
         return []
     run, call = waiting.run_id, f"--call {waiting.call}"
+    if waiting.asks == "child":  # answered by the child run's end
+        return [f"runner show {child_run_id(run, waiting.call)}"]
     if waiting.asks == "reply":
         return [f'runner reply {run} "..." {call}']
     return [f"runner approve {run} {call}", f'runner deny {run} {call} --reason "..."']

@@ -236,3 +236,34 @@ def test_a_worker_runs_the_children_and_the_parent_again_with_slots_to_spare(db_
     ]  # fmt: skip
     # Each child names its agent for any worker: the module attribute holding it.
     assert {(kid.agent or "").rpartition(":")[2] for kid in kids} == {"WORKER_LEAF"}
+
+
+def test_a_child_given_up_for_crash_loop_is_swept_to_its_parent(db_url: str) -> None:
+    from sqlalchemy import update
+
+    from runner.store.database import connect
+
+    asking = Agent(
+        ScriptedModel([call("ask_human", question="ok?"), final("yes")]), {"ask_human": ask_human}
+    )
+    agent = Agent(
+        ScriptedModel([call("sub", task="c"), final("carried on")]), {"sub": asking.as_tool("sub")}
+    )
+    with Runner(db_url) as runner:
+        runner.run(agent, "t", id="lead-c")
+        (kid,) = runner.store.child_runs("lead-c")
+        # As a claim gives a run up (its workers kept dying), with nobody there to deliver.
+        engine = connect(db_url)
+        with engine.begin() as connection:
+            connection.execute(
+                update(runs)
+                .where(runs.c.id == kid.id)
+                .values(status="finished", stop_reason="crash_loop", error="taken over 4 times")
+            )
+        engine.dispose()
+        assert runner.store.get_run("lead-c").status is RunStatus.WAITING
+        assert runner.store.deliver_ended() == 1  # what every worker's poll does
+        result = runner.resume("lead-c", agent=agent)
+    assert result.output == "carried on"
+    observed = tool_results(result.transcript)[0]
+    assert observed["is_error"] and "stopped: crash_loop" in observed["content"]
