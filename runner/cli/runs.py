@@ -465,7 +465,8 @@ def list_(
 @click.argument("run_id", metavar="ID", type=RUN_ID)
 @db_option
 def cancel(run_id: str, url: str | None) -> None:
-    """Stop run ID before its next step (at once if no worker holds it)."""
+    """Stop run ID before its next step (at once if no worker holds it), and every run
+    below it (its sub-agents' child runs, theirs, ...)."""
     with _runner(url) as runner:
         result = runner.cancel(run_id)
     if result.status is RunStatus.FINISHED:

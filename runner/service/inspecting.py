@@ -41,7 +41,9 @@ class Inspecting(RunnerBase):
 
     def cancel(self, run_id: str) -> AgentResult:
         """Ask the run to stop before its next step (at once if no worker holds it: a queued
-        or waiting run finishes `cancelled` there and then)."""
+        or waiting run finishes `cancelled` there and then), and every run below it (the
+        child runs of its sub-agents, theirs, ...); a cancelled child's end is its parent's
+        observation."""
         run = self.store.find_run(run_id)
         self.store.request_cancel(run.id)
         return self.get(run.id)

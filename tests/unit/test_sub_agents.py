@@ -135,3 +135,17 @@ def test_spawn_budgets_are_capped_by_what_the_parent_has_left() -> None:
 )
 def test_over_budget(spent: Spend, reason: StopReason | None) -> None:
     assert over_budget({"max_tokens": 100, "max_cost": 1.0, "max_steps": 5}, spent) == reason
+
+
+def test_the_in_memory_store_runs_a_sub_agent_inline_under_the_parents_budget() -> None:
+    from runner import Runner
+    from runner.testing import InMemoryStore
+
+    child = Agent(spending(30, call("noop"), call("noop")), {"noop": lambda: "ok"})
+    parent = Agent(spending(30, call("helper", task="t")), {"helper": child.as_tool("helper")})
+    with Runner(store=InMemoryStore()) as runner:
+        result = runner.run(parent, "task", id="p", max_tokens=1000, max_steps=20)
+        assert runner.store.child_runs("p") == []  # inline: no child run is stored
+    assert result.stop_reason == "final"
+    assert tool_results(result.transcript)[0]["content"] == "done"
+    assert runner.store.deliver_ended() == 0
