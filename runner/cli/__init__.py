@@ -3,10 +3,10 @@
 Each family of commands has its module (`runs`, `follow`, `answers`, `messages`, `worker`,
 `queues`, `schedules`, `db`, `history`, `ui`; `tasks_file` reads `submit --from`); they
 share the options of `options` and print through `output` (what a run looks like is
-`run_output`, what a run shows while it goes `progress`; query results, stats, queues and
-schedules `report_output`), and log through `logs`. This module builds the group, registers
-every command and gives each one runner's error handling: the command modules never import
-this one.
+`run_output`, a tree of runs `tree_output`, what a run shows while it goes `progress`; query
+results, stats, queues and schedules `report_output`), and log through `logs`. This module
+builds the group, registers every command and gives each one runner's error handling: the
+command modules never import this one.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.history`,
 `runner.service`, `runner.ui` (to serve the page) and the shared leaves.

@@ -59,11 +59,12 @@ def sql(query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None
 @click.command()
 @click.option(
     "--by",
-    type=click.Choice(["release", "agent", "day", "schedule"]),
+    type=click.Choice(["release", "agent", "day", "schedule", "root"]),
     default="release",
     show_default=True,
-    help="Group runs by the agent's release, the agent, the day they were created (UTC), or "
-    "the schedule that started them.",
+    help="Group runs by the agent's release, the agent, the day they were created (UTC), the "
+    "schedule that started them, or the agent of their tree's root (a sub-agent's runs count "
+    "for the agent that started it).",
 )
 @click.option(
     "--since",
@@ -89,8 +90,8 @@ def stats(
     as_json: bool,
     url: str | None,
 ) -> None:
-    """Print the stop-reason distribution of finished runs, per release, agent, day or
-    schedule.
+    """Print the stop-reason distribution of finished runs, per release, agent, day,
+    schedule or root agent.
 
     Each group is compared with the previous one (the agent's previous release, or the
     previous day): a reason other than final whose share rose by --min-rise points or more,

@@ -1,6 +1,7 @@
-"""The one way out for every command: lines, JSON, values as text, escaping, colour and
-tables. What a run, a transcript or a wait looks like is `runner.cli.run_output`; query
-results, stats, prune and queues are `runner.cli.report_output`, both written through here.
+"""The one way out for every command: lines, JSON, values as text, escaping, colour,
+tables and trees. What a run, a transcript or a wait looks like is `runner.cli.run_output`;
+query results, stats, prune and queues are `runner.cli.report_output`, both written through
+here.
 
 Tables are laid out by rich: columns two spaces apart, never wrapped to the terminal's
 width, header in bold on a terminal only. Colour honours NO_COLOR and is off when stdout is
@@ -14,6 +15,7 @@ import json
 import re
 import sys
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -187,6 +189,43 @@ def table(
     console = _console()
     with console.capture() as captured:
         console.print(grid)
+    return "\n".join(printed.rstrip() for printed in captured.get().splitlines())
+
+
+# -- trees ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A node of a drawn tree: its label (a cell: text, or text and a rich style) and the
+    branches below it, drawn in order."""
+
+    label: Sequence[Cell]
+    children: Sequence[Branch] = ()
+
+
+def tree(root: Branch) -> str:
+    """`root` and its branches drawn with rich's guide lines, one node a line, never
+    wrapped; styles on a terminal only, as for tables."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    def label(branch: Branch) -> Text:
+        text = Text()
+        for i, cell in enumerate(branch.label):
+            value, style = (cell, "") if isinstance(cell, str) else cell
+            text.append(("  " if i else "") + printable(value).replace("\n", " "), style=style)
+        return text
+
+    def grow(node: Tree, branch: Branch) -> None:
+        for child in branch.children:
+            grow(node.add(label(child)), child)
+
+    drawn = Tree(label(root), guide_style="dim")
+    grow(drawn, root)
+    console = _console()
+    with console.capture() as captured:
+        console.print(drawn)
     return "\n".join(printed.rstrip() for printed in captured.get().splitlines())
 
 

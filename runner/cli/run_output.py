@@ -56,6 +56,7 @@ def render_run(
     *,
     full: bool = False,
     stalled: str | None = None,
+    family: Sequence[str] = (),
 ) -> str:
     """A readable transcript with the run's header; `full` shows every value whole, and
     control characters are escaped throughout (the task, the model's words and the tools'
@@ -63,7 +64,8 @@ def render_run(
 
     With the run's `journal`, the entries the model never saw (budget changes, refusals)
     are shown too; with `now`, how long ago things happened. `stalled` says why a stalled
-    run is (runner.liveness.stall_reason)."""
+    run is (runner.liveness.stall_reason). `family`: the lines on the run's parent and
+    children (runner.cli.tree_output.family_lines)."""
     state = row.state or str(row.status)
     status = state + (f": {row.stop_reason}" if row.stop_reason else "")
     if stalled:
@@ -81,6 +83,7 @@ def render_run(
     lines.append(f"queue     {row.queue}, priority {row.priority}" + _delayed(row, now))
     if row.forked_from_id:
         lines.append(f"forked    from run {row.forked_from_id} at step {row.forked_at_step}")
+    lines.extend(family)
     if row.lease_owner:
         seen = row.last_seen_at or row.leased_at
         lines.append(

@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from runner.cli import output, run_output
+from runner.cli import output, run_output, tree_output
 from runner.cli.options import (
     RUN_ID,
     budget_options,
@@ -388,21 +388,40 @@ def replay(
 @click.command()
 @click.argument("run_id", metavar="ID")
 @click.option("--full", is_flag=True, help="Show every observation and argument whole.")
+@click.option(
+    "--tree",
+    "as_tree",
+    is_flag=True,
+    help="Draw the tree of runs ID is in (its root, sub-agents, theirs) instead.",
+)
 @db_option
 @json_option
-def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
-    """Show run ID: its status, counters and transcript (observations cut unless --full)."""
+def show(run_id: str, full: bool, as_tree: bool, url: str | None, as_json: bool) -> None:
+    """Show run ID: its status, counters and transcript (observations cut unless --full),
+    and its parent and children when it is in a tree of runs (sub-agents).
+
+    --tree draws the whole tree from its root instead: each run's state, stop reason and
+    own spend, and the tree's total."""
     from runner.service.overview import shown
     from runner.service.values import stall_reason
 
     run = shown(url, run_id)
-    if as_json:
-        output.print_json(documents.run_json(run.result, run.row, transcript=True))
+    if as_tree:
+        if as_json:
+            output.print_json(tree_output.tree_json(run.tree))
+        else:
+            output.line(tree_output.tree_text(run.tree, focus=run.row.id))
+    elif as_json:
+        document = documents.run_json(run.result, run.row, transcript=True)
+        node = run.tree.find(run.row.id)
+        document["children"] = [child.row.id for child in node.children] if node else []
+        output.print_json(document)
     else:
         stalled = stall_reason(run.row, run.now)
         page = run_output.render_run(
-            run.result, run.row, run.journal, run.now, full=full, stalled=stalled
-        )
+            run.result, run.row, run.journal, run.now, full=full, stalled=stalled,
+            family=tree_output.family_lines(run.tree, run.row),
+        )  # fmt: skip
         output.line(page)
 
 
@@ -424,6 +443,12 @@ def show(run_id: str, full: bool, url: str | None, as_json: bool) -> None:
 @click.option(
     "--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Most runs listed."
 )
+@click.option(
+    "--tree",
+    "as_tree",
+    is_flag=True,
+    help="Draw the tree of runs each listed run is in (sub-agents), each tree once.",
+)
 @db_option
 @json_option
 def list_(
@@ -432,11 +457,15 @@ def list_(
     release: str | None,
     schedule: str | None,
     limit: int,
+    as_tree: bool,
     url: str | None,
     as_json: bool,
 ) -> None:
     """List runs, newest first, with their state (stalled: running, but nobody holds it;
-    `--status waiting`: what each waits for, and since when)."""
+    `--status waiting`: what each waits for, and since when).
+
+    --tree draws, for the runs listed, the trees of runs they are in (a root and its
+    sub-agents' child runs), newest first: each run's state, stop reason and own spend."""
     # Imported here: `runner --help` loads no database code. It reads without SQLAlchemy.
     from runner.service.overview import listed
 
@@ -444,15 +473,22 @@ def list_(
     # One more than shown: whether there are more is worth a line, not a second query.
     found = listed(
         url, state=status, stop_reason=reason, release=release, limit=limit + 1,
-        schedule=schedule,
+        schedule=schedule, trees=as_tree,
     )  # fmt: skip
     rows, more = found.rows[:limit], len(found.rows) > limit
-    if as_json:
+    if as_tree:
+        roots = {row.root_id or row.id for row in rows}
+        trees = [tree for tree in found.trees if (tree.row.root_id or tree.row.id) in roots]
+        if as_json:
+            output.print_json([tree_output.tree_json(tree) for tree in trees])
+        else:
+            output.line(tree_output.trees_text(trees))
+    elif as_json:
         output.print_json(
             [documents.run_json(None, row, wait=found.waits.get(row.id)) for row in rows]
         )
         return
-    if status == RunStatus.WAITING:
+    elif status == RunStatus.WAITING:
         output.line(run_output.waits_table(rows, found.waits))
     else:
         output.line(run_output.runs_table(rows, found.now))

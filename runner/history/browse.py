@@ -22,6 +22,7 @@ from runner.history.views import run_summary, tool_calls
 from runner.store import reads
 from runner.store.liveness import state_of
 from runner.store.run_states import clock_now, observe
+from runner.store.run_trees import RunTree, read_tree
 from runner.store.runs import RunRow, entry_of, find_run, plain, plain_reading, reading
 from runner.store.schema import entries, runs
 
@@ -162,14 +163,16 @@ class RunStanding:
 
     row: RunRow
     now: datetime
+    tree: RunTree  # the tree of runs it is in (sub-agents), drawn from its root
 
 
 def run_standing(engine: Engine, prefix: str) -> RunStanding:
-    """The run whose id is `prefix` or the only one starting with it, as it stands now."""
+    """The run whose id is `prefix` or the only one starting with it, as it stands now,
+    with the tree of runs it is in."""
     with plain_reading(engine) as reader:
         now = clock_now(reader)
         row = reads.find_run(reader, prefix)
-        return RunStanding(observe(reader, [row], now)[0], now)
+        return RunStanding(observe(reader, [row], now)[0], now, read_tree(reader, row, now))
 
 
 @dataclass(frozen=True)

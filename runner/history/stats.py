@@ -1,7 +1,7 @@
 """The stop-reason distribution of finished runs (`runner stats`), with rises flagged.
 
 Read from the `run_summary` view of migration 0002 (by schedule: joined to `runs.schedule`,
-revision 0012).
+revision 0012; by root: joined to each run's root, revision 0010).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from runner.history.views import run_summary
 from runner.store.backend import backend_for
 from runner.store.schema import runs
 
-By = Literal["release", "agent", "day", "schedule"]
+By = Literal["release", "agent", "day", "schedule", "root"]
 # A rise is flagged only when chance alone would produce it less than 5% of the time.
 P_FLAG = 0.05
 
@@ -77,11 +77,15 @@ def stop_reason_stats(
     compared with each other.
     """
     v = run_summary.c
+    # By root: every run of a tree (the root and its sub-agents' child runs) counts for the
+    # agent of its root, so an orchestrator's children's stops are its own to compare.
+    root = runs.alias("root")
     by_key: dict[str, Sequence[ColumnElement[Any]]] = {
         "release": [v.agent_name, v.release],
         "agent": [v.agent_name],
         "day": [v.day],
         "schedule": [runs.c.schedule],
+        "root": [root.c.agent_name],
     }
     keys = by_key[by]
     query = (
@@ -93,6 +97,8 @@ def stop_reason_stats(
         query = query.join_from(run_summary, runs, runs.c.id == v.id).where(
             runs.c.schedule.is_not(None)
         )
+    if by == "root":
+        query = query.join_from(run_summary, root, root.c.id == v.root_id)
     if since is not None:
         query = query.where(v.created_at >= since.astimezone(UTC))
     if agent_name is not None:
@@ -123,14 +129,14 @@ def _group(by: By, key: tuple[Any, ...], rows: list[Any]) -> Group:
     total = sum(row.n for row in rows)
     counts = sorted(((row.stop_reason or "-", row.n) for row in rows), key=lambda c: (-c[1], c[0]))
     firsts = [row[-1] for row in rows if row[-1] is not None]
-    agent = key[0] if by in ("release", "agent") else None
+    agent = key[0] if by in ("release", "agent", "root") else None  # by root: the root's
     release = key[1] if by == "release" else None
     day = key[0] if by == "day" else None
     schedule = key[0] if by == "schedule" else None
     if by == "release":
         label = f"{agent or '-'} {release or '-'}"
     else:
-        label = str((agent if by == "agent" else day or schedule) or "-")
+        label = str((agent if by in ("agent", "root") else day or schedule) or "-")
     return Group(
         label=label,
         agent_name=agent,

@@ -10,6 +10,7 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.service.runner_base import RunnerBase
 from runner.store.rows import RunRow
+from runner.store.run_trees import TREE_LIMIT, RunTree, tree_of
 
 
 class Inspecting(RunnerBase):
@@ -38,6 +39,16 @@ class Inspecting(RunnerBase):
             now, status=status, stop_reason=stop_reason, release=release, limit=limit,
             state=state, schedule=schedule,
         )  # fmt: skip
+
+    def tree(self, run_id: str) -> RunTree:
+        """The whole tree of runs that run `run_id` is in (a sub-agent's parent, its root,
+        their other children), drawn from its root, each run as `row` gives it."""
+        run = self.store.find_run(run_id)
+        root_id = run.root_id or run.id
+        rows = self.store.tree_runs(root_id, TREE_LIMIT + 1)
+        now = self.now()
+        cut = len(rows) > TREE_LIMIT
+        return tree_of(self.store.observe(rows[:TREE_LIMIT], now), root_id, cut=cut)
 
     def cancel(self, run_id: str) -> AgentResult:
         """Ask the run to stop before its next step (at once if no worker holds it: a queued

@@ -24,6 +24,7 @@ from runner.store import plain_connection, reads
 from runner.store.reads import Reader
 from runner.store.rows import RunRow
 from runner.store.run_states import clock_now, observe, result_of, runs, waits
+from runner.store.run_trees import RunTree, read_tree
 
 T = TypeVar("T")
 
@@ -35,16 +36,19 @@ class Listed:
     rows: Sequence[RunRow]
     now: datetime
     waits: dict[str, Wait]
+    trees: Sequence[RunTree] = ()  # with `trees`: each listed run's tree, once, newest first
 
 
 @dataclass(frozen=True)
 class Shown:
-    """What `runner show` shows: the run's result so far, its row, its journal, and when."""
+    """What `runner show` shows: the run's result so far, its row, its journal, and when;
+    and the tree of runs it is in (its parent and children, if it has any)."""
 
     result: AgentResult
     row: RunRow
     journal: list[Entry]
     now: datetime
+    tree: RunTree
 
 
 def listed(
@@ -55,8 +59,10 @@ def listed(
     release: str | None = None,
     limit: int = 20,
     schedule: str | None = None,
+    trees: bool = False,
 ) -> Listed:
-    """The runs `runner list` shows (see `runs`) of the database at `url`."""
+    """The runs `runner list` shows (see `runs`) of the database at `url`; with `trees`,
+    the tree of runs each is in too (`runner list --tree`)."""
 
     def plainly(reader: Reader) -> Listed:
         now = clock_now(reader)
@@ -65,7 +71,8 @@ def listed(
             schedule=schedule,
         )  # fmt: skip
         first = {run_id: found[0] for run_id, found in waits(reader, rows).items()}
-        return Listed(rows, now, first)
+        read = (lambda run: read_tree(reader, run, now)) if trees else None
+        return Listed(rows, now, first, _trees(rows, read))
 
     plain_connection.require_file(url)
     found = _plainly(url, plainly)
@@ -78,7 +85,20 @@ def listed(
             state=state, stop_reason=stop_reason, release=release, limit=limit,
             schedule=schedule,
         )  # fmt: skip
-        return Listed(rows, runner.now(), runner.waits(rows))
+        read = (lambda run: runner.tree(run.id)) if trees else None
+        return Listed(rows, runner.now(), runner.waits(rows), _trees(rows, read))
+
+
+def _trees(rows: Sequence[RunRow], read: Callable[[RunRow], RunTree] | None) -> list[RunTree]:
+    """The tree of each of `rows`, each tree once (runs of one tree share it)."""
+    if read is None:
+        return []
+    found: dict[str, RunTree] = {}
+    for row in rows:
+        if (row.root_id or row.id) not in found:
+            tree = read(row)
+            found[tree.row.root_id or tree.row.id] = tree
+    return list(found.values())
 
 
 def shown(url: str | None, run_id: str) -> Shown:
@@ -89,7 +109,8 @@ def shown(url: str | None, run_id: str) -> Shown:
         run = reads.find_run(reader, run_id)
         journal = [entry for entry, _ in reads.load_entries(reader, run.id)]
         result = result_of(run, journal, waits(reader, [run]).get(run.id, []))
-        return Shown(result, observe(reader, [run], now)[0], journal, now)
+        tree = read_tree(reader, run, now)
+        return Shown(result, observe(reader, [run], now)[0], journal, now, tree)
 
     plain_connection.require_file(url)
     found = _plainly(url, plainly)
@@ -99,7 +120,8 @@ def shown(url: str | None, run_id: str) -> Shown:
 
     with Runner(url) as runner:
         row = runner.row(run_id)
-        return Shown(runner.get(row.id), row, runner.journal(row.id), runner.now())
+        tree = runner.tree(row.id)
+        return Shown(runner.get(row.id), row, runner.journal(row.id), runner.now(), tree)
 
 
 def _plainly(url: str | None, read: Callable[[Reader], T]) -> T | None:

@@ -1,11 +1,14 @@
 """The values the service hands the faces: a run as stored (`RunRow`), a queue and what it
-holds (`QueueInfo`), a schedule (`ScheduleRow`) and what a tick did (`Fired`), and whether
-a running run has stalled (derived when read, never stored). None of them loads SQLAlchemy:
-`runner list` and `show` print them on their fast path."""
+holds (`QueueInfo`), a schedule (`ScheduleRow`) and what a tick did (`Fired`), a tree of
+runs (`RunTree`), and whether a running run has stalled (derived when read, never stored).
+None of them loads SQLAlchemy: `runner list` and `show` print them on their fast path."""
 
 from __future__ import annotations
 
 from runner.store.liveness import is_stalled, stall_reason
 from runner.store.rows import Fired, QueueInfo, RunRow, ScheduleRow
+from runner.store.run_trees import RunTree
 
-__all__ = ["Fired", "QueueInfo", "RunRow", "ScheduleRow", "is_stalled", "stall_reason"]
+__all__ = [
+    "Fired", "QueueInfo", "RunRow", "RunTree", "ScheduleRow", "is_stalled", "stall_reason",
+]  # fmt: skip

@@ -6,15 +6,15 @@ What the service asks of a store (`protocol`) and the SQL store that provides it
 stored (`runs`, `rows`) and changed outside the loop (`run_changes`: revivals, forks), the
 reads written once as plain SQL over a driver connection (`reads`, `run_states`,
 `plain_connection`), leases and claims (`leases`; the run a claim takes next, `runnable`;
-the heartbeat's renewals, `heartbeat` and `lease_renewals`; `owner`, `liveness`), the
-fenced journal writes (`fencing`, `driver`, `sql_journal`; which failures are worth a retry,
+the heartbeat's renewals, `heartbeat` and `lease_renewals`; `owner`, `liveness`), the fenced
+journal writes (`fencing`, `driver`, `sql_journal`; which failures are worth a retry,
 `failures`; SQLite's in-process write lock and the kept connection, `writer`), a worker's
 pool size (`pool_size`), answers to waiting runs (`approvals`), messages sent to runs
 (`messages`), trees of runs (`children`: child runs, their spend charged up the tree, their
-ends delivered), queues (`queues`), schedules (`schedules`), wake-ups (`wakeup`), and the
-pieces of model responses in flight (`deltas`, written in batches by `delta_writer`). It
-speaks SQL for the step machine's journal protocol and knows no policy of the loop, no
-command line and no page.
+ends delivered; `run_trees`: a tree arranged from its rows), queues (`queues`), schedules
+(`schedules`), wake-ups (`wakeup`), and the pieces of model responses in flight (`deltas`,
+written in batches by `delta_writer`). It speaks SQL for the step machine's journal protocol
+and knows no policy of the loop, no command line and no page.
 
 It may import: `runner.core` and the shared leaves.
 """

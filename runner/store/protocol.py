@@ -140,6 +140,11 @@ class RunStore(Protocol):
         """The rows with their state at `now` and an unfinished run's journal counters."""
         ...
 
+    def tree_runs(self, root_id: str, limit: int) -> list[RunRow]:
+        """The runs of the tree rooted at `root_id` (the root included), oldest first, at
+        most `limit` (runner.store.reads.tree_runs)."""
+        ...
+
     def waits(self, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
         """Every call each waiting run among `rows` waits for, in call order, by id (a step of
         several calls may wait for several)."""

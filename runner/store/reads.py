@@ -238,6 +238,16 @@ def list_runs(
     return [RunRow.of(row) for row in reader.rows(sql, params)]
 
 
+def tree_runs(reader: Reader, root_id: str, limit: int) -> list[RunRow]:
+    """The runs of the tree rooted at `root_id` (the root's own row included), oldest
+    first, at most `limit`: one range of the index on (root_id, created_at)."""
+    sql = (
+        f"SELECT {', '.join(RUN_FIELDS)} FROM runs WHERE root_id = :root"
+        " ORDER BY created_at, id LIMIT :limit"
+    )
+    return [RunRow.of(row) for row in reader.rows(sql, {"root": root_id, "limit": limit})]
+
+
 def last_entries(reader: Reader, run_ids: Sequence[str]) -> dict[str, tuple[Counters, datetime]]:
     """The counters after each run's last journal entry, and when it was written: the
     counters so far of an unfinished run (its row holds them only once it finishes)."""

@@ -33,6 +33,7 @@ from runner.store import (
     leases,
     messages,
     queues,
+    reads,
     run_changes,
     run_states,
     schedules,
@@ -159,6 +160,10 @@ class SqlStore:
     def observe(self, rows: Sequence[RunRow], now: datetime) -> list[RunRow]:
         with store.plain_reading(self.engine) as reader:
             return run_states.observe(reader, rows, now)
+
+    def tree_runs(self, root_id: str, limit: int) -> list[RunRow]:
+        with store.plain_reading(self.engine) as reader:
+            return reads.tree_runs(reader, root_id, limit)
 
     def waits(self, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
         return approvals.pending(self.engine, rows)

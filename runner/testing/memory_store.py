@@ -163,6 +163,14 @@ class InMemoryStore(MemoryAnswers, MemoryMessages):
             found.append(liveness.observed(run, now, last[0][0].counters if last else None))
         return found
 
+    def tree_runs(self, root_id: str, limit: int) -> list[RunRow]:
+        with self._lock:
+            rows = [RunRow.of(row) for row in self.runs.values()]
+        found = sorted(
+            (r for r in rows if r.root_id == root_id), key=lambda r: (r.created_at, r.id)
+        )
+        return found[:limit]
+
     def waits(self, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
         found: dict[str, list[Wait]] = {}
         with self._lock:

@@ -139,6 +139,7 @@ def run(request: Request) -> Response:
         request,
         "run.html",
         run=row,
+        tree=standing.tree,
         steps=shown,
         calls=page.calls,
         chart=counter_chart(counters),

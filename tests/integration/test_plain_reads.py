@@ -172,6 +172,8 @@ LISTINGS = [
     ["--status", "waiting"],
     ["--status", "waiting", "--json"],
     ["--status", "queued"],
+    ["--tree"],
+    ["--tree", "--json"],
     ["--status", "finished", "--stop-reason", "final"],
     ["--release", "r1", "--limit", "2"],
     ["--status", "stalled", "--json"],
@@ -184,6 +186,8 @@ SHOWINGS = [
     ["show", "waiting", "--json"],
     ["show", "live", "--json"],
     ["show", "done-json", "--full"],
+    ["show", "live", "--tree"],
+    ["show", "forked", "--tree", "--json"],
 ]
 
 
