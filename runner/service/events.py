@@ -14,12 +14,14 @@ One stream serves both `for` and `async for`: the async iterator runs the same r
 worker thread and waits with asyncio, so an event loop is never blocked.
 
 With `deltas=True` the stream also gives the pieces of the model call in flight as
-`DeltaEvent`s: ephemeral, not journal entries and without a position of their own (each
-says the position it came `after`). They are read from the `deltas` table after a cursor
-of their own, before the journal in each look, every DELTA_POLL_SECONDS: a reader who
-connects while a call streams gets the call's pieces so far, then each new one. A delta of
-a call whose action the stream has given already is dropped (it came late), and a delta
-with ordinal 0 begins its step's response afresh (a retry, or a resumed run calling again).
+`DeltaEvent`s: ephemeral, not journal entries and without a position of their own (each says
+the position it came `after`). They are read from the `deltas` table after a cursor of their
+own, before the journal in each look, every DELTA_POLL_SECONDS: a reader who connects while
+a call streams gets the call's pieces so far, then each new one. An idle follower of deltas
+costs one probe of `deltas` a look, and the journal's two reads every `poll_seconds` as
+without deltas (at each look while a call streams, and for a second after). A delta of a
+call whose action the stream has given already is dropped (it came late), and a delta with
+ordinal 0 begins its step's response afresh (a retry, or a resumed run calling again).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from runner.store.protocol import RunStore
 EVENT_POLL_SECONDS = 0.25
 # How long a follower of deltas waits before looking again (the writer batches every 50 ms).
 DELTA_POLL_SECONDS = 0.05
+# How long after a delta a follower of deltas still reads the journal at each look.
+STREAM_AFTERGLOW_SECONDS = 1.0
 # Entries read per query: a long journal is read in pages, never all at once.
 EVENT_PAGE = 500
 # Deltas read per query.
@@ -106,6 +110,8 @@ class EventStream(Generic[E]):
         self.delta_cursor = 0  # the id of the last delta read
         self._settled = 0  # the last step whose model call's end the stream has given
         self._status_read = 0.0
+        self._journal_read = 0.0
+        self._last_piece = -STREAM_AFTERGLOW_SECONDS
         # Set to end a follow early (from another thread); it also cuts a poll's wait short.
         self._closed = threading.Event()
 
@@ -117,6 +123,7 @@ class EventStream(Generic[E]):
         """The next deltas and page of events, and whether the stream ends after them."""
         # Deltas first: a call's pieces are written before its action, so those read now
         # come before any action the journal read below gives.
+        now = time.monotonic()
         pieces: list[Delta | Event] = []
         if self.deltas:
             for cursor, delta in self.store.deltas_after(
@@ -124,12 +131,25 @@ class EventStream(Generic[E]):
             ):
                 self.delta_cursor = cursor
                 pieces.append(delta)
+            if pieces:
+                self._last_piece = now
+        # With deltas, an idle follow reads the journal as often as one without (each
+        # status_seconds), and at every look while a call streams or just after (its action
+        # comes next): an idle follower costs one probe of `deltas` a look, no more.
+        if (
+            self.deltas
+            and self.follow
+            and not self._closed.is_set()
+            and now - self._last_piece >= STREAM_AFTERGLOW_SECONDS
+            and now - self._journal_read < self.status_seconds
+        ):
+            return pieces, False
+        self._journal_read = now
         events = self._entries()
         if events or self._closed.is_set():
             return _merged(pieces, events), self._closed.is_set()
         if not self.follow:
             return pieces, True
-        now = time.monotonic()
         if pieces or now - self._status_read < self.status_seconds:
             return pieces, False
         # Nothing new: has the run stopped? The status is read before the journal again,

@@ -9,7 +9,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from runner import Agent, DeltaEvent, Event, Runner
+from runner import Agent, DeltaEvent, Event, ModelFatal, Runner
 from runner.core.deltas import Delta, current_stream
 from runner.store import deltas as table
 from tests.conditions import wait_until
@@ -111,3 +111,18 @@ def test_deltas_are_swept_once_they_are_older_than_they_are_kept(db_url: str) ->
         assert table.sweep(engine, now) == 1
         assert _stored(runner, "old") == []
         assert [d.text for d in _stored(runner, "new")] == ["x"]
+
+
+def test_a_call_that_fails_mid_stream_leaves_no_delta_once_the_run_stops(db_url: str) -> None:
+    def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        stream = current_stream()
+        assert stream is not None
+        stream.emit("half an ans")
+        raise ModelFatal("the provider went away")
+
+    with Runner(db_url) as runner:
+        result = runner.run(Agent(model), "greet", id="f")
+        assert result.stop_reason == "model_error"
+        # No action was journaled: the run's end (it left this process) deletes them.
+        wait_until(lambda: _stored(runner, "f") == [], what="the deltas deleted")
+        assert [str(e.kind) for e, _ in runner.store.load_entries("f")] == ["task"]
