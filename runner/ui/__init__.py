@@ -1,11 +1,14 @@
-"""The page (`runner ui`): server-rendered HTML over the run history, no scripts.
+"""The page (`runner ui`): server-rendered HTML over the run history, and the HTTP API.
 
 Starlette serves Jinja2 templates (autoescaped) through uvicorn; every page reads through
-`runner.history` on a read-only engine, and the one write (cancel) goes through the same
-`Runner.cancel` as `runner cancel`. Needs the `ui` extra. Layout: `app` (routes, errors,
-serving), `pages` (what each page reads), `security` (token, Host check, CSRF, headers),
-`charts` (SVG geometry), `filters` (how values are written), `state` (what the server
-holds: the read-only engine, the templates, the writer, the guard), `templates/`, `static/`.
+`runner.history` on a read-only engine, and its writes (cancel, answers) go through the same
+`Runner` calls as the CLI's. The API (`/api/`, JSON and Server-Sent Events) goes through the
+`Runner` alone. Needs the `ui` extra. Layout: `app` (routes, errors, serving), `pages` (what
+each page reads), `security` (token, Host check, CSRF, headers), `charts` (SVG geometry),
+`filters` (how values are written), `state` (what the server holds: the read-only engine,
+the templates, the writer, the guard), `api` (the API's routes), `api_input` (what it
+accepts and how it refuses), `api_events` (a run's events as SSE), `api_openapi` (its
+OpenAPI document), `templates/`, `static/`.
 
 It may import: `runner.core`, `runner.models`, `runner.history`, `runner.service` and the
 shared leaves.
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
 # The modules the `ui` extra installs (python_multipart: Starlette reads forms with it).
-_EXTRA = ("starlette", "jinja2", "uvicorn", "python_multipart")
+_EXTRA = ("starlette", "jinja2", "uvicorn", "python_multipart", "sse_starlette")
 
 
 def require_extra() -> None:

@@ -18,8 +18,8 @@ from starlette.staticfiles import StaticFiles
 
 from runner.errors import AmbiguousRunId, DatabaseUnavailable, RunnerError, RunNotFound
 from runner.service.database import open_read_only, resolve_url
-from runner.ui import is_loopback, pages
-from runner.ui.security import Guard
+from runner.ui import api, is_loopback, pages
+from runner.ui.security import Guard, is_api
 from runner.ui.state import UiState
 
 log = logging.getLogger("runner.ui")
@@ -53,6 +53,7 @@ def make_app(url: str | None = None, *, token: str | None = None) -> Starlette:
             Route("/runs/{run_id}/deny", pages.deny, methods=["POST"], name="deny"),
             Route("/runs/{run_id}/reply", pages.reply, methods=["POST"], name="reply"),
             Route("/stats", pages.stats, name="stats"),
+            Mount("/api", routes=api.routes),
             Mount("/static", StaticFiles(packages=[("runner.ui", "static")]), name="static"),
         ],
         exception_handlers={
@@ -124,6 +125,8 @@ class HidesTokens(logging.Filter):
 
 
 def _error_page(request: Request, status: int, message: str) -> Response:
+    if is_api(request.url.path):  # the API answers in JSON, whatever failed
+        return api.error_response(status, message)
     state: UiState = request.app.state.ui
     return state.render(request, "error.html", status_code=status, status=status, message=message)
 
@@ -131,6 +134,7 @@ def _error_page(request: Request, status: int, message: str) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     message = exc.detail if exc.status_code != 404 else "no such page"
+
     return _error_page(request, exc.status_code, str(message))
 
 

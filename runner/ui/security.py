@@ -4,9 +4,14 @@
   a web page elsewhere cannot reach the server through DNS rebinding.
 - With a token, every request must carry it: `Authorization: Bearer TOKEN`, or the cookie
   that opening any page with `?token=TOKEN` once sets (then the URL is cleaned of it).
-- Every write is a POST whose form carries a CSRF token bound to the browser's session
-  cookie (an HMAC under a secret of this server process); a POST from another origin is
-  refused before its form is read.
+- Every write of the page is a POST whose form carries a CSRF token bound to the browser's
+  session cookie (an HMAC under a secret of this server process); a POST from another origin
+  is refused before its form is read.
+- A write of the API (a POST under `/api/`) needs the token in its `Authorization` header:
+  the cookie alone is not enough, so no other site can make a browser write with it. On a
+  server with no token (loopback only) it needs `Content-Type: application/json`, which no
+  other site can send without a preflight this server never grants. The API's refusals
+  are JSON.
 - Every response forbids scripts, frames, plug-ins and foreign form targets (the CSP), so
   even a mistake in escaping could not run what a model wrote.
 """
@@ -22,7 +27,7 @@ from urllib.parse import urlencode
 
 from starlette.datastructures import URL, MutableHeaders
 from starlette.requests import HTTPConnection
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -46,6 +51,17 @@ HEADERS = {
     "referrer-policy": "same-origin",
     "cache-control": "no-store",
 }
+
+
+def is_api(path: str) -> bool:
+    """Whether `path` is the API's (JSON) rather than the page's."""
+    return path == "/api" or path.startswith("/api/")
+
+
+def _refused(connection: HTTPConnection, message: str, status: int) -> Response:
+    if is_api(connection.url.path):
+        return JSONResponse({"error": message}, status_code=status)
+    return PlainTextResponse(message, status_code=status)
 
 
 def _host_name(header: str) -> str:
@@ -114,10 +130,11 @@ class Guard:
         if self.token is None:
             host = _host_name(connection.headers.get("host", "")).lower()
             if host not in LOOPBACK_NAMES:
-                return PlainTextResponse(
+                return _refused(
+                    connection,
                     "this page answers only to localhost; run `runner ui --token` to serve "
                     "other names",
-                    status_code=421,
+                    421,
                 )
         else:
             given = connection.query_params.get("token")
@@ -130,25 +147,46 @@ class Guard:
                 response.headers.append("set-cookie", _cookie(TOKEN_COOKIE, self.cookie_value))
                 return response
             if not self._authorized(connection):
-                return PlainTextResponse(
+                return _refused(
+                    connection,
                     "this page needs its token: open it once with ?token=TOKEN, or send "
                     "Authorization: Bearer TOKEN",
-                    status_code=401,
+                    401,
                 )
         if connection.scope["method"] == "POST":
             origin = connection.headers.get("origin")
             own = f"{connection.url.scheme}://{connection.headers.get('host', '')}"
             if origin is not None and origin != own:
-                return PlainTextResponse("refused: a form from another site", status_code=403)
+                return _refused(connection, "refused: a form from another site", 403)
+            if is_api(connection.url.path):
+                return self._api_write_refusal(connection)
         return None
+
+    def _api_write_refusal(self, connection: HTTPConnection) -> Response | None:
+        if self.token is not None:
+            if not self._bearer(connection):
+                return _refused(
+                    connection, "a write needs the header Authorization: Bearer TOKEN", 401
+                )
+            return None
+        kind = connection.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return _refused(
+                connection, "a write needs Content-Type: application/json (or a token)", 415
+            )
+        return None
+
+    def _bearer(self, connection: HTTPConnection) -> bool:
+        assert self.token is not None
+        header = connection.headers.get("authorization", "")
+        scheme, _, credentials = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), self.token.encode()
+        )
 
     def _authorized(self, connection: HTTPConnection) -> bool:
         assert self.token is not None and self.cookie_value is not None
-        header = connection.headers.get("authorization", "")
-        scheme, _, credentials = header.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            credentials.strip().encode(), self.token.encode()
-        ):
+        if self._bearer(connection):
             return True
         cookie = connection.cookies.get(TOKEN_COOKIE, "")
         return hmac.compare_digest(cookie.encode(), self.cookie_value.encode())

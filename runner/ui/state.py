@@ -111,6 +111,10 @@ class UiState:
 
         return await run_in_threadpool(give)
 
+    def runner(self) -> Runner:
+        """The server's `Runner` (the API's reads and writes go through it)."""
+        return self._runner()
+
     def _runner(self) -> Runner:
         # Writes take the library's own path, on an ordinary (writable) engine, opened only
         # when a first write is asked for.
