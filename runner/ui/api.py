@@ -28,7 +28,7 @@ from runner.errors import (
     WrongAnswer,
 )
 from runner.service.documents import answered_json, run_json
-from runner.service.events import EventStream
+from runner.service.events import Event, EventStream
 from runner.service.runner import Runner
 from runner.ui import api_events, api_input
 from runner.ui.api_input import ApiError
@@ -236,7 +236,7 @@ async def events(request: Request) -> Response:
         after = api_input.position(request.query_params.get("after"), "after")
     start = -1 if after is None else after
 
-    def follow(runner: Runner) -> EventStream:
+    def follow(runner: Runner) -> EventStream[Event]:
         return runner.events(_whole_id(runner, given), after=start, follow=True)
 
     stream = await _call(request, follow)

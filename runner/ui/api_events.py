@@ -20,7 +20,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from runner.service.documents import event_json, run_json
-from runner.service.events import EventStream
+from runner.service.events import Event, EventStream
 from runner.service.runner import Runner
 
 PING_SECONDS = 15
@@ -28,7 +28,7 @@ PING_SECONDS = 15
 RETRY_MILLISECONDS = 1000
 
 
-def response(stream: EventStream, runner: Runner) -> EventSourceResponse:
+def response(stream: EventStream[Event], runner: Runner) -> EventSourceResponse:
     """The stream as an SSE response; it stops following when the client goes away."""
     return EventSourceResponse(_events(stream, runner), ping=PING_SECONDS)
 
@@ -38,7 +38,7 @@ def _json(data: dict[str, Any]) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-async def _events(stream: EventStream, runner: Runner) -> AsyncIterator[ServerSentEvent]:
+async def _events(stream: EventStream[Event], runner: Runner) -> AsyncIterator[ServerSentEvent]:
     try:
         # At once, before any entry: a client (or a proxy) sees the stream is open, and an
         # EventSource learns how soon to come back if it is cut.
