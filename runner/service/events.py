@@ -109,6 +109,12 @@ class EventStream(Generic[E]):
         self.deltas = deltas
         self.delta_cursor = 0  # the id of the last delta read
         self._settled = 0  # the last step whose model call's end the stream has given
+        if deltas and after >= 0:
+            # A reader resuming after a position has seen the entries up to it: the deltas
+            # of a call those ended are late ones (deleted any moment), never in flight.
+            for _, entry in store.entries_after(run_id, after - 1, 1):
+                wrap_up = entry.kind is EntryKind.WRAP_UP  # its call is of this step again
+                self._settled = entry.step - 1 if wrap_up else entry.step
         self._status_read = 0.0
         self._journal_read = 0.0
         self._last_piece = -STREAM_AFTERGLOW_SECONDS

@@ -7,7 +7,9 @@ import threading
 from typing import Any
 
 from runner import Agent, DeltaEvent, Event, Runner, run_agent
+from runner.core.clock import utc_now
 from runner.core.deltas import Delta, current_stream, streaming
+from runner.store.deltas import Put
 from runner.testing import InMemoryStore
 from tests.conditions import wait_until
 
@@ -83,3 +85,15 @@ def test_a_follower_on_the_memory_store_gets_the_pieces_before_the_answer() -> N
         assert [e.kind for e in seen] == ["entry", "delta", "delta", "entry"]
         assert [e.delta.text for e in seen if isinstance(e, DeltaEvent)] == ["4", "2"]
         wait_until(lambda: store.deltas.rows == [], what="the deltas deleted")
+
+
+def test_a_reader_resuming_after_a_call_s_action_gets_none_of_its_late_deltas() -> None:
+    store = InMemoryStore()
+    with Runner(store=store) as runner:
+        runner.run(Agent(lambda t: {"type": "final", "content": "hi"}), "?", id="r")
+        # Deltas of step 1 not deleted yet (the writer's thread is a moment behind).
+        store.deltas.write([Put("r", Delta(1, 0, "h"), utc_now())])
+        assert [e.kind for e in runner.events("r", deltas=True)] == ["entry", "delta", "entry"]
+        # Resuming after the answer (position 1): that call is over, its pieces are not news.
+        assert list(runner.events("r", after=1, deltas=True)) == []
+        assert [e.kind for e in runner.events("r", after=0, deltas=True)] == ["delta", "entry"]
