@@ -79,7 +79,7 @@ def test_shell_commands_run_as_written(tmp_path: Path) -> None:
             done.stderr,
         )
         assert "Traceback" not in done.stderr
-        if "list --status stalled" in command:
+        if "list --status stalled" in command and "demo-crash" in comment:
             assert done.stdout.splitlines()[1].split()[:2] == ["demo-crash", "stalled"]
         if command.endswith(("resume demo-crash", "resume demo-short --max-steps 5")):
             assert done.stdout.strip() == "35"
@@ -91,6 +91,11 @@ def test_shell_commands_run_as_written(tmp_path: Path) -> None:
             assert "forked from demo-crash at step 1" in done.stderr
         if command.endswith("replay demo-crash"):
             assert "agrees" in done.stdout
+        if command.endswith("resume demo-tree"):
+            assert done.stdout.strip() == "Yes, in moderation: the web and the papers agree."
+        if "list --status stalled" in command and "sub-agents" in comment:
+            stalled = [line.split() for line in done.stdout.splitlines()[1:]]
+            assert stalled and all(row[0].startswith("demo-tree") for row in stalled)
         if "--id refund-1" in command:
             assert "runner approve refund-1 --call refund-1-2" in done.stderr
         if command.endswith("resume refund-1"):
