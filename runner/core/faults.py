@@ -35,9 +35,11 @@ POINTS = frozenset(
         "before_delivery_commit",
         "after_delivery_commit",
         # Messages: the worker's delivery into the journal about to commit, and committed;
-        # the sender's message recorded (in the process that sent it), not yet reported.
+        # the sender's message written (its transaction not committed), and committed (in
+        # the process that sent it, before it reports it).
         "before_message_commit",
         "after_message_commit",
+        "before_message_sent",
         "after_message_sent",
     }
 )

@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.faults import fault
 from runner.core.journal import Counters, Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
@@ -68,6 +69,7 @@ def send(
                 .where(runs.c.id == run.id)
                 .values(undelivered_messages=runs.c.undelivered_messages + 1)
             )
+            fault("before_message_sent")  # written, not committed: a crash sends nothing
     except IntegrityError:
         # The same key, sent at the same moment by another sender (the row lock should have
         # made this one wait for it and find it): that message.
@@ -76,6 +78,9 @@ def send(
         if found is None:
             raise
         return found
+    # Committed: a crash from here on (before the sender hears of it) leaves the message
+    # sent; a retry with its key finds it.
+    fault("after_message_sent")
     return Sent(run.id, key, number, at, run.status)
 
 
