@@ -50,11 +50,33 @@ PGBENCH_SCRIPT = (
 )
 
 
-def drain(runner: Runner, processes: int, concurrency: int, runs_per_slot: int, steps: int) -> Any:
+def serve_one_commit_per_write(url: str, concurrency: int, barrier: Any, out: Any) -> None:
+    """A worker process as `workers.serve`, its journal writes each a commit of their own
+    (SQLite's group commit turned off: the code before it, for the side-by-side figure)."""
+    from runner.store import writer
+
+    keep = writer.Writer.__init__
+
+    def without_group(self: writer.Writer, *args: Any, **kwargs: Any) -> None:
+        keep(self, *args, **kwargs)
+        self.group = None
+
+    writer.Writer.__init__ = without_group  # type: ignore[method-assign]
+    workers.serve(url, concurrency, barrier, out)
+
+
+def drain(
+    runner: Runner,
+    processes: int,
+    concurrency: int,
+    runs_per_slot: int,
+    steps: int,
+    serve: Any = workers.serve,
+) -> Any:
     """Queue the runs, let `processes` workers drain them: entries/s and CPU per entry."""
     count = processes * concurrency * runs_per_slot
     ids = runner.submit_many(fakes.make_agent(), [fakes.task(steps)] * count, wake=False).ids
-    _, _, reports = workers.together(workers.serve, processes, runner.url, concurrency)
+    _, _, reports = workers.together(serve, processes, runner.url, concurrency)
     with runner.engine.connect() as connection:
         first, last, finished = connection.execute(
             select(func.min(runs.c.leased_at), func.max(runs.c.finished_at), func.count()).where(
@@ -144,7 +166,14 @@ def measure(
             for _ in range(options.repeats):
                 top = ceiling(runner, n * concurrency)
                 fleet = drain(runner, n, concurrency, options.runs_per_slot, options.steps)
-                samples.append({**fleet, "ceiling": top})
+                sample = {**fleet, "ceiling": top}
+                if name == "sqlite" and options.compare:
+                    alone = drain(
+                        runner, n, concurrency, options.runs_per_slot, options.steps,
+                        serve_one_commit_per_write,
+                    )  # fmt: skip
+                    sample["one_commit_per_write"] = alone
+                samples.append(sample)
             rates = [s["entries_per_second"] for s in samples]
             results.append(
                 {
@@ -162,6 +191,20 @@ def measure(
                     "worker_cpu_us_per_entry": common.spread(
                         [s["worker_cpu_us_per_entry"] for s in samples]
                     ),
+                    "one_commit_per_write_entries_per_second": common.spread(
+                        [s["one_commit_per_write"]["entries_per_second"] for s in samples]
+                    )
+                    if name == "sqlite" and options.compare
+                    else None,
+                    "group_over_one_commit_per_write": common.spread(
+                        [
+                            s["entries_per_second"]
+                            / s["one_commit_per_write"]["entries_per_second"]
+                            for s in samples
+                        ]
+                    )
+                    if name == "sqlite" and options.compare
+                    else None,
                     "samples": samples,
                 }
             )
@@ -181,6 +224,11 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=3.0, help="length of each ceiling run")
     p.add_argument("--repeats", type=int, default=3, help="repetitions (median; default 3)")
     p.add_argument("--only", choices=["sqlite", "postgresql"], help="one database only")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="SQLite: also drain with each journal write a commit of its own (no group commit)",
+    )
     options = p.parse_args()
     results = []
     if options.only in (None, "sqlite"):
@@ -232,6 +280,26 @@ def main() -> None:
             for r in results
         ],
     )
+    compared = [r for r in results if r["group_over_one_commit_per_write"] is not None]
+    if compared:
+        common.print_table(
+            "SQLite: group commit against one commit per write, the same drain",
+            [
+                "workers x runs at once",
+                "one commit per write entries/s",
+                "group commit entries/s",
+                "group / one commit per write",
+            ],
+            [
+                [
+                    f"{r['processes']} x {r['concurrency']}",
+                    common.fmt_spread(r["one_commit_per_write_entries_per_second"]),
+                    common.fmt_spread(r["entries_per_second"]),
+                    common.fmt_spread(r["group_over_one_commit_per_write"], 2),
+                ]
+                for r in compared
+            ],
+        )
     common.write_json(options.json, "saturation", options, results)
 
 

@@ -41,6 +41,9 @@ POINTS = frozenset(
         "after_message_commit",
         "before_message_sent",
         "after_message_sent",
+        # SQLite's group commit: a transaction holding the writes of two runs or more, its
+        # statements run, its COMMIT not yet (runner.store.group_commit).
+        "before_group_commit",
     }
 )
 

@@ -8,8 +8,9 @@ reads written once as plain SQL over a driver connection (`reads`, `run_states`,
 `plain_connection`), leases and claims (`leases`; the run a claim takes next, `runnable`;
 the heartbeat's renewals, `heartbeat` and `lease_renewals`; `owner`, `liveness`), the fenced
 journal writes (`fencing`, `driver`, `sql_journal`; which failures are worth a retry,
-`failures`; SQLite's in-process write lock and the kept connection, `writer`), a worker's
-pool size (`pool_size`), answers to waiting runs (`approvals`), messages sent to runs
+`failures`; SQLite's in-process write lock and the kept connection, `writer`; the journal
+writes of runs in flight sharing one transaction, `group_commit`), a worker's pool size
+(`pool_size`), answers to waiting runs (`approvals`), messages sent to runs
 (`messages`), trees of runs (`children`: child runs, their spend charged up the tree, their
 ends delivered; `run_trees`: a tree arranged from its rows), queues (`queues`), schedules
 (`schedules`), wake-ups (`wakeup`), and the pieces of model responses in flight (`deltas`,

@@ -194,64 +194,122 @@ def append_entries(
 
     Returns what the write heard of the run (see append_entry). LeaseLost if fenced out.
     """
-    at = utc_now(clock)
-    dialect = bind.dialect
-    fence = _fence(dialect, run_id, epoch, at, lease_seconds)
-    # Every row is built and its values converted before the transaction begins: the write
-    # lock (SQLite's whole file, PostgreSQL's run row) is held for the statements alone.
-    positional = _positional(dialect) if len(entries) == 1 else None
-    inserts: list[tuple[str, Parameters]]
-    if positional is not None:  # the common case on SQLite: one entry, no dict on the way
-        row = entry_values(run_id, seq, epoch, entries[0], at)
-        inserts = [(positional.sql, positional.parameters(row, fence))]
-    elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
-        statement = _fenced_insert(dialect, len(entries))
-        inserts = [
-            (statement.sql, statement.parameters(_rows(run_id, epoch, seq, entries, fence, at)))
-        ]
-    else:
-        inserts = []
-        for start in range(0, len(entries), ROWS_PER_STATEMENT):
-            chunk = entries[start : start + ROWS_PER_STATEMENT]
-            statement = _fenced_insert(dialect, len(chunk))
-            values = _rows(run_id, epoch, seq + start, chunk, fence, at)
-            inserts.append((statement.sql, statement.parameters(values)))
-    counters = entries[-1].counters
-    finish = None if stop is None else _finish_parameters(dialect, stop, counters, fence, at)
-    if charge is not None and not (charge.spent and charge.above):
-        charge = None
-    one_statement = len(inserts) == 1 and stop is None and parking is None and charge is None
+    append = Append.of(
+        bind.dialect, run_id, epoch, seq, entries, stop, lease_seconds, clock, parking, charge
+    )
     # No connection of its own: one from the pool, for this write alone.
     connection = bind if isinstance(bind, Connection) else bind.connect()
     try:
-        heard = Heard(False, 0)
-        with driver.Write(connection, one_statement=one_statement) as write:
-            for sql, parameters in inserts:
-                written = write.rows(sql, parameters)
-                # The fence holds for every row or for none: the first returned row says which.
-                if not written:
-                    raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
-                heard = Heard(bool(written[0][1]), written[0][2])
-            cancel = heard.cancel
-            if charge is not None:
-                statement = children.charge_statement(dialect, len(charge.above))
-                values = children.charge_values(charge.above, charge.spent)
-                returned = write.rows(statement.sql, statement.parameters(values))
-                charge.ancestors = children.charged(returned, charge.above)
-            if finish is not None:
-                _finish(write, run_id, finish)
-            elif parking is not None and cancel:
-                cancelled = Stop(StopReason.CANCELLED)
-                _finish(write, run_id, _finish_parameters(dialect, cancelled, counters, fence, at))
-            elif parking is not None:
-                _park(write, run_id, dialect, parking, fence, at, counters)
-                child = children.insert_child(dialect)
-                for new in parking.children:
-                    write.execute(child.sql, child.parameters(children.child_values(new)))
+        with driver.Write(connection, one_statement=append.one_statement) as write:
+            return append.run(write)
     finally:
         if connection is not bind:
             connection.close()
-    return heard
+
+
+@dataclass(frozen=True)
+class Append:
+    """One journal write, its statements and their parameters built and converted before any
+    transaction begins: the write lock (SQLite's whole file, PostgreSQL's run row) is held
+    for the statements alone. `run` may be tried again in a new transaction (a group commit
+    whose transaction another run's write failed: runner.store.group_commit)."""
+
+    run_id: str
+    inserts: tuple[tuple[str, Parameters], ...]
+    finish: tuple[str, Parameters] | None  # the run's end, if the write ends it
+    cancelled: tuple[str, Parameters] | None  # a parked run's end, if a cancel was asked
+    park: tuple[str, Parameters] | None  # the run's move to `waiting`
+    children: tuple[tuple[str, Parameters], ...]  # the child runs created with the park
+    charge: TreeCharge | None  # a child's spend charged up its tree
+    charge_statement: tuple[str, Parameters] | None
+
+    @classmethod
+    def of(
+        cls,
+        dialect: Dialect,
+        run_id: str,
+        epoch: int,
+        seq: int,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        lease_seconds: float,
+        clock: Clock = SYSTEM,
+        parking: Parking | None = None,
+        charge: TreeCharge | None = None,
+    ) -> Append:
+        at = utc_now(clock)
+        fence = _fence(dialect, run_id, epoch, at, lease_seconds)
+        positional = _positional(dialect) if len(entries) == 1 else None
+        inserts: list[tuple[str, Parameters]]
+        if positional is not None:  # the common case on SQLite: one entry, no dict on the way
+            row = entry_values(run_id, seq, epoch, entries[0], at)
+            inserts = [(positional.sql, positional.parameters(row, fence))]
+        elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
+            statement = _fenced_insert(dialect, len(entries))
+            values = _rows(run_id, epoch, seq, entries, fence, at)
+            inserts = [(statement.sql, statement.parameters(values))]
+        else:
+            inserts = []
+            for start in range(0, len(entries), ROWS_PER_STATEMENT):
+                chunk = entries[start : start + ROWS_PER_STATEMENT]
+                statement = _fenced_insert(dialect, len(chunk))
+                values = _rows(run_id, epoch, seq + start, chunk, fence, at)
+                inserts.append((statement.sql, statement.parameters(values)))
+        counters = entries[-1].counters
+        finish = cancelled = park = None
+        made: list[tuple[str, Parameters]] = []
+        if stop is not None:
+            finish = _finish_parameters(dialect, stop, counters, fence, at)
+        elif parking is not None:
+            stopped = Stop(StopReason.CANCELLED)
+            cancelled = _finish_parameters(dialect, stopped, counters, fence, at)
+            park = _park_parameters(dialect, parking, fence, at, counters)
+            child = children.insert_child(dialect)
+            made = [
+                (child.sql, child.parameters(children.child_values(new)))
+                for new in parking.children
+            ]
+        charged = None
+        if charge is not None and not (charge.spent and charge.above):
+            charge = None
+        if charge is not None:
+            statement = children.charge_statement(dialect, len(charge.above))
+            values = children.charge_values(charge.above, charge.spent)
+            charged = (statement.sql, statement.parameters(values))
+        return cls(run_id, tuple(inserts), finish, cancelled, park, tuple(made), charge, charged)
+
+    @property
+    def one_statement(self) -> bool:
+        return (
+            len(self.inserts) == 1
+            and self.finish is None
+            and self.park is None
+            and self.charge is None
+        )
+
+    def run(self, write: driver.Write) -> Heard:
+        """The write's statements in `write`'s transaction; what it heard of the run."""
+        run_id = self.run_id
+        heard = Heard(False, 0)
+        for sql, parameters in self.inserts:
+            written = write.rows(sql, parameters)
+            # The fence holds for every row or for none: the first returned row says which.
+            if not written:
+                raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+            heard = Heard(bool(written[0][1]), written[0][2])
+        if self.charge is not None and self.charge_statement is not None:
+            returned = write.rows(*self.charge_statement)
+            self.charge.ancestors = children.charged(returned, self.charge.above)
+        if self.finish is not None:
+            _finish(write, run_id, self.finish)
+        elif self.cancelled is not None and heard.cancel:
+            _finish(write, run_id, self.cancelled)
+        elif self.park is not None:
+            if write.count(*self.park) != 1:
+                raise LeaseLost(f"run {run_id} was taken over by another worker: not parking it")
+            for sql, parameters in self.children:
+                write.execute(sql, parameters)
+        return heard
 
 
 def _fence(
@@ -324,15 +382,9 @@ def _connected(bind: Engine | Connection) -> Iterator[Connection]:
             yield connection
 
 
-def _park(
-    write: driver.Write,
-    run_id: str,
-    dialect: Dialect,
-    parking: Parking,
-    fence: dict[str, Any],
-    at: datetime,
-    counters: Counters,
-) -> None:
+def _park_parameters(
+    dialect: Dialect, parking: Parking, fence: dict[str, Any], at: datetime, counters: Counters
+) -> tuple[str, Parameters]:
     timeout = None if parking.children else parking.timeout
     expires = None if timeout is None else at + timedelta(seconds=timeout)
     statement = prepared(dialect, "park", lambda: _fenced_update(_PARKED))
@@ -346,8 +398,7 @@ def _park(
         "set_tokens": counter(counters.tokens),
         "set_cost": amount(counters.cost),
     }
-    if write.count(statement.sql, statement.parameters(values)) != 1:
-        raise LeaseLost(f"run {run_id} was taken over by another worker: not leaving it waiting")
+    return statement.sql, statement.parameters(values)
 
 
 def _finish_parameters(

@@ -4,10 +4,11 @@ A run holds a database connection only while it writes, so a worker's runs waiti
 models hold none (a thousand of them share a handful): on PostgreSQL each write checks one
 out of the engine's pool and gives it back at its commit; on SQLite, where a process's
 writes take turns anyway, a runner's share the one connection it keeps for writing
-(`writer.Writer`). The calls of a step of several record their
-observations from their own threads as they end: a run's writes take its lock, one at a
-time. The lease is renewed by the runner's one heartbeat (runner.heartbeat), beside every
-other lease the process holds.
+(`writer.Writer`), and the writes of its runs in flight share transactions, each run going
+on once the one holding its entry has committed (`group_commit`). The calls of a step of
+several record their observations from their own threads as they end: a run's writes take
+its lock, one at a time. The lease is renewed by the runner's one heartbeat
+(runner.heartbeat), beside every other lease the process holds.
 """
 
 from __future__ import annotations
@@ -221,28 +222,31 @@ class SqlJournal:
         retried: bool,
         charge: fencing.TreeCharge | None = None,
     ) -> fencing.Heard:
-        """One try, on the connection the writer gives (writer.Writer)."""
-        with self.writer.turn() as connection:
-            try:
-                return fencing.append_entries(
-                    connection,
-                    self._run_id,
-                    self.epoch,
-                    self.seq,
-                    entries,
-                    stop,
-                    self.lease_seconds,
-                    self.clock,
-                    parking,
-                    charge,
-                )
-            except IntegrityError:
-                # A retry of a write whose commit did happen (only its answer was lost): its
-                # entries went in together, so the first one tells.
+        """One try, through the writer (writer.Writer: on SQLite, in a group commit)."""
+        append = fencing.Append.of(
+            self.engine.dialect,
+            self._run_id,
+            self.epoch,
+            self.seq,
+            entries,
+            stop,
+            self.lease_seconds,
+            self.clock,
+            parking,
+            charge,
+        )
+        try:
+            return self.writer.commit(append)
+        except IntegrityError:
+            if not retried:
+                raise
+            # A retry of a write whose commit did happen (only its answer was lost): its
+            # entries went in together, so the first one tells.
+            with self.writer.turn() as connection:
                 written = fencing.entry_written(connection, self._run_id, self.seq, self.epoch)
-                if not retried or written is None:
-                    raise
-                return written
+            if written is None:
+                raise
+            return written
 
     def _lease_has(self, seconds: float) -> bool:
         """Whether the lease surely lasts `seconds` more (with a margin for clock error)."""

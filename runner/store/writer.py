@@ -6,7 +6,8 @@ idle between writers; so every write of a process takes a lock per database file
 (`writing`), and a thousand threads queue on it in Python, handed over the moment a commit
 ends. Since the process's writes to a file take turns anyway, the journal's share one
 connection, kept for the runner's life (`Writer`), instead of each checking one out of the
-pool and giving it back.
+pool and giving it back; and the writes that queue for the lock meanwhile share the next
+transaction, one fsync for them all (`group_commit`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import QueuePool
+
+from runner.store import driver
+from runner.store.fencing import Heard
+from runner.store.group_commit import Group, Write
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -74,6 +79,19 @@ class Writer:
         self._lock = _lock_of(engine)
         self._keep = keep and self._lock is not None and _can_spare(engine)
         self._kept: Connection | None = None
+        # The journal's writes of a kept connection share transactions (group_commit).
+        self.group = Group() if self._keep else None
+
+    def commit(self, write: Write) -> Heard:
+        """Run a journal write in a transaction of its own, or on SQLite in the next group
+        commit; returns once it has committed, with what it heard of its run."""
+        if self.group is not None:
+            return self.group.commit(write, self.turn)
+        with (
+            self.turn() as connection,
+            driver.Write(connection, one_statement=write.one_statement) as transaction,
+        ):
+            return write.run(transaction)
 
     @contextlib.contextmanager
     def turn(self) -> Iterator[Connection]:

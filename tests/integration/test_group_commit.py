@@ -1,0 +1,207 @@
+"""SQLite's group commit (runner.store.group_commit), on real files: the writes of runs in
+flight in one process share a transaction; each run goes on only once that transaction has
+committed; fencing holds per run; a failed write fails exactly the runs whose entries it held.
+
+Each test queues its writes while it holds the file's turn itself (`writer.writing`), waits
+until every write is queued, then lets go: the next thread to get the turn writes them all,
+so what shares a transaction is decided by the test, not by the machine's timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+
+from runner import Agent, Runner
+from runner.core.journal import Counters
+from runner.errors import EntryRefused, LeaseLost
+from runner.store import leases
+from runner.store import runs as store
+from runner.store.database import open_engine, upgrade
+from runner.store.sql_journal import SqlJournal
+from runner.store.writer import Writer, writing
+from tests.conditions import wait_until
+
+from .support import Transcript, entry_rows, observations, task_entry, tool_action
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = open_engine(f"sqlite:///{tmp_path / 'runner.db'}")
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+def journals(engine: Engine, writer: Writer, count: int) -> list[SqlJournal]:
+    """`count` claimed runs `r0`, `r1`, ..., each with its task written (alone)."""
+    made = []
+    for i in range(count):
+        run_id = f"r{i}"
+        store.create_run(
+            engine, run_id=run_id, agent=None, agent_name=None, release=None, task="t",
+            budgets={},
+        )  # fmt: skip
+        claim = leases.claim_run(engine, run_id, owner="w:1:1", lease_seconds=60, max_resumes=3)
+        journal = SqlJournal(engine, claim, lease_seconds=60, writer=writer)
+        journal.append(task_entry("t"))
+        made.append(journal)
+    return made
+
+
+class Commits:
+    """The engine's commits, counted (the journal's writes tell the event: test_write_path)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.count = 0
+        self.fail: BaseException | None = None
+        event.listen(engine, "commit", self._heard)
+
+    def _heard(self, _connection: Any) -> None:
+        self.count += 1
+        if self.fail is not None:
+            raise self.fail
+
+
+def together(writer: Writer, engine: Engine, writes: dict[str, Any]) -> dict[str, Any]:
+    """Start each write on its own thread while holding the file's turn; let go once all
+    are queued; what each returned or raised, by name."""
+    outcomes: dict[str, Any] = {}
+
+    def run(name: str, write: Any) -> None:
+        try:
+            outcomes[name] = write()
+        except Exception as exc:
+            outcomes[name] = exc
+
+    threads = [threading.Thread(target=run, args=item) for item in writes.items()]
+    assert writer.group is not None
+    with writing(engine):
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: writer.group.queued() == len(writes), what="every write queued")  # type: ignore[union-attr]
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def action(journal: SqlJournal, step: int = 1) -> Any:
+    return tool_action(journal.run_id, step, "add", {"a": step}, Counters(steps=step))
+
+
+def kinds(engine: Engine, run_id: str) -> list[str]:
+    return [row["kind"] for row in entry_rows(engine, run_id)]
+
+
+def test_writes_queued_together_share_one_commit(engine: Engine) -> None:
+    writer = Writer(engine)
+    runs = journals(engine, writer, 5)
+    commits = Commits(engine)
+    group = writer.group
+    assert group is not None
+    before = (group.transactions, group.writes)
+    outcomes = together(writer, engine, {j.run_id: lambda j=j: j.append(action(j)) for j in runs})
+    assert outcomes == {j.run_id: None for j in runs}
+    assert commits.count == 1  # five runs' entries, one transaction
+    assert (group.transactions - before[0], group.writes - before[1]) == (1, 5)
+    for journal in runs:
+        assert kinds(engine, journal.run_id) == ["task", "action"]
+        assert journal.seq == 2
+    writer.close()
+
+
+def test_a_write_alone_is_its_own_transaction(engine: Engine) -> None:
+    writer = Writer(engine)
+    (journal,) = journals(engine, writer, 1)
+    commits = Commits(engine)
+    journal.append(action(journal))
+    assert commits.count == 1
+    assert kinds(engine, "r0") == ["task", "action"]
+    writer.close()
+
+
+def test_a_fenced_out_run_fails_alone_and_the_others_commit(engine: Engine) -> None:
+    writer = Writer(engine)
+    runs = journals(engine, writer, 3)
+    # Another worker takes r1 over: its epoch moves on, r1's journal is fenced out.
+    leases.claim_run(engine, "r1", owner="w:2:1", lease_seconds=60, max_resumes=3, steal=True)
+    outcomes = together(writer, engine, {j.run_id: lambda j=j: j.append(action(j)) for j in runs})
+    assert outcomes["r0"] is None and outcomes["r2"] is None
+    assert isinstance(outcomes["r1"], LeaseLost)
+    assert kinds(engine, "r0") == kinds(engine, "r2") == ["task", "action"]
+    assert kinds(engine, "r1") == ["task"]
+    writer.close()
+
+
+def test_a_value_the_database_refuses_fails_its_own_run_alone(engine: Engine) -> None:
+    writer = Writer(engine)
+    runs = journals(engine, writer, 3)
+    refused = replace(action(runs[1]), attempt=2**64)  # no column holds it
+    writes = {j.run_id: lambda j=j: j.append(action(j)) for j in runs}
+    writes["r1"] = lambda: runs[1].append(refused)
+    outcomes = together(writer, engine, writes)
+    assert outcomes["r0"] is None and outcomes["r2"] is None
+    assert isinstance(outcomes["r1"], EntryRefused)
+    assert kinds(engine, "r0") == kinds(engine, "r2") == ["task", "action"]
+    assert kinds(engine, "r1") == ["task"]
+    assert store.find_run(engine, "r1").stop_reason == "model_error"
+    writer.close()
+
+
+def test_a_failed_commit_fails_every_run_it_held_and_no_other(engine: Engine) -> None:
+    writer = Writer(engine)
+    runs = journals(engine, writer, 4)
+    commits = Commits(engine)
+    commits.fail = RuntimeError("the disk is full")
+    outcomes = together(
+        writer, engine, {j.run_id: lambda j=j: j.append(action(j)) for j in runs[:3]}
+    )
+    assert all(isinstance(outcomes[j.run_id], RuntimeError) for j in runs[:3]), outcomes
+    commits.fail = None
+    # A write after it (r3's) is a transaction of its own, and commits.
+    runs[3].append(action(runs[3]))
+    for journal in runs[:3]:
+        assert kinds(engine, journal.run_id) == ["task"]
+        assert journal.seq == 1  # not acknowledged: the run has not gone on
+    assert kinds(engine, "r3") == ["task", "action"]
+    writer.close()
+
+
+def test_runs_in_flight_on_one_runner_each_keep_their_own_journal(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runner.db'}"
+
+    def model(transcript: Transcript) -> dict[str, Any]:
+        seen = observations(transcript)
+        if len(seen) < 3:
+            return {"type": "tool", "name": "add", "args": {"a": len(seen), "b": 1}}
+        return {"type": "final", "content": str(transcript[0]["content"])}
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    agent = Agent(model, {"add": add})
+    results: dict[str, Any] = {}
+    with Runner(url) as runner:
+
+        def run(i: int) -> None:
+            results[f"g{i}"] = runner.run(agent, f"task {i}", id=f"g{i}")
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for i in range(20):
+            result = results[f"g{i}"]
+            assert (result.stop_reason, result.output) == ("final", f"task {i}")
+            rows = entry_rows(runner.engine, f"g{i}")
+            assert [row["seq"] for row in rows] == list(range(8))
+            assert [row["kind"] for row in rows] == ["task"] + ["action", "observation"] * 3 + [
+                "final"
+            ]
