@@ -217,6 +217,13 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     samples["loop_floor_to_raw_ratio"] = []
     samples["fenced_floor_to_raw_ratio"] = []
     samples["marked_ratio"] = []
+    # CPU per journal entry of the durable run against the raw floor's CPU per commit.
+    entries = len(journal)
+    samples["durable_cpu_per_entry"] = []
+    samples["raw_cpu_per_commit"] = []
+    samples["fenced_floor_cpu_per_entry"] = []
+    samples["cpu_entry_ratio"] = []
+    samples["fenced_cpu_entry_ratio"] = []
     commit_counts = {commits}
     made = commits
 
@@ -250,6 +257,14 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
             samples["loop_floor_to_raw_ratio"].append(timed["loop_floor"][0] / timed["raw"][0])
             samples["fenced_floor_to_raw_ratio"].append(timed["fenced_floor"][0] / timed["raw"][0])
             samples["marked_ratio"].append(timed["marked"][0] / timed["durable"][0])
+            per_entry = timed["durable"][1] / entries * 1e6
+            per_commit = timed["raw"][1] / commits * 1e6
+            fenced_per_entry = timed["fenced_floor"][1] / entries * 1e6
+            samples["durable_cpu_per_entry"].append(per_entry)
+            samples["raw_cpu_per_commit"].append(per_commit)
+            samples["fenced_floor_cpu_per_entry"].append(fenced_per_entry)
+            samples["cpu_entry_ratio"].append(per_entry / per_commit)
+            samples["fenced_cpu_entry_ratio"].append(fenced_per_entry / per_commit)
             overhead = timed["durable"][0] - timed["memory"][0]
             for prefix, base in prefixes.items():
                 samples[f"{prefix}ratio"].append(timed["durable"][0] / timed[base][0])
@@ -263,7 +278,16 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "synchronous": settings,
         "steps": steps,
         "commits_per_run": sorted(commit_counts),
-        "us_per_step": {k: common.spread(v) for k, v in samples.items() if "ratio" not in k},
+        "us_per_step": {
+            k: common.spread(v)
+            for k, v in samples.items()
+            if "ratio" not in k and not k.endswith(("per_entry", "per_commit"))
+        },
+        "cpu_us_per_entry": common.spread(samples["durable_cpu_per_entry"]),
+        "raw_cpu_us_per_commit": common.spread(samples["raw_cpu_per_commit"]),
+        "fenced_floor_cpu_us_per_entry": common.spread(samples["fenced_floor_cpu_per_entry"]),
+        "cpu_per_entry_to_raw_per_commit": common.spread(samples["cpu_entry_ratio"]),
+        "fenced_cpu_per_entry_to_raw_per_commit": common.spread(samples["fenced_cpu_entry_ratio"]),
         "ratio_to_floor": common.spread(samples["ratio"]),
         "overhead_ratio_to_floor": common.spread(samples["overhead_ratio"]),
         "ratio_to_raw_floor": common.spread(samples["raw_ratio"]),
@@ -299,6 +323,7 @@ def main() -> None:
             results.append(measure("postgresql", url, options.steps, options.repeats))
 
     rows = []
+    cpu_rows = []
     for r in results:
         us = r["us_per_step"]
         rows.append(
@@ -324,6 +349,17 @@ def main() -> None:
                 common.fmt_spread(r["overhead_ratio_to_raw_floor"], 2),
                 f"{us['durable_cpu']['median']:.0f} / {us['floor_cpu']['median']:.0f}"
                 f" / {us['raw_cpu']['median']:.0f}",
+            ]
+        )
+        cpu_rows.append(
+            [
+                r["database"] + (f" [{r['synchronous']}]" if r["synchronous"] else ""),
+                common.fmt_spread(r["cpu_us_per_entry"]),
+                common.fmt_spread(r["raw_cpu_us_per_commit"]),
+                common.fmt_spread(r["cpu_per_entry_to_raw_per_commit"], 2),
+                common.fmt_spread(r["fenced_floor_cpu_us_per_entry"]),
+                common.fmt_spread(r["fenced_cpu_per_entry_to_raw_per_commit"], 2),
+                common.fmt_spread(r["ratio_to_fenced_floor"], 2),
             ]
         )
     common.print_table(
@@ -352,6 +388,21 @@ def main() -> None:
             "CPU us/step durable / floor / raw",
         ],
         rows,
+    )
+    common.print_table(
+        "this process's CPU per journal entry against the raw floor's per commit "
+        "(the goal: at most 1.5), and the single step against the loop with the journal's "
+        "fenced statement (the goal: at most 1.15)",
+        [
+            "database",
+            "durable CPU us/entry",
+            "raw floor CPU us/commit",
+            "durable / raw, CPU",
+            "loop + fenced CPU us/entry",
+            "loop + fenced / raw, CPU",
+            "durable / loop + fenced, wall",
+        ],
+        cpu_rows,
     )
     common.write_json(options.json, "step_overhead", options, results)
 
