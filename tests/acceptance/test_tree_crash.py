@@ -80,7 +80,11 @@ def test_a_tree_killed_then_resumed_starts_each_child_once(
     # Each child's end delivered exactly once.
     assert sorted(answers_of(db_url, root)) == sorted(keys)
     # The effect ran at most once per call, and only in those children.
-    effects = [line.split() for line in (ledger / "tree.ledger").read_text().splitlines()]
+    # No ledger at all when the kill came after both children's actions and before either
+    # tool ran (one group commit can hold both): each call then ended OutcomeUnknown.
+    written = ledger / "tree.ledger"
+    lines = written.read_text().splitlines() if written.exists() else []
+    effects = [line.split() for line in lines]
     by_key = [key for _, run_id, key, _ in effects]
     assert len(by_key) == len(set(by_key)) and {run_id for _, run_id, *_ in effects} <= set(rows)
     # The root's spend is the tree's: its own plus what was charged below it.
