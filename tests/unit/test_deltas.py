@@ -3,6 +3,7 @@ of a run on the in-memory store that gets them before the answer, none left afte
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -97,3 +98,18 @@ def test_a_reader_resuming_after_a_call_s_action_gets_none_of_its_late_deltas() 
         # Resuming after the answer (position 1): that call is over, its pieces are not news.
         assert list(runner.events("r", after=1, deltas=True)) == []
         assert [e.kind for e in runner.events("r", after=0, deltas=True)] == ["delta", "entry"]
+
+
+def test_async_for_gives_the_same_deltas() -> None:
+    store = InMemoryStore()
+    with Runner(store=store) as runner:
+        runner.run(Agent(lambda t: {"type": "final", "content": "hi"}), "?", id="a")
+        store.deltas.write([Put("a", Delta(2, n, str(n)), utc_now()) for n in range(3)])
+
+        async def read() -> list[str]:
+            return [
+                e.delta.text if isinstance(e, DeltaEvent) else str(e.entry.kind)
+                async for e in runner.events("a", deltas=True)
+            ]
+
+        assert asyncio.run(read()) == ["task", "final", "0", "1", "2"]
