@@ -183,7 +183,7 @@ def deliver(engine: Engine, parent_id: str, clock: Clock = SYSTEM) -> bool:
         found = approvals.open_waits(connection, parent.id)
         if found is None:
             return False
-        ended = _ended_children(connection, parent, [entry for entry, _ in found.waits])
+        ended = _ended_children(connection, parent.id, [entry for entry, _ in found.waits])
         if not ended:
             return False
         seq = found.last_seq + 1
@@ -223,12 +223,12 @@ def deliver(engine: Engine, parent_id: str, clock: Clock = SYSTEM) -> bool:
 
 
 def _ended_children(
-    connection: Connection, parent: RunRow, waits: Sequence[Entry]
+    connection: Connection, parent_id: str, waits: Sequence[Entry]
 ) -> list[tuple[Entry, str, bool]]:
     """The parent's open child waits whose child has ended (or is gone), with the
     observation each child's end makes."""
     keyed = {
-        child_run_id(parent.id, wait.idempotency_key or ""): wait
+        child_run_id(parent_id, wait.idempotency_key or ""): wait
         for wait in waits
         if wait.waits_for == Asks.CHILD
     }
@@ -249,7 +249,7 @@ def _ended_children(
     return ended
 
 
-def deliver_ended(engine: Engine, clock: Clock = SYSTEM, limit: int = 100) -> int:
+def deliver_ended(engine: Engine, clock: Clock = SYSTEM) -> int:
     """Deliver every finished child's end still owed to a waiting parent (a sweep: the
     child's own delivery may have been cut short by a crash): how many parents were
     queued again."""
@@ -261,15 +261,27 @@ def deliver_ended(engine: Engine, clock: Clock = SYSTEM, limit: int = 100) -> in
                 .where(runs.c.status == RunStatus.WAITING)
                 .where(
                     select(child.c.id)
-                    .where(child.c.parent_id == runs.c.id, child.c.status == RunStatus.FINISHED)
+                    .where(
+                        child.c.parent_id == runs.c.id,
+                        child.c.status == RunStatus.FINISHED,
+                    )
                     .exists()
                 )
-                .limit(limit)
             )
             .scalars()
             .all()
         )
-    return sum(1 for parent_id in parents if deliver(engine, parent_id, clock))
+        # A parent whose finished children are those of its earlier steps (delivered
+        # already) is passed over with a read: only one owed an end takes the write lock.
+        owed = [parent_id for parent_id in parents if _owed(connection, parent_id)]
+    return sum(1 for parent_id in owed if deliver(engine, parent_id, clock))
+
+
+def _owed(connection: Connection, parent_id: str) -> bool:
+    found = approvals.open_waits(connection, parent_id)
+    if found is None:
+        return False
+    return bool(_ended_children(connection, parent_id, [entry for entry, _ in found.waits]))
 
 
 # -- children and cancels -------------------------------------------------------------------

@@ -5,6 +5,7 @@ child's own transactions; a cancel travels down; a child's failure is an observa
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -258,7 +259,12 @@ def test_a_child_given_up_for_crash_loop_is_swept_to_its_parent(db_url: str) -> 
             connection.execute(
                 update(runs)
                 .where(runs.c.id == kid.id)
-                .values(status="finished", stop_reason="crash_loop", error="taken over 4 times")
+                .values(
+                    status="finished",
+                    stop_reason="crash_loop",
+                    error="taken over 4 times",
+                    finished_at=datetime.now(UTC),
+                )
             )
         engine.dispose()
         assert runner.store.get_run("lead-c").status is RunStatus.WAITING
