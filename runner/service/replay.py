@@ -100,7 +100,11 @@ class _RecordOnly:
         raise _Beyond("would ask the model")  # checked before every model call
 
     def attempt(self, action: Entry) -> int:
-        raise _Beyond("would settle a pending call")
+        # Asked too after a step's answers (a person's, or a child run's end) whether a
+        # process took the step up since, so 1: a replay takes nothing up. A call with no
+        # recorded outcome still goes beyond the record: its tool (or reconcile hook) is
+        # guarded, and settling it would record an observation.
+        return 1
 
     def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         raise _Beyond("would wait for a person's answer")
