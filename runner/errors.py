@@ -154,6 +154,21 @@ class RunWaiting(RunnerError):
         self.run_id = run_id
 
 
+class LimitNotFound(RunnerError):
+    """No provider limit has this name."""
+
+
+class RunParked(RunnerError):
+    """The run's next model call found no room in its limit: the run was queued again, to be
+    claimed no earlier than `until` (seconds since the epoch), holding no worker meanwhile."""
+
+    def __init__(self, message: str, *, run_id: str, limit: str, until: float) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.limit = limit
+        self.until = until
+
+
 class NotWaiting(RunnerError):
     """An answer came for a run that waits for none (finished, queued, running, or answered)."""
 

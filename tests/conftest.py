@@ -80,6 +80,18 @@ def postgres_database() -> Iterator[str]:
         admin.dispose()
 
 
+# Every table a test may fill, emptied between tests on the session's PostgreSQL.
+TABLES = (
+    "runs",
+    "entries",
+    "queues",
+    "schedules",
+    "limits",
+    "limit_reservations",
+    "limit_waiters",
+)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A migrated, empty database: a new SQLite file, or the session's PostgreSQL emptied."""
@@ -93,6 +105,6 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     url = request.getfixturevalue("postgres_database")
     engine = open_engine(url)
     with engine.begin() as connection:
-        connection.execute(text("TRUNCATE runs, entries, queues, schedules CASCADE"))
+        connection.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
     engine.dispose()
     yield url

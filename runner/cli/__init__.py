@@ -1,8 +1,8 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
 Each family of commands has its module (`runs`, `follow`, `answers`, `messages`, `worker`,
-`queues`, `schedules`, `db`, `history`, `ui`; `tasks_file` reads `submit --from`); they
-share the options of `options` and print through `output` (what a run looks like is
+`queues`, `schedules`, `limits`, `db`, `history`, `ui`; `tasks_file` reads `submit --from`);
+they share the options of `options` and print through `output` (what a run looks like is
 `run_output`, a tree of runs `tree_output`, what a run shows while it goes `progress`; query
 results, stats, queues and schedules `report_output`), and log through `logs`. This module
 builds the group, registers every command and gives each one runner's error handling: the
@@ -26,6 +26,7 @@ from runner.cli import (
     db,
     follow,
     history,
+    limits,
     logs,
     messages,
     output,
@@ -156,6 +157,7 @@ for _command in (
     worker.worker,
     queues.queue,
     schedules.schedule,
+    limits.limit,
     db.db,
     history.sql,
     history.stats,

@@ -1,6 +1,7 @@
 """What the history and the queues look like, printed: `runner sql`'s results (table, CSV,
-JSON), `runner stats`'s stop-reason distribution, what `runner prune` removed, `runner
-queue list` and `runner schedule list`. Written through `runner.cli.output`, the one way out.
+JSON), `runner stats`'s stop-reason distribution, what `runner prune` removed, `runner queue
+list`, `runner schedule list` and `runner limit list`. Written through `runner.cli.output`,
+the one way out.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from runner.core.utf8 import utf8_safe
 
 if TYPE_CHECKING:
     from runner.history import Group, Pruned
-    from runner.service.values import Fired, QueueInfo, ScheduleRow
+    from runner.service.values import Fired, LimitInfo, QueueInfo, ScheduleRow
 
 
 # -- query results (`runner sql`) -------------------------------------------------------------
@@ -268,4 +269,55 @@ def fired_json(tick: Fired) -> dict[str, Any]:
         "tick": tick.tick.astimezone(UTC).isoformat(),
         "run_id": tick.run_id,
         "skipped": tick.skipped,
+    }
+
+
+# -- limits (`runner limit list`) ------------------------------------------------------------
+
+
+def _of(used: int, most: int | None) -> str:
+    return f"{used:,}" if most is None else f"{used:,}/{most:,}"
+
+
+def limits_table(found: Sequence[LimitInfo]) -> str:
+    """Each limit's use over the last minute against its settings, and what is left."""
+    if not found:
+        return "no limits"
+    return table(
+        ("LIMIT", "TOKENS/MIN", "LEFT", "REQUESTS/MIN", "LEFT", "IN FLIGHT", "WAITING", "BACKOFF"),
+        (
+            (
+                info.name,
+                _of(info.tokens, info.tokens_per_minute),
+                "-" if info.tokens_left is None else f"{info.tokens_left:,}",
+                _of(info.requests, info.requests_per_minute),
+                "-" if info.requests_left is None else f"{info.requests_left:,}",
+                _of(info.in_flight, info.concurrency),
+                str(info.waiting),
+                "-"
+                if info.backoff_until is None
+                else info.backoff_until.astimezone(UTC).strftime("%H:%M:%S UTC"),
+            )
+            for info in found
+        ),
+        right=(1, 2, 3, 4, 5, 6),
+        right_headers=(1, 2, 3, 4, 5, 6),
+    )
+
+
+def limit_json(info: LimitInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "tokens_per_minute": info.tokens_per_minute,
+        "requests_per_minute": info.requests_per_minute,
+        "concurrency": info.concurrency,
+        "tokens": info.tokens,
+        "tokens_left": info.tokens_left,
+        "requests": info.requests,
+        "requests_left": info.requests_left,
+        "in_flight": info.in_flight,
+        "waiting": info.waiting,
+        "backoff_until": None
+        if info.backoff_until is None
+        else info.backoff_until.astimezone(UTC).isoformat(),
     }

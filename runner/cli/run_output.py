@@ -179,7 +179,7 @@ def _entry_lines(entry: Entry, width: int | None) -> list[str]:
     """One journal entry as `show` prints it: its message, or what the model never saw."""
     if entry.kind is EntryKind.MESSAGE:  # a user turn sent while the run went
         return [f"message   {_short(entry.content, width)}  (key {entry.idempotency_key})"]
-    if entry.kind in (EntryKind.REVIVED, EntryKind.EXTENDED):
+    if entry.kind in (EntryKind.REVIVED, EntryKind.EXTENDED, EntryKind.LIMIT_WAIT):
         return [f"  == {entry.content}"]
     if entry.kind is EntryKind.REFUSED:
         what = f"{entry.tool}(...)" if entry.tool else str(entry.action_type)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.core.budgets import Budgets
 from runner.core.context import Context
+from runner.core.limits import limit_of
 from runner.core.tools import Tool, as_tools
 from runner.defaults import LONGEST_LABEL
 from runner.errors import AgentLoadError, BadAgentReference
@@ -27,6 +28,8 @@ class Agent:
 
     `accepts` is what a message sent to its runs (`Runner.send`) must be: free text by
     default, or a type pydantic validates (a model class, a TypedDict), checked at send.
+    `limit` names the provider limit its model calls draw from (`runner limit set`): any
+    model's, scripted ones included; the adapters draw from `provider/model` unless told.
     """
 
     def __init__(
@@ -39,6 +42,7 @@ class Agent:
         ref: str | None = None,
         context: Context | None = None,
         accepts: Any = None,
+        limit: str | None = None,
         **budgets: Any,
     ) -> None:
         if not callable(model):
@@ -48,6 +52,11 @@ class Agent:
         self.tools: dict[str, Tool] = as_tools(tools or {})
         self.model = bind_tools(model, self.tools)
         self.context = context
+        if limit is not None and (not isinstance(limit, str) or not limit):
+            raise ValueError("an Agent's limit must be the name of a limit")
+        # The limit its model calls draw from (runner.core.limits): named here, else the
+        # model's own (an adapter's `provider/model`), else none.
+        self.limit = limit_of(model, limit)
         for label, value in (("name", name), ("release", release)):
             if value is not None and (not isinstance(value, str) or len(value) > LONGEST_LABEL):
                 # Refused here, the same on both databases (PostgreSQL's column refuses

@@ -44,6 +44,9 @@ POINTS = frozenset(
         # SQLite's group commit: a transaction holding the writes of two runs or more, its
         # statements run, its COMMIT not yet (runner.store.group_commit).
         "before_group_commit",
+        # A model call's reservation from its provider limit committed, the call not made:
+        # a crash here must leak nothing past the lease (runner.core.limits).
+        "after_limit_reserve",
     }
 )
 

@@ -44,6 +44,10 @@ class EntryKind(StrEnum):
     # A message sent to the run (`runner send`): a user turn, journaled by the worker before
     # the model call of the step it belongs to (its key is the sender's idempotency key).
     MESSAGE = "message"
+    # The run waited for room in its provider limit before a model call (runner.core.limits):
+    # `args` holds the limit and the seconds waited. Not in the transcript, passed over on
+    # resume.
+    LIMIT_WAIT = "limit_wait"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ module of their own.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +28,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.context import Context
 from runner.core.deltas import DeltaSink
 from runner.core.journal import Entry, EntryKind, Journal, Stop, step_messages
+from runner.core.limits import NO_LIMITS, Draw, Limits, Reservation, limit_wait_entry, max_tokens_of
 from runner.core.model_call import (
     Cancel,
     CancelledInFlight,
@@ -69,6 +70,8 @@ def drive(
     context: Context | None = None,
     spans: Spans = NO_SPANS,
     deltas: DeltaSink | None = None,
+    limit: str | None = None,
+    limits: Limits = NO_LIMITS,
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
@@ -81,12 +84,17 @@ def drive(
     result keep it whole.
     `spans` is told of each step, model call and tool call (tracing; see runner.spans).
     `deltas` takes the pieces of a streaming model's responses in flight (runner.core.deltas).
+    `limit` names the provider limit each model call reserves from in `limits` (and settles
+    with after); a reservation the run waited for is journaled (`limit_wait`).
     """
     recorded = journal.recorded()
     # Each recorded step is replayed under the budgets it ran with.
     rules = StopRules(before_changes(budgets, recorded))
     # (A journal made before sub-agents, a test's own, has none of their parts: a root.)
     place = journal.place() if hasattr(journal, "place") else Place()
+    draw = None
+    if limit is not None:
+        draw = Draw(limits, limit, max_tokens_of(model), waited=_journal_wait(journal, rules))
     model_call = ModelCall(
         model,
         journal,
@@ -97,6 +105,7 @@ def drive(
         context=context,
         spans=spans,
         deltas=deltas,
+        draw=draw,
     )
     tool_runs = ToolRuns(
         tools, journal, rules, model_call.remaining, spans, budgets.max_parallel_tools
@@ -517,6 +526,13 @@ def _task_of(call: Entry) -> str | None:
     """A sub-agent call's task, if the model gave one a child run can take."""
     task = (call.args or {}).get("task")
     return task if isinstance(task, str) and task.strip() else None
+def _journal_wait(journal: Journal, rules: StopRules) -> Callable[[Reservation], None]:
+    """What records that a model call waited for its limit: a `limit_wait` entry."""
+
+    def record(reservation: Reservation) -> None:
+        journal.append(limit_wait_entry(rules.counters, reservation))
+
+    return record
 
 
 def _decision(entry: Entry, stop: Stop | None) -> str:

@@ -1,5 +1,6 @@
 """The model call: what the model is sent, its retries with backoff, the checks before it
-(pause, cancel, deadline), and the wrap-up's last call, all under the run's deadline."""
+(pause, cancel, deadline), and the wrap-up's last call, all under the run's deadline. Each
+call reserves from the run's provider limit first and settles after (`runner.core.limits`)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from runner.core.context import Context
 from runner.core.deltas import DeltaSink, streaming
 from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Journal
+from runner.core.limits import Draw, Reservation
 from runner.core.spans import Spans
 from runner.core.stop_reasons import StopReason
-from runner.errors import ModelFatal, ModelRetryable, RunPaused
+from runner.errors import ModelFatal, ModelRetryable, RunParked, RunPaused
 
 Model = Callable[[list[dict[str, Any]]], Any]
 Cancel = Callable[[], bool] | threading.Event
@@ -59,8 +61,10 @@ class ModelCall:
         context: Context | None,
         spans: Spans,
         deltas: DeltaSink | None = None,
+        draw: Draw | None = None,
     ) -> None:
         self.model = model
+        self.draw = draw  # the provider limit its calls draw from, if any
         self.journal = journal
         self.deadline = deadline
         self.cancel = cancel
@@ -118,12 +122,17 @@ class ModelCall:
                 raise OutOfTime
             own = budgets.model_timeout
             run_ends_first = own is None or (remaining is not None and remaining <= own)
+            # Outside the try: a run parked for its limit (RunParked) is no model failure.
+            reservation = self.reserve(shown)
+            output = None
             try:
                 with (
                     self.spans.model_call(step) as call,
                     checking(self.stop_requested),
                     streaming(self.deltas, step),
                 ):
+                    if reservation is not None:
+                        call.limited(reservation.limit, reservation.waited)
                     output = invoke(
                         self.model,
                         (shown,),
@@ -149,35 +158,52 @@ class ModelCall:
                 raise ModelFailed(described(exc)) from None
             except Exception as exc:
                 last = exc
+                if self.draw is not None:
+                    self.draw.failed(exc)  # a 429's Retry-After holds every run back
+            finally:
+                self.settle(reservation, output)
         raise ModelFailed(described(last))
+
+    def reserve(self, shown: list[dict[str, Any]]) -> Reservation | None:
+        return None if self.draw is None else self.draw.reserve(shown)
+
+    def settle(self, reservation: Reservation | None, output: Any) -> None:
+        if reservation is not None and self.draw is not None:
+            self.draw.settle(reservation, output)
 
     def last_action(
         self, transcript: list[dict[str, Any]], budgets: Budgets, reason: StopReason, step: int
     ) -> Action:
         """The wrap-up's one call, no retries: the model's action, or an invalid one if it
         failed (the run is over either way, and keeps the budget's reason)."""
+        reservation = None
+        output = None
         try:
             limit = WRAP_UP_SECONDS if reason is StopReason.TIME_BUDGET else self.remaining()
             if limit is not None and limit <= 0:
                 limit = WRAP_UP_SECONDS
             if budgets.model_timeout is not None:
                 limit = min(limit if limit is not None else math.inf, budgets.model_timeout)
+            shown = self.shown(transcript)
+            reservation = self.reserve(shown)
             with (
                 self.spans.model_call(step) as call,
                 checking(self.stop_requested),
                 streaming(self.deltas, step),
             ):
-                output = invoke(
-                    self.model, (self.shown(transcript),), {}, limit, watch=self.stop_requested
-                )
+                output = invoke(self.model, (shown,), {}, limit, watch=self.stop_requested)
                 call.returned(output)
             return parse_action(output)
+        except RunParked:
+            raise  # the run waits for its limit: the wrap-up is asked when it comes back
         except CallInterrupted as exc:
             if exc.reason == "paused":  # the note is journaled: a resume asks again
                 raise RunPaused(f"run {self.journal.run_id} paused during its wrap-up") from None
             return Action(ActionKind.INVALID, error=described(exc))
         except Exception as exc:
             return Action(ActionKind.INVALID, error=described(exc))
+        finally:
+            self.settle(reservation, output)
 
     def shown(self, transcript: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """What the model is sent: the transcript, through the agent's context function."""

@@ -13,6 +13,9 @@ from runner.errors import ReplayMismatch
 
 # What a step's first entry may be: a call, an answer, or an action a stop rule refused.
 ACTION_KINDS = (EntryKind.ACTION, EntryKind.FINAL, EntryKind.REFUSED)
+# What the cursor takes by itself wherever it comes: budget changes (applied) and the record
+# of a wait for a provider limit (runner.core.limits: nothing to replay).
+_PASSED_OVER = (*CHANGE_KINDS, EntryKind.LIMIT_WAIT)
 
 
 @dataclass
@@ -20,7 +23,8 @@ class Recorded:
     """A cursor over the entries a previous process recorded.
 
     Budget changes (revivals, extensions) are applied where they were recorded, by
-    `on_change`: every other entry is taken by the loop in its order.
+    `on_change`, and waits for a limit passed over: every other entry is taken by the loop
+    in its order.
     """
 
     entries: Sequence[Entry]
@@ -50,16 +54,23 @@ class Recorded:
         just replayed was lifted by it, and the run went on)."""
         found = False
         while self.position < len(self.entries) and self.entries[self.position].kind in (
-            CHANGE_KINDS
+            _PASSED_OVER
         ):
-            self.on_change(self.entries[self.position])
+            entry = self.entries[self.position]
+            if entry.kind in CHANGE_KINDS:
+                self.on_change(entry)
+                found = True
             self.position += 1
-            found = True
         return found
 
     def expect_end(self, step: int, stop: Stop) -> None:
         """The loop stops here: the journal must not go on (else the code now stops where
         the recorded run did not)."""
+        while (
+            self.position < len(self.entries)
+            and self.entries[self.position].kind is EntryKind.LIMIT_WAIT
+        ):
+            self.position += 1  # it waited for its limit, then stopped before the call
         if self.position >= len(self.entries):
             return
         entry = self.entries[self.position]

@@ -20,6 +20,10 @@ class ModelCall(Protocol):
     def returned(self, output: Any) -> None:
         """What the model returned (its usage is read from it)."""
 
+    def limited(self, limit: str, waited: float) -> None:
+        """The call drew from provider limit `limit`, after the run waited `waited` seconds
+        in line for it (0: it found room at once)."""
+
 
 class Spans(Protocol):
     """The loop's side of tracing: a context around each step, model call and tool call."""
@@ -41,6 +45,9 @@ class RunSpans(Spans, Protocol):
 
 class _NoModelCall:
     def returned(self, output: Any) -> None:
+        pass
+
+    def limited(self, limit: str, waited: float) -> None:
         pass
 
 

@@ -3,9 +3,10 @@ paged reads of the page (`runner ui`).
 
 `runner sql` (`query`, over `sqlite_reader` or `postgres_reader`, which share `reader`),
 `runner stats` (`stats`), export and prune (`archive`), the page's reads a page at a time
-(`browse`), moments such as `--since 7d` (`moments`), values as JSON (`values`) and the
-views of migration 0002 as SQLAlchemy sees them (`views`: `run_summary`, `tool_calls`); the
-README documents them for the users who query them directly.
+(`browse`), the use of provider limits (`limit_use`), moments such as `--since 7d`
+(`moments`), values as JSON (`values`) and the views of migration 0002 as SQLAlchemy sees
+them (`views`: `run_summary`, `tool_calls`); the README documents them for the users who
+query them directly.
 
 It may import: `runner.core`, `runner.store` and the shared leaves.
 """
@@ -31,6 +32,7 @@ from runner.history.browse import (
     runs_page,
     step_counters,
 )
+from runner.history.limit_use import limit_use
 from runner.history.moments import parse_moment
 from runner.history.query import QueryResult, read_only_query
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
@@ -108,6 +110,7 @@ __all__ = [
     "export_runs",
     "filter_choices",
     "journal_page",
+    "limit_use",
     "parse_moment",
     "plain",
     "prune_runs",

@@ -55,10 +55,16 @@ class Adapter:
         request_params: Mapping[str, Any],
         secrets: Iterable[str] = (),
         total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
+        limit: str | None = None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"{type(self).__name__} needs a model name, not {model!r}")
         self.model = model
+        # The provider limit the calls draw from (`runner limit set`), read by the loop as
+        # any model's `limit`: `provider/model` unless named (the loop knows no provider).
+        if limit is not None and (not isinstance(limit, str) or not limit):
+            raise ValueError(f"{type(self).__name__}'s limit must be the name of a limit")
+        self.limit = limit or f"{self.provider}/{model}"
         self.system = system
         params = dict(request_params)
         # stream=True: through the SDK's streaming API, each piece handed to the run's

@@ -41,6 +41,7 @@ class AnthropicMessages(Adapter):
     each response through the SDK's streaming API, its pieces handed to the run's followers
     (runner.core.deltas), the action the same. Other keywords (`tool_choice`,
     `stop_sequences`, `timeout`, `extra_body`, ...) go to every `messages.create` call.
+    `limit` names the provider limit its calls draw from (default `anthropic/<model>`).
     """
 
     provider = "anthropic"
@@ -58,6 +59,7 @@ class AnthropicMessages(Adapter):
         secrets: Iterable[str] = (),
         max_tokens: int = DEFAULT_MAX_TOKENS,
         total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
+        limit: str | None = None,
         **request_params: Any,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -72,6 +74,7 @@ class AnthropicMessages(Adapter):
             secrets=secrets,
             total_timeout=total_timeout,
             request_params=request_params,
+            limit=limit,
         )
         self.max_tokens = max_tokens
 

@@ -38,7 +38,8 @@ class OpenAIChat(Adapter):
     `total_timeout` (600 s by default; None: none) is how long one call may take in all, the
     body included: past it the call is given up and retried like a timeout. `stream=True`:
     each response through the SDK's streaming API, its pieces handed to the run's followers
-    (runner.core.deltas), the action the same. Other keywords (`temperature`,
+    (runner.core.deltas), the action the same. `limit` names the provider limit its calls
+    draw from (default `openai/<model>`). Other keywords (`temperature`,
     `max_completion_tokens`, `parallel_tool_calls`, `timeout`, `extra_body`, ...) go to
     every `chat.completions.create` call.
     """
@@ -57,6 +58,7 @@ class OpenAIChat(Adapter):
         price: PriceLike | None = None,
         secrets: Iterable[str] = (),
         total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
+        limit: str | None = None,
         **request_params: Any,
     ) -> None:
         super().__init__(
@@ -69,7 +71,11 @@ class OpenAIChat(Adapter):
             secrets=secrets,
             total_timeout=total_timeout,
             request_params=request_params,
+            limit=limit,
         )
+        # The output allowance a call reserves from its limit (runner.core.limits), if given.
+        allowance = request_params.get("max_completion_tokens", request_params.get("max_tokens"))
+        self.max_tokens: int | None = allowance if isinstance(allowance, int) else None
 
     def request(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []

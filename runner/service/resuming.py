@@ -14,7 +14,7 @@ from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.tree import child_run_id
 from runner.core.waiting import Asks
-from runner.errors import LeaseHeld, RunnerError, RunWaiting
+from runner.errors import LeaseHeld, RunnerError, RunParked, RunWaiting
 from runner.service import revival
 from runner.service.runner_base import RunnerBase
 from runner.store.protocol import Claim, Observer
@@ -76,6 +76,12 @@ class Resuming(RunnerBase):
                 if not wait:
                     raise
                 self._await(run_id, RunStatus.RUNNING)
+                continue
+            except RunParked as parked:
+                # Its provider limit has no room yet: this process waits for it, as asked to
+                # run the run, then takes it up again (a worker would have let it go).
+                self.clock.sleep(max(parked.until - self.clock.time(), 0.0))
+                revive, budgets = False, {}
                 continue
             if result.status is RunStatus.WAITING and self._run_children(run_id, agent, wait):
                 revive, budgets = False, {}
@@ -179,7 +185,8 @@ class Resuming(RunnerBase):
         """Drive a claimed run to its stop with the durable journal (RunPaused if paused).
 
         A run that comes to a call needing a person's answer is left waiting, its lease let
-        go: the result then has status `waiting`.
+        go: the result then has status `waiting`. A run whose next model call finds no room
+        in its provider limit is queued again until there is (RunParked says until when).
         """
         from runner.core.loop import drive
         from runner.tracing.run_spans import run_trace
@@ -218,6 +225,8 @@ class Resuming(RunnerBase):
                     context=agent.context,
                     spans=traced,
                     deltas=deltas,
+                    limit=agent.limit,
+                    limits=self.store.run_limits(run.id, claim.epoch),
                 )
                 traced.finished(result)
         except RunWaiting:

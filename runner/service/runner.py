@@ -4,9 +4,9 @@ The class is made of parts by responsibility, each in its own module over one ba
 holds the store (runner.service.runner_base): queueing runs (`submitting`), driving them in
 this process (`resuming`), answering waiting runs (`answering`), sending messages into them
 (`messaging`), reading them (`inspecting`), following their journals as events (`events`)
-and keeping schedules (`scheduling`). Every part goes through
-the store's protocol (runner.store.protocol): a database's `SqlStore` by default, or the
-in-memory store of `runner.testing`.
+keeping schedules (`scheduling`) and the limits model calls draw from (`limiting`). Every
+part goes through the store's protocol (runner.store.protocol): a database's `SqlStore` by
+default, or the in-memory store of `runner.testing`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from runner.defaults import DEFAULT_MAX_RESUMES as DEFAULT_MAX_RESUMES  # re-exp
 from runner.service.answering import Answering
 from runner.service.events import Following
 from runner.service.inspecting import Inspecting
+from runner.service.limiting import Limiting
 from runner.service.messaging import Messaging
 from runner.service.resuming import Resuming
 from runner.service.runner_base import ANSWER_POLL_SECONDS as ANSWER_POLL_SECONDS
@@ -24,7 +25,9 @@ from runner.service.scheduling import Scheduling
 from runner.service.submitting import Submitting
 
 
-class Runner(Submitting, Resuming, Answering, Messaging, Inspecting, Following, Scheduling):
+class Runner(
+    Submitting, Resuming, Answering, Messaging, Inspecting, Following, Scheduling, Limiting
+):
     """Start, resume, inspect and cancel durable runs in one database.
 
     `Runner(url)` opens the database at `url` (None: RUNNER_DATABASE_URL, else the default

@@ -6,9 +6,16 @@ None of them loads SQLAlchemy: `runner list` and `show` print them on their fast
 from __future__ import annotations
 
 from runner.store.liveness import is_stalled, stall_reason
-from runner.store.rows import Fired, QueueInfo, RunRow, ScheduleRow
+from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.run_trees import RunTree
 
 __all__ = [
-    "Fired", "QueueInfo", "RunRow", "RunTree", "ScheduleRow", "is_stalled", "stall_reason",
-]  # fmt: skip
+    "Fired",
+    "LimitInfo",
+    "QueueInfo",
+    "RunRow",
+    "RunTree",
+    "ScheduleRow",
+    "is_stalled",
+    "stall_reason",
+]

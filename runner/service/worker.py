@@ -40,6 +40,7 @@ from runner.errors import (
     DatabaseUnavailable,
     LeaseLost,
     RunnerError,
+    RunParked,
     RunPaused,
     first_line,
 )
@@ -339,6 +340,10 @@ class Worker:
         except RunPaused:
             self._release(claim, None)
             self._log(logging.INFO, f"run {run.id} released for another worker", run.id)
+            return
+        except RunParked as parked:
+            # Queued again in the reservation's transaction: nothing to give back.
+            self._log(logging.INFO, f"run {run.id} parked: {parked}", run.id)
             return
         except LeaseLost as exc:
             self._log(logging.WARNING, f"run {run.id} abandoned: {exc}", run.id)

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from runner.core.clock import Clock
 from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind, Journal
+from runner.core.limits import Limits
 from runner.core.messages import Sent
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
@@ -26,7 +27,7 @@ from runner.core.waiting import Answer, Answered, Wait
 from runner.errors import RunnerError
 from runner.store.delta_writer import RunDeltas
 from runner.store.leases import Claim as Claim  # re-exported: what a claim holds
-from runner.store.rows import QueueInfo, RunRow
+from runner.store.rows import LimitInfo, QueueInfo, RunRow
 from runner.store.schedules import Fired
 
 # Told of each journal entry after its commit, on the thread that wrote it.
@@ -267,6 +268,31 @@ class RunStore(Protocol):
 
     def next_tick(self) -> datetime | None:
         """When the next tick of any schedule not paused comes (None: none)."""
+        ...
+
+    # -- provider limits (runner.store.limits, runner.store.reservations) ----------------------
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        tokens_per_minute: int | None,
+        requests_per_minute: int | None,
+        concurrency: int | None = None,
+    ) -> None:
+        """Store limit `name` (None: not limited by that measure)."""
+        ...
+
+    def remove_limit(self, name: str) -> None:
+        """Remove limit `name` and what is charged to it (LimitNotFound if none)."""
+        ...
+
+    def list_limits(self, now: datetime) -> list[LimitInfo]:
+        """Every limit, with its use over the minute up to `now`."""
+        ...
+
+    def run_limits(self, run_id: str, epoch: int) -> Limits:
+        """Where the run's model calls reserve and settle, under the lease of `epoch`."""
         ...
 
     # -- waking and writing ------------------------------------------------------------------

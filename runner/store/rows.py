@@ -229,3 +229,32 @@ class QueueInfo:
     delayed: int  # queued, with a not_before still to come
     running: int  # running under a live lease: what the limit counts
     waiting: int  # waiting for a person's answer (holding no slot)
+
+
+@dataclass(frozen=True)
+class LimitInfo:
+    """A provider limit as `runner limit list` shows it: its settings, and its use over the
+    minute up to now (what a reservation is checked against)."""
+
+    name: str
+    tokens_per_minute: int | None  # None: no token limit
+    requests_per_minute: int | None  # None: no request limit
+    concurrency: int | None  # calls in flight at once; None: no limit
+    tokens: int  # charged in the last minute: usage of settled calls, estimates in flight
+    requests: int  # model calls charged in the last minute
+    in_flight: int  # calls reserved and not yet settled (under a live lease)
+    waiting: int  # runs parked until the limit has room
+    backoff_until: datetime | None  # a provider's Retry-After, shared; None or past: none
+
+    @property
+    def tokens_left(self) -> int | None:
+        """Tokens that may still be reserved this minute (None: no token limit)."""
+        if self.tokens_per_minute is None:
+            return None
+        return max(self.tokens_per_minute - self.tokens, 0)
+
+    @property
+    def requests_left(self) -> int | None:
+        if self.requests_per_minute is None:
+            return None
+        return max(self.requests_per_minute - self.requests, 0)

@@ -370,3 +370,60 @@ messages = Table(
 )
 # The entries table's columns in order: how a journal row's values are laid out.
 ENTRY_COLUMNS = [column.name for column in entries.columns]
+
+# Provider limits shared by the fleet (revision 0010). A limit is a row of `limits`; every
+# model call of a run that draws from it holds a row of `limit_reservations` (its estimate
+# while the call is in flight, then the tokens the provider reported); a run that found no
+# room is in `limit_waiters` until it gets some (its place in line: oldest first).
+limits = Table(
+    "limits",
+    metadata,
+    Column("name", String(200), primary_key=True, comment="e.g. openai/gpt-4.1"),
+    Column("tokens_per_minute", Counter, nullable=True, comment="NULL: no token limit"),
+    Column("requests_per_minute", Integer, nullable=True, comment="NULL: no request limit"),
+    Column("concurrency", Integer, nullable=True, comment="calls in flight at once; NULL: any"),
+    Column(
+        "backoff_until",
+        Timestamp,
+        nullable=True,
+        comment="a provider's Retry-After, shared: no call reserves before this",
+    ),
+    Column("updated_at", Timestamp, nullable=False, comment="when the limit was last set"),
+    comment="limits of model deployments, shared by every worker",
+)
+
+limit_reservations = Table(
+    "limit_reservations",
+    metadata,
+    Column("id", String(32), primary_key=True, comment="random"),
+    Column(
+        "limit_name",
+        String(200),
+        ForeignKey("limits.name", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("run_id", String(32), nullable=False, comment="the run whose model call it is"),
+    Column("lease_epoch", Integer, nullable=False, comment="the lease that reserved it"),
+    Column("tokens", Counter, nullable=False, comment="estimate until settled, then usage"),
+    Column("settled", Boolean, nullable=False, comment="the call ended: tokens are its usage"),
+    Column("reserved_at", Timestamp, nullable=False, comment="charged to the minute from here"),
+    Column("settled_at", Timestamp, nullable=True),
+    Index("ix_limit_reservations_limit_reserved_at", "limit_name", "reserved_at"),
+    comment="model calls charged to a limit in the last minute (older rows are deleted)",
+)
+
+limit_waiters = Table(
+    "limit_waiters",
+    metadata,
+    Column(
+        "limit_name",
+        String(200),
+        ForeignKey("limits.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("run_id", String(32), primary_key=True),
+    Column("tokens", Counter, nullable=False, comment="the estimate it waits to reserve"),
+    Column("waiting_since", Timestamp, nullable=False, comment="its place in line"),
+    Index("ix_limit_waiters_limit_since", "limit_name", "waiting_since"),
+    comment="runs parked until a limit has room for their next model call",
+)

@@ -31,6 +31,7 @@ from runner.store import (
     children,
     deltas,
     leases,
+    limits,
     messages,
     queues,
     reads,
@@ -46,7 +47,8 @@ from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.heartbeat import Heartbeat
 from runner.store.owner import this_process
 from runner.store.protocol import Claim, Decide, Observer
-from runner.store.rows import QueueInfo, RunRow
+from runner.store.reservations import SqlLimits
+from runner.store.rows import LimitInfo, QueueInfo, RunRow
 from runner.store.schedules import Fired
 from runner.store.sql_journal import SqlJournal
 from runner.store.urls import redact_url
@@ -301,6 +303,34 @@ class SqlStore:
 
     def next_tick(self) -> datetime | None:
         return schedules.next_due(self.engine)
+
+    # -- provider limits ------------------------------------------------------------------------
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        tokens_per_minute: int | None,
+        requests_per_minute: int | None,
+        concurrency: int | None = None,
+    ) -> None:
+        limits.set_limit(
+            self.engine,
+            name,
+            tokens_per_minute=tokens_per_minute,
+            requests_per_minute=requests_per_minute,
+            concurrency=concurrency,
+            clock=self._clock,
+        )
+
+    def remove_limit(self, name: str) -> None:
+        limits.remove_limit(self.engine, name)
+
+    def list_limits(self, now: datetime) -> list[LimitInfo]:
+        return limits.list_limits(self.engine, now)
+
+    def run_limits(self, run_id: str, epoch: int) -> SqlLimits:
+        return SqlLimits(self.engine, run_id, epoch, writer=self.writer, clock=self._clock)
 
     # -- waking and writing ------------------------------------------------------------------
 

@@ -1,13 +1,13 @@
 """Fakes for testing agents and the code around them, shipped with the library.
 
 `InMemoryStore` (`memory_store`, with its rows in `memory_rows`, its answers in
-`memory_answers`, its inboxes in `memory_messages`, its journal in `memory_journal` and its
-deltas in `memory_deltas`) is the store of durable runs in memory:
-`Runner(store=InMemoryStore())` and `Worker(store=...)` run, claim, answer, queue, revive and
-fork runs by the SQL store's rules with no database (`runner.store.protocol` is what both
-stores provide). `TestModel`, `FunctionModel` and `ScriptedModel` (`models`) need no
-provider: an agent's tests run in milliseconds, the same way every time. The README's
-"Testing your agents" shows them.
+`memory_answers`, its inboxes in `memory_messages`, its provider limits in `memory_limits`,
+its journal in `memory_journal` and its deltas in `memory_deltas`) is the store of durable
+runs in memory: `Runner(store=InMemoryStore())` and `Worker(store=...)` run, claim, answer,
+queue, revive and fork runs by the SQL store's rules with no database
+(`runner.store.protocol` is what both stores provide). `TestModel`, `FunctionModel` and
+`ScriptedModel` (`models`) need no provider: an agent's tests run in milliseconds, the same
+way every time. The README's "Testing your agents" shows them.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
 `runner.service` and the shared leaves.

@@ -63,6 +63,11 @@ class MemoryRows:
         self.limits: dict[str, int | None] = {}
         # Each run's inbox (the `messages` table's rows), in the order they were sent.
         self.messages: dict[str, list[Row]] = {}
+        # Provider limits (runner.testing.memory_limits): by name, reservations by id, the
+        # runs in line by (limit, run id).
+        self.provider_limits: dict[str, Row] = {}
+        self.reservations: dict[str, Row] = {}
+        self.limit_waiters: dict[tuple[str, str], Row] = {}
         self._listeners: set[threading.Event] = set()
 
     @property

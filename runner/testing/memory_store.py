@@ -47,11 +47,12 @@ from runner.store.schedules import Fired
 from runner.testing.memory_answers import MemoryAnswers
 from runner.testing.memory_deltas import MemoryDeltas
 from runner.testing.memory_journal import MemoryRunJournal
+from runner.testing.memory_limits import MemoryLimits
 from runner.testing.memory_messages import MemoryMessages
 from runner.testing.memory_rows import InMemoryStoreError, MemoryWakeups, Row, json_value
 
 
-class InMemoryStore(MemoryAnswers, MemoryMessages):
+class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
     """Runs, journals and queue limits in this process's memory (see the module's doc).
 
     `clock` is what leases, delays and timeouts are measured on (default a `ManualClock`:

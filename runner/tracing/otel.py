@@ -247,6 +247,11 @@ class _ModelCall(_Handle):
         for name, value in _usage(usage).items():
             self.span.set_attribute(name, value)
 
+    def limited(self, limit: str, waited: float) -> None:
+        """The provider limit the call drew from, and how long the run waited for room."""
+        self.span.set_attribute("runner.limit", limit)
+        self.span.set_attribute("runner.limit.waited_seconds", waited)
+
 
 # Attribute integers are 64-bit in every exporter; a model may report any amount.
 _INT_MAX = 2**63 - 1

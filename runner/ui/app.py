@@ -53,6 +53,7 @@ def make_app(url: str | None = None, *, token: str | None = None) -> Starlette:
             Route("/runs/{run_id}/deny", pages.deny, methods=["POST"], name="deny"),
             Route("/runs/{run_id}/reply", pages.reply, methods=["POST"], name="reply"),
             Route("/stats", pages.stats, name="stats"),
+            Route("/limits", pages.limits, name="limits"),
             Mount("/api", routes=api.routes),
             Mount("/static", StaticFiles(packages=[("runner.ui", "static")]), name="static"),
         ],

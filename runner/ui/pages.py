@@ -21,6 +21,7 @@ from runner.history import (
     JournalEntry,
     filter_choices,
     journal_page,
+    limit_use,
     run_standing,
     runs_page,
     step_counters,
@@ -251,6 +252,14 @@ async def _answer(request: Request, how: str, field: str) -> Response:
         raise HTTPException(400, str(exc)) from None
     target = request.url_for("run", run_id=answered.run_id).include_query_params(notice="answered")
     return RedirectResponse(str(target.path) + "?" + target.query, status_code=303)
+
+
+# -- provider limits --------------------------------------------------------------------------
+
+
+def limits(request: Request) -> Response:
+    state = _state(request)
+    return state.render(request, "limits.html", limits=limit_use(state.reader))
 
 
 # -- stop reasons per release ---------------------------------------------------------------

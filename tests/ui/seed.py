@@ -42,6 +42,7 @@ def seed(url: str) -> Seeded:
         runner.run(ref("long"), "loop for long", id=seeded.long)
         runner.run(ref("shop_r2"), "fail now", id=seeded.failing)
         runner.run(ref("hostile"), "hostile " + HOSTILE, id=seeded.hostile)
+        runner.set_limit("openai/gpt-4.1", tokens_per_minute=60_000, requests_per_minute=300)
         runner.submit(ref("shop_r1"), "ok later", id=seeded.queued)
         runner.submit(ref("shop_r1"), "ok cancel me", id=seeded.to_cancel)
         runner.submit(ref("shop_r1"), "ok running", id=seeded.running)

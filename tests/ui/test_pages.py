@@ -386,3 +386,12 @@ def test_no_page_shows_the_database_password(seeded: Seeded) -> None:
             page = app.get(path).text
             assert "SECRETPW" not in page, path
             assert html.escape(redact_url(url)) in page, path
+
+
+# -- provider limits ------------------------------------------------------------------------
+
+
+def test_the_limits_page_shows_each_limit_and_its_headroom(client: TestClient) -> None:
+    page = visible(get(client, "/limits"))
+    assert "Provider limits" in page
+    assert "openai/gpt-4.1" in page and "0 / 60,000" in page and "0 / 300" in page

@@ -1,0 +1,149 @@
+"""Limits a run's model calls draw from: the protocol the loop reserves and settles through.
+
+Before a model call the loop reserves one request and an estimate of the call's tokens from
+the limit the agent names (`Agent(limit=...)`, or the adapter's own `limit` attribute, such
+as `openai/gpt-4.1`); after it, the reservation is settled with the tokens the model reported
+(0 for a call that failed). A limit with no room parks the run (`RunParked`): it is queued
+again with a wake-up time and holds no worker slot meanwhile. A provider's `Retry-After` is
+handed back (`back_off`) so that every run of the limit waits, not only the one told.
+
+The estimate is documented, and deliberately simple: the text of what the model is sent (its
+JSON) at four characters a token, plus the model's `max_tokens` (its output allowance), or
+DEFAULT_OUTPUT_TOKENS when the model does not say. The settle replaces it with the truth.
+
+The store implements `Limits` (SQL, shared by every worker); `NO_LIMITS` reserves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from runner.core.actions import parse_action
+from runner.core.faults import fault
+from runner.core.journal import Counters, Entry, EntryKind
+from runner.errors import ModelRetryable
+
+# A limit counts what was charged to it over this many seconds up to now.
+WINDOW_SECONDS = 60.0
+# The output allowance of a call whose model states no max_tokens.
+DEFAULT_OUTPUT_TOKENS = 1000
+# The prompt's estimate: characters of its JSON per token (a common rule of thumb for English).
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One model call's charge to a limit, held from before the call to its settle."""
+
+    limit: str
+    id: str | None  # None: the limit is not set, nothing was reserved
+    tokens: int  # the estimate reserved
+    waited: float = 0.0  # seconds the run waited in line for it (0: it found room at once)
+
+
+class Limits(Protocol):
+    """Where a run's model calls reserve and settle (one run's, under its lease)."""
+
+    def reserve(self, limit: str, tokens: int) -> Reservation:
+        """Charge one request and `tokens` to `limit`; if it has no room, park the run until
+        it may (and raise RunParked). A limit that is not set reserves nothing."""
+        ...
+
+    def settle(self, reservation: Reservation, tokens: int) -> None:
+        """The call ended having used `tokens` (as the provider reported; 0 if it failed)."""
+        ...
+
+    def back_off(self, limit: str, seconds: float) -> None:
+        """The provider said to come back in `seconds`: no run reserves from `limit` before."""
+        ...
+
+
+class NoLimits:
+    """Reserves nothing: `run_agent`, and any run on a store without limits."""
+
+    def reserve(self, limit: str, tokens: int) -> Reservation:
+        return Reservation(limit, None, tokens)
+
+    def settle(self, reservation: Reservation, tokens: int) -> None:
+        return None
+
+    def back_off(self, limit: str, seconds: float) -> None:
+        return None
+
+
+NO_LIMITS: Limits = NoLimits()
+
+
+def estimate_tokens(shown: Any, max_tokens: int | None) -> int:
+    """The tokens reserved for a call sending `shown` (see the module's doc)."""
+    text = json.dumps(shown, default=str, ensure_ascii=False)
+    allowance = DEFAULT_OUTPUT_TOKENS if max_tokens is None else max_tokens
+    return math.ceil(len(text) / CHARS_PER_TOKEN) + allowance
+
+
+def limit_of(model: Any, named: str | None = None) -> str | None:
+    """The limit a model's calls draw from: `named`, else the model's own `limit` attribute
+    (an adapter's `provider/model`), else None."""
+    if named is not None:
+        return named
+    own = getattr(model, "limit", None)
+    return own if isinstance(own, str) and own else None
+
+
+@dataclass
+class Draw:
+    """One run's model calls drawing from one limit: reserve before, settle after.
+
+    `waited` is told of each reservation the run had to wait for (the loop journals it).
+    """
+
+    limits: Limits
+    limit: str
+    max_tokens: int | None = None
+    waited: Callable[[Reservation], None] | None = None
+
+    def reserve(self, shown: Any) -> Reservation:
+        reservation = self.limits.reserve(self.limit, estimate_tokens(shown, self.max_tokens))
+        fault("after_limit_reserve")
+        if reservation.waited > 0 and self.waited is not None:
+            self.waited(reservation)
+        return reservation
+
+    def settle(self, reservation: Reservation, output: Any) -> None:
+        """Settle with the usage `output` reports (None: the call failed, it used none)."""
+        used = 0
+        if output is not None:
+            try:
+                used = parse_action(output).tokens
+            except Exception:  # an output the loop will call invalid: charge the estimate
+                used = reservation.tokens
+        self.limits.settle(reservation, used)
+
+    def failed(self, exc: BaseException) -> None:
+        """A provider's 429 with Retry-After backs the limit off for every run."""
+        if isinstance(exc, ModelRetryable) and exc.retry_after is not None:
+            self.limits.back_off(self.limit, exc.retry_after)
+
+
+def max_tokens_of(model: Any) -> int | None:
+    """The output allowance a model states (`max_tokens`), if it states one."""
+    value = getattr(model, "max_tokens", None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def limit_wait_entry(counters: Counters, reservation: Reservation) -> Entry:
+    """The journal's record that the run waited for its limit before its next model call
+    (not shown to the model; a resumed loop passes over it)."""
+    return Entry(
+        EntryKind.LIMIT_WAIT,
+        counters.steps + 1,
+        counters,
+        content=f"waited {reservation.waited:.1f}s for limit {reservation.limit}",
+        args={"limit": reservation.limit, "waited_seconds": round(reservation.waited, 3)},
+    )

@@ -1,0 +1,254 @@
+"""Reserving from a limit before a model call, settling after, and parking a run that must
+wait: `SqlLimits`, the store's side of the loop's `Limits` protocol (runner.core.limits).
+
+A reservation is one transaction with the limit's row locked (FOR UPDATE on PostgreSQL;
+BEGIN IMMEDIATE on SQLite): two workers racing for the last tokens are served one after the
+other, and the second sees the first's charge. It fits when the limit's charge over the
+last minute (runner.store.limits.charges) plus the estimates of the runs ahead of it in line
+plus its own stays within tokens and requests per minute, its calls in flight within the
+concurrency, and no shared Retry-After holds the limit back.
+
+Fairness: first come, first served by the time a run began to wait. A run that finds no
+room takes a place in line (`limit_waiters`, since then) and every later reservation leaves
+room for the estimates of the runs ahead of it, whatever their queue or priority: a run
+waits at most for those before it, never for ever. A call larger than a whole minute's
+tokens goes through alone, when nothing else is charged, rather than never.
+
+A run without room is parked in the same transaction: queued again with `not_before` at the
+moment its call would fit (when enough of the minute's charges age out, or the Retry-After
+ends), its lease let go (no slot, no connection, no polling of its own), and RunParked is
+raised. Its next claim resumes it from its journal and reserves again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, bindparam, delete, select, update
+
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.limits import WINDOW_SECONDS, Reservation
+from runner.core.status import RunStatus
+from runner.errors import LeaseLost, RunParked
+from runner.store.limits import Charge, aware, charges, live_waiter
+from runner.store.runs import reading
+from runner.store.schema import COUNTER_MAX, limit_reservations, limit_waiters, limits, runs
+from runner.store.writer import Writer
+
+# A run waiting only for a call in flight to end (the concurrency) looks again this soon: a
+# call's end is not known ahead, as the minute's charges ageing out are.
+CONCURRENCY_RECHECK_SECONDS = 1.0
+# No wake-up sooner than this: the moment computed is when the room exists.
+LEAST_PARK_SECONDS = 0.05
+
+
+_IS_SET = select(limits.c.name).where(limits.c.name == bindparam("name"))
+
+
+class SqlLimits:
+    """One run's reservations, under the lease of `epoch` (runner.core.limits.Limits)."""
+
+    def __init__(
+        self, engine: Engine, run_id: str, epoch: int, *, writer: Writer, clock: Clock = SYSTEM
+    ) -> None:
+        self.engine, self.run_id, self.epoch = engine, run_id, epoch
+        self.writer, self.clock = writer, clock
+
+    def reserve(self, limit: str, tokens: int) -> Reservation:
+        tokens = min(max(tokens, 0), COUNTER_MAX)
+        # An adapter draws from `provider/model` by default, set or not: a limit that is not
+        # set costs a plain read, never SQLite's write lock.
+        with reading(self.engine) as connection:
+            if connection.execute(_IS_SET, {"name": limit}).first() is None:
+                return Reservation(limit, None, tokens)
+        with self.writer.turn() as connection, connection.begin():
+            decided = _reserve(connection, self.run_id, self.epoch, limit, tokens, self.clock)
+        if isinstance(decided, Reservation):
+            return decided
+        raise RunParked(
+            f"run {self.run_id} waits for limit {limit} until {decided:%H:%M:%S.%f} UTC",
+            run_id=self.run_id,
+            limit=limit,
+            until=decided.timestamp(),
+        )
+
+    def settle(self, reservation: Reservation, tokens: int) -> None:
+        if reservation.id is None:
+            return
+        with self.writer.turn() as connection, connection.begin():
+            connection.execute(
+                update(limit_reservations)
+                .where(limit_reservations.c.id == reservation.id)
+                .values(
+                    tokens=min(max(tokens, 0), COUNTER_MAX),
+                    settled=True,
+                    settled_at=utc_now(self.clock),
+                )
+            )
+
+    def back_off(self, limit: str, seconds: float) -> None:
+        until = utc_now(self.clock) + timedelta(seconds=max(seconds, 0.0))
+        with self.writer.turn() as connection, connection.begin():
+            connection.execute(
+                update(limits)
+                .where(
+                    limits.c.name == limit,
+                    limits.c.backoff_until.is_(None) | (limits.c.backoff_until < until),
+                )
+                .values(backoff_until=until)
+            )
+
+
+def _reserve(
+    connection: Connection, run_id: str, epoch: int, name: str, tokens: int, clock: Clock
+) -> Reservation | datetime:
+    """The reservation, or the time the run is parked until (in the caller's transaction)."""
+    limit = connection.execute(
+        select(limits).where(limits.c.name == name).with_for_update()
+    ).first()
+    if limit is None:
+        return Reservation(name, None, tokens)  # not set: the calls draw from nothing
+    at = utc_now(clock)  # read under the lock: every reservation of the limit in order
+    r, w = limit_reservations.c, limit_waiters.c
+    # The minute's charges are all this needs: older rows go, so the table stays small.
+    connection.execute(
+        delete(limit_reservations).where(
+            r.limit_name == name, r.reserved_at < at - timedelta(seconds=2 * WINDOW_SECONDS)
+        )
+    )
+    charged = charges(connection, name, at)
+    mine = connection.execute(
+        select(w.waiting_since).where(w.limit_name == name, w.run_id == run_id)
+    ).first()
+    ahead_of_me = select(w.tokens).where(w.limit_name == name, w.run_id != run_id, live_waiter(at))
+    if mine is not None:
+        since = mine.waiting_since
+        ahead_of_me = ahead_of_me.where(
+            (w.waiting_since < since) | ((w.waiting_since == since) & (w.run_id < run_id))
+        )
+    ahead = [int(n) for n in connection.execute(ahead_of_me).scalars()]
+    room = Room(limit._mapping, at, charged, ahead, tokens)
+    if room.fits():
+        reservation_id = uuid.uuid4().hex
+        connection.execute(
+            limit_reservations.insert().values(
+                id=reservation_id,
+                limit_name=name,
+                run_id=run_id,
+                lease_epoch=epoch,
+                tokens=tokens,
+                settled=False,
+                reserved_at=at,
+            )
+        )
+        waited = 0.0
+        if mine is not None:
+            connection.execute(
+                delete(limit_waiters).where(w.limit_name == name, w.run_id == run_id)
+            )
+            waited = max((at - aware(mine.waiting_since)).total_seconds(), 0.0)
+        return Reservation(name, reservation_id, tokens, waited)
+    until = room.wake_at()
+    if mine is None:
+        connection.execute(
+            limit_waiters.insert().values(
+                limit_name=name, run_id=run_id, tokens=tokens, waiting_since=at
+            )
+        )
+    else:
+        connection.execute(
+            update(limit_waiters)
+            .where(w.limit_name == name, w.run_id == run_id)
+            .values(tokens=tokens)
+        )
+    parked = connection.execute(
+        update(runs)
+        .where(runs.c.id == run_id, runs.c.lease_epoch == epoch, runs.c.status == RunStatus.RUNNING)
+        .values(
+            status=RunStatus.QUEUED,
+            lease_owner=None,
+            lease_expires_at=None,
+            not_before=until,
+            updated_at=at,
+        )
+    ).rowcount
+    if not parked:
+        raise LeaseLost(f"run {run_id} was taken over by another worker")
+    return until
+
+
+class Room:
+    """Whether a call of `tokens` fits a limit at `at`, and if not, from when it will."""
+
+    def __init__(
+        self,
+        limit: Any,
+        at: datetime,
+        charged: list[Charge],
+        ahead: list[int],
+        tokens: int,
+    ) -> None:
+        self.at, self.charged, self.ahead, self.tokens = at, charged, ahead, tokens
+        self.tokens_per_minute: int | None = limit["tokens_per_minute"]
+        self.requests_per_minute: int | None = limit["requests_per_minute"]
+        self.concurrency: int | None = limit["concurrency"]
+        backoff = limit["backoff_until"]
+        self.backoff_until = None if backoff is None else aware(backoff)
+
+    def _excess_tokens(self) -> int:
+        if self.tokens_per_minute is None:
+            return 0
+        used = sum(charge.tokens for charge in self.charged) + sum(self.ahead)
+        if used == 0:
+            return 0  # alone, a call larger than the whole minute goes through
+        return used + self.tokens - self.tokens_per_minute
+
+    def _excess_requests(self) -> int:
+        if self.requests_per_minute is None:
+            return 0
+        return len(self.charged) + len(self.ahead) + 1 - self.requests_per_minute
+
+    def _too_many_in_flight(self) -> bool:
+        if self.concurrency is None:
+            return False
+        return sum(charge.in_flight for charge in self.charged) + 1 > self.concurrency
+
+    def _backing_off(self) -> bool:
+        return self.backoff_until is not None and self.backoff_until > self.at
+
+    def fits(self) -> bool:
+        return (
+            self._excess_tokens() <= 0
+            and self._excess_requests() <= 0
+            and not self._too_many_in_flight()
+            and not self._backing_off()
+        )
+
+    def wake_at(self) -> datetime:
+        """When enough of the minute's charges age out for the call (and the runs ahead)."""
+        window = timedelta(seconds=WINDOW_SECONDS)
+        moments = [self.at + timedelta(seconds=LEAST_PARK_SECONDS)]
+        if self._backing_off():
+            assert self.backoff_until is not None
+            moments.append(self.backoff_until)
+        excess = self._excess_tokens()
+        if excess > 0:
+            moments.append(self._freed(excess, lambda charge: charge.tokens) + window)
+        excess = self._excess_requests()
+        if excess > 0:
+            moments.append(self._freed(excess, lambda charge: 1) + window)
+        if self._too_many_in_flight():
+            moments.append(self.at + timedelta(seconds=CONCURRENCY_RECHECK_SECONDS))
+        return max(moments)
+
+    def _freed(self, excess: int, amount: Any) -> datetime:
+        """The reservation time of the charge whose ageing out frees `excess` (the minute's
+        charges age out oldest first); now, if they cannot free that much."""
+        freed = 0
+        for charge in self.charged:
+            freed += amount(charge)
+            if freed >= excess:
+                return charge.reserved_at
+        return self.at

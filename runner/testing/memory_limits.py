@@ -1,0 +1,199 @@
+"""The in-memory store's provider limits: the rows of `limits`, `limit_reservations` and
+`limit_waiters` kept in dictionaries, reserved from by the SQL store's rule
+(runner.store.reservations.Room: the same fit, the same line, the same wake-up time)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from runner.core.limits import WINDOW_SECONDS, Reservation
+from runner.core.status import RunStatus
+from runner.errors import LeaseLost, LimitNotFound, RunParked
+from runner.store import limits as sql_limits
+from runner.store.limits import WAITER_GRACE_SECONDS, Charge
+from runner.store.reservations import Room
+from runner.store.rows import LimitInfo
+from runner.store.schema import COUNTER_MAX
+from runner.testing.memory_rows import MemoryRows, Row
+
+
+class MemoryLimits(MemoryRows):
+    """The in-memory store's part that keeps provider limits."""
+
+    def set_limit(
+        self,
+        name: str,
+        *,
+        tokens_per_minute: int | None,
+        requests_per_minute: int | None,
+        concurrency: int | None = None,
+    ) -> None:
+        sql_limits.check_name(name)
+        values = {
+            "tokens_per_minute": sql_limits.check_amount(
+                "tokens per minute", tokens_per_minute, COUNTER_MAX
+            ),
+            "requests_per_minute": sql_limits.check_amount(
+                "requests per minute", requests_per_minute, 2**31 - 1
+            ),
+            "concurrency": sql_limits.check_amount("concurrency", concurrency, 2**31 - 1),
+        }
+        with self._lock:
+            row = self.provider_limits.setdefault(name, {"name": name, "backoff_until": None})
+            row.update(values, updated_at=self._now())
+
+    def remove_limit(self, name: str) -> None:
+        sql_limits.check_name(name)
+        with self._lock:
+            if self.provider_limits.pop(name, None) is None:
+                raise LimitNotFound(f"no limit named {name}")
+            for key in [k for k, r in self.reservations.items() if r["limit_name"] == name]:
+                del self.reservations[key]
+            for pair in [pair for pair in self.limit_waiters if pair[0] == name]:
+                del self.limit_waiters[pair]
+
+    def list_limits(self, now: datetime) -> list[LimitInfo]:
+        with self._lock:
+            found = []
+            for name in sorted(self.provider_limits):
+                row = self.provider_limits[name]
+                charged = self._charges(name, now)
+                backoff = row["backoff_until"]
+                found.append(
+                    LimitInfo(
+                        name=name,
+                        tokens_per_minute=row["tokens_per_minute"],
+                        requests_per_minute=row["requests_per_minute"],
+                        concurrency=row["concurrency"],
+                        tokens=sum(charge.tokens for charge in charged),
+                        requests=len(charged),
+                        in_flight=sum(charge.in_flight for charge in charged),
+                        waiting=sum(
+                            1
+                            for (limit, run_id) in self.limit_waiters
+                            if limit == name and self._waiter_live(run_id, now)
+                        ),
+                        backoff_until=backoff if backoff is not None and backoff > now else None,
+                    )
+                )
+            return found
+
+    def run_limits(self, run_id: str, epoch: int) -> MemoryRunLimits:
+        return MemoryRunLimits(self, run_id, epoch)
+
+    # -- the rules, as runner.store.limits reads them -------------------------------------------
+
+    def _charges(self, name: str, at: datetime) -> list[Charge]:
+        since = at - timedelta(seconds=WINDOW_SECONDS)
+        found = []
+        for row in self.reservations.values():
+            if row["limit_name"] != name or not row["reserved_at"] > since:
+                continue
+            if row["settled"] or self._lease_live(row["run_id"], row["lease_epoch"], at):
+                found.append(Charge(row["tokens"], row["reserved_at"], not row["settled"]))
+        return sorted(found, key=lambda charge: charge.reserved_at)
+
+    def _lease_live(self, run_id: str, epoch: int, at: datetime) -> bool:
+        run = self.runs.get(run_id)
+        return (
+            run is not None
+            and run["lease_epoch"] == epoch
+            and run["status"] == RunStatus.RUNNING
+            and run["lease_expires_at"] is not None
+            and run["lease_expires_at"] >= at
+        )
+
+    def _waiter_live(self, run_id: str, at: datetime) -> bool:
+        run = self.runs.get(run_id)
+        if run is None:
+            return False
+        if run["status"] == RunStatus.RUNNING:
+            return True
+        wake = run["not_before"]
+        grace = timedelta(seconds=WAITER_GRACE_SECONDS)
+        return run["status"] == RunStatus.QUEUED and (wake is None or wake >= at - grace)
+
+
+class MemoryRunLimits:
+    """One run's reservations in the in-memory store (runner.core.limits.Limits)."""
+
+    def __init__(self, store: MemoryLimits, run_id: str, epoch: int) -> None:
+        self.store, self.run_id, self.epoch = store, run_id, epoch
+
+    def reserve(self, limit: str, tokens: int) -> Reservation:
+        store = self.store
+        tokens = min(max(tokens, 0), COUNTER_MAX)
+        with store._lock:
+            row = store.provider_limits.get(limit)
+            if row is None:
+                return Reservation(limit, None, tokens)
+            at = store._now()
+            charged = store._charges(limit, at)
+            mine = store.limit_waiters.get((limit, self.run_id))
+            ahead = [
+                waiter["tokens"]
+                for (name, run_id), waiter in store.limit_waiters.items()
+                if name == limit
+                and run_id != self.run_id
+                and store._waiter_live(run_id, at)
+                and (mine is None or (waiter["since"], run_id) < (mine["since"], self.run_id))
+            ]
+            room = Room(row, at, charged, ahead, tokens)
+            if room.fits():
+                reservation_id = uuid.uuid4().hex
+                store.reservations[reservation_id] = {
+                    "limit_name": limit,
+                    "run_id": self.run_id,
+                    "lease_epoch": self.epoch,
+                    "tokens": tokens,
+                    "settled": False,
+                    "reserved_at": at,
+                }
+                waited = 0.0
+                if mine is not None:
+                    del store.limit_waiters[(limit, self.run_id)]
+                    waited = max((at - mine["since"]).total_seconds(), 0.0)
+                return Reservation(limit, reservation_id, tokens, waited)
+            until = room.wake_at()
+            run: Row | None = store.runs.get(self.run_id)
+            if (
+                run is None
+                or run["lease_epoch"] != self.epoch
+                or run["status"] != RunStatus.RUNNING
+            ):
+                raise LeaseLost(f"run {self.run_id} was taken over by another worker")
+            if mine is None:
+                store.limit_waiters[(limit, self.run_id)] = {"tokens": tokens, "since": at}
+            else:
+                mine["tokens"] = tokens
+            run.update(
+                status=RunStatus.QUEUED,
+                lease_owner=None,
+                lease_expires_at=None,
+                not_before=until,
+                updated_at=at,
+            )
+        raise RunParked(
+            f"run {self.run_id} waits for limit {limit} until {until:%H:%M:%S.%f} UTC",
+            run_id=self.run_id,
+            limit=limit,
+            until=until.timestamp(),
+        )
+
+    def settle(self, reservation: Reservation, tokens: int) -> None:
+        if reservation.id is None:
+            return
+        with self.store._lock:
+            row = self.store.reservations.get(reservation.id)
+            if row is not None:
+                row.update(tokens=min(max(tokens, 0), COUNTER_MAX), settled=True)
+
+    def back_off(self, limit: str, seconds: float) -> None:
+        with self.store._lock:
+            row = self.store.provider_limits.get(limit)
+            if row is None:
+                return
+            until = self.store._now() + timedelta(seconds=max(seconds, 0.0))
+            if row["backoff_until"] is None or row["backoff_until"] < until:
+                row["backoff_until"] = until

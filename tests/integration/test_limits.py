@@ -1,0 +1,182 @@
+"""Provider limits on both databases: set, listed and removed through the `Runner`;
+reserved from and settled by two workers at once; a crash's reservation expiring with its
+lease; a provider's Retry-After shared; the line kept first come, first served.
+
+The rule of a reservation (what fits, the wake-up time) is shared with the in-memory store
+(runner.testing.memory_limits) and tested there on a manual clock (tests/unit/test_limits.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+
+from runner import Runner
+from runner.core.limits import Reservation
+from runner.core.status import RunStatus
+from runner.errors import LimitNotFound, RunParked
+from runner.store import leases
+from runner.store.schema import limit_reservations, runs
+
+AGENTS = Path(__file__).resolve().with_name("agents.py")
+AGENT = f"{AGENTS}:solver_agent"
+
+
+def claimed(
+    runner: Runner, run_id: str, owner: str = "tester:1:1", lease: float = 30
+) -> leases.Claim:
+    return leases.claim_run(
+        runner.engine, run_id, owner=owner, lease_seconds=lease, max_resumes=3, clock=runner.clock
+    )
+
+
+def test_set_list_and_remove_a_limit(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        assert runner.limits() == []
+        runner.set_limit("openai/gpt-4.1", tokens_per_minute=60_000, requests_per_minute=300)
+        runner.set_limit("local", concurrency=2)
+        runner.set_limit("openai/gpt-4.1", tokens_per_minute=90_000, requests_per_minute=300)
+        found = {info.name: info for info in runner.limits()}
+        assert list(found) == ["local", "openai/gpt-4.1"]
+        gpt = found["openai/gpt-4.1"]
+        assert (gpt.tokens_per_minute, gpt.requests_per_minute, gpt.concurrency) == (
+            90_000,
+            300,
+            None,
+        )
+        assert (gpt.tokens, gpt.tokens_left, gpt.requests_left, gpt.waiting) == (0, 90_000, 300, 0)
+        assert found["local"].tokens_left is None and found["local"].concurrency == 2
+        runner.remove_limit("local")
+        assert [info.name for info in runner.limits()] == ["openai/gpt-4.1"]
+        with pytest.raises(LimitNotFound):
+            runner.remove_limit("local")
+        with pytest.raises(ValueError):
+            runner.set_limit("no spaces", tokens_per_minute=1)
+        with pytest.raises(ValueError):
+            runner.set_limit("x", tokens_per_minute=0)
+
+
+def test_reserve_then_settle_charges_the_reported_usage(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        runner.set_limit("m", tokens_per_minute=1_000, requests_per_minute=10)
+        run_id = runner.submit(AGENT, "t")
+        claim = claimed(runner, run_id)
+        limits = runner.store.run_limits(run_id, claim.epoch)
+        held = limits.reserve("m", 700)
+        [info] = runner.limits()
+        assert (info.tokens, info.requests, info.in_flight) == (700, 1, 1)
+        limits.settle(held, 120)
+        [info] = runner.limits()
+        assert (info.tokens, info.requests, info.in_flight, info.tokens_left) == (120, 1, 0, 880)
+        # A limit not set reserves nothing.
+        assert limits.reserve("unset", 5) == Reservation("unset", None, 5)
+
+
+def test_two_workers_racing_for_the_last_tokens(db_url: str) -> None:
+    """Room for one call of 600 of the 1,000 tokens: of two runs reserving at once (each
+    on its own Runner, as two workers), exactly one gets it and the other is parked."""
+    with Runner(db_url) as setup:
+        setup.set_limit("m", tokens_per_minute=1_000)
+        first, second = setup.submit(AGENT, "a"), setup.submit(AGENT, "b")
+    outcomes: list[object] = []
+    start = threading.Barrier(2)
+
+    def reserve(run_id: str, owner: str) -> None:
+        with Runner(db_url) as mine:
+            claim = claimed(mine, run_id, owner)
+            limits = mine.store.run_limits(run_id, claim.epoch)
+            start.wait(30)
+            try:
+                outcomes.append(limits.reserve("m", 600))
+            except RunParked as parked:
+                outcomes.append(parked)
+
+    threads = [
+        threading.Thread(target=reserve, args=(run_id, f"worker:{n}:1"))
+        for n, run_id in enumerate((first, second))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    got = [o for o in outcomes if isinstance(o, Reservation)]
+    parked = [o for o in outcomes if isinstance(o, RunParked)]
+    assert len(got) == 1 and len(parked) == 1
+    with Runner(db_url) as runner:
+        loser = runner.row(parked[0].run_id)
+        # Parked: queued again, no lease, not claimable before the 600 tokens age out.
+        assert loser.status is RunStatus.QUEUED and loser.lease_owner is None
+        assert loser.not_before is not None
+        assert loser.not_before >= runner.now() + timedelta(seconds=55)
+        [info] = runner.limits()
+        assert (info.tokens, info.waiting) == (600, 1)
+
+
+def test_a_crashed_reservation_counts_only_until_its_lease_expires(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        runner.set_limit("m", tokens_per_minute=1_000, concurrency=1)
+        run_id = runner.submit(AGENT, "t")
+        claim = claimed(runner, run_id)
+        runner.store.run_limits(run_id, claim.epoch).reserve("m", 900)
+        [info] = runner.limits()
+        assert (info.tokens, info.in_flight) == (900, 1)
+        # The worker dies holding it (never settles); its lease runs out.
+        with runner.engine.begin() as connection:
+            connection.execute(
+                update(runs)
+                .where(runs.c.id == run_id)
+                .values(lease_expires_at=runner.now() - timedelta(seconds=1))
+            )
+        [info] = runner.limits()
+        assert (info.tokens, info.requests, info.in_flight) == (0, 0, 0)
+        other = runner.submit(AGENT, "u")
+        taken = claimed(runner, other)
+        assert runner.store.run_limits(other, taken.epoch).reserve("m", 900).id is not None
+
+
+def test_a_retry_after_holds_back_every_run_of_the_limit(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        runner.set_limit("m", requests_per_minute=100)
+        told, other = runner.submit(AGENT, "told"), runner.submit(AGENT, "other")
+        claim = claimed(runner, told)
+        runner.store.run_limits(told, claim.epoch).back_off("m", 20)
+        [info] = runner.limits()
+        assert info.backoff_until is not None
+        assert info.backoff_until >= runner.now() + timedelta(seconds=15)
+        taken = claimed(runner, other, "worker:2:1")
+        with pytest.raises(RunParked) as parked:
+            runner.store.run_limits(other, taken.epoch).reserve("m", 10)
+        assert parked.value.until >= (runner.now() + timedelta(seconds=15)).timestamp()
+
+
+def test_the_line_is_first_come_first_served(db_url: str) -> None:
+    """A run that began to wait first gets the room first: one that comes later leaves room
+    for the estimates ahead of it, whatever its priority."""
+    with Runner(db_url) as runner:
+        runner.set_limit("m", tokens_per_minute=1_000)
+        filler, early, late = (runner.submit(AGENT, t) for t in ("filler", "early", "late"))
+        claim = claimed(runner, filler)
+        runner.store.run_limits(filler, claim.epoch).reserve("m", 1_000)
+        for run_id in (early, late):
+            taken = claimed(runner, run_id)
+            with pytest.raises(RunParked):
+                runner.store.run_limits(run_id, taken.epoch).reserve("m", 600)
+        # The minute passes: the filler's charge ages out (moved back, as the clock would).
+        with runner.engine.begin() as connection:
+            connection.execute(
+                update(limit_reservations).values(reserved_at=runner.now() - timedelta(seconds=61))
+            )
+        # The later one comes back first, but 600 + the early one's 600 do not fit.
+        taken = claimed(runner, late)
+        with pytest.raises(RunParked):
+            runner.store.run_limits(late, taken.epoch).reserve("m", 600)
+        taken = claimed(runner, early)
+        got = runner.store.run_limits(early, taken.epoch).reserve("m", 600)
+        assert got.id is not None and got.waited > 0
+        with runner.engine.connect() as connection:
+            holders = set(connection.execute(select(limit_reservations.c.run_id)).scalars())
+        assert early in holders and late not in holders

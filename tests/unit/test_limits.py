@@ -1,0 +1,130 @@
+"""Provider limits on the in-memory store (the SQL store's rule, runner.store.reservations
+.Room): a model call reserves before and settles with its reported usage after; a run with
+no room parks (queued with a wake-up time, no lease) and journals how long it waited; a
+429's Retry-After holds back every run of the limit; the line is first come, first served.
+Both databases' races, crashes and shared back-offs are in tests/integration/test_limits.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runner import Agent
+from runner.core.journal import EntryKind
+from runner.core.limits import DEFAULT_OUTPUT_TOKENS, estimate_tokens, limit_of
+from runner.core.status import RunStatus
+from runner.errors import LimitNotFound, ModelRetryable, RunParked
+from runner.service.worker import Worker
+from runner.testing import FunctionModel, ScriptedModel, call, final, tool_results
+
+from .store_support import LEASE, memory_runner
+
+
+def add(a: float, b: float) -> float:
+    return a + b
+
+
+def counted(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two calls of `add`, then the answer: each model call reports 300 tokens."""
+    done = tool_results(transcript)
+    move = final("done") if len(done) >= 2 else call("add", a=len(done), b=1)
+    return {**move, "usage": 300}
+
+
+AGENT = Agent(FunctionModel(counted), {"add": add}, limit="m")
+
+
+def test_the_estimate_is_the_prompt_at_four_characters_a_token_plus_the_allowance() -> None:
+    shown = [{"role": "user", "content": "x" * 400}]
+    assert estimate_tokens(shown, 50) == 50 + estimate_tokens(shown, 0)
+    assert 100 < estimate_tokens(shown, 0) < 120
+    assert estimate_tokens(shown, None) == estimate_tokens(shown, 0) + DEFAULT_OUTPUT_TOKENS
+
+
+def test_an_agent_names_its_limit_else_the_model_does() -> None:
+    class Named:
+        limit = "openai/gpt-4.1"
+
+        def __call__(self, transcript: list[dict[str, Any]]) -> Any:
+            return final("x")
+
+    assert limit_of(Named()) == "openai/gpt-4.1"
+    assert Agent(Named()).limit == "openai/gpt-4.1"
+    assert Agent(Named(), limit="pool").limit == "pool"
+    assert Agent(ScriptedModel(["x"])).limit is None
+    with pytest.raises(ValueError):
+        Agent(ScriptedModel(["x"]), limit="")
+
+
+def test_each_model_call_reserves_then_settles_with_the_reported_usage() -> None:
+    runner, store, _clock = memory_runner()
+    runner.set_limit("m", tokens_per_minute=100_000, requests_per_minute=100)
+    result = runner.run(AGENT, "add")
+    assert result.stop_reason == "final"
+    [info] = runner.limits()
+    assert (info.requests, info.tokens, info.in_flight, info.waiting) == (3, 900, 0, 0)
+    assert all(row["settled"] for row in store.reservations.values())
+
+
+def test_a_run_with_no_room_parks_and_journals_how_long_it_waited() -> None:
+    """Two requests a minute, three model calls: the third waits for the first to age out.
+    `Runner.run` waits in its own process (on the store's manual clock, at once)."""
+    runner, store, _clock = memory_runner()
+    runner.set_limit("m", requests_per_minute=2)
+    result = runner.run(AGENT, "add")
+    assert result.stop_reason == "final"
+    waits = [e for e, _ in store.load_entries(result.run_id) if e.kind is EntryKind.LIMIT_WAIT]
+    assert len(waits) == 1
+    assert waits[0].args is not None and waits[0].args["limit"] == "m"
+    assert 50 < waits[0].args["waited_seconds"] <= 60
+    assert "for limit m" in waits[0].content
+
+
+def test_a_worker_parks_the_run_without_holding_it() -> None:
+    runner, store, clock = memory_runner()
+    runner.set_limit("m", requests_per_minute=1)
+    run_id = runner.submit(AGENT, "add")
+    worker = Worker(store=store, once=True, lease_seconds=LEASE)
+    worker.serve()
+    row = runner.row(run_id)
+    assert row.status is RunStatus.QUEUED and row.lease_owner is None
+    assert row.not_before is not None and row.not_before > runner.now()
+    [info] = runner.limits()
+    assert (info.requests, info.waiting) == (1, 1)
+    clock.advance(61)
+    Worker(store=store, once=True, lease_seconds=LEASE).serve()
+    assert runner.row(run_id).status is RunStatus.QUEUED  # one call a minute: parked again
+    for _ in range(3):
+        clock.advance(61)
+        Worker(store=store, once=True, lease_seconds=LEASE).serve()
+    assert runner.get(run_id).stop_reason == "final"
+
+
+def test_a_retry_after_backs_off_the_limit_for_every_run() -> None:
+    def crowded(transcript: list[dict[str, Any]]) -> Any:
+        raise ModelRetryable("429 Too Many Requests", retry_after=20)
+
+    runner, store, clock = memory_runner()
+    runner.set_limit("m", requests_per_minute=100)
+    told = runner.run(Agent(FunctionModel(crowded), limit="m"), "a", model_retries=0)
+    assert told.stop_reason == "model_error"
+    [info] = runner.limits()
+    assert info.backoff_until is not None and (info.requests, info.tokens) == (1, 0)
+    # Another run of the limit does not call the provider before the 20 s are over: it parks.
+    other = Agent(ScriptedModel(["x"]), ref="x:y", limit="m")
+    run_id = runner.submit(other, "b")
+    claim = store.claim_run(run_id, lease_seconds=LEASE, max_resumes=3)
+    with pytest.raises(RunParked) as parked:
+        store.run_limits(run_id, claim.epoch).reserve("m", 10)
+    assert parked.value.until == pytest.approx(clock.time() + 20)
+
+
+def test_remove_a_limit() -> None:
+    runner, _store, _clock = memory_runner()
+    runner.set_limit("m", concurrency=1)
+    runner.remove_limit("m")
+    assert runner.limits() == []
+    with pytest.raises(LimitNotFound):
+        runner.remove_limit("m")
