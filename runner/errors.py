@@ -187,6 +187,10 @@ class MessageRefused(RequestRefused):
     fit what the agent accepts (`Agent(accepts=...)`)."""
 
 
+class MessageConflict(MessageRefused):
+    """A message's key was sent to the run before with another message."""
+
+
 class MissingExtra(RunnerError):
     """An optional dependency is not installed: the message names the extra to install."""
 

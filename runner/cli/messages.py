@@ -13,6 +13,7 @@ import click
 
 from runner.cli import output
 from runner.cli.options import RUN_ID, budget_options, db_option, given, json_option
+from runner.service import documents
 
 if TYPE_CHECKING:
     from runner.core.messages import Sent
@@ -59,7 +60,7 @@ def send(
     with Runner(url) as runner:
         sent = runner.send(run_id, message, key=key, revive=revive, **chosen)
     if as_json:
-        output.print_json(sent_json(sent))
+        output.print_json(documents.sent_json(sent))
     else:
         output.line(sent_line(sent))
 
@@ -82,16 +83,3 @@ def sent_line(sent: Sent) -> str:
         f"sent message {sent.number} (key {key}) to run {sent.run_id} ({sent.status}): "
         "the model reads it before the run's next step"
     )
-
-
-def sent_json(sent: Sent) -> dict[str, Any]:
-    return {
-        "id": sent.run_id,
-        "key": sent.key,
-        "number": sent.number,
-        "sent_at": sent.sent_at.isoformat(),
-        "status": str(sent.status),
-        "duplicate": sent.duplicate,
-        "delivered": sent.delivered_seq is not None,
-        "revived": sent.revived,
-    }

@@ -1,4 +1,4 @@
-"""The JSON documents every face gives of runs, waits, answers and events: what `runner
+"""The JSON documents every face gives of runs, waits, answers, messages and events: what `runner
 show --json`, `runner tail --json` and the HTTP API (`runner ui`'s `/api/`) print alike.
 
 Plain dicts of JSON values (times as ISO 8601 in UTC); nothing here loads SQLAlchemy, so
@@ -13,6 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from runner.core.messages import Sent
     from runner.core.result import AgentResult
     from runner.core.waiting import Answered, Wait
     from runner.service.events import DeltaEvent, Event
@@ -114,6 +115,20 @@ def answered_json(answered: Answered) -> dict[str, Any]:
         "at": answered.at.isoformat(),
         "text": answered.text,
         "still_waiting": list(answered.still_waiting),
+    }
+
+
+def sent_json(sent: Sent) -> dict[str, Any]:
+    """A message in a run's inbox (`runner send`): its key, its place, and what became of it."""
+    return {
+        "id": sent.run_id,
+        "key": sent.key,
+        "number": sent.number,
+        "sent_at": sent.sent_at.isoformat(),
+        "status": str(sent.status),
+        "duplicate": sent.duplicate,
+        "delivered": sent.delivered_seq is not None,
+        "revived": sent.revived,
     }
 
 

@@ -22,7 +22,7 @@ from runner.core.faults import fault
 from runner.core.journal import Counters, Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
-from runner.errors import LeaseLost, MessageRefused, RunFinished, RunNotFound
+from runner.errors import LeaseLost, MessageConflict, RunFinished, RunNotFound
 from runner.store.runs import RunRow, entry_row, lock_run
 from runner.store.schema import entries, messages, runs
 
@@ -92,7 +92,7 @@ def _sent(connection: Connection, run: RunRow, key: str, body: str) -> Sent | No
     if row is None:
         return None
     if row.body != body:
-        raise MessageRefused(conflict_words(run, key, row.number))
+        raise MessageConflict(conflict_words(run, key, row.number))
     return Sent(
         run.id,
         key,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from runner.core.journal import Counters, Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
-from runner.errors import LeaseLost, MessageRefused, RunFinished
+from runner.errors import LeaseLost, MessageConflict, RunFinished
 from runner.store.messages import conflict_words, finished_words
 from runner.store.rows import RunRow
 from runner.testing.memory_rows import MemoryRows, Row
@@ -30,7 +30,7 @@ class MemoryMessages(MemoryRows):
             for message in inbox:
                 if message["idempotency_key"] == key:
                     if message["body"] != body:
-                        raise MessageRefused(conflict_words(run, key, message["number"]))
+                        raise MessageConflict(conflict_words(run, key, message["number"]))
                     return _sent(run, message, duplicate=True)
             if run.status is RunStatus.FINISHED and not finished_ok:
                 raise RunFinished(finished_words(run))

@@ -1,8 +1,9 @@
-"""The HTTP API under `/api/`: runs as JSON, submit, cancel, answers, and a run's events as
-Server-Sent Events. Every call goes through the `Runner` (runner.service), the library the
-CLI uses; the JSON is the CLI's (runner.service.documents); what the API accepts and how it
-refuses is runner.ui.api_input; the stream is runner.ui.api_events; the OpenAPI document
-runner.ui.api_openapi. Who may call it is runner.ui.security's, as for the page.
+"""The HTTP API under `/api/`: runs as JSON, submit, cancel, answers, messages into runs, and a
+run's events as Server-Sent Events. Every call goes through the `Runner` (runner.service),
+the library the CLI uses; the JSON is the CLI's (runner.service.documents); what the API
+accepts and how it refuses is runner.ui.api_input; the stream is runner.ui.api_events; the
+OpenAPI document runner.ui.api_openapi. Who may call it is runner.ui.security's, as for the
+page.
 """
 
 from __future__ import annotations
@@ -16,18 +17,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runner.core.messages import Sent
 from runner.core.status import STATES
 from runner.core.stop_reasons import StopReason
 from runner.errors import (
     AmbiguousRunId,
     DatabaseUnavailable,
+    MessageConflict,
     NotWaiting,
     RunConflict,
+    RunFinished,
     RunnerError,
     RunNotFound,
     WrongAnswer,
 )
-from runner.service.documents import answered_json, run_json
+from runner.service.documents import answered_json, run_json, sent_json
 from runner.service.events import Event, EventStream
 from runner.service.runner import Runner
 from runner.ui import api_events, api_input
@@ -57,7 +61,7 @@ def refusal(exc: Exception) -> ApiError | None:
         differences = {name: {"stored": old, "asked": new} for name, (old, new) in
                        exc.differences.items()}  # fmt: skip
         return ApiError(409, str(exc), run_id=exc.run_id, differences=differences)
-    if isinstance(exc, NotWaiting | WrongAnswer):
+    if isinstance(exc, NotWaiting | WrongAnswer | RunFinished | MessageConflict):
         return ApiError(409, str(exc))
     if isinstance(exc, DatabaseUnavailable):
         return ApiError(503, str(exc))
@@ -226,6 +230,34 @@ def answer(how: str) -> Endpoint:
     return give
 
 
+SEND_FIELDS = {"message", "revive", "budgets"}
+
+
+@endpoint
+async def send_message(request: Request) -> Response:
+    """A message into the run (`runner send`): the `Idempotency-Key` header is its key (the
+    same key again is the same message: 200, not 201); a finished run takes it only with
+    `"revive": true`."""
+    given = api_input.run_id(request.path_params["run_id"])
+    body = await api_input.json_body(request)
+    api_input.only(body, SEND_FIELDS)
+    message = body.get("message")
+    if not isinstance(message, str | dict):
+        raise ApiError(400, "'message' is required: text, or an object for a typed agent")
+    revive = body.get("revive", False)
+    if not isinstance(revive, bool):
+        raise ApiError(400, "'revive' must be true or false")
+    budgets = api_input.budgets(body)
+    key = request.headers.get("idempotency-key")
+
+    def put(runner: Runner) -> Sent:
+        return runner.send(_whole_id(runner, given), message, key=key, revive=revive, **budgets)
+
+    sent = await _call(request, put)
+    # Sent before under this key: that message, as it stands (200); else the new one (201).
+    return JSONResponse(sent_json(sent), status_code=200 if sent.duplicate else 201)
+
+
 @endpoint
 async def events(request: Request) -> Response:
     given = api_input.run_id(request.path_params["run_id"])
@@ -254,6 +286,7 @@ routes = [
     Route("/runs/{run_id}", get_run, name="api_run"),
     Route("/runs/{run_id}/events", events, name="api_events"),
     Route("/runs/{run_id}/cancel", cancel, methods=["POST"], name="api_cancel"),
+    Route("/runs/{run_id}/messages", send_message, methods=["POST"], name="api_messages"),
     *(Route(f"/runs/{{run_id}}/{how}", answer(how), methods=["POST"], name=f"api_{how}")
       for how in ANSWERS),
 ]  # fmt: skip

@@ -11,6 +11,7 @@ from runner.core.stop_reasons import StopReason
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _RUN = {"$ref": "#/components/schemas/Run"}
+_SENT = {"$ref": "#/components/schemas/Sent"}
 _RUN_ID = {
     "name": "run_id",
     "in": "path",
@@ -29,8 +30,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
         400: "Bad input: malformed JSON, a wrong type, an unknown field or value.",
         401: "No token: send `Authorization: Bearer TOKEN` (writes need the header).",
         404: "No such run.",
-        409: "Refused: the idempotency key names another request, or the run does not wait "
-        "for this answer.",
+        409: "Refused: the idempotency key names another request, the run does not wait "
+        "for this answer, or it has finished (a message without `revive`).",
         413: "The body is larger than 1 MiB.",
         415: "The body is not JSON.",
     }
@@ -118,6 +119,19 @@ def openapi() -> dict[str, Any]:
                         "at": {"type": "string", "format": "date-time"},
                         "text": {"type": ["string", "null"]},
                         "still_waiting": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "Sent": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "key": {"type": "string"},
+                        "number": {"type": "integer"},
+                        "sent_at": {"type": "string", "format": "date-time"},
+                        "status": {"type": "string", "enum": list(STATES)},
+                        "duplicate": {"type": "boolean"},
+                        "delivered": {"type": "boolean"},
+                        "revived": {"type": "boolean"},
                     },
                 },
                 "Submit": {
@@ -254,6 +268,52 @@ def openapi() -> dict[str, Any]:
                     "responses": {
                         "200": _json(_RUN, "The run."),
                         **_errors(400, 401, 404, 413, 415),
+                    },
+                }
+            },
+            "/api/runs/{run_id}/messages": {
+                "post": {
+                    "summary": "Send the run a message: the model reads it before its next step.",
+                    "description": "The `Idempotency-Key` header is the message's key (else a "
+                    "new one, in the answer): the same key again is the same message (200). "
+                    "A finished run refuses a message (409) unless `revive` is true.",
+                    "parameters": [
+                        _RUN_ID,
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "schema": {"type": "string", "maxLength": 80},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "message": {
+                                            "type": ["string", "object"],
+                                            "description": "Text, or an object for an agent "
+                                            "that accepts a typed message.",
+                                        },
+                                        "revive": {"type": "boolean"},
+                                        "budgets": {
+                                            "type": "object",
+                                            "properties": budgets,
+                                            "additionalProperties": False,
+                                        },
+                                    },
+                                    "additionalProperties": False,
+                                    "required": ["message"],
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": _json(_SENT, "Sent: the message in the run's inbox."),
+                        "200": _json(_SENT, "The message this key already named."),
+                        **_errors(400, 401, 404, 409, 413, 415),
                     },
                 }
             },
