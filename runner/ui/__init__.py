@@ -2,9 +2,10 @@
 
 Starlette serves Jinja2 templates (autoescaped) through uvicorn; every page reads through
 `runner.history` on a read-only engine, and its writes (cancel, answers) go through the same
-`Runner` calls as the CLI's. The API (`/api/`, JSON and Server-Sent Events) goes through the
-`Runner` alone. Needs the `ui` extra. Layout: `app` (routes, errors, serving), `pages` (what
-each page reads), `security` (token, Host check, CSRF, headers), `charts` (SVG geometry),
+`Runner` calls as the CLI's. The one script, `static/follow.js`, follows a live run's page
+through the API. The API (`/api/`, JSON and Server-Sent Events) goes through the `Runner`
+alone. Needs the `ui` extra. Layout: `app` (routes, errors, serving), `pages` (what each
+page reads), `security` (token, Host check, CSRF, headers), `charts` (SVG geometry),
 `filters` (how values are written), `state` (what the server holds: the read-only engine,
 the templates, the writer, the guard), `api` (the API's routes), `api_input` (what it
 accepts and how it refuses), `api_events` (a run's events as SSE), `api_openapi` (its

@@ -32,7 +32,6 @@ from runner.errors import (
     WrongAnswer,
 )
 from runner.service.documents import answered_json, run_json, sent_json
-from runner.service.events import Event, EventStream
 from runner.service.runner import Runner
 from runner.ui import api_events, api_input
 from runner.ui.api_input import ApiError
@@ -97,6 +96,11 @@ async def _call(request: Request, work: Callable[[Runner], T]) -> T:
     return await run_in_threadpool(work, runner)
 
 
+def _flag(request: Request, name: str) -> bool:
+    """A yes-or-no query parameter: `true` or `1` (anything else, or none, is no)."""
+    return request.query_params.get(name, "").lower() in ("1", "true")
+
+
 def _whole_id(runner: Runner, given: str) -> str:
     """The run named exactly `given` (the CLI takes a prefix; the API does not)."""
     run_id = runner.row(given).id
@@ -138,7 +142,7 @@ async def list_runs(request: Request) -> Response:
 @endpoint
 async def get_run(request: Request) -> Response:
     given = api_input.run_id(request.path_params["run_id"])
-    transcript = request.query_params.get("transcript", "") in ("1", "true")
+    transcript = _flag(request, "transcript")
 
     def read(runner: Runner) -> dict[str, Any]:
         run_id = _whole_id(runner, given)
@@ -267,9 +271,13 @@ async def events(request: Request) -> Response:
     if after is None:
         after = api_input.position(request.query_params.get("after"), "after")
     start = -1 if after is None else after
+    deltas = _flag(request, "deltas")
 
-    def follow(runner: Runner) -> EventStream[Event]:
-        return runner.events(_whole_id(runner, given), after=start, follow=True)
+    def follow(runner: Runner) -> api_events.Stream:
+        run_id = _whole_id(runner, given)
+        if deltas:
+            return runner.events(run_id, after=start, follow=True, deltas=True)
+        return runner.events(run_id, after=start, follow=True)
 
     stream = await _call(request, follow)
     return api_events.response(stream, _state(request).runner())

@@ -4,10 +4,12 @@ Each journal entry is one `entry` event whose `id:` is its position, so a client
 reconnects with `Last-Event-ID` (an EventSource does so by itself) resumes right after the
 last entry it got: none twice, none skipped. Once the run has finished and every entry was
 sent, one `end` event (no `id:`) carries the run as `GET /api/runs/{id}` gives it, and the
-stream closes. It opens with a comment and a `retry:` of RETRY_MILLISECONDS. The stream is
-`Runner.events(..., follow=True)`: while nothing new comes, it looks every
-EVENT_POLL_SECONDS (two reads by primary key), and a comment line every PING_SECONDS keeps
-proxies from closing a quiet connection.
+stream closes. It opens with a comment and a `retry:` of RETRY_MILLISECONDS. Asked with
+`?deltas=true`, the pieces of the model call in flight come too, as `delta` events with no
+`id:` (ephemeral: a reconnect gets those still stored, runner.service.events says which).
+The stream is `Runner.events(..., follow=True)`: while nothing new comes, it looks every
+EVENT_POLL_SECONDS (two reads by primary key; with deltas, DELTA_POLL_SECONDS and a third),
+and a comment line every PING_SECONDS keeps proxies from closing a quiet connection.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from runner.service.documents import event_json, run_json
-from runner.service.events import Event, EventStream
+from runner.service.documents import delta_json, event_json, run_json
+from runner.service.events import DeltaEvent, Event, EventStream
 from runner.service.runner import Runner
 
 PING_SECONDS = 15
@@ -28,7 +30,10 @@ PING_SECONDS = 15
 RETRY_MILLISECONDS = 1000
 
 
-def response(stream: EventStream[Event], runner: Runner) -> EventSourceResponse:
+Stream = EventStream[Event] | EventStream[Event | DeltaEvent]
+
+
+def response(stream: Stream, runner: Runner) -> EventSourceResponse:
     """The stream as an SSE response; it stops following when the client goes away."""
     return EventSourceResponse(_events(stream, runner), ping=PING_SECONDS)
 
@@ -38,16 +43,20 @@ def _json(data: dict[str, Any]) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
-async def _events(stream: EventStream[Event], runner: Runner) -> AsyncIterator[ServerSentEvent]:
+async def _events(stream: Stream, runner: Runner) -> AsyncIterator[ServerSentEvent]:
     try:
         # At once, before any entry: a client (or a proxy) sees the stream is open, and an
         # EventSource learns how soon to come back if it is cut.
         yield ServerSentEvent(comment=f"run {stream.run_id} after {stream.position}",
                               retry=RETRY_MILLISECONDS)  # fmt: skip
         async for event in stream:
-            yield ServerSentEvent(
-                data=_json(event_json(event)), id=str(event.position), event="entry"
-            )
+            if isinstance(event, DeltaEvent):
+                # No id: a delta is not durable, and Last-Event-ID must stay an entry's.
+                yield ServerSentEvent(data=_json(delta_json(event)), event="delta")
+            else:
+                yield ServerSentEvent(
+                    data=_json(event_json(event)), id=str(event.position), event="entry"
+                )
 
         def ending() -> dict[str, Any]:
             return {"event": "end", "position": stream.position} | run_json(

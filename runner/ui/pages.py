@@ -132,6 +132,7 @@ def run(request: Request) -> Response:
         for n, found in steps.items()
     ]
     totals = counters[-1] if counters else None
+    pages_of = _pages(request.url, first, last_step)
     waits = state.waiting_calls(row.id) if row.status is RunStatus.WAITING else []
     meaning = (
         StopReason(row.stop_reason).explained(row.budgets, row.error) if row.stop_reason else ""
@@ -148,7 +149,7 @@ def run(request: Request) -> Response:
         cost=totals.cost if totals else 0.0,
         error_streak=totals.error_streak if totals else 0,
         last_step=last_step,
-        pages=_pages(request.url, first, last_step),
+        pages=pages_of,
         meaning=meaning,
         waits=waits,
         lease_live=row.lease_is_live(standing.now),
@@ -159,6 +160,13 @@ def run(request: Request) -> Response:
         ),
         commands=state.commands(row) + [c for wait in waits for c in _answer_commands(wait)],
         notice=NOTICES.get(request.query_params.get("notice", "")),
+        # An unfinished run's last page follows it live (static/follow.js) after the last
+        # entry it shows.
+        follow_from=(
+            (page.entries[-1].seq if page.entries else -1)
+            if row.status is not RunStatus.FINISHED and pages_of.next is None
+            else None
+        ),
     )
 
 

@@ -12,8 +12,10 @@
   server with no token (loopback only) it needs `Content-Type: application/json`, which no
   other site can send without a preflight this server never grants. The API's refusals
   are JSON.
-- Every response forbids scripts, frames, plug-ins and foreign form targets (the CSP), so
-  even a mistake in escaping could not run what a model wrote.
+- Every response forbids scripts other than the page's own files (`static/follow.js`, which
+  follows a live run through the API), inline scripts, connections to other origins, frames,
+  plug-ins and foreign form targets (the CSP), so even a mistake in escaping could not run
+  what a model wrote.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 HEADERS = {
     "content-security-policy": (
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; "
+        "img-src 'self'; form-action 'self'; "
         "frame-ancestors 'none'; base-uri 'none'"
     ),
     "x-content-type-options": "nosniff",

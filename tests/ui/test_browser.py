@@ -1,11 +1,12 @@
 """The page in a real browser: Debian's chromium, headless, driven by selenium through
 chromedriver, against the real `runner ui` server (a subprocess) on SQLite and PostgreSQL.
 
-A person clicks from the runs into a run and on to the stop reasons with scripts off
-(the pages have none to need), cancels a run with the form, and opens a run whose task,
-tool result and answer are full of scripts and script links: with scripts on, nothing of
-it runs. RUNNER_REQUIRE_BROWSER=1 (as in CI) makes a missing browser a failure, not a skip.
-RUNNER_UI_SCREENSHOTS=FOLDER saves a screenshot of each page there (docs/screenshots).
+A person clicks from the runs into a run and on to the stop reasons with scripts off (the
+pages need none; with scripts on, an unfinished run's page follows it live), cancels a run
+with the form, and opens a run whose task, tool result and answer are full of scripts and
+script links: with scripts on, nothing of it runs. RUNNER_REQUIRE_BROWSER=1 (as in CI) makes
+a missing browser a failure, not a skip. RUNNER_UI_SCREENSHOTS=FOLDER saves a screenshot of
+each page there (docs/screenshots).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +26,9 @@ from typing import Any
 
 import pytest
 
-from runner import Runner
+from runner import Agent, Runner, RunNotFound, tool
+from runner.core.deltas import current_stream
+from tests.conditions import GENEROUS, wait_until
 
 from .seed import Seeded
 
@@ -251,7 +255,8 @@ def test_nothing_a_model_wrote_runs_in_the_browser(
     # Clicking where the hostile link would be does nothing either.
     by_css(scripted, ".msg.final pre")[0].click()
     assert scripted.execute_script("return typeof window.pwned") == "undefined"
-    assert "script-src" not in HEADERS["content-security-policy"]  # 'none' by default-src
+    policy = HEADERS["content-security-policy"]
+    assert "script-src 'self';" in policy and "unsafe" not in policy  # own files, no inline
 
 
 def test_cancel_a_run_with_the_form(server: Server, noscript: Any, seeded: Seeded) -> None:
@@ -279,3 +284,80 @@ def test_a_token_server_asks_for_its_token(seeded: Seeded, noscript: Any, tmp_pa
         guarded.close()
     logged = guarded.log_path.read_text()
     assert '"GET /stats?token=***' in logged and TOKEN not in logged  # access lines hide it
+
+
+# -- a live run, followed by its page ---------------------------------------------------------
+
+SPEAK = threading.Event()  # the model call in flight answers once the test has seen it stream
+
+
+@tool(idempotent=True)
+def add_up(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def streaming_model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Streams its first response in pieces and holds it until SPEAK; then answers."""
+    if not [m for m in transcript if m["role"] == "tool"]:
+        stream = current_stream()
+        assert stream is not None, "the durable runner streams every model call's pieces"
+        for piece in ("Let me add ", "<b>2</b> and 3", " first."):
+            stream.emit(piece)
+        SPEAK.wait(GENEROUS)
+        return {"type": "tool", "name": "add_up", "args": {"a": 2, "b": 3}}
+    return {"type": "final", "content": "the sum is <i>5</i>"}
+
+
+LIVE = Agent(streaming_model, {"add_up": add_up}, name="live")
+
+
+def _journaled(runner: Runner, run_id: str) -> int:
+    try:
+        return len(runner.journal(run_id))
+    except RunNotFound:
+        return 0  # not created yet
+
+
+def test_a_live_runs_page_follows_it_to_its_end(
+    server: Server, scripted: Any, seeded: Seeded
+) -> None:
+    run_id = f"live-{seeded.url[:6]}"
+    SPEAK.clear()
+    with Runner(seeded.url) as runner:
+        done: list[Any] = []
+        worker = threading.Thread(target=lambda: done.append(runner.run(LIVE, "add", id=run_id)))
+        worker.start()
+        try:
+            wait_until(lambda: _journaled(runner, run_id) >= 1, timeout=GENEROUS,
+                       what="the run's task")  # fmt: skip
+            scripted.get(f"{server.base}/runs/{run_id}")
+            assert scripted.execute_script("return document.scripts.length") == 1
+            # The call in flight, as it streams, shown as text.
+            streamed = "Let me add <b>2</b> and 3 first."
+            wait_until(
+                lambda: by_css(scripted, "#live-text")[0].text == streamed,
+                timeout=GENEROUS, what="the streamed text on the page",
+            )  # fmt: skip
+            assert by_css(scripted, "#live-streaming")[0].is_displayed()
+        finally:
+            SPEAK.set()
+            worker.join(GENEROUS)
+    assert done and done[0].output == "the sum is <i>5</i>"
+    wait_until(
+        lambda: "the run stopped: final" in by_css(scripted, "#live-state")[0].text,
+        timeout=GENEROUS, what="the page to say the run stopped",
+    )  # fmt: skip
+    # Each entry after the one the server drew, once, in order; the streamed text gone.
+    positions = [
+        int(box.get_attribute("data-position"))
+        for box in by_css(scripted, "#live-entries [data-position]")
+    ]
+    with Runner(seeded.url) as runner:
+        total = len(runner.journal(run_id))
+    assert positions == list(range(1, total))
+    shown = by_css(scripted, "#live-entries")[0].text
+    assert "model calls add_up" in shown and "the sum is <i>5</i>" in shown
+    assert not by_css(scripted, "#live-streaming")[0].is_displayed()
+    markup = "return document.querySelectorAll('#live-entries i, #live-text b').length"
+    assert scripted.execute_script(markup) == 0  # what the model wrote is text
