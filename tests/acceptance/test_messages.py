@@ -117,6 +117,8 @@ def test_a_worker_killed_around_the_delivery_delivers_the_message_once(
     assert run_row(db_url, "m1")["undelivered_messages"] == 0
     # What the model really saw: the message once, at the step after the one it came in.
     assert views(ledger) == [["task"], ["task", "hello"]]
+    shown = cli("show", "m1", db_url=db_url, ledger=ledger)
+    assert "  <- hold [ok]  held\nmessage   hello  (key k1)\nanswer    hello" in shown.stdout
 
 
 @pytest.mark.parametrize("fault", ["before_message_sent", "after_message_sent"])
@@ -142,6 +144,8 @@ def test_a_sender_killed_and_retried_with_its_key_sends_once(
         assert "sent message 1 (key k1) to run m2 (queued)" in again.stdout
     assert [m["idempotency_key"] for m in messages_of(db_url, "m2")] == ["k1"]
     assert run_row(db_url, "m2")["undelivered_messages"] == 1
+    waiting = cli("show", "m2", db_url=db_url, ledger=ledger)
+    assert "messages  1 message sent, read before the run's next step" in waiting.stdout
 
     done = cli("resume", "m2", db_url=db_url, ledger=ledger, env=cli_env(db_url, ledger, gate=gate))
     assert done.returncode == 0, described(done)
