@@ -83,24 +83,30 @@ class Resuming(RunnerBase):
                 self.clock.sleep(max(parked.until - self.clock.time(), 0.0))
                 revive, budgets = False, {}
                 continue
-            if result.status is RunStatus.WAITING and self._run_children(run_id, agent, wait):
-                revive, budgets = False, {}
-                continue  # its children ended: it was queued again, and goes on here
+            if result.status is RunStatus.WAITING:
+                ran = self._run_children(run_id, agent, wait)
+                if ran is None:
+                    pass  # it waits for a person, not for children
+                elif ran:
+                    revive, budgets = False, {}
+                    continue  # its children ended: it was queued again, and goes on here
+                else:
+                    result = self.get(run_id)  # as its children left it (cancelled, say)
             if not wait or result.status is not RunStatus.WAITING:
                 return result
             self._await(run_id, RunStatus.WAITING)
             # Revived or extended already: after the answer the run goes on as it is.
             revive, budgets = False, {}
 
-    def _run_children(self, run_id: str, agent: Agent | str | None, wait: bool) -> bool:
+    def _run_children(self, run_id: str, agent: Agent | str | None, wait: bool) -> bool | None:
         """Run here, at once, the unfinished children a parked parent waits for (a child a
         worker holds is left to it, or followed with `wait`), then deliver their ends: True
-        once the parent was queued again (it goes on), False if it still waits (for a
-        person, or for a child another worker runs)."""
+        once the parent was queued again (it goes on), False if it did not (a child another
+        worker runs, or waits for a person; a cancel), None if it waits for no child."""
         run = self.store.find_run(run_id)
         waits = [w for w in self.store.waits([run]).get(run.id, []) if w.asks is Asks.CHILD]
-        if not waits:
-            return run.status is RunStatus.QUEUED
+        if not waits:  # (answered meanwhile: queued again, it goes on here)
+            return True if run.status is RunStatus.QUEUED else None
         parent = self._agent(agent) if agent is not None else self._stored_agent(run)
         jobs = []
         for found in waits:

@@ -273,3 +273,33 @@ def test_a_child_given_up_for_crash_loop_is_swept_to_its_parent(db_url: str) -> 
     assert result.output == "carried on"
     observed = tool_results(result.transcript)[0]
     assert observed["is_error"] and "stopped: crash_loop" in observed["content"]
+
+
+def test_a_cancel_of_the_root_stops_a_child_that_a_worker_is_running(db_url: str) -> None:
+    import threading
+
+    from tests.conditions import wait_until
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(30)
+        return "slow done"
+
+    child = Agent(ScriptedModel([call("slow"), call("slow"), final("never")]), {"slow": slow})
+    agent = Agent(ScriptedModel([call("sub", task="t"), final("x")]), {"sub": child.as_tool("sub")})
+    with Runner(db_url) as runner:
+        outcome: list[Any] = []
+        driving = threading.Thread(target=lambda: outcome.append(runner.run(agent, "t", id="c-1")))
+        driving.start()
+        wait_until(started.is_set, what="the child's tool started")
+        (kid,) = runner.store.child_runs("c-1")
+        assert runner.store.get_run(kid.id).status is RunStatus.RUNNING
+        runner.cancel("c-1")  # the root is parked: it finishes at once; the child is asked
+        assert runner.store.get_run("c-1").stop_reason == "cancelled"
+        assert runner.store.get_run(kid.id).cancel_requested
+        release.set()
+        driving.join(60)
+        assert runner.store.get_run(kid.id).stop_reason == "cancelled"  # before its next call
+    assert outcome[0].stop_reason == "cancelled"
