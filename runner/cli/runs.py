@@ -398,7 +398,7 @@ def replay(
 @json_option
 def show(run_id: str, full: bool, as_tree: bool, url: str | None, as_json: bool) -> None:
     """Show run ID: its status, counters and transcript (observations cut unless --full),
-    and its parent and children when it is in a tree of runs (sub-agents).
+    and its parent and children when it belongs to a tree of runs.
 
     --tree draws the whole tree from its root instead: each run's state, stop reason and
     own spend, and the tree's total."""
