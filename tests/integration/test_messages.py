@@ -1,7 +1,8 @@
 """Messages sent into runs (`Runner.send`), on the in-memory store and on both databases:
-a message reaches a queued, running, waiting or finished (revived) run as a user turn before
-its next model call, exactly once per key, in the journal and the `messages` table alike;
-a run sent nothing journals exactly what it did before.
+a message reaches a queued, running, waiting (or parked for a sub-agent) or finished
+(revived) run as a user turn before its next model call, exactly once per key, in the
+journal and the `messages` table alike; a run sent nothing journals exactly what it did
+before.
 
 Crashes of the worker and of the sender around the delivery are tested with real processes
 in tests/acceptance/test_messages.py."""
@@ -14,11 +15,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from runner import Agent, Runner, tool
+from runner import Agent, Runner, ask_human, tool
 from runner.core.clock import ManualClock
 from runner.core.status import RunStatus
 from runner.errors import CannotContinue, MessageRefused, RunFinished
-from runner.testing import FunctionModel, InMemoryStore
+from runner.testing import FunctionModel, InMemoryStore, ScriptedModel, call, final
 
 from .message_agents import TEXT_REF, TYPED_REF
 
@@ -208,3 +209,30 @@ def test_a_run_sent_nothing_journals_what_it_did_before(runner: Runner) -> None:
         {"role": "user", "content": "quiet"},
         {"role": "assistant", "content": "nothing said"},
     ]
+
+
+def test_a_parent_parked_for_its_sub_agent_reads_a_message_after_the_child(db_url: str) -> None:
+    """A run parked for a child run (a sub-agent's call) waits like a waiting run: a message
+    sent meanwhile is read after the child's end, before the parent's next model call."""
+    asking = Agent(
+        ScriptedModel([call("ask_human", question="ok?"), final("checked")]),
+        {"ask_human": ask_human},
+        name="asker",
+    )
+
+    def lead(transcript: Transcript) -> dict[str, Any]:
+        if not any(m["role"] == "tool" for m in transcript):
+            return call("sub", task="check")
+        return final(" / ".join(str(m["content"]) for m in transcript[2:]))
+
+    agent = Agent(FunctionModel(lead), {"sub": asking.as_tool("sub")})
+    with Runner(db_url) as runner:
+        assert runner.run(agent, "t", id="lead-m").status is RunStatus.WAITING
+        sent = runner.send("lead-m", "and report the cost", key="cost")
+        assert sent.status is RunStatus.WAITING
+        (kid,) = runner.store.child_runs("lead-m")
+        runner.reply(kid.id, "yes", by="ann")
+        runner.resume(kid.id, agent=asking)
+        result = runner.resume("lead-m", agent=agent)
+        assert message_rows(runner, "lead-m")[0][1:] == (2, "cost", "and report the cost")
+    assert result.output == "checked / and report the cost"
