@@ -36,6 +36,7 @@ from runner.core.waiting import Answer, Asks
 from runner.store import approvals
 from runner.store.backend import backend_for
 from runner.store.driver import Prepared, prepared
+from runner.store.queues import PRIORITY_RANGE
 from runner.store.rows import RunRow
 from runner.store.runs import amount, counter, entry_row, lock_run, new_run
 from runner.store.schema import runs
@@ -49,7 +50,8 @@ DEEPEST = 64
 
 
 def child_row(child: ChildRun, parent: RunRow, at: datetime) -> dict[str, Any]:
-    """The row of a child run: queued in its parent's queue, its deadline set now."""
+    """The row of a child run: queued in its parent's queue, one priority above it, its
+    deadline set now."""
     row = new_run(
         run_id=child.id,
         agent=child.agent,
@@ -59,7 +61,10 @@ def child_row(child: ChildRun, parent: RunRow, at: datetime) -> dict[str, Any]:
         budgets=child.budgets,
         at=at,
         queue=parent.queue,
-        priority=parent.priority,
+        # One above its parent's (within the range a submit may give): a tree's children
+        # are claimed before the runs queued at their root's priority, so a tree in flight
+        # finishes before new ones start, rather than wait behind the whole queue.
+        priority=min(parent.priority + 1, PRIORITY_RANGE[1]),
         parent_id=parent.id,
         root_id=parent.root_id or parent.id,
         parent_call_key=child.call_key,
