@@ -60,16 +60,25 @@ class _Request:
         self.finished = False
         self.result = Heard(False, 0)
         self.error: BaseException | None = None
+        # Made only for a write that waits (a leader never does), under the queue's lock,
+        # so it exists before any leader can finish the write.
+        self.wake: threading.Lock | None = None
+
+    def waits(self) -> None:
         self.wake = threading.Lock()
         self.wake.acquire()
 
+    def wake_up(self) -> None:
+        if self.wake is not None:
+            self.wake.release()
+
     def succeed(self, result: Heard) -> None:
         self.result, self.finished = result, True
-        self.wake.release()
+        self.wake_up()
 
     def fail(self, error: BaseException) -> None:
         self.error, self.finished = error, True
-        self.wake.release()
+        self.wake_up()
 
     def outcome(self) -> Heard:
         if self.error is not None:
@@ -105,7 +114,10 @@ class Group:
             self._queue.append(request)
             lead = not self._leading
             self._leading = True
+            if not lead:
+                request.waits()
         if not lead:
+            assert request.wake is not None
             request.wake.acquire()  # written by a leader, or handed the lead
             if request.finished:
                 return request.outcome()
@@ -143,7 +155,7 @@ class Group:
                 self._leading = False
                 return
             successor = self._queue[0]
-        successor.wake.release()
+        successor.wake_up()  # queued while a thread led: a write that waits
 
     def _transaction(self, connection: Connection, requests: list[_Request]) -> list[_Request]:
         """One transaction of `requests`; the requests to try again in another (when one of
