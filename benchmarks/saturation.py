@@ -3,7 +3,7 @@ their entries, against the database's own ceiling measured in the same run.
 
     .venv/bin/python benchmarks/saturation.py [--processes 1,2] [--sqlite-concurrency 100]
         [--postgres-concurrency 40] [--runs-per-slot 3] [--steps 4] [--repeats 3]
-        [--json out.json]
+        [--compare] [--json out.json]
 
 For each database and worker count N: N `runner.Worker` processes (what `runner worker
 --once --concurrency C` runs), started together behind a barrier, drain N * C *
@@ -22,7 +22,10 @@ time (all their threads) per entry, and that rate over the ceiling:
   rate at that client count (it groups commits across connections itself).
 
 The two take turns, ceiling first, `--repeats` times; the tables give the median (min-max)
-of the rates and of the ratio taken per repetition.
+of the rates and of the ratio taken per repetition. With `--compare`, each SQLite
+repetition drains the same queue once more with every journal write a commit of its own
+(group commit off in those worker processes: the code before it), for the side-by-side
+ratio.
 """
 
 from __future__ import annotations
