@@ -46,7 +46,8 @@ class Messaging(RunnerBase):
         goes on from its journal with the message, under `budgets` changed as
         `Runner.revive` changes them (a run that answered may be revived so; a cancelled
         one may not). A typed message (an agent with `accepts=`) may be given as a dict or a
-        model: it is validated, and the model is shown its JSON.
+        model: it is validated, and the model is shown its JSON. The run's agent is imported
+        to know what it accepts: MessageRefused if this process cannot import it.
         """
         if budgets and not revive:
             raise ValueError("budgets are for a finished run the message revives: revive=True")
