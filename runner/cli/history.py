@@ -118,6 +118,13 @@ def stats(
     type=RUN_ID,
     help="Only this run (a unique id prefix works); repeat for more.",
 )
+@click.option("--queue", default=None, metavar="NAME", help="Only runs of this queue.")
+@click.option(
+    "--finished-before",
+    type=MOMENT,
+    default=None,
+    help="Only runs that finished before then (what `prune` and a queue's --keep delete).",
+)
 @click.option(
     "-o",
     "--output",
@@ -128,17 +135,27 @@ def stats(
     help="Write to this file instead of standard output.",
 )
 @db_option
-def export(since: datetime | None, run_ids: tuple[str, ...], path: str, url: str | None) -> None:
+def export(
+    since: datetime | None,
+    run_ids: tuple[str, ...],
+    queue: str | None,
+    finished_before: datetime | None,
+    path: str,
+    url: str | None,
+) -> None:
     """Write runs with their journals as JSON Lines, one run per line, oldest first.
 
     Each line is a run's row (every column of `runs`) plus "entries": its journal rows in
     order (every column of `entries`; content and output decoded when stored as JSON).
-    Streams: memory stays flat however large the history.
+    Streams: memory stays flat however large the history. --queue and --finished-before
+    select what retention or `prune` would delete, to archive it first.
     """
     from runner.history import History
 
     with History(url) as history, _opened_on_first_write(path) as write:
-        done = history.export(write, since=since, run_ids=run_ids)
+        done = history.export(
+            write, since=since, run_ids=run_ids, queue=queue, finished_before=finished_before
+        )
     output.line(f"exported {done.runs} runs, {done.entries} entries", err=True)
 
 

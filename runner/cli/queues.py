@@ -8,6 +8,7 @@ import click
 
 from runner.cli import output, report_output
 from runner.cli.options import db_option, json_option
+from runner.service.delays import parse_duration
 
 
 class Limit(click.ParamType):  # type: ignore[type-arg]
@@ -29,6 +30,39 @@ class Limit(click.ParamType):  # type: ignore[type-arg]
 
 
 NO_LIMIT = "none"
+UNSET = "none"
+
+
+class Keep(click.ParamType):  # type: ignore[type-arg]
+    """How long finished runs are kept: 30s, 10m, 2h, 30d, or `none` for no such rule."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if str(value).strip().lower() == UNSET:
+            return UNSET
+        try:
+            return parse_duration(str(value)).total_seconds()
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class KeepRuns(click.ParamType):  # type: ignore[type-arg]
+    """How many finished runs are kept: a whole number, or `none` for no such rule."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = str(value).strip().lower()
+        if text == UNSET:
+            return UNSET
+        try:
+            count = int(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number nor 'none'", param, ctx)
+        if count < 0:
+            self.fail(f"a count must be 0 or more, not {count}", param, ctx)
+        return count
 
 
 @click.group()
@@ -50,29 +84,64 @@ def queue() -> None:
     help="At most N runs of the queue at once (0 holds it; 'none': no limit).",
 )
 @click.option("--no-limit", is_flag=True, help="Remove the queue's limit.")
+@click.option(
+    "--keep",
+    type=Keep(),
+    default=None,
+    help="Workers delete finished runs this long after they finished: 30d, 12h ('none': "
+    "no such rule).",
+)
+@click.option(
+    "--keep-runs",
+    type=KeepRuns(),
+    default=None,
+    help="Workers keep only the newest N finished runs of the queue ('none': no such rule).",
+)
 @db_option
-def set_(name: str, limit: Any, no_limit: bool, url: str | None) -> None:
-    """Set the limit of queue NAME; runs already running go on under a lower one."""
-    if no_limit == (limit is not None):
-        raise click.UsageError("give --limit N or --no-limit (one of them)")
-    chosen = None if no_limit or limit == NO_LIMIT else limit
+def set_(name: str, limit: Any, no_limit: bool, keep: Any, keep_runs: Any, url: str | None) -> None:
+    """Set the limit of queue NAME, or its retention (NAME '*': every queue's default).
+
+    A lower limit lets the runs already running go on. Retention: workers delete the
+    queue's finished runs, with their journals, a small batch at a time, once a rule says
+    so (a rule the queue leaves unset is the '*' default's); a run not finished, or in a
+    tree with a run not finished, is never deleted. A rule not given stays as it is.
+    """
+    if no_limit and limit is not None:
+        raise click.UsageError("give --limit N or --no-limit, not both")
+    limiting = no_limit or limit is not None
+    keeping = keep is not None or keep_runs is not None
+    if not limiting and not keeping:
+        raise click.UsageError("give --limit N, --no-limit, --keep or --keep-runs")
+    if name == "*" and limiting:
+        raise click.UsageError("'*' holds the default retention of every queue, not a limit")
     from runner.service.runner import Runner
 
     with Runner(url) as runner:
-        runner.set_queue_limit(name, chosen)
-    if chosen is None:
-        output.line(f"queue {name}: no limit")
-    else:
-        output.line(f"queue {name}: at most {output.plural(chosen, 'run')} at once")
+        if limiting:
+            chosen = None if no_limit or limit == NO_LIMIT else limit
+            runner.set_queue_limit(name, chosen)
+            if chosen is None:
+                output.line(f"queue {name}: no limit")
+            else:
+                output.line(f"queue {name}: at most {output.plural(chosen, 'run')} at once")
+        if keeping:
+            now = {info.name: info for info in runner.queues()}.get(name)
+            seconds = now.keep_seconds if now is not None and keep is None else keep
+            count = now.keep_runs if now is not None and keep_runs is None else keep_runs
+            seconds = None if seconds == UNSET else seconds
+            count = None if count == UNSET else count
+            runner.set_retention(name, keep=seconds, keep_runs=count)
+            output.line(f"queue {name}: {report_output.retention_text(seconds, count)}")
 
 
 @queue.command(name="list")
 @db_option
 @json_option
 def list_(url: str | None, as_json: bool) -> None:
-    """Every queue with a limit or an unfinished run: its limit, and its runs queued (ready
-    to start), delayed (--at/--in still to come), running (under a live lease: what the
-    limit counts) and waiting (for a person's answer, holding no slot)."""
+    """Every queue with a limit, retention or an unfinished run: its limit, what it keeps
+    (the row '*': every queue's default), and its runs queued (ready to start), delayed
+    (--at/--in still to come), running (under a live lease: what the limit counts) and
+    waiting (for a person's answer, holding no slot)."""
     from runner.service.runner import Runner
 
     with Runner(url) as runner:

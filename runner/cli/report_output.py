@@ -186,7 +186,7 @@ def queues_table(found: Sequence[QueueInfo]) -> str:
     if not found:
         return "no queues"
     return table(
-        ("QUEUE", "LIMIT", "QUEUED", "DELAYED", "RUNNING", "WAITING"),
+        ("QUEUE", "LIMIT", "QUEUED", "DELAYED", "RUNNING", "WAITING", "KEEPS"),
         (
             (
                 info.name,
@@ -195,12 +195,32 @@ def queues_table(found: Sequence[QueueInfo]) -> str:
                 str(info.delayed),
                 str(info.running),
                 str(info.waiting),
+                retention_text(info.keep_seconds, info.keep_runs, short=True),
             )
             for info in found
         ),
         right=(1, 2, 3, 4, 5),
         right_headers=(1, 2, 3, 4, 5),
     )
+
+
+def retention_text(seconds: float | None, count: int | None, *, short: bool = False) -> str:
+    """What a queue keeps: `finished runs for 30d, the newest 1000`, or `-` / `every run`."""
+    rules = []
+    if seconds is not None:
+        rules.append(f"{_span(seconds)}" if short else f"finished runs kept {_span(seconds)}")
+    if count is not None:
+        rules.append(f"newest {count}" if short else f"the newest {count} finished runs kept")
+    if not rules:
+        return "-" if short else "every finished run kept"
+    return ", ".join(rules)
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def queue_json(info: QueueInfo) -> dict[str, Any]:
@@ -211,6 +231,8 @@ def queue_json(info: QueueInfo) -> dict[str, Any]:
         "delayed": info.delayed,
         "running": info.running,
         "waiting": info.waiting,
+        "keep_seconds": info.keep_seconds,
+        "keep_runs": info.keep_runs,
     }
 
 

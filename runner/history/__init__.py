@@ -77,11 +77,16 @@ class History:
         *,
         since: datetime | None = None,
         run_ids: Sequence[str] = (),
+        queue: str | None = None,
+        finished_before: datetime | None = None,
     ) -> Exported:
         """Write runs with their journals as JSON Lines (see export_runs). Each of `run_ids`
         may be a unique prefix; all are found before anything is written."""
         ids = [store.find_run(self.engine, prefix).id for prefix in run_ids]
-        return export_runs(self.engine, write, since=since, run_ids=ids)
+        return export_runs(
+            self.engine, write, since=since, run_ids=ids, queue=queue,
+            finished_before=finished_before,
+        )  # fmt: skip
 
     def prune(
         self, finished_before: datetime, *, dry_run: bool = False, batch_size: int = 200

@@ -37,6 +37,8 @@ def export_runs(
     *,
     since: datetime | None = None,
     run_ids: Sequence[str] = (),
+    queue: str | None = None,
+    finished_before: datetime | None = None,
 ) -> Exported:
     """Write runs, each with its journal, as JSON Lines: one run per line, oldest first.
 
@@ -49,6 +51,13 @@ def export_runs(
         chosen = chosen.where(runs.c.created_at >= since.astimezone(UTC))
     if run_ids:
         chosen = chosen.where(runs.c.id.in_(list(run_ids)))
+    if queue is not None:
+        chosen = chosen.where(runs.c.queue == queue)
+    if finished_before is not None:
+        chosen = chosen.where(
+            runs.c.status == RunStatus.FINISHED,
+            runs.c.finished_at < finished_before.astimezone(UTC),
+        )
     options: dict[str, Any] = {
         "yield_per": _EXPORT_BATCH,
         **backend_for(engine.dialect.name).snapshot_options(),

@@ -11,6 +11,7 @@ from runner.errors import AgentLoadError
 from runner.service import submissions
 from runner.service.delays import start_time
 from runner.service.runner_base import RunnerBase
+from runner.store.retention import Expired, Rules, check_keep_runs, check_keep_seconds
 from runner.store.rows import QueueInfo
 
 
@@ -89,9 +90,30 @@ class Submitting(RunnerBase):
         self.store.set_queue_limit(name, limit)
 
     def queues(self) -> list[QueueInfo]:
-        """Every queue with a limit or an unfinished run: its limit, and its runs queued,
-        delayed, running (under a live lease: what the limit counts) and waiting."""
+        """Every queue with a limit, retention rules or an unfinished run: its limit and
+        rules, and its runs queued, delayed, running (under a live lease: what the limit
+        counts) and waiting. The default rules of every queue are the row named `*`."""
         return self.store.list_queues(self.now())
+
+    def set_retention(
+        self,
+        name: str,
+        *,
+        keep: float | timedelta | None = None,
+        keep_runs: int | None = None,
+    ) -> None:
+        """Workers delete the finished runs of queue `name` (`*`: of every queue whose own
+        rules leave one unset), with their journals, once they finished longer than `keep`
+        (seconds or a timedelta) ago, or are not among its newest `keep_runs` finished runs.
+        None: no such rule. Both rules are set as given. Runs not finished, or in a tree
+        with a run not finished, are never deleted."""
+        self.store.set_retention(name, Rules(check_keep_seconds(keep), check_keep_runs(keep_runs)))
+
+    def prune_expired(self, now: datetime | None = None) -> Expired:
+        """Delete what the queues' retention rules expire at `now` (default: the database's
+        clock), as a worker does every minute: at most ten batches of 100 runs, one
+        transaction each (call again while `runs` comes back 1,000)."""
+        return self.store.prune_expired(self.now() if now is None else now)
 
     def fork(
         self,

@@ -49,6 +49,7 @@ from runner.store import queues as queue_limits
 from runner.store.database import resolve_url
 from runner.store.pool_size import PoolChoice, choose_pool
 from runner.store.protocol import Claim, RunStore
+from runner.store.retention import BATCH_SIZE, BATCHES_PER_PASS
 
 log = logging.getLogger("runner.worker")
 
@@ -68,6 +69,10 @@ DB_MAX_BACKOFF = 1.0
 CLAIMS_PER_TRANSACTION = 100
 # How often a worker looks for children's ends still owed to their parents (see deliver_ended).
 SWEEP_SECONDS = 1.0
+
+# Retention: a pass a minute (sooner while a pass finds its fill, RETENTION_FULL_PASS runs).
+RETENTION_EVERY = 60.0
+RETENTION_FULL_PASS = BATCH_SIZE * BATCHES_PER_PASS
 
 
 class Worker:
@@ -113,6 +118,8 @@ class Worker:
         # When this worker looks for due ticks next: at the next tick, or a poll from now
         # (a schedule added meanwhile by another process), whichever comes first.
         self._look_for_ticks_at = float("-inf")
+        # When this worker applies the queues' retention rules next (monotonic time).
+        self._prune_at = time.monotonic()
         self.concurrency = concurrency
         self.poll = poll
         self.once = once
@@ -182,6 +189,7 @@ class Worker:
             self._wake.clear()
             self._reap()
             self._fire_ticks()
+            self._prune()
             claimed = False
             if len(self._active) < self.concurrency:
                 claimed = self._claim_into(pool)
@@ -230,6 +238,28 @@ class Worker:
                 )
         if upcoming is not None:
             self._look_for_ticks_at = min(self._look_for_ticks_at, upcoming.timestamp())
+
+    def _prune(self) -> None:
+        # Retention, a pass a minute: at most a few batches of runs, each deleted in a short
+        # transaction of its own, so claims and journal writes never wait long behind it.
+        # A full pass means more is due: the next comes after one poll, not a minute.
+        if time.monotonic() < self._prune_at:
+            return
+        self._prune_at = time.monotonic() + RETENTION_EVERY
+        try:
+            with self.store.writing():
+                expired = self.store.prune_expired(self.runner.now())
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
+            if corrupt is not None:
+                raise corrupt from None
+            self._log(logging.WARNING, f"retention not applied, retrying: {first_line(exc)}")
+            return
+        if expired.runs:
+            per_queue = ", ".join(f"{n} of {queue}" for queue, n in sorted(expired.queues.items()))
+            self._log(logging.INFO, f"retention deleted {expired.runs} finished runs ({per_queue})")
+        if expired.runs >= RETENTION_FULL_PASS:
+            self._prune_at = time.monotonic() + self.poll
 
     def _reap(self) -> None:
         # The runs that ended since the last look (told by their futures): a worker with a

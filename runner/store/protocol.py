@@ -27,6 +27,7 @@ from runner.core.waiting import Answer, Answered, Wait
 from runner.errors import RunnerError
 from runner.store.delta_writer import RunDeltas
 from runner.store.leases import Claim as Claim  # re-exported: what a claim holds
+from runner.store.retention import Expired, Rules
 from runner.store.rows import LimitInfo, QueueInfo, RunRow
 from runner.store.schedules import Fired
 
@@ -257,6 +258,17 @@ class RunStore(Protocol):
         """Insert a fork (a row of `runs.new_run`) with a copy of the parent's first
         `copied` entries (epoch 0, kept as they are) and `extra` after them, in one
         transaction; False, nothing written, when the id is taken."""
+        ...
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def set_retention(self, name: str, rules: Rules) -> None:
+        """Store a queue's retention rules (`*`: the default of every queue)."""
+        ...
+
+    def prune_expired(self, now: datetime) -> Expired:
+        """Delete the finished runs their queues' rules expire at `now`, a small batch per
+        transaction (runner.store.retention)."""
         ...
 
     # -- schedules ---------------------------------------------------------------------------

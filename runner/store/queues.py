@@ -180,10 +180,26 @@ def list_queues(engine: Engine, at: datetime) -> list[QueueInfo]:
         .group_by(runs.c.queue)
     )
     with reading(engine) as connection:
-        limits = {row.name: row.max_running for row in connection.execute(select(queues))}
+        stored = {row.name: row for row in connection.execute(select(queues))}
         found = {row[0]: tuple(int(n) for n in row[1:]) for row in connection.execute(counts)}
-    names = sorted(set(limits) | set(found))
-    return [QueueInfo(name, limits.get(name), *found.get(name, (0, 0, 0, 0))) for name in names]
+    names = sorted(set(stored) | set(found))
+    listed = []
+    for name in names:
+        row = stored.get(name)
+        ready, later, live, parked = found.get(name, (0, 0, 0, 0))
+        listed.append(
+            QueueInfo(
+                name,
+                None if row is None else row.max_running,
+                ready,
+                later,
+                live,
+                parked,
+                keep_seconds=None if row is None else row.keep_seconds,
+                keep_runs=None if row is None else row.keep_runs,
+            )
+        )
+    return listed
 
 
 def chosen(names: Collection[str] | None) -> list[str] | None:

@@ -229,6 +229,8 @@ class QueueInfo:
     delayed: int  # queued, with a not_before still to come
     running: int  # running under a live lease: what the limit counts
     waiting: int  # waiting for a person's answer (holding no slot)
+    keep_seconds: int | None = None  # retention: finished runs kept this long (its own rule)
+    keep_runs: int | None = None  # retention: the newest this many finished runs kept
 
 
 @dataclass(frozen=True)

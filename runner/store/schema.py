@@ -266,6 +266,20 @@ queues = Table(
         comment="most runs of the queue running at once, across all workers; NULL: no limit",
     ),
     Column("updated_at", Timestamp, nullable=False, comment="when the limit was last set"),
+    # Retention (revision 0016), applied by workers (runner.store.retention). The row named
+    # `*` holds the default of every queue whose own row leaves a rule NULL.
+    Column(
+        "keep_seconds",
+        BigInteger,
+        nullable=True,
+        comment="finished runs are deleted this long after they finished; NULL: kept",
+    ),
+    Column(
+        "keep_runs",
+        Integer,
+        nullable=True,
+        comment="only the newest this many finished runs are kept; NULL: all",
+    ),
     comment="limits of queues; a queue with no row here has no limit",
 )
 # Deltas (revision 0011): pieces of model responses still in flight, for followers. Not the

@@ -35,6 +35,7 @@ from runner.store import (
     messages,
     queues,
     reads,
+    retention,
     run_changes,
     run_states,
     schedules,
@@ -48,6 +49,7 @@ from runner.store.heartbeat import Heartbeat
 from runner.store.owner import this_process
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.reservations import SqlLimits
+from runner.store.retention import Expired, Rules
 from runner.store.rows import LimitInfo, QueueInfo, RunRow
 from runner.store.schedules import Fired
 from runner.store.sql_journal import SqlJournal
@@ -295,6 +297,14 @@ class SqlStore:
         return run_changes.insert_fork(
             self.engine, row, parent_id, copied, extra, clock=self._clock
         )
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def set_retention(self, name: str, rules: Rules) -> None:
+        retention.set_rules(self.engine, name, rules, utc_now(self._clock))
+
+    def prune_expired(self, now: datetime) -> Expired:
+        return retention.prune_expired(self.engine, now)
 
     # -- schedules ---------------------------------------------------------------------------
 

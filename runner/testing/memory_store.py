@@ -8,7 +8,7 @@ cancel flags; revivals and forks. One lock stands for the database's transaction
 SQLite's BEGIN IMMEDIATE serialises them). Time is the store's clock (a `ManualClock`
 unless given another), so a lease or an approval_timeout expires when a test moves it.
 
-What it does not model: schedules (it has none to fire), SQL itself (the views, `runner
+What it does not model: schedules and retention, SQL itself (the views, `runner
 sql`, migrations), connections and pools, a lost connection's retries, PostgreSQL's NOTIFY
 across processes (its wake-ups reach this process's waiters), a heartbeat (a write renews
 its lease, as on PostgreSQL).
@@ -40,6 +40,7 @@ from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.leases import crash_loop_error, refuse_if_held
 from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
+from runner.store.retention import Expired, Rules
 from runner.store.rows import QueueInfo, RunRow, entry_of
 from runner.store.run_changes import FORKED_EPOCH
 from runner.store.runs import plain_text
@@ -496,6 +497,14 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
         return True
 
     # -- waking and writing ------------------------------------------------------------------
+
+    # -- retention: not modelled (SQL only: tests/integration/test_retention.py) -------------
+
+    def set_retention(self, name: str, rules: Rules) -> None:
+        raise InMemoryStoreError("retention is not modelled in memory")
+
+    def prune_expired(self, now: datetime) -> Expired:
+        return Expired()
 
     # -- schedules: not modelled (SQL only: tests/integration/test_schedules.py) ----------
 

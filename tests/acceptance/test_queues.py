@@ -173,9 +173,12 @@ def test_a_worker_serves_its_queues_and_no_delayed_run_early(db_url: str, ledger
     most, least = (later.not_before - moment for moment in (before_show, after_show))
     assert least.total_seconds() - 1 <= left <= most.total_seconds(), (left, least, most)
     listed = runner_cli(db_url, ledger, "queue", "list", "--json")
+    kept = {"keep_seconds": None, "keep_runs": None}
     assert json.loads(listed.stdout) == [
-        {"name": "a", "limit": None, "queued": 0, "delayed": 1, "running": 0, "waiting": 0},
-        {"name": "b", "limit": None, "queued": 1, "delayed": 0, "running": 0, "waiting": 0},
+        {"name": "a", "limit": None, "queued": 0, "delayed": 1, "running": 0, "waiting": 0}
+        | kept,
+        {"name": "b", "limit": None, "queued": 1, "delayed": 0, "running": 0, "waiting": 0}
+        | kept,
     ]
 
 
@@ -226,7 +229,12 @@ def test_submit_from_a_file_checks_every_line_first(db_url: str, ledger: Path) -
         (["submit", AGENT, "t", "--queue", "a,b"], "queue 'a,b' must be"),
         (["submit", AGENT], "give a TASK or --from FILE"),
         (["submit", AGENT, "--from", "-", "--id", "x"], "--id names one run"),
-        (["queue", "set", "q"], "give --limit N or --no-limit"),
+        (["queue", "set", "q"], "give --limit N, --no-limit, --keep or --keep-runs"),
+        (["queue", "set", "q", "--keep", "soon"], "not a duration: 'soon'"),
+        (["queue", "set", "*", "--limit", "2"], "'*' holds the default retention"),
+        (["schedule", "add", "s", AGENT, "t", "--cron", "61 * * * *"], "Bad minute"),
+        (["schedule", "add", "s", AGENT, "t", "--cron", "* * * *"], "must have five fields"),
+        (["schedule", "add", "s", AGENT, "t", "--cron", "@daily", "--tz", "Nowhere"], "five"),
         (["queue", "set", "q", "--limit", "-2"], "a limit must be 0 or more"),
         (["worker", "--once", "--queue", "a,,b"], "queue '' must be"),
     ],

@@ -1,0 +1,223 @@
+"""Retention: finished runs deleted by the rules of their queue, a small batch at a time.
+
+A queue's rules are two columns of its row in `queues`: `keep_seconds` (a finished run is
+deleted once it finished longer ago than this) and `keep_runs` (only the newest this many
+finished runs of the queue are kept). The row named `*` (DEFAULT_RULES) holds the default of
+every queue whose own row leaves a rule NULL. A run is deleted, with its journal (the
+foreign key cascades), when either rule says so.
+
+Only finished runs are ever deleted, and never one whose tree (`root_id`) still has a run
+that is not finished: a queued, running or waiting run, a sub-agent's finished parent whose
+tree goes on, a child whose root still runs all stay. Workers apply the rules
+(`prune_expired`): each batch is one short transaction that picks at most `batch_size` runs
+(on PostgreSQL with FOR UPDATE SKIP LOCKED: two workers never wait on each other's rows)
+and deletes them with the rules checked again in the DELETE itself, so a run revived
+meanwhile (queued again) is left alone. `runner prune` stays for one-off deletions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, delete, exists, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from runner.core.status import RunStatus
+from runner.store.queues import check_queue
+from runner.store.runs import reading
+from runner.store.schema import queues, runs
+
+# The queue name of the default rules: no queue can be named so (check_queue).
+DEFAULT_RULES = "*"
+# The most runs one transaction deletes, and the most batches one pass of a worker runs.
+BATCH_SIZE = 100
+BATCHES_PER_PASS = 10
+# A run's id, seconds and count columns hold at most these.
+MOST_SECONDS = 2**63 - 1
+MOST_RUNS = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What a queue keeps: None for a rule not set."""
+
+    keep_seconds: int | None = None
+    keep_runs: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.keep_seconds is not None or self.keep_runs is not None
+
+
+@dataclass
+class Expired:
+    """What a pass of retention deleted, per queue."""
+
+    runs: int = 0
+    queues: Counter[str] = field(default_factory=Counter)
+
+
+def check_rules_name(name: object) -> str:
+    """A queue's name, or `*` for the default of every queue."""
+    return DEFAULT_RULES if name == DEFAULT_RULES else check_queue(name)
+
+
+def check_keep_seconds(seconds: object) -> int | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, timedelta):
+        seconds = seconds.total_seconds()
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise ValueError(f"keep must be a duration of 0 seconds or more, not {seconds!r}")
+    if seconds > MOST_SECONDS:
+        raise ValueError(f"keep must be at most {MOST_SECONDS} seconds, got {seconds:g}")
+    return int(seconds)
+
+
+def check_keep_runs(count: object) -> int | None:
+    if count is None:
+        return None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"keep_runs must be a whole number, 0 or more, not {count!r}")
+    if count > MOST_RUNS:
+        raise ValueError(f"keep_runs must be at most {MOST_RUNS}, got {count}")
+    return count
+
+
+def set_rules(engine: Engine, name: str, rules: Rules, at: datetime) -> None:
+    """Store a queue's rules (or, for `*`, the default's): both, as given."""
+    name = check_rules_name(name)
+    values = {
+        "keep_seconds": check_keep_seconds(rules.keep_seconds),
+        "keep_runs": check_keep_runs(rules.keep_runs),
+        "updated_at": at,
+    }
+    for _attempt in range(3):
+        try:
+            with engine.begin() as connection:
+                changed = connection.execute(
+                    update(queues).where(queues.c.name == name).values(**values)
+                ).rowcount
+                if not changed:
+                    connection.execute(queues.insert().values(name=name, **values))
+            return
+        except IntegrityError:
+            continue  # another process made the row meanwhile: update it this time
+    raise RuntimeError(f"could not store the rules of queue {name}")  # pragma: no cover
+
+
+def stored_rules(connection: Connection) -> dict[str, Rules]:
+    """Every row's rules by queue name (`*`: the default), rows with none left out."""
+    found = connection.execute(select(queues.c.name, queues.c.keep_seconds, queues.c.keep_runs))
+    rules = {name: Rules(seconds, count) for name, seconds, count in found}
+    return {name: rule for name, rule in rules.items() if rule}
+
+
+def effective(rules: dict[str, Rules], queue: str) -> Rules:
+    """The queue's rules, each falling back on the default's when the queue leaves it NULL."""
+    own, default = rules.get(queue, Rules()), rules.get(DEFAULT_RULES, Rules())
+    return Rules(
+        own.keep_seconds if own.keep_seconds is not None else default.keep_seconds,
+        own.keep_runs if own.keep_runs is not None else default.keep_runs,
+    )
+
+
+# The queues with finished runs, read as a loose index scan of ix_runs_claim (status, queue,
+# ...): one index probe per queue, not a read of every finished run.
+_FINISHED_QUEUES = text(
+    """
+WITH RECURSIVE found(queue) AS (
+    SELECT MIN(queue) FROM runs WHERE status = 'finished'
+    UNION ALL
+    SELECT (SELECT MIN(r.queue) FROM runs r WHERE r.status = 'finished' AND r.queue > f.queue)
+    FROM found f
+    WHERE f.queue IS NOT NULL
+)
+SELECT queue FROM found WHERE queue IS NOT NULL
+"""
+)
+
+
+def _expired(queue: str, rules: Rules, now: datetime, connection: Connection) -> Any | None:
+    """The condition of a run of `queue` the rules delete (None: they delete nothing)."""
+    finished = and_(runs.c.status == RunStatus.FINISHED, runs.c.queue == queue)
+    cutoffs = []
+    if rules.keep_seconds is not None:
+        # Longer ago than any time (OverflowError): nothing is that old.
+        with contextlib.suppress(OverflowError):
+            cutoffs.append(runs.c.finished_at < now - timedelta(seconds=rules.keep_seconds))
+    if rules.keep_runs is not None:
+        if rules.keep_runs == 0:
+            cutoffs.append(runs.c.finished_at.is_not(None))
+        else:
+            # The newest keep_runs finished runs stay: those finished before the oldest of
+            # them go (ties with it stay too: at least keep_runs are kept).
+            oldest_kept = connection.execute(
+                select(runs.c.finished_at)
+                .where(finished)
+                .order_by(runs.c.finished_at.desc())
+                .offset(rules.keep_runs - 1)
+                .limit(1)
+            ).scalar()
+            if oldest_kept is not None:
+                cutoffs.append(runs.c.finished_at < oldest_kept)
+    if not cutoffs:
+        return None
+    # Never a run whose tree still has a run that is not finished (a sub-agent's tree).
+    tree = runs.alias("tree")
+    live_tree = exists().where(tree.c.root_id == runs.c.root_id, tree.c.status != "finished")
+    condition = cutoffs[0] if len(cutoffs) == 1 else cutoffs[0] | cutoffs[1]
+    return and_(finished, condition, ~live_tree)
+
+
+def prune_expired(
+    engine: Engine,
+    now: datetime,
+    *,
+    batch_size: int = BATCH_SIZE,
+    batches: int = BATCHES_PER_PASS,
+) -> Expired:
+    """Delete the finished runs the rules of their queues expire at `now`: at most
+    `batches` transactions of at most `batch_size` runs each (the next pass goes on)."""
+    done = Expired()
+    with reading(engine) as connection:
+        rules = stored_rules(connection)
+        if not rules:
+            return done  # no rule anywhere: not even a look at the runs
+        names = list(connection.execute(_FINISHED_QUEUES).scalars())
+    for queue in names:
+        chosen = effective(rules, queue)
+        if not chosen:
+            continue
+        while batches > 0:
+            batches -= 1
+            deleted = _delete_batch(engine, queue, chosen, now, batch_size)
+            done.runs += deleted
+            done.queues[queue] += deleted
+            if deleted < batch_size:
+                break
+    return done
+
+
+def _delete_batch(engine: Engine, queue: str, rules: Rules, now: datetime, size: int) -> int:
+    with engine.begin() as connection:
+        condition = _expired(queue, rules, now, connection)
+        if condition is None:
+            return 0
+        ids = list(
+            connection.execute(
+                select(runs.c.id)
+                .where(condition)
+                .order_by(runs.c.finished_at)
+                .limit(size)
+                .with_for_update(skip_locked=True)
+            ).scalars()
+        )
+        if not ids:
+            return 0
+        # The rules again, in the DELETE: a run revived (or a child started in its tree)
+        # since it was picked is not deleted. Its journal goes with it (ON DELETE CASCADE).
+        return int(connection.execute(delete(runs).where(runs.c.id.in_(ids), condition)).rowcount)
