@@ -69,19 +69,25 @@ def differences(
 def conflict(run_id: str, found: dict[str, tuple[Any, Any]]) -> RunConflict:
     """The error for a request that differs from the run its id names."""
     detail = "; ".join(
-        f"{name} {_quoted(stored, name)} (asked: {_quoted(asked, name)})"
+        f"{_LABELS.get(name, name)} {_quoted(stored, name)} (asked: {_quoted(asked, name)})"
         for name, (stored, asked) in found.items()
     )
+    named = ", ".join(_LABELS.get(name, name) for name in found)
     return RunConflict(
-        f"run {run_id} already exists with another {', '.join(found)}: {detail}; "
+        f"run {run_id} already exists with another {named}: {detail}; "
         "a run id names one run: choose another id, or leave it out",
         run_id=run_id,
         differences=found,
     )
 
 
+# How a difference is named in the message, where its key would read badly (a fork's
+# origin is the run and step it was forked from).
+_LABELS = {"forked_from": "origin"}
+
+
 def _fork(origin: tuple[str | None, int | None] | None) -> str:
-    return "none" if origin is None else f"run {origin[0]} at step {origin[1]}"
+    return "none (not a fork)" if origin is None else f"run {origin[0]} at step {origin[1]}"
 
 
 def _quoted(value: Any, name: str) -> str:

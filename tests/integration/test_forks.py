@@ -165,7 +165,7 @@ def test_a_fork_with_another_agent_and_its_id_as_an_idempotency_key(db_url: str)
         assert (row.agent, row.release) == (ref("relabelled"), "5")
         with pytest.raises(
             RunConflict,
-            match="another forked_from: forked_from run p at step 1 \\(asked: run p at step 2\\)",
+            match="another origin: origin run p at step 1 \\(asked: run p at step 2\\)",
         ):
             runner.fork("p", 2, id="f", agent=ref("relabelled"))
         with pytest.raises(RunConflict, match="another agent"):

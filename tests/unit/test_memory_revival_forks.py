@@ -187,7 +187,7 @@ def test_a_fork_needs_a_step_with_its_result_and_its_id_names_one_request() -> N
     with pytest.raises(CannotFork, match="run done has no step 9"):
         runner.fork("done", 9)
     assert runner.fork("done", 1, id="f") == runner.fork("done", 1, id="f")
-    with pytest.raises(RunConflict, match="another forked_from"):
+    with pytest.raises(RunConflict, match="another origin: origin run"):
         runner.fork("done", 2, id="f")
     runner.submit(agent, "taken", id="taken")
     with pytest.raises(RunConflict):
