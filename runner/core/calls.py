@@ -281,6 +281,9 @@ class _SpareThreads:
                         return
                 continue
             job()
+            # Let go of it before waiting for the next: the call's context reaches its run
+            # (its journal, its store), which an idle thread must not keep alive.
+            del job
             with self._lock:
                 self._idle += 1
 
