@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import socket
 import subprocess
 import threading
@@ -28,6 +29,7 @@ from tests.conditions import GENEROUS
 from .agents import ANSWERS
 from .harness import KILLED, RUNNER, agent_ref, cli_env, journal, start, wait_for
 
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "follow-token-77"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 
@@ -42,7 +44,7 @@ def free_port() -> int:
 class UiServer:
     """`runner ui --token` in a subprocess, its log in a file, up once it answers."""
 
-    def __init__(self, db_url: str, ledger: Path) -> None:
+    def __init__(self, db_url: str, ledger: Path, cwd: Path | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = ledger / "ui.log"
@@ -50,7 +52,7 @@ class UiServer:
         args = ["ui", "--db", db_url, "--port", str(self.port), "--token", TOKEN]
         self.proc = subprocess.Popen(
             [str(RUNNER), *args], stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=self._log, env=cli_env(db_url, ledger), cwd=ledger,
+            stderr=self._log, env=cli_env(db_url, ledger), cwd=cwd or ledger,
         )  # fmt: skip
 
         def answers() -> bool:
@@ -227,3 +229,43 @@ def test_an_unknown_run_and_a_bad_last_event_id_are_json_4xx(server: UiServer) -
             lines = response.iter_lines()
             assert [next(lines) for _ in range(2)] == [": run idle after -1", "retry: 1000"]
 
+
+
+def _shown_blocks(text: str) -> list[str]:
+    """The README's blocks fenced with no language (shown, not run by test_readme)."""
+    found, lines, inside, shown = [], [], False, False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            if inside and shown:
+                found.append("\n".join(lines) + "\n")
+            inside, shown, lines = not inside, line == "```", []
+        elif inside:
+            lines.append(line)
+    return found
+
+
+def test_the_readmes_curl_example_works_as_shown(db_url: str, ledger: Path) -> None:
+    """The README shows its curl commands (a no-language block: they need a live server);
+    here they run as written against one serving from the repository's folder (the agent's
+    path is the server's to resolve), a worker finishing the run they submit."""
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in _shown_blocks(readme) if b.startswith("curl "))
+    server = UiServer(db_url, ledger, cwd=ROOT)
+    try:
+        script = block.replace("http://127.0.0.1:8780", server.base)
+        worker = start("worker", "--once", env=cli_env(db_url, ledger), cwd=ROOT)
+        done = subprocess.run(
+            ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=GENEROUS,
+            env={**cli_env(db_url, ledger), "RUNNER_UI_TOKEN": TOKEN}, check=False,
+        )  # fmt: skip
+        worker.communicate(timeout=GENEROUS)
+    finally:
+        assert "Traceback" not in server.close()
+    assert done.returncode == 0, done.stderr
+    submitted, end = json.JSONDecoder().raw_decode(done.stdout)  # the first curl's answer
+    streamed = done.stdout[end:]
+    assert submitted.get("id") == "order-1042", done.stdout[:500]
+    ids = re.findall(r"^id: (\d+)", streamed, re.M)
+    rows = journal(db_url, "order-1042")
+    assert ids == [str(row["seq"]) for row in rows[3:]]  # after Last-Event-ID: 2
+    assert "event: end" in streamed and '"stop_reason":"final"' in streamed
