@@ -10,6 +10,11 @@ with it, and no innocent neighbour is counted towards crash_loop. A run that com
 needing a person's answer gives its slot back at once and waits in the database. An idle
 worker sleeps its poll interval, or on PostgreSQL until a NOTIFY says a run was queued.
 
+Between claims a worker also keeps two kinds of house: it fires the schedules' ticks that
+are due (runner.store.schedules: one read at most once a poll, and it wakes up for the next
+tick; a tick's run id makes a second run of it impossible) and, once a minute, deletes a
+few batches of the finished runs its queues' retention rules expire (runner.store.retention).
+
 The worker logs through the standard `logging` module, on the `runner.worker` logger: each
 record about a run carries its id (`record.run_id`) and every record the worker's name
 (`record.worker`). `runner worker` configures the handler (text or JSON lines on stderr).
