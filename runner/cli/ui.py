@@ -26,11 +26,15 @@ from runner.defaults import UI_HOST, UI_PORT, UI_TOKEN_VARIABLE
 )
 @db_option
 def ui(host: str, port: int, token: str | None, url: str | None) -> None:
-    """Serve pages of the runs, a run's transcript and the stop reasons per release.
+    """Serve pages of the runs, a run's transcript and the stop reasons per release, and
+    the HTTP API under /api/.
 
-    The pages read the database through a read-only connection; the only write, cancel,
-    is a form (POST, CSRF-checked) that does what `runner cancel` does. Needs the `ui`
-    extra: pip install 'durable-runner[ui]'.
+    The pages read the database through a read-only connection; their writes (cancel,
+    approve, deny, reply) are forms (POST, CSRF-checked) that do what the commands do. The
+    API (JSON; a run's events as Server-Sent Events; OpenAPI at /api/openapi.json) goes
+    through the same library; its writes need the token in an Authorization header.
+
+    Needs the `ui` extra: pip install 'durable-runner[ui]'.
     """
     # Imported here: the page loads Starlette, Jinja2 and SQLAlchemy; `--help` loads none.
     from runner.ui import is_loopback, serve
