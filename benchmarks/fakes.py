@@ -115,3 +115,20 @@ def make_waiting_agent() -> Agent:
 
 
 WAITING_REF = f"{Path(__file__).resolve()}:make_waiting_agent"
+
+
+# benchmarks/limits.py: an agent on the real OpenAI adapter, against the local fake provider
+# at OPENAI_BASE_URL. Each model call asks for at most RUNNER_BENCH_COMPLETION tokens, and
+# the fake answers with exactly that many; the calls draw from `openai/bench-model` (a
+# limit only if the benchmark set it).
+
+
+def make_provider_agent() -> Agent:
+    from runner.models import OpenAIChat
+
+    completion = int(os.environ.get("RUNNER_BENCH_COMPLETION", "300"))
+    model = OpenAIChat("bench-model", api_key="bench", max_completion_tokens=completion)
+    return Agent(model, tools(), name="bench-provider", ref=PROVIDER_REF, **UNLIMITED)
+
+
+PROVIDER_REF = f"{Path(__file__).resolve()}:make_provider_agent"

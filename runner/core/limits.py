@@ -29,6 +29,11 @@ from runner.errors import ModelRetryable
 
 # A limit counts what was charged to it over this many seconds up to now.
 WINDOW_SECONDS = 60.0
+# A charge counts a little longer than the minute: the provider sees a call some time after
+# it was reserved, so without this a call reserved the moment an old one ages out here could
+# reach the provider before that old one ages out there (and be refused with a 429).
+WINDOW_GUARD_SECONDS = 1.0
+COUNTED_SECONDS = WINDOW_SECONDS + WINDOW_GUARD_SECONDS
 # The output allowance of a call whose model states no max_tokens.
 DEFAULT_OUTPUT_TOKENS = 1000
 # The prompt's estimate: characters of its JSON per token (a common rule of thumb for English).

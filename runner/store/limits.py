@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, sele
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.limits import WINDOW_SECONDS
+from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.store.rows import LimitInfo
@@ -136,7 +136,7 @@ def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
         select(r.tokens, r.reserved_at, r.settled)
         .where(
             r.limit_name == name,
-            r.reserved_at > at - timedelta(seconds=WINDOW_SECONDS),
+            r.reserved_at > at - timedelta(seconds=COUNTED_SECONDS),
             or_(r.settled.is_(True), held_by_live_lease(at)),
         )
         .order_by(r.reserved_at)

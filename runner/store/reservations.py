@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.limits import WINDOW_SECONDS, Reservation
+from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS, Reservation
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, RunParked
 from runner.store.limits import Charge, aware, charges, live_waiter
@@ -228,7 +228,7 @@ class Room:
 
     def wake_at(self) -> datetime:
         """When enough of the minute's charges age out for the call (and the runs ahead)."""
-        window = timedelta(seconds=WINDOW_SECONDS)
+        window = timedelta(seconds=COUNTED_SECONDS)
         moments = [self.at + timedelta(seconds=LEAST_PARK_SECONDS)]
         if self._backing_off():
             assert self.backoff_until is not None

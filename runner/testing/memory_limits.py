@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from runner.core.limits import WINDOW_SECONDS, Reservation
+from runner.core.limits import COUNTED_SECONDS, Reservation
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, LimitNotFound, RunParked
 from runner.store import limits as sql_limits
@@ -85,7 +85,7 @@ class MemoryLimits(MemoryRows):
     # -- the rules, as runner.store.limits reads them -------------------------------------------
 
     def _charges(self, name: str, at: datetime) -> list[Charge]:
-        since = at - timedelta(seconds=WINDOW_SECONDS)
+        since = at - timedelta(seconds=COUNTED_SECONDS)
         found = []
         for row in self.reservations.values():
             if row["limit_name"] != name or not row["reserved_at"] > since:

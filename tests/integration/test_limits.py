@@ -168,7 +168,7 @@ def test_the_line_is_first_come_first_served(db_url: str) -> None:
         # The minute passes: the filler's charge ages out (moved back, as the clock would).
         with runner.engine.begin() as connection:
             connection.execute(
-                update(limit_reservations).values(reserved_at=runner.now() - timedelta(seconds=61))
+                update(limit_reservations).values(reserved_at=runner.now() - timedelta(seconds=62))
             )
         # The later one comes back first, but 600 + the early one's 600 do not fit.
         taken = claimed(runner, late)
