@@ -11,9 +11,10 @@ needing a person's answer gives its slot back at once and waits in the database.
 worker sleeps its poll interval, or on PostgreSQL until a NOTIFY says a run was queued.
 
 Between claims a worker also keeps two kinds of house: it fires the schedules' ticks that
-are due (runner.store.schedules: one read at most once a poll, and it wakes up for the next
-tick; a tick's run id makes a second run of it impossible) and, once a minute, deletes a
-few batches of the finished runs its queues' retention rules expire (runner.store.retention).
+are due (runner.store.schedules: it wakes up for the next tick, and looks every 20 s at
+most for schedules added elsewhere; a tick's run id makes a second run of it impossible)
+and, once a minute, deletes a few batches of the finished runs its queues' retention rules
+expire (runner.store.retention).
 
 The worker logs through the standard `logging` module, on the `runner.worker` logger: each
 record about a run carries its id (`record.run_id`) and every record the worker's name
@@ -75,6 +76,10 @@ CLAIMS_PER_TRANSACTION = 100
 # How often a worker looks for children's ends still owed to their parents (see deliver_ended).
 SWEEP_SECONDS = 1.0
 
+# Schedules added (or resumed) by another process are found within this many seconds: well
+# inside a tick's on-time window (runner.store.schedules.ON_TIME_SECONDS), so none is late.
+SCHEDULES_LOOK = 20.0
+
 # Retention: a pass a minute (sooner while a pass finds its fill, RETENTION_FULL_PASS runs).
 RETENTION_EVERY = 60.0
 RETENTION_FULL_PASS = BATCH_SIZE * BATCHES_PER_PASS
@@ -120,8 +125,9 @@ class Worker:
         )
         self.store = self.runner.store
         self.schedule_clock = schedule_clock or self.store.clock
-        # When this worker looks for due ticks next: at the next tick, or a poll from now
-        # (a schedule added meanwhile by another process), whichever comes first.
+        # When this worker looks for due ticks next: at the next tick, or SCHEDULES_LOOK
+        # seconds from now (a schedule added or resumed meanwhile by another process),
+        # whichever comes first.
         self._look_for_ticks_at = float("-inf")
         # When this worker applies the queues' retention rules next (monotonic time).
         self._prune_at = time.monotonic()
@@ -210,13 +216,14 @@ class Worker:
             self._wake.wait(idle)
 
     def _fire_ticks(self) -> None:
-        # A cheap read at most once a poll (and at each tick): the schedules due, each fired
-        # in a short transaction of its own; the run id derived from the tick makes a
-        # second run of it impossible, whichever worker fires it.
+        # Two cheap reads at each tick (and every SCHEDULES_LOOK seconds at most, for
+        # schedules added elsewhere): the schedules due, each fired in a short transaction
+        # of its own (the run id derived from the tick makes a second run of it impossible,
+        # whichever worker fires it), then the next tick, which is the next wake-up.
         now = self.schedule_clock.time()
         if now < self._look_for_ticks_at:
             return
-        self._look_for_ticks_at = now + (self._db_wait or self.poll)
+        self._look_for_ticks_at = now + (self._db_wait or SCHEDULES_LOOK)
         try:
             with self.store.writing():
                 fired = self.store.fire_schedules(utc_now(self.schedule_clock))
