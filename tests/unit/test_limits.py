@@ -128,3 +128,23 @@ def test_remove_a_limit() -> None:
     assert runner.limits() == []
     with pytest.raises(LimitNotFound):
         runner.remove_limit("m")
+
+
+def test_each_model_call_span_names_its_limit_and_how_long_it_waited() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    runner, _store, _clock = memory_runner(tracer_provider=provider)
+    runner.set_limit("m", requests_per_minute=2)
+    assert runner.run(AGENT, "add").stop_reason == "final"
+    provider.shutdown()
+    calls = [
+        s for s in exporter.get_finished_spans() if s.attributes and "runner.limit" in s.attributes
+    ]
+    assert [s.attributes["runner.limit"] for s in calls] == ["m", "m", "m"]  # type: ignore[index]
+    waited = [s.attributes["runner.limit.waited_seconds"] for s in calls]  # type: ignore[index]
+    assert waited[:2] == [0.0, 0.0] and waited[2] > 50
