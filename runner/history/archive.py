@@ -184,11 +184,16 @@ def prune_runs(
         return pruned
     while True:
         with engine.begin() as connection:
+            # Locked as they are picked (PostgreSQL; SQLite's writer holds the file): a run
+            # revived between this SELECT and the DELETEs would otherwise lose its journal
+            # to the first DELETE and be kept by the second, whose WHERE it no longer meets.
+            # A run another transaction holds is left for a later prune.
             batch = connection.execute(
                 select(runs.c.id, runs.c.stop_reason)
                 .where(old)
                 .order_by(runs.c.finished_at)
                 .limit(batch_size)
+                .with_for_update(skip_locked=True)
             ).all()
             if not batch:
                 return pruned

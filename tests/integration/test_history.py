@@ -11,6 +11,7 @@ import io
 import json
 import re
 import statistics
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from runner.service.runner import Runner
 from runner.store import runs as store
 from runner.store.database import open_engine, upgrade
 from runner.store.schema import entries, runs
+from tests.conditions import wait_until
 
 DOCS = Path(__file__).resolve().parents[2] / "README.md"
 BASE = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
@@ -807,3 +809,60 @@ def test_prune_never_touches_unfinished_runs(seeded: str, engine: Engine) -> Non
     with engine.connect() as connection:
         left = sorted(connection.execute(select(runs.c.id, runs.c.status)).all())
     assert left == [("run-live", "running"), ("run-queued", "queued")]
+
+
+@pytest.mark.postgres
+def test_prune_never_takes_the_journal_of_a_run_revived_while_it_prunes(
+    postgres_database: str,
+) -> None:
+    # A run picked by prune as old and finished, then revived by another transaction before
+    # prune deletes it, keeps its journal: prune leaves a run another transaction holds.
+    engine = open_engine(postgres_database)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text("TRUNCATE runs, entries CASCADE"))
+        with Runner(postgres_database) as runner:
+            agent = Agent(lambda t: {"type": "final", "content": "ok"}, {}, name="short")
+            runner.run(agent, "task", id="revived")
+        with engine.begin() as connection:
+            connection.execute(
+                text("UPDATE runs SET finished_at = :at WHERE id = 'revived'"),
+                {"at": BASE},
+            )
+        journal = _contents(engine)[1]
+        assert journal > 0
+
+        reviver = engine.connect()
+        reviving = reviver.begin()
+        reviver.execute(text("SELECT id FROM runs WHERE id = 'revived' FOR UPDATE"))
+        done: list[Any] = []
+        pruning = threading.Thread(
+            target=lambda: done.append(prune_runs(engine, BASE + timedelta(days=1)))
+        )
+        pruning.start()
+
+        def blocked_or_done() -> bool:
+            if done:
+                return True
+            with engine.connect() as watcher:
+                return bool(
+                    watcher.execute(
+                        text(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND wait_event_type = 'Lock'"
+                        )
+                    ).scalar_one()
+                )
+
+        wait_until(blocked_or_done, timeout=60, what=lambda: "prune neither ended nor waited")
+        reviver.execute(
+            text("UPDATE runs SET status = 'queued', finished_at = NULL WHERE id = 'revived'")
+        )
+        reviving.commit()
+        reviver.close()
+        pruning.join(60)
+        assert not pruning.is_alive()
+        assert done[0].runs == 0
+        assert _contents(engine)[:2] == (1, journal)  # the run and its whole journal
+    finally:
+        engine.dispose()
