@@ -118,6 +118,9 @@ def _reserve(
             r.limit_name == name, r.reserved_at < at - timedelta(seconds=2 * WINDOW_SECONDS)
         )
     )
+    # And the line keeps only runs still coming back: one that finished while parked (a
+    # cancel), or never came back past its grace, goes (it queues again if it returns).
+    connection.execute(delete(limit_waiters).where(w.limit_name == name, ~live_waiter(at)))
     charged = charges(connection, name, at)
     mine = connection.execute(
         select(w.waiting_since).where(w.limit_name == name, w.run_id == run_id)

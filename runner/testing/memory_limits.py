@@ -129,6 +129,9 @@ class MemoryRunLimits:
             if row is None:
                 return Reservation(limit, None, tokens)
             at = store._now()
+            for pair in [p for p in store.limit_waiters if p[0] == limit]:
+                if not store._waiter_live(pair[1], at):
+                    del store.limit_waiters[pair]  # finished while parked, or never came back
             charged = store._charges(limit, at)
             mine = store.limit_waiters.get((limit, self.run_id))
             ahead = [

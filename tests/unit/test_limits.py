@@ -148,3 +148,18 @@ def test_each_model_call_span_names_its_limit_and_how_long_it_waited() -> None:
     assert [s.attributes["runner.limit"] for s in calls] == ["m", "m", "m"]  # type: ignore[index]
     waited = [s.attributes["runner.limit.waited_seconds"] for s in calls]  # type: ignore[index]
     assert waited[:2] == [0.0, 0.0] and waited[2] > 50
+
+
+def test_a_run_cancelled_while_parked_leaves_the_line() -> None:
+    runner, store, clock = memory_runner()
+    runner.set_limit("m", requests_per_minute=1)
+    _first, second = runner.submit(AGENT, "a"), runner.submit(AGENT, "b")
+    Worker(store=store, once=True, lease_seconds=LEASE).serve()
+    [info] = runner.limits()
+    assert info.waiting == 2  # one call a minute: both wait in line for their next
+    parked = second
+    runner.cancel(parked)
+    assert runner.limits()[0].waiting == 1
+    clock.advance(62)
+    Worker(store=store, once=True, lease_seconds=LEASE).serve()
+    assert not [pair for pair in store.limit_waiters if pair[1] == parked]
