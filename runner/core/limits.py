@@ -50,12 +50,22 @@ class Reservation:
     waited: float = 0.0  # seconds the run waited in line for it (0: it found room at once)
 
 
+# The tokens to reserve, or how to estimate them: made only for a limit that is set, since
+# an adapter draws from `provider/model` by default and the estimate reads the whole prompt.
+Estimate = int | Callable[[], int]
+
+
+def estimated(tokens: Estimate) -> int:
+    return tokens() if callable(tokens) else tokens
+
+
 class Limits(Protocol):
     """Where a run's model calls reserve and settle (one run's, under its lease)."""
 
-    def reserve(self, limit: str, tokens: int) -> Reservation:
+    def reserve(self, limit: str, tokens: Estimate) -> Reservation:
         """Charge one request and `tokens` to `limit`; if it has no room, park the run until
-        it may (and raise RunParked). A limit that is not set reserves nothing."""
+        it may (and raise RunParked). A limit that is not set reserves nothing (and leaves
+        an estimate unmade: its reservation holds 0 tokens)."""
         ...
 
     def settle(self, reservation: Reservation, tokens: int) -> None:
@@ -70,8 +80,8 @@ class Limits(Protocol):
 class NoLimits:
     """Reserves nothing: `run_agent`, and any run on a store without limits."""
 
-    def reserve(self, limit: str, tokens: int) -> Reservation:
-        return Reservation(limit, None, tokens)
+    def reserve(self, limit: str, tokens: Estimate) -> Reservation:
+        return Reservation(limit, None, tokens if isinstance(tokens, int) else 0)
 
     def settle(self, reservation: Reservation, tokens: int) -> None:
         return None
@@ -112,7 +122,9 @@ class Draw:
     waited: Callable[[Reservation], None] | None = None
 
     def reserve(self, shown: Any) -> Reservation:
-        reservation = self.limits.reserve(self.limit, estimate_tokens(shown, self.max_tokens))
+        reservation = self.limits.reserve(
+            self.limit, lambda: estimate_tokens(shown, self.max_tokens)
+        )
         fault("after_limit_reserve")
         if reservation.waited > 0 and self.waited is not None:
             self.waited(reservation)

@@ -29,7 +29,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS, Reservation
+from runner.core.limits import (
+    COUNTED_SECONDS,
+    WINDOW_SECONDS,
+    Estimate,
+    Reservation,
+    estimated,
+)
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, RunParked
 from runner.store.limits import Charge, aware, charges, live_waiter
@@ -56,13 +62,13 @@ class SqlLimits:
         self.engine, self.run_id, self.epoch = engine, run_id, epoch
         self.writer, self.clock = writer, clock
 
-    def reserve(self, limit: str, tokens: int) -> Reservation:
-        tokens = min(max(tokens, 0), COUNTER_MAX)
+    def reserve(self, limit: str, estimate: Estimate) -> Reservation:
         # An adapter draws from `provider/model` by default, set or not: a limit that is not
-        # set costs a plain read, never SQLite's write lock.
+        # set costs a plain read, never SQLite's write lock (nor the estimate).
         with reading(self.engine) as connection:
             if connection.execute(_IS_SET, {"name": limit}).first() is None:
-                return Reservation(limit, None, tokens)
+                return Reservation(limit, None, estimate if isinstance(estimate, int) else 0)
+        tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
         with self.writer.turn() as connection, connection.begin():
             decided = _reserve(connection, self.run_id, self.epoch, limit, tokens, self.clock)
         if isinstance(decided, Reservation):

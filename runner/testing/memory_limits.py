@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from runner.core.limits import COUNTED_SECONDS, Reservation
+from runner.core.limits import COUNTED_SECONDS, Estimate, Reservation, estimated
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, LimitNotFound, RunParked
 from runner.store import limits as sql_limits
@@ -121,13 +121,13 @@ class MemoryRunLimits:
     def __init__(self, store: MemoryLimits, run_id: str, epoch: int) -> None:
         self.store, self.run_id, self.epoch = store, run_id, epoch
 
-    def reserve(self, limit: str, tokens: int) -> Reservation:
+    def reserve(self, limit: str, estimate: Estimate) -> Reservation:
         store = self.store
-        tokens = min(max(tokens, 0), COUNTER_MAX)
         with store._lock:
             row = store.provider_limits.get(limit)
             if row is None:
-                return Reservation(limit, None, tokens)
+                return Reservation(limit, None, estimate if isinstance(estimate, int) else 0)
+            tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
             at = store._now()
             for pair in [p for p in store.limit_waiters if p[0] == limit]:
                 if not store._waiter_live(pair[1], at):

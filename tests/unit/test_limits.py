@@ -121,6 +121,26 @@ def test_a_retry_after_backs_off_the_limit_for_every_run() -> None:
     assert parked.value.until == pytest.approx(clock.time() + 20)
 
 
+def test_a_limit_that_is_not_set_never_makes_the_estimate() -> None:
+    # An adapter draws from provider/model whether or not that limit is set: the estimate
+    # (the whole prompt as JSON) is made only for a limit that is.
+    runner, store, _clock = memory_runner()
+    run_id = runner.submit(Agent(ScriptedModel(["x"]), ref="x:y"), "a")
+    claim = store.claim_run(run_id, lease_seconds=LEASE, max_resumes=3)
+    made: list[int] = []
+
+    def estimate() -> int:
+        made.append(1)
+        return 10
+
+    limits = store.run_limits(run_id, claim.epoch)
+    assert limits.reserve("openai/unset", estimate).id is None
+    assert made == []
+    runner.set_limit("openai/unset", tokens_per_minute=1_000)
+    assert limits.reserve("openai/unset", estimate).tokens == 10
+    assert made == [1]
+
+
 def test_remove_a_limit() -> None:
     runner, _store, _clock = memory_runner()
     runner.set_limit("m", concurrency=1)
