@@ -229,20 +229,13 @@ class _ThreadCall:
             self.done.release()
 
     def result(self, timeout: float | None, watch: Watch | None) -> Any:
-        ends = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-        while True:
-            left = None if ends is None else max(ends - time.monotonic(), 0.0)
-            if watch is not None:
-                left = WATCH_EVERY if left is None else min(left, WATCH_EVERY)
-            if self.done.acquire(timeout=-1 if left is None else left):
-                if self.error is not None:
-                    raise self.error
-                return self.value
-            why = None if watch is None else watch()
-            if why is not None:
-                raise CallInterrupted(why)
-            if ends is not None and time.monotonic() >= ends:
-                raise CallTimedOut(f"no result after {timeout:g}s")
+        def ended(left: float | None) -> bool:
+            return self.done.acquire(timeout=-1 if left is None else left)
+
+        _wait_for(ended, timeout, watch)
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class _SpareThreads:
@@ -356,20 +349,32 @@ def _result(
     # Waiting apart from taking the result matters: `future.result(timeout)` raises the
     # builtin TimeoutError on a timeout, the very exception a call itself raises when its
     # own socket times out, which must reach the caller as that call's error.
+    try:
+        _wait_for(lambda left: bool(wait([future], timeout=left)[0]), timeout, watch)
+    except (CallInterrupted, CallTimedOut):
+        if cancel:  # never a thread's future: its late set_result would then raise
+            future.cancel()
+        raise
+    return future.result()
+
+
+def _wait_for(
+    ended: Callable[[float | None], bool], timeout: float | None, watch: Watch | None
+) -> None:
+    """Wait until `ended(seconds)` (which waits at most that long, None: for ever) says the
+    call ended; CallTimedOut once `timeout` passes, CallInterrupted once `watch` names a
+    reason (asked every WATCH_EVERY seconds)."""
     ends = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     while True:
         left = None if ends is None else max(ends - time.monotonic(), 0.0)
         if watch is not None:
             left = WATCH_EVERY if left is None else min(left, WATCH_EVERY)
-        done, _ = wait([future], timeout=left)
-        if done:
-            return future.result()
+        if ended(left):
+            return
         why = None if watch is None else watch()
-        if why is not None or (ends is not None and time.monotonic() >= ends):
-            if cancel:  # never a thread's future: its late set_result would then raise
-                future.cancel()
-            if why is not None:
-                raise CallInterrupted(why)
+        if why is not None:
+            raise CallInterrupted(why)
+        if ends is not None and time.monotonic() >= ends:
             raise CallTimedOut(f"no result after {timeout:g}s")
 
 
