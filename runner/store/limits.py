@@ -61,6 +61,18 @@ def check_amount(what: str, value: object, most: int) -> int | None:
     return value
 
 
+def limit_values(
+    tokens_per_minute: int | None, requests_per_minute: int | None, concurrency: int | None
+) -> dict[str, int | None]:
+    """A limit's three measures as its row's columns, each checked (ValueError if not a
+    whole number from 1 to what its column holds); both stores set a limit from these."""
+    return {
+        "tokens_per_minute": check_amount("tokens per minute", tokens_per_minute, COUNTER_MAX),
+        "requests_per_minute": check_amount("requests per minute", requests_per_minute, _INT_MAX),
+        "concurrency": check_amount("concurrency", concurrency, _INT_MAX),
+    }
+
+
 def set_limit(
     engine: Engine,
     name: str,
@@ -73,12 +85,8 @@ def set_limit(
     """Store limit `name` (None for any of the three: not limited by it). Calls reserved
     already stay charged; the next reservations are checked against the new numbers."""
     check_name(name)
-    values: dict[str, Any] = {
-        "tokens_per_minute": check_amount("tokens per minute", tokens_per_minute, COUNTER_MAX),
-        "requests_per_minute": check_amount("requests per minute", requests_per_minute, _INT_MAX),
-        "concurrency": check_amount("concurrency", concurrency, _INT_MAX),
-        "updated_at": utc_now(clock),
-    }
+    values: dict[str, Any] = limit_values(tokens_per_minute, requests_per_minute, concurrency)
+    values["updated_at"] = utc_now(clock)
     for _attempt in range(3):
         try:
             with engine.begin() as connection:

@@ -30,15 +30,7 @@ class MemoryLimits(MemoryRows):
         concurrency: int | None = None,
     ) -> None:
         sql_limits.check_name(name)
-        values = {
-            "tokens_per_minute": sql_limits.check_amount(
-                "tokens per minute", tokens_per_minute, COUNTER_MAX
-            ),
-            "requests_per_minute": sql_limits.check_amount(
-                "requests per minute", requests_per_minute, 2**31 - 1
-            ),
-            "concurrency": sql_limits.check_amount("concurrency", concurrency, 2**31 - 1),
-        }
+        values = sql_limits.limit_values(tokens_per_minute, requests_per_minute, concurrency)
         with self._lock:
             row = self.provider_limits.setdefault(name, {"name": name, "backoff_until": None})
             row.update(values, updated_at=self._now())
