@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.core.budgets import Budgets
+from runner.core.ids import ID_ALPHABET
 from runner.core.journal import Counters
 from runner.core.stop_reasons import StopReason
-
-_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # run ids' own (runner.core.ids)
 
 
 def child_run_id(parent_id: str, call_key: str) -> str:
@@ -35,7 +34,7 @@ def child_run_id(parent_id: str, call_key: str) -> str:
     import hashlib  # here: a command that only reads runs never loads it
 
     digest = int.from_bytes(hashlib.sha256(call_key.encode()).digest()[:8], "big")
-    tail = "".join(_ALPHABET[(digest >> shift) & 31] for shift in range(55, -1, -5))
+    tail = "".join(ID_ALPHABET[(digest >> shift) & 31] for shift in range(55, -1, -5))
     return parent_id[:10] + tail
 
 
