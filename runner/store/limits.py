@@ -16,15 +16,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.store.rows import LimitInfo
-from runner.store.runs import reading
+from runner.store.runs import reading, store_named
 from runner.store.schema import (
     COUNTER_MAX,
     limit_reservations,
@@ -87,18 +86,7 @@ def set_limit(
     check_name(name)
     values: dict[str, Any] = limit_values(tokens_per_minute, requests_per_minute, concurrency)
     values["updated_at"] = utc_now(clock)
-    for _attempt in range(3):
-        try:
-            with engine.begin() as connection:
-                changed = connection.execute(
-                    update(limits).where(limits.c.name == name).values(**values)
-                ).rowcount
-                if not changed:
-                    connection.execute(limits.insert().values(name=name, **values))
-            return
-        except IntegrityError:
-            continue  # another process made the row meanwhile: update it this time
-    raise RuntimeError(f"could not store limit {name}")  # pragma: no cover
+    store_named(engine, limits, name, values, f"limit {name}")
 
 
 def remove_limit(engine: Engine, name: str) -> None:

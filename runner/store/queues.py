@@ -14,13 +14,12 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, case, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, bindparam, case, func, select
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
 from runner.store.rows import QueueInfo
-from runner.store.runs import reading
+from runner.store.runs import reading, store_named
 from runner.store.schema import queues, runs
 
 # Letters, digits and `_ . : -`, like a run id: a name a shell and `--queue a,b` keep whole.
@@ -141,22 +140,8 @@ def set_limit(engine: Engine, name: str, limit: int | None, clock: Clock = SYSTE
     check_queue(name)
     limit = check_limit(limit)
     at = utc_now(clock)
-    for _attempt in range(3):
-        try:
-            with engine.begin() as connection:
-                changed = connection.execute(
-                    update(queues)
-                    .where(queues.c.name == name)
-                    .values(max_running=limit, updated_at=at)
-                ).rowcount
-                if not changed:
-                    connection.execute(
-                        queues.insert().values(name=name, max_running=limit, updated_at=at)
-                    )
-            return
-        except IntegrityError:
-            continue  # another process made the row meanwhile: update it this time
-    raise RuntimeError(f"could not store the limit of queue {name}")  # pragma: no cover
+    values = {"max_running": limit, "updated_at": at}
+    store_named(engine, queues, name, values, f"the limit of queue {name}")
 
 
 def list_queues(engine: Engine, at: datetime) -> list[QueueInfo]:

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, exists, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, and_, delete, exists, select, text
 
 from runner.core.status import RunStatus
 from runner.store.queues import check_queue
-from runner.store.runs import reading
+from runner.store.runs import reading, store_named
 from runner.store.schema import queues, runs
 
 # The queue name of the default rules: no queue can be named so (check_queue).
@@ -95,18 +94,7 @@ def set_rules(engine: Engine, name: str, rules: Rules, at: datetime) -> None:
         "keep_runs": check_keep_runs(rules.keep_runs),
         "updated_at": at,
     }
-    for _attempt in range(3):
-        try:
-            with engine.begin() as connection:
-                changed = connection.execute(
-                    update(queues).where(queues.c.name == name).values(**values)
-                ).rowcount
-                if not changed:
-                    connection.execute(queues.insert().values(name=name, **values))
-            return
-        except IntegrityError:
-            continue  # another process made the row meanwhile: update it this time
-    raise RuntimeError(f"could not store the rules of queue {name}")  # pragma: no cover
+    store_named(engine, queues, name, values, f"the rules of queue {name}")
 
 
 def stored_rules(connection: Connection) -> dict[str, Rules]:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Row, Table, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
@@ -141,6 +141,25 @@ def reading(engine: Engine) -> Iterator[Connection]:
     """A connection for reads only (on SQLite one that never waits for the write lock)."""
     with engine.connect() as connection:
         yield connection.execution_options(**backend_for(engine.dialect.name).read_options())
+
+
+def store_named(
+    engine: Engine, table: Table, name: str, values: Mapping[str, Any], what: str
+) -> None:
+    """Set `values` on `table`'s row named `name`, made if there is none (a queue's
+    settings, a provider limit); `what` names it in the error if that keeps failing."""
+    for _attempt in range(3):
+        try:
+            with engine.begin() as connection:
+                changed = connection.execute(
+                    update(table).where(table.c.name == name).values(**values)
+                ).rowcount
+                if not changed:
+                    connection.execute(table.insert().values(name=name, **values))
+            return
+        except IntegrityError:
+            continue  # another process made the row meanwhile: update it this time
+    raise RuntimeError(f"could not store {what}")  # pragma: no cover
 
 
 # -- creating and finding runs --------------------------------------------------------------
