@@ -23,7 +23,8 @@ from runner.core.journal import Counters, Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished, RunNotFound
-from runner.store.runs import RunRow, entry_row, lock_run
+from runner.store import reads
+from runner.store.runs import RunRow, entry_row, lock_run, plain
 from runner.store.schema import entries, messages, runs
 
 
@@ -105,10 +106,9 @@ def _sent(connection: Connection, run: RunRow, key: str, body: str) -> Sent | No
 
 
 def get_run_row(connection: Connection, run_id: str) -> RunRow:
-    row = connection.execute(select(runs).where(runs.c.id == run_id)).first()
-    if row is None:
-        raise RunNotFound(f"no run with id {run_id}")
-    return RunRow.of(row)
+    """The run with this id, read on `connection` (RunNotFound if there is none)."""
+    with plain(connection) as reader:
+        return reads.get_run(reader, run_id)
 
 
 def conflict_words(run: RunRow, key: str, number: int) -> str:
