@@ -11,26 +11,29 @@ from runner.cli.options import db_option, json_option
 from runner.service.delays import parse_duration
 
 
-class Limit(click.ParamType):  # type: ignore[type-arg]
-    """A queue's limit: a whole number, 0 or more, or `none` for no limit."""
+class Count(click.ParamType):  # type: ignore[type-arg]
+    """A whole number, 0 or more, or `none` (no limit, or no such rule): a queue's limit,
+    or how many finished runs it keeps. `what` names it in the error."""
 
     name = "N"
 
+    def __init__(self, what: str) -> None:
+        self.what = what
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         text = str(value).strip().lower()
-        if text == "none":
-            return NO_LIMIT
+        if text == NONE:
+            return NONE
         try:
-            limit = int(text)
+            count = int(text)
         except ValueError:
             self.fail(f"{value!r} is not a whole number nor 'none'", param, ctx)
-        if limit < 0:
-            self.fail(f"a limit must be 0 or more, not {limit}", param, ctx)
-        return limit
+        if count < 0:
+            self.fail(f"a {self.what} must be 0 or more, not {count}", param, ctx)
+        return count
 
 
-NO_LIMIT = "none"
-UNSET = "none"
+NONE = "none"
 
 
 class Keep(click.ParamType):  # type: ignore[type-arg]
@@ -39,30 +42,12 @@ class Keep(click.ParamType):  # type: ignore[type-arg]
     name = "DURATION"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if str(value).strip().lower() == UNSET:
-            return UNSET
+        if str(value).strip().lower() == NONE:
+            return NONE
         try:
             return parse_duration(str(value)).total_seconds()
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
-
-
-class KeepRuns(click.ParamType):  # type: ignore[type-arg]
-    """How many finished runs are kept: a whole number, or `none` for no such rule."""
-
-    name = "N"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        text = str(value).strip().lower()
-        if text == UNSET:
-            return UNSET
-        try:
-            count = int(text)
-        except ValueError:
-            self.fail(f"{value!r} is not a whole number nor 'none'", param, ctx)
-        if count < 0:
-            self.fail(f"a count must be 0 or more, not {count}", param, ctx)
-        return count
 
 
 @click.group()
@@ -79,7 +64,7 @@ def queue() -> None:
 @click.argument("name")
 @click.option(
     "--limit",
-    type=Limit(),
+    type=Count("limit"),
     default=None,
     help="At most N runs of the queue at once (0 holds it; 'none': no limit).",
 )
@@ -93,7 +78,7 @@ def queue() -> None:
 )
 @click.option(
     "--keep-runs",
-    type=KeepRuns(),
+    type=Count("count"),
     default=None,
     help="Workers keep only the newest N finished runs of the queue ('none': no such rule).",
 )
@@ -118,7 +103,7 @@ def set_(name: str, limit: Any, no_limit: bool, keep: Any, keep_runs: Any, url: 
 
     with Runner(url) as runner:
         if limiting:
-            chosen = None if no_limit or limit == NO_LIMIT else limit
+            chosen = None if no_limit or limit == NONE else limit
             runner.set_queue_limit(name, chosen)
             if chosen is None:
                 output.line(f"queue {name}: no limit")
@@ -128,8 +113,8 @@ def set_(name: str, limit: Any, no_limit: bool, keep: Any, keep_runs: Any, url: 
             now = {info.name: info for info in runner.queues()}.get(name)
             seconds = now.keep_seconds if now is not None and keep is None else keep
             count = now.keep_runs if now is not None and keep_runs is None else keep_runs
-            seconds = None if seconds == UNSET else seconds
-            count = None if count == UNSET else count
+            seconds = None if seconds == NONE else seconds
+            count = None if count == NONE else count
             runner.set_retention(name, keep=seconds, keep_runs=count)
             output.line(f"queue {name}: {report_output.retention_text(seconds, count)}")
 
