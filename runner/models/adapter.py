@@ -112,26 +112,23 @@ class Adapter:
     def _call(self, transcript: list[dict[str, Any]]) -> dict[str, Any]:
         request = self.request(transcript)
         client = self._connect()
-        if self.stream:
-            # Taken here: the thread that reads the stream has no context of the run's.
-            deltas = current_stream()
-            try:
-                body = self._send_streamed(client, request, deltas)
-            except Exception as exc:
-                failure = self._translate(exc, client)
-                if failure is None:
-                    raise
-                raise failure from None
-            return self.reply(body)
         try:
-            raw = self._send(client, request)
+            if self.stream:
+                # Taken here: the thread that reads the stream has no context of the run's.
+                sent: dict[str, Any] | bytes = self._send_streamed(
+                    client, request, current_stream()
+                )
+            else:
+                sent = self._send(client, request)
         except Exception as exc:
             failure = self._translate(exc, client)
             if failure is None:
                 raise
             raise failure from None  # the SDK's traceback holds the request, headers included
+        if isinstance(sent, dict):  # streamed: already assembled into the body
+            return self.reply(sent)
         try:
-            body = json.loads(raw)
+            body = json.loads(sent)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ModelRetryable(f"{self.provider} API returned malformed JSON: {exc}") from None
         if not isinstance(body, dict):
