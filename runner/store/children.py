@@ -39,7 +39,7 @@ from runner.store.driver import Prepared, prepared
 from runner.store.queues import PRIORITY_RANGE
 from runner.store.rows import RunRow
 from runner.store.runs import amount, counter, entry_row, lock_run, new_run
-from runner.store.schema import runs
+from runner.store.schema import entries, runs
 
 # A tree deeper than this is refused outright (max_depth is far smaller in practice): the
 # walk up a run's ancestors never loops, whatever the rows say.
@@ -269,6 +269,16 @@ def deliver_ended(engine: Engine, clock: Clock = SYSTEM) -> int:
                     .where(
                         child.c.parent_id == runs.c.id,
                         child.c.status == RunStatus.FINISHED,
+                        # Not delivered yet: no answer to its call in the parent's journal
+                        # (a parent waiting for a person after its children's step is not
+                        # read again every sweep).
+                        ~select(entries.c.seq)
+                        .where(
+                            entries.c.run_id == runs.c.id,
+                            entries.c.kind == EntryKind.ANSWER,
+                            entries.c.idempotency_key == child.c.parent_call_key,
+                        )
+                        .exists(),
                     )
                     .exists()
                 )
@@ -276,8 +286,8 @@ def deliver_ended(engine: Engine, clock: Clock = SYSTEM) -> int:
             .scalars()
             .all()
         )
-        # A parent whose finished children are those of its earlier steps (delivered
-        # already) is passed over with a read: only one owed an end takes the write lock.
+        # Each still checked against its open waits with a read: only a parent owed an end
+        # takes the write lock.
         owed = [parent_id for parent_id in parents if _owed(connection, parent_id)]
     return sum(1 for parent_id in owed if deliver(engine, parent_id, clock))
 
