@@ -4,8 +4,10 @@ Each worker runs in a network, PID and UTS namespace of its own (`ip netns`, `un
 with a hostname of its own, and reaches PostgreSQL over a veth pair through a small TCP
 relay on the host side (the server listens on 127.0.0.1 only). A partition is the host
 side of a worker's veth set down: its packets are dropped, silently, as on a real network.
+A slow link is the relay holding each chunk (this kernel has no `netem`) and iptables'
+`statistic` match dropping packets at random inside the worker's namespace.
 
-Opt-in (root, iproute2 and util-linux): RUNNER_MULTIHOST=1, which `.ci/run` sets. The test
+Opt-in (root, iproute2, util-linux and iptables): RUNNER_MULTIHOST=1, which `.ci/run` sets. The test
 prints a report of the takeover times (pytest -s shows it; `-rA` keeps it in the summary).
 """
 
@@ -45,6 +47,8 @@ LEASE = 4.0
 POLL = 0.2
 # A relay's extra delay each way on a slow link (200 ms a round trip).
 SLOW_LINK_DELAY = 0.1
+# The share of packets a slow link drops, each way.
+SLOW_LINK_LOSS = 0.05
 
 pytestmark = [
     pytest.mark.postgres,
@@ -130,6 +134,26 @@ class Host:
 
     def heal(self) -> None:
         sh("ip", "link", "set", self.outside, "up")
+
+    def lose(self, share: float) -> None:
+        """Drop `share` of the packets in and out of the namespace, at random (TCP resends
+        them after its retransmission timeout, as on a lossy link)."""
+        for chain in ("INPUT", "OUTPUT"):
+            sh(
+                *("ip", "netns", "exec", self.netns, "iptables", "-A", chain),
+                *("-m", "statistic", "--mode", "random", "--probability", f"{share:g}"),
+                *("-j", "DROP"),
+            )
+
+    def dropped(self) -> int:
+        """How many packets the loss rules dropped so far."""
+        listing = subprocess.run(
+            ["ip", "netns", "exec", self.netns, "iptables", "-L", "-n", "-v", "-x"],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        rules = [line.split() for line in listing.splitlines()]
+        # A rule's line: packets, bytes, target, ...
+        return sum(int(rule[0]) for rule in rules if len(rule) > 2 and rule[2] == "DROP")
 
 
 class Hosts:
@@ -217,7 +241,7 @@ class HostWorker:
 def _can_make_hosts() -> str | None:
     if os.geteuid() != 0:
         return "not root"
-    for command in ("ip", "unshare"):
+    for command in ("ip", "unshare", "iptables"):
         if shutil.which(command) is None:
             return f"no {command} command"
     return None
@@ -362,8 +386,10 @@ def test_a_partitioned_worker_is_taken_over_fenced_out_and_serves_again(
         assert {c["host"] for c in charges(ledger) if c["run"] in again} == {"host-a"}
         assert "Traceback" not in first.log()
 
-        # A slow link (200 ms a round trip through the relay) still runs correctly.
+        # A slow link (200 ms a round trip through the relay, 5% of packets lost each way)
+        # still runs correctly.
         a.relay.delay = SLOW_LINK_DELAY
+        a.lose(SLOW_LINK_LOSS)
         slow_start = time.monotonic()
         slow = [runner.submit(AGENT, f"charge {i}", id=f"slow-{i}") for i in range(2)]
         wait_for(
@@ -371,6 +397,8 @@ def test_a_partitioned_worker_is_taken_over_fenced_out_and_serves_again(
         )
         slow_seconds = time.monotonic() - slow_start
         assert all(str(runner.row(i).stop_reason) == "final" for i in slow)
+        dropped = a.dropped()
+        assert dropped > 0  # the link did lose packets while the runs went through it
         assert first.stop() == 0, logs()
 
         runs_charged = Counter(c["run"] for c in charges(ledger) if c["event"] == "start")
@@ -378,7 +406,8 @@ def test_a_partitioned_worker_is_taken_over_fenced_out_and_serves_again(
         report = (
             f"multi-host: lease {LEASE:g} s, claim interval {POLL:g} s; takeover after the "
             f"partition: {', '.join(f'{t:.2f}' for t in sorted(takeovers))} s; "
-            f"two runs over a 200 ms link: {slow_seconds:.1f} s"
+            f"two runs over a 200 ms link losing {SLOW_LINK_LOSS:.0%} of packets: "
+            f"{slow_seconds:.1f} s ({dropped} packets dropped)"
         )
         print(report, file=sys.stderr)
     finally:
