@@ -26,7 +26,7 @@ from runner.errors import LeaseHeld, RunNotFound
 from runner.store import approvals
 from runner.store import queues as queue_limits
 from runner.store.backend import backend_for
-from runner.store.runnable import journal_length, next_claimable
+from runner.store.runnable import Ahead, journal_length, next_claimable
 from runner.store.runs import RunRow, lock_run, plain_text, stopped_values
 from runner.store.schema import entries, runs
 
@@ -231,6 +231,7 @@ def claim_some(
         refused: list[str] = []  # queues found with no room under their lock, this batch
         spent: set[int] = set()  # the ways of being runnable found empty, this batch
         kept: list[str] = []  # runs found under a lapsed lease that the claimer executes
+        ahead = Ahead(limit)  # the queued runs read (and locked) ahead, for the whole batch
         while len(claims) < limit:
             found = next_claimable(
                 connection,
@@ -244,10 +245,12 @@ def claim_some(
                 suspects=suspects and not claims,
                 executing=executing,
                 kept=kept,
+                ahead=ahead,
             )
             if found is None:
                 break
             row, holds_slot, suspect = found
+            ahead.took(row)
             queue = row._mapping["queue"]
             if row._mapping["status"] == RunStatus.WAITING:
                 row = _timed_out(connection, RunRow.of(row), at)

@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, func, select
+from sqlalchemy import Connection, Integer, Row, Select, bindparam, func, select
 
 from runner.core.status import RunStatus
 from runner.store import queues as queue_limits
@@ -34,6 +34,7 @@ def next_claimable(
     suspects: bool,
     executing: Collection[str] = (),
     kept: list[str] | None = None,
+    ahead: Ahead | None = None,
 ) -> tuple[Row[Any], bool, bool] | None:
     """The next run to take, whether it holds its queue's slot already (a dead holder's,
     under a lease not expired) and whether it is a suspect; None: none, or a suspect first
@@ -43,11 +44,12 @@ def next_claimable(
 
     `executing`: the runs the claimer is executing now, never taken over by it when their
     lease lapsed (its heartbeat was held up: the next beat renews the lease); `kept`
-    collects those found, for the rest of the batch."""
+    collects those found, for the rest of the batch. `ahead`: the queued runs read and
+    locked ahead by this batch (see Ahead)."""
     kept = [] if kept is None else kept
     while True:
         row = _next_runnable(
-            connection, at, skip_agents, queues, [*full, *refused], spent, executing, kept
+            connection, at, skip_agents, queues, [*full, *refused], spent, executing, kept, ahead
         )
         holds_slot = False
         if row is None:
@@ -74,6 +76,7 @@ def _next_runnable(
     spent: set[int],
     executing: Collection[str] = (),
     kept: list[str] | None = None,
+    ahead: Ahead | None = None,
 ) -> Row[Any] | None:
     """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL).
 
@@ -91,14 +94,25 @@ def _next_runnable(
     `kept` are only built and bound once one was found.
     """
     kept = [] if kept is None else kept
+    ahead = Ahead(1) if ahead is None else ahead
     while True:
-        params = _bounds(skip_agents, queues, full, kept, at=at)
+        params = _bounds(skip_agents, queues, full, kept, at=at, ahead=ahead.wanted)
         found = []
+        queued = ahead.next(full)
+        if queued is not None:
+            found.append(queued)
         shape = (queues is not None, bool(full), bool(skip_agents), bool(kept))
         for way, query in enumerate(_runnable_queries(*shape)):
-            if way in spent:
+            if way in spent or (way == _QUEUED and queued is not None):
                 continue
-            row = connection.execute(query, params).first()
+            if way == _QUEUED:
+                rows = connection.execute(query, params).all()
+                ahead.read(rows)
+                row = ahead.next(full)
+                if len(rows) < ahead.wanted:
+                    spent.add(way)  # every queued run it may take is in `ahead` now
+            else:
+                row = connection.execute(query, params).first()
             if row is None:
                 spent.add(way)
             else:
@@ -109,6 +123,42 @@ def _next_runnable(
         if first is None or not _executed_by_claimer(first, executing):
             return first
         kept.append(first._mapping["id"])
+
+
+# The way of being runnable that most claims take (queued), the first of the three.
+_QUEUED = 0
+
+
+class Ahead:
+    """The queued runs one claim transaction has read and locked ahead, in claim order.
+
+    At saturation a worker claims a few runs at a time, each queued: one SELECT of as many
+    as the batch may take, rather than one per run, is about half the claim's statements.
+    A run read ahead stays locked (FOR UPDATE) until the claim commits, as the runs that
+    one query per way used to find and leave did; one in a queue found full meanwhile is
+    passed over, as the query would have passed it over.
+    """
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = max(1, wanted)
+        self._rows: list[Row[Any]] = []
+
+    def read(self, rows: Sequence[Row[Any]]) -> None:
+        self._rows = list(reversed(rows))  # popped from the end, first in claim order
+
+    def next(self, passed: Collection[str]) -> Row[Any] | None:
+        """The first run read ahead and not taken yet, in no queue of `passed`."""
+        while self._rows:
+            row = self._rows[-1]
+            if row._mapping["queue"] not in passed:
+                return row
+            self._rows.pop()
+        return None
+
+    def took(self, row: Row[Any]) -> None:
+        """`row` was taken (or passed over for good): not offered again."""
+        if self._rows and self._rows[-1] is row:
+            self._rows.pop()
 
 
 def _executed_by_claimer(row: Row[Any], executing: Collection[str]) -> bool:
@@ -137,14 +187,15 @@ def _runnable_queries(
             select(runs)
             .where(runnable)
             .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
-            .limit(1)
+            # The queued runs: as many as the batch may take (Ahead); the others: the first.
+            .limit(bindparam("ahead", type_=Integer) if way == _QUEUED else 1)
             .with_for_update(skip_locked=True),  # SQLite: dropped; BEGIN IMMEDIATE serialises
             served,
             passed,
             skipping,
             keeping,
         )
-        for runnable in ways
+        for way, runnable in enumerate(ways)
     )
 
 

@@ -14,6 +14,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import event
+
 from runner import Runner
 from runner.store import leases
 
@@ -62,3 +64,29 @@ def test_batches_taken_at_once_never_share_a_run_nor_pass_a_limit(db_url: str) -
     with Runner(db_url) as runner:
         by_queue = Counter(runner.row(run_id).queue for run_id in taken)
     assert by_queue == {"open": 60, "tight": 4}
+
+
+def test_a_batch_reads_its_queued_runs_in_one_select(db_url: str) -> None:
+    """The queued runs a batch takes are read (and locked) ahead in one SELECT, not one per
+    run; taken in claim order, a full queue's runs passed over as before."""
+    with Runner(db_url) as runner:
+        runner.set_queue_limit("tight", 2)
+        ids = runner.submit_many(
+            AGENT, [{"task": f"t{i}", "queue": "tight" if i % 2 else "open"} for i in range(12)]
+        ).ids
+        selects: list[str] = []
+
+        def seen(_c: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if statement.lstrip().upper().startswith("SELECT RUNS.ID, RUNS.AGENT"):
+                selects.append(statement)
+
+        event.listen(runner.engine, "before_cursor_execute", seen)
+        try:
+            taken = batch(runner, 8)
+        finally:
+            event.remove(runner.engine, "before_cursor_execute", seen)
+    expected = [ids[i] for i in range(12) if i % 2 == 0] + [ids[1], ids[3]]
+    assert sorted(taken) == sorted(expected[:8])
+    assert taken == [run_id for run_id in ids if run_id in taken]  # claim order: oldest first
+    # The queued runs once, the running and waiting ways once each: not one SELECT a run.
+    assert len(selects) <= 4
