@@ -5,8 +5,9 @@ Each family of commands has its module (`runs`, `follow`, `answers`, `messages`,
 they share the options of `options` and print through `output` (what a run looks like is
 `run_output`, a tree of runs `tree_output`, what a run shows while it goes `progress`; query
 results, stats, queues and schedules `report_output`), and log through `logs`. This module
-builds the group, registers every command and gives each one runner's error handling: the
-command modules never import this one.
+builds the group (`group`: each command imported when it is asked for, not before), names
+every command and gives each one runner's error handling: the command modules never import
+this one.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.history`,
 `runner.service`, `runner.ui` (to serve the page) and the shared leaves.
@@ -21,21 +22,8 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.cli import (
-    answers,
-    db,
-    follow,
-    history,
-    limits,
-    logs,
-    messages,
-    output,
-    queues,
-    runs,
-    schedules,
-    ui,
-    worker,
-)
+from runner.cli import logs
+from runner.cli.group import CommandGroup, Lazy, LazyCommands
 from runner.errors import RequestRefused, RunnerError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,16 +35,19 @@ def reports_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # `output` on the way out only: `runner --help` runs no command.
+        from runner.cli.output import printable
+
         try:
             return fn(*args, **kwargs)
         # An error's words may repeat what a person or a model typed (who answered, a
         # provider's message): control characters are printed escaped, as `show` does.
         except RequestRefused as exc:
-            raise click.UsageError(output.printable(str(exc))) from None
+            raise click.UsageError(printable(str(exc))) from None
         except RunnerError as exc:
-            raise click.ClickException(output.printable(str(exc))) from None
+            raise click.ClickException(printable(str(exc))) from None
         except ValueError as exc:
-            raise click.UsageError(output.printable(str(exc))) from None
+            raise click.UsageError(printable(str(exc))) from None
         except Exception as exc:
             if not _is_database_error(exc):
                 raise
@@ -75,39 +66,129 @@ def _is_database_error(exc: Exception) -> bool:
     return errors is not None and isinstance(exc, errors.SQLAlchemyError)
 
 
-class OneLineErrors(click.Group):
-    """A group whose usage errors are one line on stderr, like every other error of runner.
+# Every command: its module, attribute and the first paragraph of its help (what
+# `runner --help` shows), imported only when asked for (runner.cli.group says why);
+# tests/unit/test_lazy_commands.py fails when a summary here drifts from the command's help.
+COMMANDS = {
+    "run": Lazy(
+        "runner.cli.runs", "run", "Run AGENT (module:attr or file.py:attr) on TASK until it stops."
+    ),
+    "submit": Lazy(
+        "runner.cli.runs",
+        "submit",
+        "Queue AGENT on TASK for a worker and print the run id; or, with --from, a run per "
+        "line of a file, all checked before any is submitted.",
+    ),
+    "resume": Lazy(
+        "runner.cli.runs",
+        "resume",
+        "Continue run ID where its journal ends (ID may be a unique prefix).",
+    ),
+    "fork": Lazy(
+        "runner.cli.runs",
+        "fork",
+        "Start a new run from the first N steps of run ID, then run it to its stop.",
+    ),
+    "replay": Lazy(
+        "runner.cli.runs",
+        "replay",
+        "Check run ID against the agent's code today: no model called, no tool run.",
+    ),
+    "show": Lazy(
+        "runner.cli.runs",
+        "show",
+        "Show run ID: its status, counters and transcript (observations cut unless --full), "
+        "and its parent and children when it belongs to a tree of runs.",
+    ),
+    "tail": Lazy(
+        "runner.cli.follow",
+        "tail",
+        "Print run ID's journal entries after position N, as `runner show` prints them, then "
+        "how the run stands (its stop line); with --follow, each new entry as it is committed, "
+        "from any process, until the run stops or waits for a person.",
+    ),
+    "list": Lazy(
+        "runner.cli.runs",
+        "list_",
+        "List runs, newest first, with their state (stalled: running, but nobody holds it; "
+        "`--status waiting`: what each waits for, and since when).",
+    ),
+    "cancel": Lazy(
+        "runner.cli.runs",
+        "cancel",
+        "Stop run ID before its next step (at once if no worker holds it), and every run "
+        "below it (its sub-agents' child runs, theirs, ...).",
+    ),
+    "approve": Lazy(
+        "runner.cli.answers",
+        "approve",
+        "Approve the call run ID waits for: it runs, with its idempotency key, when the run "
+        "goes on (a worker takes it, or `runner resume ID`).",
+    ),
+    "deny": Lazy(
+        "runner.cli.answers",
+        "deny",
+        "Deny the call run ID waits for (or decline its question): the call never runs, the "
+        "model reads the reason and decides what to do.",
+    ),
+    "reply": Lazy(
+        "runner.cli.answers",
+        "reply",
+        "Reply TEXT to the question run ID asked (ask_human): the model reads it as the answer.",
+    ),
+    "send": Lazy(
+        "runner.cli.messages",
+        "send",
+        "Send MESSAGE to run ID: the model reads it as a user turn before its next step.",
+    ),
+    "worker": Lazy(
+        "runner.cli.worker",
+        "worker",
+        "Claim queued runs (and runs whose worker died) and execute them.",
+    ),
+    "queue": Lazy(
+        "runner.cli.queues",
+        "queue",
+        "Limits of queues: how many runs of a queue run at once, across all workers.",
+    ),
+    "schedule": Lazy(
+        "runner.cli.schedules",
+        "schedule",
+        "Runs started on a cron schedule: exactly one run per tick, fired by the workers.",
+    ),
+    "limit": Lazy(
+        "runner.cli.limits",
+        "limit",
+        "Provider limits: tokens and requests per minute, shared by every worker.",
+    ),
+    "db": Lazy("runner.cli.db", "db", "Manage the database schema."),
+    "sql": Lazy("runner.cli.history", "sql", "Run one SQL statement read-only and print its rows."),
+    "stats": Lazy(
+        "runner.cli.history",
+        "stats",
+        "Print the stop-reason distribution of finished runs, per release, agent, day, "
+        "schedule or root agent.",
+    ),
+    "export": Lazy(
+        "runner.cli.history",
+        "export",
+        "Write runs with their journals as JSON Lines, one run per line, oldest first.",
+    ),
+    "prune": Lazy(
+        "runner.cli.history",
+        "prune",
+        "Delete finished runs, with their journals, that finished before a date.",
+    ),
+    "ui": Lazy(
+        "runner.cli.ui",
+        "ui",
+        "Serve pages of the runs, a run's transcript and the stop reasons per release, and "
+        "the HTTP API under /api/.",
+    ),
+}
 
-    Click prints a usage error after the command's usage and a hint (three lines and a
-    blank one); the issue wants every error as one line, so the hint joins the message.
-    """
 
-    def make_context(
-        self,
-        info_name: str | None,
-        args: list[str],
-        parent: click.Context | None = None,
-        **extra: Any,
-    ) -> click.Context:
-        try:
-            return super().make_context(info_name, args, parent, **extra)
-        except click.UsageError as exc:
-            raise _one_line(exc) from None
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except click.UsageError as exc:
-            raise _one_line(exc) from None
-
-
-def _one_line(exc: click.UsageError) -> click.UsageError:
-    if exc.ctx is None or isinstance(exc, getattr(click.exceptions, "NoArgsIsHelpError", ())):
-        return exc  # already one line, or `runner` alone, which prints the help
-    return click.UsageError(f"{exc.format_message()} (see '{exc.ctx.command_path} --help')")
-
-
-@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CommandGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="durable-runner", prog_name="runner")
 @click.option(
     "--log-format",
@@ -140,29 +221,5 @@ def _reporting_errors(command: click.Command) -> click.Command:
     return command
 
 
-for _command in (
-    runs.run,
-    runs.submit,
-    runs.resume,
-    runs.fork,
-    runs.replay,
-    runs.show,
-    follow.tail,
-    runs.list_,
-    runs.cancel,
-    answers.approve,
-    answers.deny,
-    answers.reply,
-    messages.send,
-    worker.worker,
-    queues.queue,
-    schedules.schedule,
-    limits.limit,
-    db.db,
-    history.sql,
-    history.stats,
-    history.export,
-    history.prune,
-    ui.ui,
-):
-    main.add_command(_reporting_errors(_command))
+# Filled on use: `main.commands["show"]` imports runner.cli.runs, and nothing else.
+main.commands = LazyCommands(COMMANDS, _reporting_errors)

@@ -1,6 +1,7 @@
 """What a fresh interpreter loads: `runner list` and `runner show` no Alembic (the schema is
 checked with one SELECT), no loop, no provider adapter, no replay, no journal writer;
-`--help` no database library; and every module imports first, on its own."""
+`--help` no database library, no rich and no command module (a command's own `--help` its
+module alone); and every module imports first, on its own."""
 
 from __future__ import annotations
 
@@ -182,3 +183,43 @@ def test_help_loads_no_database_library_nor_rich(args: list[str]) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Usage: runner" in done.stdout
+
+
+# The command modules a fresh `runner ARGS` loaded (runner.cli.COMMANDS names them all).
+COMMAND_MODULES = """
+import sys
+from runner.cli import COMMANDS, main
+try:
+    main(sys.argv[1:], prog_name="runner")
+except SystemExit:
+    pass
+print(" ".join(sorted({c.module for c in COMMANDS.values()} & sys.modules.keys())))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "modules"),
+    [
+        (["--help"], ""),
+        (["--version"], ""),
+        (["list", "--help"], "runner.cli.runs"),
+        (["tail", "--help"], "runner.cli.follow runner.cli.runs"),  # follow shares runs' codes
+        (["worker", "--help"], "runner.cli.worker"),
+        (["ui", "--help"], "runner.cli.ui"),
+        (["queue", "set", "--help"], "runner.cli.queues"),
+        (["db", "--help"], "runner.cli.db"),
+        (["sql", "--help"], "runner.cli.history"),
+    ],
+    ids=" ".join,
+)
+def test_a_command_imports_no_other_commands_module(args: list[str], modules: str) -> None:
+    done = _runner_in_a_child(COMMAND_MODULES, args)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == modules
+
+
+def test_reading_commands_import_no_other_commands_module(database: str) -> None:
+    for args in (["list"], ["show", "r1"]):
+        done = _runner_in_a_child(COMMAND_MODULES, [*args, "--db", database])
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == "runner.cli.runs", args
