@@ -12,6 +12,7 @@ rich is imported only by the commands that print a table: `runner --help` never 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Collection, Iterable, Sequence
@@ -139,6 +140,8 @@ def ago(then: datetime | None, now: datetime) -> str:
 
 def styled(text: str, style: str) -> str:
     """`text` in a rich style on a terminal (colours off with NO_COLOR); as is elsewhere."""
+    if _plain():
+        return text
     from rich.text import Text
 
     console = _console()
@@ -171,6 +174,20 @@ def table(
 ) -> str:
     """Columns two spaces apart, left-aligned except the cells of the columns in `right`
     (and the headers in `right_headers`); no trailing spaces."""
+    rows = list(rows)
+    if _plain():
+        laid_out = _plain_table(header, rows, right, right_headers)
+        if laid_out is not None:
+            return laid_out
+    return _rich_table(header, rows, right, right_headers)
+
+
+def _rich_table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[Cell]],
+    right: Collection[int],
+    right_headers: Collection[int],
+) -> str:
     from rich.table import Table
     from rich.text import Text
 
@@ -190,6 +207,50 @@ def table(
     with console.capture() as captured:
         console.print(grid)
     return "\n".join(printed.rstrip() for printed in captured.get().splitlines())
+
+
+def _plain_table(
+    header: Sequence[str],
+    rows: Sequence[Sequence[Cell]],
+    right: Collection[int],
+    right_headers: Collection[int],
+) -> str | None:
+    """What `_rich_table` prints where no style is shown, for a table of one-line ASCII
+    cells (one column a character), without loading rich's console and table: on a pipe,
+    they cost about as much CPU as all the rest of `runner list` (issue 28). None for any
+    other table (wide or zero-width characters, several lines, a tab in a header), whose
+    layout is rich's. tests/unit/test_output.py holds the two to the same text."""
+    texts = [[printable(name) for name in header]]
+    texts += [[_cell_text(cell) for cell in row] for row in rows]
+    if not all(value.isascii() and "\n" not in value for row in texts for value in row):
+        return None
+    if any("\t" in name for name in texts[0]):
+        return None
+    widths = [max(len(row[i]) for row in texts) for i in range(len(header))]
+
+    def line(row: Sequence[str], right_aligned: Collection[int]) -> str:
+        # Right-aligned as rich aligns (its trailing spaces dropped first), left as it is.
+        cells = (
+            value.rstrip().rjust(width) if i in right_aligned else value.ljust(width)
+            for i, (value, width) in enumerate(zip(row, widths, strict=True))
+        )
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([line(texts[0], right_headers), *(line(row, right) for row in texts[1:])])
+
+
+def _plain() -> bool:
+    """Whether rich would surely see no terminal on stdout (so print no style): stdout is
+    not a terminal and neither TTY_COMPATIBLE=1 nor FORCE_COLOR says otherwise. Where this
+    says so, a table or a styled word is made without loading rich's console."""
+    environ = os.environ
+    if environ.get("TTY_COMPATIBLE") == "1" or environ.get("FORCE_COLOR"):
+        return False
+    isatty = getattr(sys.stdout, "isatty", None)
+    try:
+        return isatty is None or not isatty()
+    except ValueError:  # a closed stream: rich says "not a terminal" too
+        return True
 
 
 # -- trees ----------------------------------------------------------------------------------
@@ -233,7 +294,12 @@ def _cell(cell: Cell) -> Any:
     from rich.text import Text
 
     value, style = (cell, "") if isinstance(cell, str) else cell
-    return Text(printable(value).replace("\t", " "), style=style)
+    return Text(_cell_text(value), style=style)
+
+
+def _cell_text(cell: Cell) -> str:
+    value = cell if isinstance(cell, str) else cell[0]
+    return printable(value).replace("\t", " ")
 
 
 def _console() -> Console:

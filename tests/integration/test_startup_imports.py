@@ -223,3 +223,19 @@ def test_reading_commands_import_no_other_commands_module(database: str) -> None
         done = _runner_in_a_child(COMMAND_MODULES, [*args, "--db", database])
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[-1] == "runner.cli.runs", args
+
+
+def test_a_table_on_a_pipe_loads_no_rich_console() -> None:
+    # Where no style can show, a table of ASCII cells and a styled word need no console.
+    script = (
+        "import sys\n"
+        "from runner.cli import output\n"
+        "print(output.table(['ID', 'N'], [['a', ('1', 'green')]], right=[1]))\n"
+        "print(output.styled('final', 'green'))\n"
+        "print(sorted(m for m in ('rich.console', 'rich.table', 'rich.text') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["ID  N", "a   1", "final", "[]"]

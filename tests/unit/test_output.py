@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from runner.cli import output, report_output
 
@@ -111,3 +113,64 @@ def test_printable_escapes_what_a_terminal_would_obey() -> None:
     once = output.printable("\x1b]0;title\x07")
     assert output.printable(once) == once  # escaping twice changes nothing
     assert output.cut("done\rX", 20) == "done\\rX"  # a lone carriage return is shown
+
+
+# -- the plain table: rich's layout, without rich's console, where no style is shown --------
+
+# Text a cell may hold: ASCII, wide (CJK, emoji) and zero-width characters (combining marks,
+# a zero-width joiner), spaces at either end, control characters (escaped), a tab (a space).
+_CELL_TEXT = st.one_of(
+    st.text(alphabet=st.sampled_from(["a", "Z", "7", " ", "-", "\x1b", "\t", "\r", "\x7f"]),
+            max_size=12),
+    st.text(alphabet=st.sampled_from(["a", " ", "é", "漢", "🙂", "\u0301", "\u200d", "\u202e",
+                                      "\t", "\n"]), max_size=12),
+)  # fmt: skip
+_CELL = st.one_of(_CELL_TEXT, st.tuples(_CELL_TEXT, st.sampled_from(["", "green", "bold red"])))
+
+
+@st.composite
+def _tables(draw: st.DrawFn) -> tuple[list[str], list[list[output.Cell]], set[int], set[int]]:
+    columns = draw(st.integers(min_value=1, max_value=5))
+    header = draw(st.lists(_CELL_TEXT.filter(lambda t: "\t" not in t), min_size=columns,
+                           max_size=columns))  # fmt: skip
+    rows = draw(st.lists(st.lists(_CELL, min_size=columns, max_size=columns), max_size=6))
+    right = draw(st.sets(st.integers(min_value=0, max_value=columns - 1)))
+    right_headers = draw(st.sets(st.integers(min_value=0, max_value=columns - 1)))
+    return header, rows, right, right_headers
+
+
+@settings(max_examples=400, deadline=None)
+@given(_tables())
+def test_a_table_where_no_style_is_shown_is_what_rich_prints(
+    table: tuple[list[str], list[list[output.Cell]], set[int], set[int]],
+) -> None:
+    header, rows, right, right_headers = table
+    assert output._plain()  # stdout is pytest's capture: not a terminal
+    by_rich = output._rich_table(header, rows, right, right_headers)
+    assert output.table(header, rows, right=right, right_headers=right_headers) == by_rich
+    plain = output._plain_table(header, rows, right, right_headers)
+    assert plain is None or plain == by_rich
+    cells = [*header, *(c if isinstance(c, str) else c[0] for row in rows for c in row)]
+    if all(cell.isascii() and "\n" not in cell for cell in cells):
+        assert plain is not None  # a table of ASCII cells is laid out without rich
+
+
+@pytest.mark.parametrize(
+    ("environment", "plain"),
+    [({}, True), ({"FORCE_COLOR": "1"}, False), ({"FORCE_COLOR": ""}, True),
+     ({"TTY_COMPATIBLE": "1"}, False), ({"TTY_COMPATIBLE": "0"}, True)],
+)  # fmt: skip
+def test_plain_only_where_rich_would_see_no_terminal(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], plain: bool
+) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert output._plain() is plain
+    if plain:
+        assert not output._console().is_terminal  # rich agrees
+
+
+def test_cells_of_several_lines_are_left_to_rich() -> None:
+    shown = output.table(["a", "b"], [["one\ntwo", "x"]])
+    assert shown == output._rich_table(["a", "b"], [["one\ntwo", "x"]], (), ())
+    assert shown.splitlines() == ["a    b", "one  x", "two"]
