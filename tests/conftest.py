@@ -89,6 +89,7 @@ TABLES = (
     "limits",
     "limit_reservations",
     "limit_waiters",
+    "follows",
 )
 
 

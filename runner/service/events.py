@@ -3,12 +3,13 @@
 Every journal entry is an event, and its position is the entry's sequence (`seq`, from 0):
 positions only grow, and an entry never changes once committed, so a reader that asks for
 everything after the last position it saw gets no duplicate and no gap, from any process
-and after any crash of the worker or of the reader. Following polls: while nothing new has
-come, every EVENT_POLL_SECONDS, one range read of the journal's primary key and one read of
-the run's row by its key (to know when to stop), on SQLite and PostgreSQL alike. Journal
-writes send no NOTIFY: PostgreSQL serialises the commits of notifying transactions, and 8
-writers committing journal-sized transactions managed 4 to 5 times fewer a second with a
-NOTIFY in each (measured on this project's 2-core machine).
+and after any crash of the worker or of the reader. A follower does not poll: it registers
+with its store's one watcher of this process (runner.store.follows: a LISTEN on PostgreSQL,
+whose triggers NOTIFY the writes of followed runs only; on SQLite one probe of `PRAGMA
+data_version` every `poll_seconds` for the whole process) and sleeps until woken, then reads
+until a look finds nothing: the journal's range after its position and, when nothing new
+came, the run's row (to know when to stop). An idle follower sends no statement. A store
+without a watcher (the in-memory one of runner.testing) is polled every `poll_seconds`.
 
 One stream serves both `for` and `async for`: the async iterator runs the same reads in a
 worker thread and waits with asyncio, so an event loop is never blocked.
@@ -16,12 +17,12 @@ worker thread and waits with asyncio, so an event loop is never blocked.
 With `deltas=True` the stream also gives the pieces of the model call in flight as
 `DeltaEvent`s: ephemeral, not journal entries and without a position of their own (each says
 the position it came `after`). They are read from the `deltas` table after a cursor of their
-own, before the journal in each look, every DELTA_POLL_SECONDS: a reader who connects while
-a call streams gets the call's pieces so far, then each new one. An idle follower of deltas
-costs one probe of `deltas` a look, and the journal's two reads every `poll_seconds` as
-without deltas (at each look while a call streams, and for a second after). A delta of a
-call whose action the stream has given already is dropped (it came late), and a delta with
-ordinal 0 begins its step's response afresh (a retry, or a resumed run calling again).
+own, before the journal in each look (a delta write wakes the followers of its run, as a
+journal write does; on SQLite the watcher looks every DELTA_POLL_SECONDS for them): a
+reader who connects while a call streams gets the call's pieces so far, then each new one.
+A delta of a call whose action the stream has given already is dropped (it came late), and
+a delta with ordinal 0 begins its step's response afresh (a retry, or a resumed run calling
+again).
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.service.runner_base import RunnerBase
+from runner.store.follows import Follow
 from runner.store.protocol import RunStore
 
-# How long a follower waits before looking again when the last look found nothing new.
+# How often SQLite's watcher looks for a follower (or a follower polls a store without one).
 EVENT_POLL_SECONDS = 0.25
-# How long a follower of deltas waits before looking again (the writer batches every 50 ms).
+# The same for a follower of deltas (the writer batches every 50 ms).
 DELTA_POLL_SECONDS = 0.05
 # How long after a delta a follower of deltas still reads the journal at each look.
 STREAM_AFTERGLOW_SECONDS = 1.0
@@ -120,10 +122,13 @@ class EventStream(Generic[E]):
         self._last_piece = -STREAM_AFTERGLOW_SECONDS
         # Set to end a follow early (from another thread); it also cuts a poll's wait short.
         self._closed = threading.Event()
+        self._watched: Follow | None = None  # the registration that wakes a follow
 
     def close(self) -> None:
         """Stop following: the iteration ends at its next look (or at once, if waiting)."""
         self._closed.set()
+        if self._watched is not None:
+            self._watched.wake()
 
     def _look(self) -> tuple[list[Delta | Event], bool]:
         """The next deltas and page of events, and whether the stream ends after them."""
@@ -185,29 +190,60 @@ class EventStream(Generic[E]):
             return None
         return DeltaEvent(self.run_id, self.position, item)  # type: ignore[return-value]
 
+    def _watch(self) -> Follow | None:
+        """Register with the store's one watcher of this process (None: poll alone)."""
+        if not self.follow or self._closed.is_set():
+            return None
+        watched = self.store.follow(self.run_id, self.poll_seconds)
+        if watched is not None:
+            # Woken only when the run may have moved: every look reads it all.
+            self.status_seconds = 0.0
+            self._watched = watched
+        return watched
+
     def __iter__(self) -> Iterator[E]:
-        while True:
-            items, ended = self._look()
-            for item in items:
-                given = self._given(item)
-                if given is not None:
-                    yield given
-            if ended:
-                return
-            if not items:
-                self._closed.wait(self.poll_seconds)
+        watched = self._watch()
+        try:
+            while True:
+                seen = watched.seen() if watched is not None else 0
+                items, ended = self._look()
+                for item in items:
+                    given = self._given(item)
+                    if given is not None:
+                        yield given
+                if ended:
+                    return
+                if items:
+                    continue  # look again until a look finds nothing (and reads the status)
+                if watched is not None:
+                    watched.wait(seen)
+                else:
+                    self._closed.wait(self.poll_seconds)
+        finally:
+            if watched is not None:
+                watched.close()
 
     async def __aiter__(self) -> AsyncIterator[E]:
-        while True:
-            items, ended = await asyncio.to_thread(self._look)
-            for item in items:
-                given = self._given(item)
-                if given is not None:
-                    yield given
-            if ended:
-                return
-            if not items:
-                await asyncio.sleep(self.poll_seconds)
+        watched = await asyncio.to_thread(self._watch)
+        try:
+            while True:
+                seen = watched.seen() if watched is not None else 0
+                items, ended = await asyncio.to_thread(self._look)
+                for item in items:
+                    given = self._given(item)
+                    if given is not None:
+                        yield given
+                if ended:
+                    return
+                if items:
+                    continue
+                if watched is not None:
+                    await watched.wait_async(seen)
+                else:
+                    await asyncio.sleep(self.poll_seconds)
+        finally:
+            if watched is not None:
+                watched.close()
 
 
 def _merged(pieces: list[Delta | Event], events: list[Delta | Event]) -> list[Delta | Event]:

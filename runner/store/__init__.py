@@ -10,14 +10,15 @@ the heartbeat's renewals, `heartbeat` and `lease_renewals`; `owner`, `liveness`)
 journal writes (`fencing`, `driver`, `sql_journal`; which failures are worth a retry,
 `failures`; SQLite's in-process write lock and the kept connection, `writer`; the journal
 writes of runs in flight sharing one transaction, `group_commit`), a worker's pool size
-(`pool_size`), answers to waiting runs (`approvals`), messages sent to runs
-(`messages`), trees of runs (`children`: child runs, their spend charged up the tree, their
-ends delivered; `run_trees`: a tree arranged from its rows), queues (`queues`) and their
+(`pool_size`), answers to waiting runs (`approvals`), messages sent to runs (`messages`),
+trees of runs (`children`: child runs, their spend charged up the tree, their ends
+delivered; `run_trees`: a tree arranged from its rows), queues (`queues`) and their
 retention (`retention`), schedules (`schedules`), provider limits and what each charged
 (`limits`), reserving from them and parking a run that must wait (`reservations`), wake-ups
-(`wakeup`), and the pieces of model responses in flight (`deltas`, written in batches by
-`delta_writer`). It speaks SQL for the step machine's journal protocol and knows no policy
-of the loop, no command line and no page.
+(`wakeup`), the one watcher that wakes a process's followers of runs (`follows`), and the
+pieces of model responses in flight (`deltas`, written in batches by `delta_writer`). It
+speaks SQL for the step machine's journal protocol and knows no policy of the loop, no
+command line and no page.
 
 It may import: `runner.core` and the shared leaves.
 """

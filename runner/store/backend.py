@@ -57,13 +57,17 @@ _IDLE = 0
 
 # The channel on which a run queued (submitted, answered, given back) is announced.
 WAKE_CHANNEL = "runner_wake"
+# The channel on which a followed run's write is announced, the run's id as the payload
+# (sent by the triggers of revision 0017; see runner.store.follows).
+FOLLOW_CHANNEL = "runner_follow"
 
 
 class Listening(Protocol):
-    """A connection of its own that hears when runs are queued (PostgreSQL LISTEN)."""
+    """A connection of its own that hears a channel's notifications (PostgreSQL LISTEN)."""
 
-    def wait(self, timeout: float) -> bool:
-        """Block until a run is announced (True) or `timeout` seconds pass (False)."""
+    def wait(self, timeout: float) -> list[str]:
+        """Block until something is announced or `timeout` seconds pass: the payloads heard
+        (every one pending, in order), none if the time passed."""
         ...
 
     def close(self) -> None: ...
@@ -145,8 +149,9 @@ class Backend:
     def wake_workers(self, connection: Connection) -> None:
         """Announce, when `connection`'s transaction commits, that a run became runnable."""
 
-    def listen(self, engine: Engine) -> Listening | None:
-        """A new connection that hears those announcements; None where workers must poll."""
+    def listen(self, engine: Engine, channel: str = WAKE_CHANNEL) -> Listening | None:
+        """A new connection that hears `channel`'s announcements (by default, the runs
+        queued); None where there are none to hear (workers and followers poll)."""
         return None
 
     def refresh_statistics(self, connection: Connection) -> None:
@@ -393,7 +398,7 @@ class PostgresBackend(Backend):
         # a rollback, so a listener never hears of a run it cannot see yet.
         connection.exec_driver_sql(f"NOTIFY {WAKE_CHANNEL}")
 
-    def listen(self, engine: Engine) -> Listening:
+    def listen(self, engine: Engine, channel: str = WAKE_CHANNEL) -> Listening:
         import psycopg
 
         # The engine's own connect arguments, on a connection outside its pool: a LISTEN
@@ -401,7 +406,7 @@ class PostgresBackend(Backend):
         args, kwargs = engine.dialect.create_connect_args(engine.url)
         connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
         try:
-            connection.execute(f"LISTEN {WAKE_CHANNEL}")
+            connection.execute(f"LISTEN {channel}")
         except BaseException:
             connection.close()
             raise
@@ -419,10 +424,10 @@ class _PostgresListening:
     def __init__(self, connection: Any) -> None:
         self.connection = connection
 
-    def wait(self, timeout: float) -> bool:
-        heard = False
-        for _ in self.connection.notifies(timeout=timeout, stop_after=1):
-            heard = True
+    def wait(self, timeout: float) -> list[str]:
+        heard = [n.payload for n in self.connection.notifies(timeout=timeout, stop_after=1)]
+        if heard:  # and those already arrived with it, without waiting again
+            heard += [n.payload for n in self.connection.notifies(timeout=0)]
         return heard
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.errors import RunnerError
 from runner.store.delta_writer import RunDeltas
+from runner.store.follows import Follow
 from runner.store.leases import Claim as Claim  # re-exported: what a claim holds
 from runner.store.retention import Expired, Rules
 from runner.store.rows import LimitInfo, QueueInfo, RunRow
@@ -122,6 +123,14 @@ class RunStore(Protocol):
     def deltas_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Delta]]:
         """At most `limit` of the run's stored deltas (pieces of a model call in flight)
         whose id is above `after`, in order, each with its id (a cursor, not a position)."""
+        ...
+
+    def follow(self, run_id: str, poll_seconds: float) -> Follow | None:
+        """Register a follower of `run_id`, to be woken when the run may have moved (its
+        journal, its deltas or its status), by the one watcher of this process: call it
+        before the first read. None where the store cannot tell (the follower polls every
+        `poll_seconds` on its own); on SQLite, `poll_seconds` is how often the watcher
+        looks for it."""
         ...
 
     def list_runs(

@@ -325,6 +325,19 @@ deltas = Table(
     comment="pieces of model responses in flight (ephemeral: deleted once journaled)",
 )
 
+follows = Table(
+    "follows",
+    metadata,
+    Column("run_id", String(32), primary_key=True, comment="the run a process follows"),
+    Column(
+        "followed_until",
+        Timestamp,
+        nullable=False,
+        comment="until when its writes NOTIFY (PostgreSQL); the follower renews it well before",
+    ),
+    comment="runs followed live: their journal and delta writes NOTIFY runner_follow",
+)
+
 schedules = Table(
     "schedules",
     metadata,

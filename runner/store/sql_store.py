@@ -45,6 +45,7 @@ from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.database import connect, damaged, resolve_url
 from runner.store.delta_writer import DeltaWriter, RunDeltas
+from runner.store.follows import Follow, Followers
 from runner.store.heartbeat import Heartbeat
 from runner.store.owner import this_process
 from runner.store.protocol import Claim, Decide, Observer
@@ -91,6 +92,8 @@ class SqlStore:
             interval=heartbeat_seconds or lease_seconds / 3,
             clock=self._clock,
         )
+        # Every follower of a run in this process, woken by one listener (or poller).
+        self.followers = Followers(self.engine)
         # Pieces of model responses in flight, written in batches by a thread of their own.
         self.deltas = DeltaWriter(
             lambda changes: deltas.write(self.engine, changes),
@@ -110,6 +113,7 @@ class SqlStore:
         return redact_url(self.engine.url)
 
     def close(self) -> None:
+        self.followers.close()
         self.deltas.close()
         self.heartbeat.close()
         self.writer.close()
@@ -143,6 +147,9 @@ class SqlStore:
 
     def deltas_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Delta]]:
         return deltas.deltas_after(self.engine, run_id, after, limit)
+
+    def follow(self, run_id: str, poll_seconds: float) -> Follow | None:
+        return self.followers.follow(run_id, poll_seconds)
 
     def list_runs(
         self,

@@ -37,6 +37,7 @@ from runner.core.waiting import Wait
 from runner.errors import AmbiguousRunId, RunnerError, RunNotFound
 from runner.store import liveness, queues, run_states
 from runner.store.delta_writer import DeltaWriter, RunDeltas
+from runner.store.follows import Follow
 from runner.store.leases import crash_loop_error, refuse_if_held
 from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
@@ -120,6 +121,9 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
 
     def deltas_after(self, run_id: str, after: int, limit: int) -> list[tuple[int, Delta]]:
         return self.deltas.after(run_id, after, limit)
+
+    def follow(self, run_id: str, poll_seconds: float) -> Follow | None:
+        return None  # its followers poll (cheap: nothing leaves the process)
 
     def run_deltas(self, run_id: str) -> RunDeltas:
         return self._deltas.run(run_id)

@@ -7,9 +7,9 @@ sent, one `end` event (no `id:`) carries the run as `GET /api/runs/{id}` gives i
 stream closes. It opens with a comment and a `retry:` of RETRY_MILLISECONDS. Asked with
 `?deltas=true`, the pieces of the model call in flight come too, as `delta` events with no
 `id:` (ephemeral: a reconnect gets those still stored, runner.service.events says which).
-The stream is `Runner.events(..., follow=True)`: while nothing new comes, it looks every
-EVENT_POLL_SECONDS (two reads by primary key; with deltas, DELTA_POLL_SECONDS and a third),
-and a comment line every PING_SECONDS keeps proxies from closing a quiet connection.
+The stream is `Runner.events(..., follow=True)`: while nothing new comes, it sends no
+statement (the server's one watcher of followed runs wakes it: runner.store.follows), and
+a comment line every PING_SECONDS keeps proxies from closing a quiet connection.
 """
 
 from __future__ import annotations

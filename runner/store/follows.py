@@ -1,0 +1,366 @@
+"""Followers of runs wait for a word that the run moved, from ONE watcher per process.
+
+A follower (`Runner.events(follow=True)`, `runner tail --follow`, the API's SSE stream)
+registers with its store's `Followers` and sleeps until woken; only then does it read the
+journal (and deltas, and the run's row). What wakes it is shared by every follower of the
+process, so an idle follower costs the database nothing of its own:
+
+- PostgreSQL: one LISTEN on `runner_follow` (the `Listener` thread of runner.store.wakeup),
+  and one statement every MARK_REFRESH_SECONDS that keeps the marks (`follows` rows) of all
+  the process's followed runs alive for MARK_SECONDS. Triggers (revision 0017) NOTIFY the
+  run's id in the transaction of every write to a followed run's journal or deltas, and of
+  every change of its status (finishing, waiting). Unfollowed runs pay one probe of
+  `follows` a statement and no NOTIFY: PostgreSQL serialises the commits of notifying
+  transactions (8 writers with a NOTIFY in each of their journal writes managed 4 to 5
+  times fewer a second), so only runs somebody watches pay it. Triggers rather than a
+  NOTIFY folded into the fenced CTE: every writer of the journal (answers, messages,
+  budget changes, finishes, deltas, any to come) is covered without its own copy, for
+  the same cost to unfollowed writes (see docs/performance.md).
+- SQLite: no notifications. One thread per process probes `PRAGMA data_version` on a read
+  connection of its own every `poll_seconds` of the most eager follower (EVENT_POLL_SECONDS,
+  0.25 s; DELTA_POLL_SECONDS, 0.05 s, with deltas): the number changes when another
+  connection commits. Only then does one query read the last position, last delta id and
+  status of every followed run, and the followers of the runs that moved are woken.
+
+Why no write is missed on PostgreSQL (tests/integration/test_follows.py races them). A
+follower registers, waits until the listener LISTENs, marks its run, and only then reads.
+The mark's transaction first takes FOR SHARE locks on the runs' rows, and every writer of a
+run's journal or status holds that row locked (FOR UPDATE, or the fenced UPDATE) from
+before its insert until it commits. So either (a) the writer locked the row first: the mark
+waits for the writer's commit, and the follower's read, after the mark, sees the write; or
+(b) the mark committed first: the writer's trigger runs after its lock was granted, in a
+snapshot of its own (a VOLATILE function's query, in READ COMMITTED) that sees the mark, and
+the NOTIFY is sent at the writer's commit, which the LISTEN (open before the mark) hears. A
+write whose statement began before the mark but locked the row after it is case (b): the
+trigger's snapshot is taken when it fires, not when the statement began. Deltas are written
+without the run's lock: one that commits during a mark may go unannounced, and the next
+batch (50 ms later) or the call's action announces it (they are ephemeral; nothing is
+lost). After the listener (re)connects it marks every run again and wakes every follower,
+who reads what was written while nobody listened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+from runner.store.backend import FOLLOW_CHANNEL, backend_for
+from runner.store.wakeup import Listener
+
+# How long a mark keeps a run's writes notifying, and how often the process renews all of
+# its marks (one statement): a third of the way, so a slow renewal is never late.
+MARK_SECONDS = 60.0
+MARK_REFRESH_SECONDS = 20.0
+# How long a new follower waits for the listener to LISTEN before it polls on its own.
+LISTEN_WAIT_SECONDS = 10.0
+
+_MARK_ROWS = text(
+    # Wait out every writer holding one of the rows (see the module's doc), in one order.
+    "SELECT id FROM runs WHERE id = ANY(:ids) ORDER BY id FOR SHARE"
+)
+_MARK = text(
+    "INSERT INTO follows (run_id, followed_until) "
+    "SELECT id, now() + make_interval(secs => :seconds) FROM unnest(CAST(:ids AS text[])) AS id "
+    "ON CONFLICT (run_id) DO UPDATE "
+    "SET followed_until = GREATEST(follows.followed_until, EXCLUDED.followed_until)"
+)
+_FORGET_EXPIRED = text("DELETE FROM follows WHERE followed_until < now()")
+
+
+def mark(engine: Engine, run_ids: list[str], seconds: float = MARK_SECONDS) -> None:
+    """Mark the runs followed for `seconds` more (PostgreSQL): ONE transaction for them all,
+    which also forgets every mark (of any process) that has expired."""
+    if not run_ids:
+        return
+    ids = sorted(set(run_ids))
+    with engine.begin() as connection:
+        connection.execute(_MARK_ROWS, {"ids": ids})
+        connection.execute(_MARK, {"ids": ids, "seconds": seconds})
+        connection.execute(_FORGET_EXPIRED)
+
+
+# SQLite: what moves when a run is written, for every followed run, in one query.
+_POSITIONS = (
+    "SELECT runs.id, runs.status,"
+    " (SELECT max(seq) FROM entries WHERE entries.run_id = runs.id),"
+    " (SELECT max(id) FROM deltas WHERE deltas.run_id = runs.id)"
+    " FROM runs WHERE runs.id IN ({})"
+)
+
+
+class Follow:
+    """One follower's registration: woken when its run may have moved. `seen()` before a
+    read, then `wait(seen)` (or `await wait_async(seen)`) returns once woken after it."""
+
+    def __init__(self, followers: Followers, run_id: str, poll_seconds: float) -> None:
+        self.followers = followers
+        self.run_id = run_id
+        self.poll_seconds = poll_seconds
+        self._woken = 0  # how many times woken
+        self._condition = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._async_event: asyncio.Event | None = None
+
+    def seen(self) -> int:
+        """The wakes so far: take it before reading, wait for one after it."""
+        return self._woken
+
+    def wake(self) -> None:
+        """The run may have moved (or the follower should look again): wake its waits."""
+        with self._condition:
+            self._woken += 1
+            self._condition.notify_all()
+            loop, event = self._loop, self._async_event
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(event.set)
+
+    def wait(self, seen: int, timeout: float | None = None) -> bool:
+        """Block until woken after `seen` (True) or `timeout` seconds pass (False)."""
+        with self._condition:
+            return self._condition.wait_for(lambda: self._woken != seen, timeout)
+
+    async def wait_async(self, seen: int, timeout: float | None = None) -> bool:
+        """`wait` for an event loop: it is never blocked."""
+        if self._async_event is None:
+            with self._condition:
+                self._loop = asyncio.get_running_loop()
+                self._async_event = asyncio.Event()
+        event = self._async_event
+        while self._woken == seen:
+            event.clear()
+            if self._woken != seen:  # woken between the look and the clear
+                break
+            try:
+                await asyncio.wait_for(event.wait(), timeout)
+            except TimeoutError:
+                return False
+        return True
+
+    def close(self) -> None:
+        self.followers.unfollow(self)
+
+
+class Followers:
+    """Every follower of one store's runs in this process, and the one watcher that wakes
+    them (a listener on PostgreSQL, a poller on SQLite), started with the first follower."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        log: Callable[[str], None] | None = None,
+        mark_seconds: float = MARK_SECONDS,
+        refresh_seconds: float = MARK_REFRESH_SECONDS,
+    ) -> None:
+        self.engine = engine
+        self.log = log or (lambda line: None)
+        self.mark_seconds = mark_seconds
+        self.refresh_seconds = refresh_seconds
+        self.notifies = backend_for(engine.dialect.name).notifies
+        self._lock = threading.Lock()
+        self._runs: dict[str, set[Follow]] = {}
+        self._listener: _FollowListener | None = None
+        self._poller: _Poller | None = None
+        self._closed = False
+
+    def follow(self, run_id: str, poll_seconds: float) -> Follow | None:
+        """Register a follower of `run_id` before its first read; None if the watcher
+        cannot serve it (the listener did not come up: the caller polls on its own)."""
+        follow = Follow(self, run_id, poll_seconds)
+        with self._lock:
+            if self._closed:
+                return None
+            self._runs.setdefault(run_id, set()).add(follow)
+            watcher = self._start()
+        if isinstance(watcher, _Poller):
+            watcher.changed()
+            return follow
+        if not watcher.listening.wait(LISTEN_WAIT_SECONDS):
+            self.unfollow(follow)
+            return None
+        try:
+            mark(self.engine, [run_id], self.mark_seconds)
+        except Exception:
+            self.unfollow(follow)
+            raise
+        return follow
+
+    def unfollow(self, follow: Follow) -> None:
+        """Forget a follower (its run's mark expires by itself once nobody renews it)."""
+        with self._lock:
+            follows = self._runs.get(follow.run_id)
+            if follows is not None:
+                follows.discard(follow)
+                if not follows:
+                    del self._runs[follow.run_id]
+
+    def run_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._runs)
+
+    def wake(self, run_ids: list[str] | None = None) -> None:
+        """Wake the followers of `run_ids` (None: of every run)."""
+        with self._lock:
+            chosen = [
+                follow
+                for run_id, follows in self._runs.items()
+                if run_ids is None or run_id in run_ids
+                for follow in follows
+            ]
+        for follow in chosen:
+            follow.wake()
+
+    def poll_seconds(self) -> float | None:
+        """How often the most eager follower wants a look (None: nobody follows)."""
+        with self._lock:
+            seconds = [f.poll_seconds for follows in self._runs.values() for f in follows]
+        return min(seconds, default=None)
+
+    @property
+    def watcher(self) -> _FollowListener | _Poller | None:
+        """The listener (PostgreSQL) or poller (SQLite), once a follower started it."""
+        return self._listener or self._poller
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            listener, poller = self._listener, self._poller
+        if listener is not None:
+            listener.close()
+        if poller is not None:
+            poller.close()
+        self.wake()  # nobody sleeps on a watcher that is gone
+
+    def _start(self) -> _FollowListener | _Poller:
+        # Under self._lock.
+        if self.notifies:
+            if self._listener is None:
+                self._listener = _FollowListener(self)
+                self._listener.start()
+            return self._listener
+        if self._poller is None:
+            self._poller = _Poller(self)
+            self._poller.start()
+        return self._poller
+
+
+class _FollowListener(Listener):
+    """PostgreSQL: hears the followed runs' writes, and renews their marks."""
+
+    channel = FOLLOW_CHANNEL
+    purpose = "followed runs"
+
+    def __init__(self, followers: Followers) -> None:
+        super().__init__(followers.engine, log=followers.log)
+        self.followers = followers
+        self.marked_at = 0.0
+        self.marks = 0  # statements that renewed marks (for tests and benchmarks)
+
+    def connected(self) -> None:
+        # Marks may have lapsed, and writes gone unheard, while nobody listened: mark again,
+        # then every follower reads what it missed.
+        self._mark()
+        self.followers.wake()
+
+    def heard(self, payloads: list[str]) -> None:
+        self.followers.wake(payloads)
+
+    def tick(self) -> None:
+        if time.monotonic() - self.marked_at >= self.followers.refresh_seconds:
+            self._mark()
+
+    def _mark(self) -> None:
+        run_ids = self.followers.run_ids()
+        self.marked_at = time.monotonic()
+        if run_ids:
+            mark(self.engine, run_ids, self.followers.mark_seconds)
+            self.marks += 1
+
+
+class _Poller:
+    """SQLite: one probe of `PRAGMA data_version` per interval for the whole process, and
+    one query of the followed runs' positions only when another connection committed."""
+
+    def __init__(self, followers: Followers) -> None:
+        self.followers = followers
+        self.probes = 0  # PRAGMA data_version statements (for tests and benchmarks)
+        self.queries = 0  # position queries
+        self._seen: dict[str, tuple[Any, ...]] = {}
+        self._version: int | None = None
+        self._new_runs = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="runner-follow", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def changed(self) -> None:
+        """A run was just followed: look at once, whatever the data version says."""
+        self._new_runs.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._new_runs.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        connection: Any = None
+        while not self._stop.is_set():
+            interval = self.followers.poll_seconds()
+            if interval is None:  # nobody follows: sleep until somebody does
+                self._new_runs.wait()
+                self._new_runs.clear()
+                continue
+            try:
+                if connection is None:
+                    # A connection of the pool's, kept: data_version counts the commits of
+                    # OTHER connections, so it must be this one's every time. Autocommit
+                    # (the engine's connections leave transactions to runner): no BEGIN.
+                    connection = self.followers.engine.raw_connection()
+                    self._version = None
+                self._look(connection)
+            except Exception as exc:
+                self.followers.log(f"cannot look at followed runs: {exc}")
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        connection.invalidate()
+                    connection = None
+            if self._new_runs.wait(interval):
+                self._new_runs.clear()
+        if connection is not None:
+            connection.close()
+
+    def _look(self, connection: Any) -> None:
+        cursor = connection.cursor()
+        try:
+            (version,) = cursor.execute("PRAGMA data_version").fetchone()
+            self.probes += 1
+            run_ids = self.followers.run_ids()
+            new = [run_id for run_id in run_ids if run_id not in self._seen]
+            if version == self._version and not new:
+                return
+            self._version = version
+            for gone in set(self._seen) - set(run_ids):
+                del self._seen[gone]
+            if not run_ids:
+                return
+            query = _POSITIONS.format(", ".join("?" * len(run_ids)))
+            rows = cursor.execute(query, run_ids).fetchall()
+            self.queries += 1
+        finally:
+            cursor.close()
+        moved = []
+        for row in rows:
+            run_id, *where = row
+            if self._seen.get(run_id) != tuple(where):
+                self._seen[run_id] = tuple(where)
+                moved.append(run_id)
+        if moved:
+            self.followers.wake(moved)
