@@ -29,7 +29,6 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
-from runner.core.tree import child_run_id
 from runner.service.documents import answer_commands
 
 if TYPE_CHECKING:
@@ -362,10 +361,18 @@ def replay_json(report: Replay, agent: str | None) -> dict[str, Any]:
 
 def _asked(wait: Wait) -> str:
     if str(wait.asks) == "child":
-        return f"its sub-agent's run {child_run_id(wait.run_id, wait.call)} to end"
+        return f"its sub-agent's run {_child_run(wait)} to end"
     if str(wait.asks) == "reply":
         return f"a reply to: {cut(wait.question, _WIDTH)}"
     return f"approval of {cut(wait.question, _WIDTH)}"
+
+
+def _child_run(wait: Wait) -> str:
+    # runner.core.tree (budgets, trees of runs) loaded for a wait on a sub-agent alone:
+    # `runner list` and `show` of any other run have no use for it (issue 28, start-up).
+    from runner.core.tree import child_run_id
+
+    return child_run_id(wait.run_id, wait.call)
 
 
 def wait_lines(wait: Wait) -> list[str]:
@@ -403,7 +410,7 @@ def waits_table(rows: Sequence[RunRow], waits: dict[str, Wait]) -> str:
         what = (
             wait.question
             if str(wait.asks) == "reply"
-            else f"child run: {child_run_id(wait.run_id, wait.call)}"
+            else f"child run: {_child_run(wait)}"
             if str(wait.asks) == "child"
             else f"approval: {wait.question}"
         )

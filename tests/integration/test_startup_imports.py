@@ -1,10 +1,12 @@
 """What a fresh interpreter loads: `runner list` and `runner show` no Alembic (the schema is
-checked with one SELECT), no loop, no provider adapter, no replay, no journal writer;
+checked with one SELECT), no loop, no provider adapter, no replay, no journal writer, and on
+a pipe no rich (no style can show there);
 `--help` no database library, no rich and no command module (a command's own `--help` its
 module alone); and every module imports first, on its own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,9 +50,12 @@ def test_reading_commands_load_neither_alembic_nor_the_loop(database: str, args:
 def _runner_in_a_child(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
     """`script` (which runs the CLI on its argv, then checks what it loaded) in a new
     interpreter: this one has imported everything already."""
+    # On a pipe, with nothing forcing a terminal: no style can show, so no rich console.
+    plain = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     return subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60,
+        env=plain,
+    )  # fmt: skip
 
 
 def test_a_database_behind_head_is_still_refused_without_alembic_loaded_up_front(
@@ -86,7 +91,7 @@ except SystemExit as exit:
     assert not exit.code, exit.code
 heavy = ("sqlalchemy", "alembic", "runner.service.runner", "runner.store.runs",
          "runner.store.schema", "runner.store.database", "runner.store.backend",
-         "runner.store.approvals", "runner.core.loop")
+         "runner.store.approvals", "runner.core.loop", "runner.core.tree", "rich")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 print("psycopg" in sys.modules, file=sys.stderr)
