@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
+import resource
 import time
 
 import common
@@ -38,7 +38,7 @@ def main() -> None:
         try:
             runner.run(fakes.make_agent(), fakes.task(50))  # warm-up
             profile = cProfile.Profile() if options.cprofile else None
-            cpu, times = time.process_time(), os.times()
+            cpu, usage = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
             if profile is not None:
                 profile.enable()
             for _ in range(options.runs):
@@ -47,12 +47,16 @@ def main() -> None:
             if profile is not None:
                 profile.disable()
                 profile.dump_stats(options.cprofile)
-            cpu, after = time.process_time() - cpu, os.times()
+            cpu, after = time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF)
             entries = options.runs * (2 * options.steps)
-            user, system = after.user - times.user, after.system - times.system
+            user, system = after.ru_utime - usage.ru_utime, after.ru_stime - usage.ru_stime
+            voluntary = (after.ru_nvcsw - usage.ru_nvcsw) / entries
+            involuntary = (after.ru_nivcsw - usage.ru_nivcsw) / entries
             print(
                 f"{entries} entries, {cpu / entries * 1e6:.1f} us of CPU per entry"
-                f" (user {user / entries * 1e6:.1f}, system {system / entries * 1e6:.1f})"
+                f" (user {user / entries * 1e6:.1f}, system {system / entries * 1e6:.1f});"
+                f" context switches per entry: {voluntary:.2f} voluntary,"
+                f" {involuntary:.2f} involuntary"
             )
         finally:
             runner.close()

@@ -23,15 +23,20 @@ reported per step of the run, and the durable time as a ratio to each floor (per
 repetition, then the median); "(durable - memory) / floor" is the overhead durability adds
 to a step (the durable step less the same step in memory) over the floor. The last column
 is this process's CPU time per step (the database server's is not in it): on a busy
-machine it shows what the wall times cannot, where the client's time goes.
+machine it shows what the wall times cannot, where the client's time goes. A last table
+splits that CPU per journal entry (per commit for the raw floors) into user and system time,
+with the context switches (voluntary: a thread that blocked, on a lock, a queue or an fsync;
+involuntary: one preempted) and the threads alive at the end, from getrusage.
 """
 
 from __future__ import annotations
 
 import gc
+import resource
+import threading
 import time
 from itertools import cycle, islice
-from typing import Any
+from typing import Any, ClassVar
 
 import common
 import fakes
@@ -56,17 +61,40 @@ SQLITE = {
     "sqlite-normal": ("sqlite ?synchronous=normal", "?synchronous=normal"),
 }
 DATABASES = [*SQLITE, "postgresql"]
+# What Clock.last splits a contender's CPU into.
+SPLIT = ("user", "system", "voluntary", "involuntary", "threads")
+SPLIT_NAMES = {
+    "durable": "durable (per entry)",
+    "memory": "in memory (per entry)",
+    "raw": "raw floor (per commit)",
+    "raw_autocommit": "raw autocommit (per commit)",
+    "loop_floor": "loop + raw floor (per entry)",
+    "fenced_floor": "loop + fenced (per entry)",
+}
 
 
 class Clock:
-    """Wall time and this process's CPU time, read together."""
+    """Wall time and this process's CPU time, read together; `since` also leaves the
+    split of that CPU (user, system, context switches) in `Clock.last`."""
+
+    last: ClassVar[dict[str, float]] = {}
 
     def __init__(self) -> None:
+        self.usage = resource.getrusage(resource.RUSAGE_SELF)
         self.wall = time.perf_counter()
         self.cpu = time.process_time()
 
     def since(self) -> tuple[float, float]:
-        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+        elapsed = time.perf_counter() - self.wall, time.process_time() - self.cpu
+        now, then = resource.getrusage(resource.RUSAGE_SELF), self.usage
+        Clock.last = {
+            "user": now.ru_utime - then.ru_utime,
+            "system": now.ru_stime - then.ru_stime,
+            "voluntary": now.ru_nvcsw - then.ru_nvcsw,
+            "involuntary": now.ru_nivcsw - then.ru_nivcsw,
+            "threads": threading.active_count(),
+        }
+        return elapsed
 
 
 def in_memory(steps: int) -> tuple[float, float]:
@@ -224,6 +252,12 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
     samples["fenced_floor_cpu_per_entry"] = []
     samples["cpu_entry_ratio"] = []
     samples["fenced_cpu_entry_ratio"] = []
+    # The split of each one's CPU per entry (per commit for the raw floors): user, system,
+    # context switches, threads alive (Clock.last).
+    split_of = ("durable", "raw", "raw_autocommit", "loop_floor", "fenced_floor", "memory")
+    split: dict[str, dict[str, list[float]]] = {
+        kind: {part: [] for part in SPLIT} for kind in split_of
+    }
     commit_counts = {commits}
     made = commits
 
@@ -248,8 +282,16 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
             timed = {"memory": in_memory(steps)}
             # Take turns going first, so a slow spell of the machine hits all alike.
             turn = repeat % len(order)
+            usage = {"memory": Clock.last}
             for kind in order[turn:] + order[:turn]:
                 timed[kind] = contenders[kind]()
+                usage[kind] = Clock.last
+            for kind in split_of:
+                per = commits if kind.startswith("raw") else entries
+                for part in SPLIT:
+                    scale = 1e6 if part in ("user", "system") else 1.0
+                    value = usage[kind][part]
+                    split[kind][part].append(value if part == "threads" else value / per * scale)
             commit_counts.add(made)
             for kind, (wall, cpu) in timed.items():
                 samples[kind].append(wall / steps * 1e6)
@@ -298,6 +340,10 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         "ratio_to_fenced_floor": common.spread(samples["fenced_floor_ratio"]),
         "fenced_floor_to_raw_floor": common.spread(samples["fenced_floor_to_raw_ratio"]),
         "marked_to_durable": common.spread(samples["marked_ratio"]),
+        "split_per_entry": {
+            kind: {part: common.spread(values) for part, values in parts.items()}
+            for kind, parts in split.items()
+        },
         "samples": samples,
     }
 
@@ -403,6 +449,33 @@ def main() -> None:
             "durable / loop + fenced, wall",
         ],
         cpu_rows,
+    )
+    split_rows = []
+    for r in results:
+        for kind, parts in r["split_per_entry"].items():
+            split_rows.append(
+                [
+                    r["database"] + (f" [{r['synchronous']}]" if r["synchronous"] else ""),
+                    SPLIT_NAMES[kind],
+                    f"{parts['user']['median']:.0f}",
+                    f"{parts['system']['median']:.0f}",
+                    f"{parts['voluntary']['median']:.2f}",
+                    f"{parts['involuntary']['median']:.2f}",
+                    f"{parts['threads']['max']:.0f}",
+                ]
+            )
+    common.print_table(
+        "this process's CPU split, median per journal entry (per commit for the raw floors)",
+        [
+            "database",
+            "what",
+            "user us",
+            "system us",
+            "voluntary switches",
+            "involuntary switches",
+            "threads at most",
+        ],
+        split_rows,
     )
     common.write_json(options.json, "step_overhead", options, results)
 
