@@ -14,7 +14,10 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import math
+import os
 import queue
+import select
 import threading
 import time
 import weakref
@@ -201,23 +204,114 @@ def _in_thread(
     watch: Watch | None,
 ) -> Any:
     call = _ThreadCall(fn, args, kwargs)
-    _SPARE.run(call.target)
+    _SPARE.run(call)
     return call.result(timeout, watch)
 
 
+class _Signal:
+    """Wakes one waiting thread: an eventfd, written and waited on with the GIL released.
+
+    Handing a call to another thread and back is two wake-ups. Woken through a lock, a
+    thread wakes while the waker still holds the GIL, so it sleeps again on the GIL and is
+    woken a second time: six context switches a model call instead of two, which on a
+    virtual machine cost more than the rest of a step's Python (docs/performance.md). An
+    eventfd is written with the GIL already let go, so the woken thread takes it at once.
+
+    `set` may come more than once before a `wait` (a call abandoned at its timeout ends
+    later and still says so): a waiter checks what it waits for after each wake-up."""
+
+    __slots__ = ("__weakref__", "_fd", "_poll")
+
+    def __init__(self) -> None:
+        self._fd = os.eventfd(0, os.EFD_CLOEXEC)
+        _EVENTFDS.add(self._fd)
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+        # Closed once nothing can set it any more: a call abandoned on a spare thread keeps
+        # its caller's signal alive, so its late `set` never writes to a reused descriptor.
+        weakref.finalize(self, _close, self._fd)
+
+    def set(self) -> None:
+        os.eventfd_write(self._fd, 1)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until set (True, and clear it) or for `timeout` seconds (False)."""
+        ms = None if timeout is None else math.ceil(max(timeout, 0.0) * 1000)
+        if not self._poll.poll(ms):
+            return False
+        os.eventfd_read(self._fd)
+        return True
+
+
+class _LockSignal:
+    """`_Signal` where there is no eventfd (not Linux): a bare lock, set at most once
+    between two waits (a spare thread's), or made for one call alone (a caller's)."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+
+
+_EVENTFD = hasattr(os, "eventfd") and hasattr(select, "poll")
+# The eventfds open (a set: its add and discard need no lock, so a finalizer may run
+# anywhere). At most a quarter of the process's descriptors go to them: a worker of a
+# thousand runs has two threads a run in a model call, and its sockets and files come
+# first; past that, threads signal each other through locks, as they did before.
+_EVENTFDS: set[int] = set()
+_MOST_EVENTFDS = 0
+if _EVENTFD:
+    import resource
+
+    _MOST_EVENTFDS = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
+# Each calling thread waits for its calls on a signal of its own, made at its first call.
+_callers = threading.local()
+
+
+def _close(fd: int) -> None:
+    _EVENTFDS.discard(fd)
+    os.close(fd)
+
+
+def _signal() -> _Signal | _LockSignal:
+    if _EVENTFD and len(_EVENTFDS) < _MOST_EVENTFDS:
+        with contextlib.suppress(OSError):  # out of descriptors after all: a lock will do
+            return _Signal()
+    return _LockSignal()
+
+
+def _callers_signal() -> _Signal | _LockSignal:
+    signal: _Signal | _LockSignal | None = getattr(_callers, "signal", None)
+    if signal is None:
+        signal = _signal()
+        if isinstance(signal, _LockSignal):
+            return signal  # set once: one per call
+        _callers.signal = signal
+    return signal
+
+
 class _ThreadCall:
-    """One sync call on a spare thread, waited for on a bare lock (released when the call
-    ends): the cheapest wait Python has, and a model call is waited for at every step."""
+    """One sync call on a spare thread; its caller waits on its own signal (`_Signal`)."""
+
+    __slots__ = ("args", "context", "ended", "error", "fn", "kwargs", "value", "wake")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.context = contextvars.copy_context()
-        self.done = threading.Lock()
-        self.done.acquire()
+        self.wake = _callers_signal()
+        self.ended = False
         self.value: Any = None
         self.error: BaseException | None = None
 
     def target(self) -> None:
+        """Run the call (on the spare thread); `finish` then tells its caller."""
         try:
             result = self.context.run(self.fn, *self.args, **self.kwargs)
             if type(result) not in _PLAIN and inspect.isawaitable(result):
@@ -225,12 +319,15 @@ class _ThreadCall:
             self.value = result
         except BaseException as exc:  # handed to the waiting caller, never lost
             self.error = exc
-        finally:
-            self.done.release()
+
+    def finish(self) -> None:
+        self.ended = True  # before the wake-up: the caller checks it after each one
+        self.wake.set()
 
     def result(self, timeout: float | None, watch: Watch | None) -> Any:
         def ended(left: float | None) -> bool:
-            return self.done.acquire(timeout=-1 if left is None else left)
+            self.wake.wait(left)  # a wake-up may be an abandoned call's, late: look again
+            return self.ended
 
         _wait_for(ended, timeout, watch)
         if self.error is not None:
@@ -238,50 +335,76 @@ class _ThreadCall:
         return self.value
 
 
+class _Spare:
+    """A spare thread's job slot and the signal it waits on."""
+
+    __slots__ = ("call", "wake")
+
+    def __init__(self, call: _ThreadCall) -> None:
+        self.call: _ThreadCall | None = call
+        self.wake = _signal()
+
+
 class _SpareThreads:
     """Daemon threads for timed calls, kept between calls: handing a call to a waiting
     thread costs a fraction of starting one, and every model call of a run is timed.
 
-    Each call gets a thread of its own (an idle one, or a new one), so a call abandoned
-    after its timeout, still running, never holds up the next. A thread idle for
-    IDLE_SECONDS ends, so a burst of calls leaves nothing behind."""
+    Each call gets a thread of its own (an idle one, the last to idle first, or a new one),
+    so a call abandoned after its timeout, still running, never holds up the next. A thread
+    idle for IDLE_SECONDS ends, so a burst of calls leaves nothing behind."""
 
     IDLE_SECONDS = 30.0
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._idle = 0
+        self._idle: list[_Spare] = []
 
-    def run(self, job: Callable[[], None]) -> None:
+    def run(self, call: _ThreadCall) -> None:
         with self._lock:
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1  # that thread is this job's: no other job may count on it
-        if start:
-            threading.Thread(target=self._serve, name="runner-call", daemon=True).start()
-        self._jobs.put(job)
+            spare = self._idle.pop() if self._idle else None
+        if spare is None:
+            spare = _Spare(call)
+            threading.Thread(
+                target=self._serve, args=(spare,), name="runner-call", daemon=True
+            ).start()
+            return
+        spare.call = call  # that thread is this call's alone: it left the idle list
+        spare.wake.set()
 
-    def _serve(self) -> None:
+    def _serve(self, spare: _Spare) -> None:
         while True:
-            try:
-                job = self._jobs.get(timeout=self.IDLE_SECONDS)
-            except queue.Empty:
+            call = spare.call
+            if call is None:
+                if spare.wake.wait(self.IDLE_SECONDS):
+                    continue  # a call was handed over
                 with self._lock:
-                    # Leave only if no job counts on an idle thread that is not there yet.
-                    if self._idle > 0 and self._jobs.empty():
-                        self._idle -= 1
+                    # Leave only if no call was handed over meanwhile (then it is set).
+                    if spare in self._idle:
+                        self._idle.remove(spare)
                         return
                 continue
-            job()
-            # Let go of it before waiting for the next: the call's context reaches its run
-            # (its journal, its store), which an idle thread must not keep alive.
-            del job
+            spare.call = None
+            call.target()
+            # Idle before the caller is told: its next call finds this thread waiting,
+            # and the thread is already on its way to sleep when the caller wakes.
             with self._lock:
-                self._idle += 1
+                self._idle.append(spare)
+            call.finish()
+            del call
 
 
 _SPARE = _SpareThreads()
+
+
+def _after_fork() -> None:
+    """A forked child has none of its parent's threads: start over with none idle."""
+    global _SPARE, _callers
+    _SPARE = _SpareThreads()
+    _callers = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 _loop: asyncio.AbstractEventLoop | None = None
