@@ -1,7 +1,7 @@
 """Start-up: how long `runner --help` and `runner list` take, beside a bare interpreter.
 
     .venv/bin/python benchmarks/startup.py [--repeats 21] [--runs 20] [--json out.json]
-                                           [--baseline OTHER/.venv/bin]
+                                           [--baseline OTHER/.venv/bin] [--terminal]
 
 Each command runs as the user runs it, a fresh `runner` process (the installed script),
 `--repeats` times, the commands taking turns so that the machine's load falls on each
@@ -10,7 +10,9 @@ alike: `python -c pass` (the interpreter's own start, the floor no command can g
 (the default database kind), and `runner show ID` of one of them. Reported per command:
 wall time and CPU time (user + system of the child), median (min-max), in milliseconds, the
 wall time less the bare interpreter's, and the CPU time as a ratio to the bare interpreter's
-(per repetition, then the median). The goals are under 150 ms for `--help` and under 250 ms
+(per repetition, then the median). The commands write to pipes, as in a script; with
+`--terminal`, `list` and `show` also take turns writing to a pseudo-terminal (a colour one),
+where rich draws the table and the styles. The goals are under 150 ms for `--help` and under 250 ms
 for `list` (issue 13), and at most 3.3x and 4.3x the interpreter's CPU (issue 28). With
 PostgreSQL at hand (`--postgres URL`, the local server by default; `--no-postgres` skips
 it), `runner list` of a scratch PostgreSQL database holding as many runs takes its turn too
@@ -32,6 +34,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -41,18 +44,54 @@ import common
 
 RUNNER = Path(sys.executable).parent / "runner"
 CACHED = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+# A colour terminal, as a person's usually is (rich draws styles there).
+TERMINAL = {**{k: v for k, v in CACHED.items() if k != "NO_COLOR"}, "TERM": "xterm-256color"}
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    """One run of `command`: its wall and CPU milliseconds."""
+def timed(command: list[str], terminal: bool = False) -> tuple[float, float]:
+    """One run of `command` (its stdout and stderr a pseudo-terminal with `terminal`, else
+    pipes): its wall and CPU milliseconds."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=CACHED)
+    if terminal:
+        returncode, said = _on_a_terminal(command)
+    else:
+        done = subprocess.run(command, capture_output=True, text=True, env=CACHED)
+        returncode, said = done.returncode, done.stderr
     wall = (time.perf_counter() - started) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    assert done.returncode == 0, done.stderr
+    assert returncode == 0, said
     cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
     return wall, cpu
+
+
+def _on_a_terminal(command: list[str]) -> tuple[int, str]:
+    """`command` writing to a pseudo-terminal (as a person's shell runs it: styles shown),
+    read as it writes; its exit code and what it wrote."""
+    leader, follower = os.openpty()
+    written: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the other side closed
+                return
+            if not chunk:
+                return
+            written.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        done = subprocess.run(
+            command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower, env=TERMINAL
+        )
+    finally:
+        os.close(follower)
+        reader.join()
+        os.close(leader)
+    return done.returncode, b"".join(written).decode(errors="replace")
 
 
 def runner_commands(runner: Path, url: str) -> dict[str, list[str]]:
@@ -86,6 +125,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=21)
     p.add_argument("--runs", type=int, default=20, help="finished runs in the listed database")
     p.add_argument("--baseline", metavar="BIN", help="another installation's bin folder")
+    p.add_argument(
+        "--terminal",
+        action="store_true",
+        help="also `list` and `show` writing to a pseudo-terminal (styles drawn)",
+    )
     options = p.parse_args()
     postgres = common.postgres_url_or_none(options)
     with ExitStack() as stack:
@@ -110,13 +154,22 @@ def main() -> None:
                 commands["runner list (PostgreSQL) (baseline)"] = [
                     str(Path(options.baseline) / "runner"), "list", "--db", served,
                 ]  # fmt: skip
-        for command in commands.values():
-            timed(command)  # warm-up: the bytecode cache written, the file in the page cache
+        on_terminal: set[str] = set()
+        if options.terminal:
+            for name in [n for n in commands if n.startswith(("runner list", "runner show"))]:
+                if "PostgreSQL" not in name:
+                    shown = name.replace("runner list", "runner list (terminal)")
+                    shown = shown.replace("runner show", "runner show (terminal)")
+                    commands[shown] = commands[name]
+                    on_terminal.add(shown)
+        for name, command in commands.items():
+            # warm-up: the bytecode cache written, the file in the page cache
+            timed(command, name in on_terminal)
         walls: dict[str, list[float]] = {name: [] for name in commands}
         cpus: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(options.repeats):
             for name, command in commands.items():
-                wall, cpu = timed(command)
+                wall, cpu = timed(command, name in on_terminal)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
     floor = common.spread(walls["python -c pass"])["median"]
