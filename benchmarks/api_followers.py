@@ -1,22 +1,27 @@
 """The HTTP API's event stream under load: many followers of many live runs on one server.
 
     .venv/bin/python benchmarks/api_followers.py [--runs 200] [--rate 1] [--seconds 20]
-        [--idle-seconds 10] [--json out.json] [--no-postgres]
+        [--idle-seconds 10] [--json out.json] [--no-postgres] [--no-polling]
 
 `--runs` runs are made live (claimed, their task journaled) and the API server (`runner
 ui`'s application under uvicorn, in a process of its own, so its CPU and memory are its
 alone) is followed by one SSE connection per run (httpx, in this process). A writer here
 appends `--rate` entries a second to every run, as a worker's commits would, for
-`--seconds`; then nothing is written for `--idle-seconds`. Reported per database:
+`--seconds`; then nothing is written for `--idle-seconds`. Each database is measured twice
+in the same run: `watcher`, as runner follows (one watcher per server wakes the followers:
+runner.store.follows), and `polling`, the server's followers polling each on its own every
+EVENT_POLL_SECONDS as before the watcher (its stores' `follow` answering None), the
+baseline (`--no-polling` leaves it out). Reported:
 
 - events a second the followers received, and how long an entry took from its commit to a
   follower (median, 99th percentile);
 - the server's CPU (its user + system time over the phase, as a share of one core) and its
   resident memory at the end of the phase;
-- the statements the server sent to the database a second, counted in the server by a
-  SQLAlchemy event on every engine: while the followers are idle, per follower and second,
-  against what the design says (runner.service.events: two reads by primary key every
-  EVENT_POLL_SECONDS, so 2 / 0.25 = 8).
+- the statements the server's followers sent to the database a second (counted in the
+  server by a SQLAlchemy event on every engine and on runner.store.reads' plain reads), per
+  follower and second; and apart, the watcher's own: on PostgreSQL the marks' renewals
+  (3 statements each), on SQLite the poller's `PRAGMA data_version` probes and position
+  queries (on its own connection).
 """
 
 from __future__ import annotations
@@ -59,8 +64,28 @@ def serve(url: str, port: int, counts: str) -> None:
     from sqlalchemy.engine import Engine
     from sqlalchemy.pool import Pool
 
-    from runner.store import reads
+    from runner.store import follows, reads, sql_store
     from runner.ui import make_app
+
+    if os.environ.get("RUNNER_BENCH_POLLING"):
+        # The baseline: no watcher, every follower polls on its own (as before it).
+        sql_store.SqlStore.follow = lambda self, run_id, poll_seconds: None  # type: ignore
+    made: list[follows.Followers] = []
+    followers_init = follows.Followers.__init__
+
+    def tracked(self: Any, *args: Any, **kwargs: Any) -> None:
+        followers_init(self, *args, **kwargs)
+        made.append(self)
+
+    follows.Followers.__init__ = tracked  # type: ignore[method-assign]
+
+    def watcher_statements() -> tuple[int, int]:
+        marks = probes = 0
+        for followers in made:
+            watcher = followers.watcher
+            marks += getattr(watcher, "marks", 0)
+            probes += getattr(watcher, "probes", 0) + getattr(watcher, "queries", 0)
+        return marks, probes
 
     # Statements: SQLAlchemy's, and the plain reads (runner.store.reads) on the driver's
     # cursor beneath it; checkouts: each ends with the pool's reset (a rollback) as well.
@@ -84,7 +109,8 @@ def serve(url: str, port: int, counts: str) -> None:
 
     def report() -> None:
         while True:
-            Path(counts + ".new").write_text(f"{sent[0]} {sent[1]}")
+            marks, probes = watcher_statements()
+            Path(counts + ".new").write_text(f"{sent[0]} {sent[1]} {marks} {probes}")
             os.replace(counts + ".new", counts)  # whole, never read half written
             time.sleep(0.2)
 
@@ -93,12 +119,14 @@ def serve(url: str, port: int, counts: str) -> None:
 
 
 class Server:
-    def __init__(self, url: str, folder: Path) -> None:
+    def __init__(self, url: str, folder: Path, polling: bool) -> None:
         self.port = _free_port()
         self.counts = folder / f"counts-{self.port}"
+        env = {**os.environ, "RUNNER_BENCH_POLLING": "1" if polling else ""}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", url, str(self.port), str(self.counts)],
             stdin=subprocess.DEVNULL,
+            env=env,
         )
         self.base = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
@@ -121,11 +149,14 @@ class Server:
                 return int(line.split()[1]) / 1024
         return 0.0
 
-    def statements(self) -> tuple[int, int]:
-        """The statements the server sent so far, and its connection checkouts."""
+    def statements(self) -> tuple[int, int, int]:
+        """The statements the server's followers sent so far, their connection checkouts,
+        and the statements of the server's watcher of followed runs."""
         time.sleep(0.3)  # the file is written every 0.2 s
-        sent, checkouts = self.counts.read_text().split()
-        return int(sent), int(checkouts)
+        sent, checkouts, marks, probes = (int(n) for n in self.counts.read_text().split())
+        # A mark is one transaction of 3 statements through SQLAlchemy (counted in `sent`);
+        # the poller's probes and queries go to a raw connection of its own (not counted).
+        return sent - 3 * marks, checkouts - marks, 3 * marks + probes
 
     def close(self) -> None:
         self.proc.terminate()
@@ -215,9 +246,9 @@ async def follow(client: httpx.AsyncClient, run_id: str, got: list[tuple[str, in
                 got.append((run_id, int(line[4:]), time.monotonic()))
 
 
-def measure(name: str, url: str, folder: Path, options: Any) -> dict[str, Any]:
+def measure(name: str, url: str, folder: Path, options: Any, polling: bool) -> dict[str, Any]:
     runs = live_runs(url, options.runs)
-    server = Server(url, folder)
+    server = Server(url, folder, polling)
     committed: dict[tuple[str, int], float] = {}
     got: list[tuple[str, int, float]] = []
     phases: dict[str, Any] = {}
@@ -267,6 +298,9 @@ def measure(name: str, url: str, folder: Path, options: Any) -> dict[str, Any]:
                         "checkouts_per_follower_second": round(
                             (after[2][1] - before[2][1]) / wall / len(runs), 2
                         ),
+                        "watcher_statements_per_second": round(
+                            (after[2][2] - before[2][2]) / wall, 2
+                        ),
                     }
                 for task in tasks:
                     task.cancel()
@@ -286,7 +320,7 @@ def measure(name: str, url: str, folder: Path, options: Any) -> dict[str, Any]:
     exact = all(p == list(range(len(p))) for p in positions.values())
     delays.sort()
     return {
-        "database": name,
+        "database": f"{name}, {'polling' if polling else 'watcher'}",
         "runs": options.runs,
         "every_event_once_in_order": exact,
         "delivery_ms_median": round(statistics.median(delays), 1) if delays else None,
@@ -304,13 +338,18 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=1.0, help="entries a second per run")
     p.add_argument("--seconds", type=float, default=20.0, help="how long entries are written")
     p.add_argument("--idle-seconds", type=float, default=10.0, help="then how long none is")
+    p.add_argument("--no-polling", action="store_true", help="leave out the polling baseline")
     options = p.parse_args()
+    modes = [False] if options.no_polling else [True, False]
     results = []
     with common.scratch_folder(options.dir) as folder:
-        results.append(measure("SQLite", common.sqlite_url(folder, "api"), folder, options))
+        for polling in modes:
+            url = common.sqlite_url(folder, f"api-{polling}")
+            results.append(measure("SQLite", url, folder, options, polling))
         if not options.no_postgres:
-            with common.scratch_postgres(options.postgres) as pg:
-                results.append(measure("PostgreSQL", pg, folder, options))
+            for polling in modes:
+                with common.scratch_postgres(options.postgres) as pg:
+                    results.append(measure("PostgreSQL", pg, folder, options, polling))
     expected = 2 / EVENT_POLL_SECONDS
     common.print_table(
         f"{options.runs} followers of {options.runs} live runs, one server "
@@ -319,8 +358,8 @@ def main() -> None:
         ["", *[r["database"] for r in results]],
         [[key, *[r[key] for r in results]] for key in results[0] if key != "database"],
     )
-    print(f"\nan idle follower's documented cost: 2 reads every {EVENT_POLL_SECONDS} s = "
-          f"{expected:g} statements a second")  # fmt: skip
+    print(f"\npolling, an idle follower's documented cost: 2 reads every {EVENT_POLL_SECONDS} s"
+          f" = {expected:g} statements a second; with the watcher, none")  # fmt: skip
     common.write_json(options.json, "api_followers", options, results)
 
 

@@ -11,10 +11,12 @@ followers watch the run from the start, each noting when each piece reached it:
 `Runner.events(id, follow=True, deltas=True)` in this process (a thread), and `runner
 tail ID --follow --json` as a process of its own, its stdout read as it comes. A piece's
 latency is the follower's moment minus the server's: the adapter's read, the worker's
-batched write (at most one every 50 ms), and the follower's poll (every 50 ms).
+batched write (at most one every 50 ms), and the follower's wake (PostgreSQL: the write's
+NOTIFY to the process's listener; SQLite: the process's poller, every 50 ms).
 
 The baseline in the same run is the journal as a follower without deltas sees it: a third
-follower, `Runner.events(id, follow=True)` (polling every 0.25 s), and the latency from the
+follower, `Runner.events(id, follow=True)` (on SQLite, its poller looks every 0.25 s for
+it alone, 50 ms while a follower of deltas shares the process), and the latency from the
 run's answer being committed (`runs.finished_at`, the same transaction) to its having it.
 Pieces written in a call's last moments may be deleted (the call's action is journaled)
 before a slow follower looks: "received" counts what each follower got.
