@@ -14,8 +14,13 @@ process, so an idle follower costs the database nothing of its own:
   transactions (8 writers with a NOTIFY in each of their journal writes managed 4 to 5
   times fewer a second), so only runs somebody watches pay it. Triggers rather than a
   NOTIFY folded into the fenced CTE: every writer of the journal (answers, messages,
-  budget changes, finishes, deltas, any to come) is covered without its own copy, for
-  the same cost to unfollowed writes (see docs/performance.md).
+  budget changes, finishes, forks, deltas, any to come) is covered without its own copy.
+  Measured (benchmarks/follow_notify.py, docs/performance.md): the trigger function runs
+  about 24 us a write of an unfollowed run, under 1 % of a fenced write on this machine,
+  and 8 writers of unfollowed runs kept 0.82 to 1.03 of their rate without it (a loaded
+  2-core machine: the rounds move more than that). Statement-level rather than a row
+  trigger: a row trigger's function ran 18.5 us a write against 38 in the same (loaded)
+  run, but it runs once per row, and a fork copies thousands of entries in one statement.
 - SQLite: no notifications. One thread per process probes `PRAGMA data_version` on a read
   connection of its own every `poll_seconds` of the most eager follower (EVENT_POLL_SECONDS,
   0.25 s; DELTA_POLL_SECONDS, 0.05 s, with deltas): the number changes when another
@@ -49,7 +54,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
 
+from runner.errors import first_line
 from runner.store.backend import FOLLOW_CHANNEL, backend_for
 from runner.store.wakeup import Listener
 
@@ -57,6 +64,8 @@ from runner.store.wakeup import Listener
 # its marks (one statement): a third of the way, so a slow renewal is never late.
 MARK_SECONDS = 60.0
 MARK_REFRESH_SECONDS = 20.0
+# After a renewal failed, how soon the listener tries again.
+MARK_RETRY_SECONDS = 1.0
 # How long a new follower waits for the listener to LISTEN before it polls on its own.
 LISTEN_WAIT_SECONDS = 10.0
 
@@ -172,7 +181,8 @@ class Followers:
 
     def follow(self, run_id: str, poll_seconds: float) -> Follow | None:
         """Register a follower of `run_id` before its first read; None if the watcher
-        cannot serve it (the listener did not come up: the caller polls on its own)."""
+        cannot serve it (the listener did not come up, or the run cannot be marked: the
+        caller polls on its own)."""
         follow = Follow(self, run_id, poll_seconds)
         with self._lock:
             if self._closed:
@@ -187,9 +197,11 @@ class Followers:
             return None
         try:
             mark(self.engine, [run_id], self.mark_seconds)
-        except Exception:
+        except SQLAlchemyError as exc:
+            # Say, a role that may not write `follows`: this follower polls on its own.
+            self.log(f"cannot mark run {run_id} followed, polling it: {first_line(exc)}")
             self.unfollow(follow)
-            raise
+            return None
         return follow
 
     def unfollow(self, follow: Follow) -> None:
@@ -208,12 +220,10 @@ class Followers:
     def wake(self, run_ids: list[str] | None = None) -> None:
         """Wake the followers of `run_ids` (None: of every run)."""
         with self._lock:
-            chosen = [
-                follow
-                for run_id, follows in self._runs.items()
-                if run_ids is None or run_id in run_ids
-                for follow in follows
-            ]
+            if run_ids is None:
+                chosen = [follow for follows in self._runs.values() for follow in follows]
+            else:
+                chosen = [f for run_id in set(run_ids) for f in self._runs.get(run_id, ())]
         for follow in chosen:
             follow.wake()
 
@@ -261,13 +271,13 @@ class _FollowListener(Listener):
         super().__init__(followers.engine, log=followers.log)
         self.followers = followers
         self.marked_at = 0.0
-        self.marks = 0  # statements that renewed marks (for tests and benchmarks)
+        self.marks = 0  # transactions that renewed marks (for tests and benchmarks)
+        self._lapsed = False  # a renewal failed: wake every follower once one succeeds
 
     def connected(self) -> None:
         # Marks may have lapsed, and writes gone unheard, while nobody listened: mark again,
         # then every follower reads what it missed.
-        self._mark()
-        self.followers.wake()
+        self._mark(wake=True)
 
     def heard(self, payloads: list[str]) -> None:
         self.followers.wake(payloads)
@@ -276,12 +286,24 @@ class _FollowListener(Listener):
         if time.monotonic() - self.marked_at >= self.followers.refresh_seconds:
             self._mark()
 
-    def _mark(self) -> None:
+    def _mark(self, *, wake: bool = False) -> None:
         run_ids = self.followers.run_ids()
         self.marked_at = time.monotonic()
-        if run_ids:
-            mark(self.engine, run_ids, self.followers.mark_seconds)
-            self.marks += 1
+        try:
+            if run_ids:
+                mark(self.engine, run_ids, self.followers.mark_seconds)
+                self.marks += 1
+        except SQLAlchemyError as exc:
+            # Try again soon; meanwhile a mark may lapse and a write go unannounced, so
+            # once marked again every follower reads what it may have missed.
+            self.log(f"cannot renew the marks of followed runs: {first_line(exc)}")
+            self.marked_at -= self.followers.refresh_seconds - MARK_RETRY_SECONDS
+            self._lapsed = True
+        else:
+            wake = wake or self._lapsed
+            self._lapsed = False
+        if wake:
+            self.followers.wake()
 
 
 class _Poller:
@@ -327,7 +349,7 @@ class _Poller:
                     self._version = None
                 self._look(connection)
             except Exception as exc:
-                self.followers.log(f"cannot look at followed runs: {exc}")
+                self.followers.log(f"cannot look at followed runs: {first_line(exc)}")
                 if connection is not None:
                     with contextlib.suppress(Exception):
                         connection.invalidate()

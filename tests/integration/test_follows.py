@@ -20,6 +20,7 @@ from sqlalchemy.pool import Pool
 from runner import Agent, Event, Runner, tool
 from runner.core.status import RunStatus
 from runner.store import reads
+from runner.store.backend import backend_for
 from runner.store.follows import Followers, mark
 from runner.store.schema import entries, follows
 from tests.conditions import wait_until
@@ -330,3 +331,18 @@ def test_a_finish_notifies_its_followers(pg_url: str, heard: psycopg.Connection[
         runner.cancel("end")  # a waiting run finishes at once: its status changes
         assert "end" in _payloads(heard, HEARD)
         assert runner.get("end").status is RunStatus.FINISHED
+
+
+@pytest.mark.postgres
+def test_a_run_that_cannot_be_marked_is_polled(pg_url: str) -> None:
+    # A read-only session may not write `follows`: its follower polls on its own.
+    engine = backend_for("postgresql").read_only_engine(make_url(pg_url))
+    logged: list[str] = []
+    followers = Followers(engine, log=logged.append)
+    try:
+        assert followers.follow("any", 0.25) is None
+        assert not followers.run_ids()
+        assert any("cannot mark run any followed, polling it" in line for line in logged)
+    finally:
+        followers.close()
+        engine.dispose()
