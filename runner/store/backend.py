@@ -10,6 +10,7 @@ which errors mean a damaged database, how idle workers are woken) it asks
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -84,6 +85,8 @@ class Backend:
     writes_renew_lease = False
     # Whether idle workers can be woken when a run is queued (else they only poll).
     notifies = False
+    # Whether several runs' journal entries can go in one statement (fenced_insert_runs).
+    writes_runs_together = False
 
     def create_engine(
         self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
@@ -106,6 +109,19 @@ class Backend:
         more than 1: the calls of a step of several), the fence's as `fence_*`.
         """
         raise NotImplementedError
+
+    def fenced_insert_runs(self) -> str | None:
+        """The entries of several runs in ONE statement, each row fenced by its own run's
+        epoch (a group commit of one statement): its SQL for the driver, or None where the
+        backend has none (SQLite shares a transaction instead: runner.store.group_commit).
+
+        Bound by column, each an array of the rows' values in ENTRY_COLUMNS order (and
+        `fence_expiry`, `fence_renew_after`: each row's run's lease renewal), so one text,
+        prepared once by the server, serves any number of rows. It returns a row (run_id,
+        seq, cancel flag, undelivered messages) per entry written: a run with none was
+        fenced out.
+        """
+        return None
 
     def begin_write(
         self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
@@ -287,11 +303,63 @@ _NETWORK_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _array_types() -> dict[str, str]:
+    """Each entries column's type as an array's element type, without a length: a value
+    too long is refused by the INSERT (as fenced_insert's is), never cut by a cast."""
+    from sqlalchemy.dialects.postgresql.base import PGDialect
+
+    dialect = PGDialect()  # type: ignore[no-untyped-call]
+    return {
+        column.name: re.sub(r"\(\d+\)", "", column.type.compile(dialect=dialect))
+        for column in entries.columns
+    }
+
+
+def _fenced_insert_runs_sql() -> str:
+    # fenced_insert's statement, for the rows of several runs: each run's row is locked and
+    # its lease renewed (once a third of it is spent) only while its epoch is the one its
+    # rows carry, and only the rows of runs so fenced go in. The runs' rows are locked in id
+    # order (`locked`: sorted, then FOR UPDATE) so that this statement and another that
+    # locks several runs' rows at once take them in one order, and cannot deadlock.
+    types = _array_types()
+    columns = ", ".join(ENTRY_COLUMNS)
+    arrays = ", ".join(f"%({name})s::{types[name]}[]" for name in ENTRY_COLUMNS)
+    return f"""\
+WITH batch AS (
+    SELECT * FROM unnest({arrays},
+        %(fence_expiry)s::timestamptz[], %(fence_renew_after)s::timestamptz[])
+        AS b({columns}, fence_expiry, fence_renew_after)
+), locked AS (
+    SELECT id FROM runs WHERE id IN (SELECT run_id FROM batch) ORDER BY id FOR UPDATE
+), fences AS (
+    SELECT run_id, lease_epoch, max(fence_expiry) AS fence_expiry,
+        max(fence_renew_after) AS fence_renew_after
+    FROM batch GROUP BY run_id, lease_epoch
+), fenced AS (
+    UPDATE runs SET lease_expires_at = CASE
+        WHEN runs.lease_expires_at IS NULL OR runs.lease_expires_at < fences.fence_renew_after
+        THEN fences.fence_expiry ELSE runs.lease_expires_at END
+    FROM fences
+    WHERE runs.id = fences.run_id AND runs.lease_epoch = fences.lease_epoch
+        AND runs.id IN (SELECT id FROM locked)
+    RETURNING runs.id, runs.cancel_requested, runs.undelivered_messages
+)
+INSERT INTO entries ({columns})
+SELECT {columns} FROM batch WHERE run_id IN (SELECT id FROM fenced)
+RETURNING run_id, seq,
+    (SELECT cancel_requested FROM fenced WHERE fenced.id = entries.run_id),
+    (SELECT undelivered_messages FROM fenced WHERE fenced.id = entries.run_id)"""
+
+
+_FENCED_INSERT_RUNS = _fenced_insert_runs_sql()
+
+
 class PostgresBackend(Backend):
     """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
 
     name = "postgresql"
     writes_renew_lease = True
+    writes_runs_together = True
     title = "PostgreSQL"
     notifies = True
 
@@ -355,6 +423,9 @@ class PostgresBackend(Backend):
                 select(fenced.c.undelivered_messages).scalar_subquery(),
             )
         )
+
+    def fenced_insert_runs(self) -> str:
+        return _FENCED_INSERT_RUNS
 
     def begin_write(
         self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool

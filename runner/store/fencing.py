@@ -33,7 +33,7 @@ from runner.errors import LeaseLost
 from runner.store import children, driver
 from runner.store.backend import backend_for
 from runner.store.driver import Parameters, Prepared, prepared
-from runner.store.runs import amount, counter, encode, entry_row, entry_values, plain_text
+from runner.store.runs import amount, counter, encode, entry_values, plain_text
 from runner.store.schema import ENTRY_COLUMNS, entries, runs
 
 # The most entries one statement writes: a model asking for hundreds of calls at once must
@@ -222,6 +222,11 @@ class Append:
     children: tuple[tuple[str, Parameters], ...]  # the child runs created with the park
     charge: TreeCharge | None  # a child's spend charged up its tree
     charge_statement: tuple[str, Parameters] | None
+    # A write of entries alone (no end, no park, no charge) on a backend that can write
+    # several runs' entries in one statement: the rows' values (ENTRY_COLUMNS order), for
+    # `write_together`; and the fence they are written under.
+    together: tuple[tuple[Any, ...], ...] | None = None
+    fence: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -241,19 +246,29 @@ class Append:
         fence = _fence(dialect, run_id, epoch, at, lease_seconds)
         positional = _positional(dialect) if len(entries) == 1 else None
         inserts: list[tuple[str, Parameters]]
+        together: tuple[tuple[Any, ...], ...] | None = None
         if positional is not None:  # the common case on SQLite: one entry, no dict on the way
             row = entry_values(run_id, seq, epoch, entries[0], at)
             inserts = [(positional.sql, positional.parameters(row, fence))]
         elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
             statement = _fenced_insert(dialect, len(entries))
-            values = _rows(run_id, epoch, seq, entries, fence, at)
+            rows = tuple(
+                entry_values(run_id, seq + i, epoch, entry, at) for i, entry in enumerate(entries)
+            )
+            values = _rows(rows, fence)
             inserts = [(statement.sql, statement.parameters(values))]
+            if stop is None and parking is None and not (charge and charge.spent and charge.above):
+                together = rows  # may share a statement with other runs' (write_together)
         else:
             inserts = []
             for start in range(0, len(entries), ROWS_PER_STATEMENT):
                 chunk = entries[start : start + ROWS_PER_STATEMENT]
                 statement = _fenced_insert(dialect, len(chunk))
-                values = _rows(run_id, epoch, seq + start, chunk, fence, at)
+                rows = tuple(
+                    entry_values(run_id, seq + start + i, epoch, entry, at)
+                    for i, entry in enumerate(chunk)
+                )
+                values = _rows(rows, fence)
                 inserts.append((statement.sql, statement.parameters(values)))
         counters = entries[-1].counters
         finish = cancelled = park = None
@@ -276,7 +291,20 @@ class Append:
             statement = children.charge_statement(dialect, len(charge.above))
             values = children.charge_values(charge.above, charge.spent)
             charged = (statement.sql, statement.parameters(values))
-        return cls(run_id, tuple(inserts), finish, cancelled, park, tuple(made), charge, charged)
+        if together is not None and not backend_for(dialect.name).writes_runs_together:
+            together = None
+        return cls(
+            run_id,
+            tuple(inserts),
+            finish,
+            cancelled,
+            park,
+            tuple(made),
+            charge,
+            charged,
+            together,
+            fence,
+        )
 
     @property
     def one_statement(self) -> bool:
@@ -322,25 +350,67 @@ def _fence(
     return fence
 
 
-def _rows(
-    run_id: str,
-    epoch: int,
-    seq: int,
-    entries: Sequence[Entry],
-    fence: dict[str, Any],
-    at: datetime,
-) -> dict[str, Any]:
+def _rows(rows: Sequence[tuple[Any, ...]], fence: dict[str, Any]) -> dict[str, Any]:
     """The values of one fenced insert: the entries' (`name_<i>` for several) and the fence's."""
-    if len(entries) == 1:
-        values = entry_row(run_id, seq, epoch, entries[0], at)
+    if len(rows) == 1:
+        values = dict(zip(ENTRY_COLUMNS, rows[0], strict=True))
     else:
         values = {
             f"{name}_{i}": value
-            for i, entry in enumerate(entries)
-            for name, value in entry_row(run_id, seq + i, epoch, entry, at).items()
+            for i, row in enumerate(rows)
+            for name, value in zip(ENTRY_COLUMNS, row, strict=True)
         }
     values.update(fence)
     return values
+
+
+def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard | None]:
+    """The entries of several runs' writes (each `together`) in ONE statement, each run
+    fenced by its own epoch: what each write heard of its run, or None for a run fenced out
+    (none of its rows went in).
+
+    One statement is one transaction (autocommit, `driver.Write(one_statement=True)`): it
+    commits every fenced run's rows or none. A statement error (one run's duplicate entry,
+    a value refused) fails them all: the caller then writes each alone.
+    """
+    rows: list[tuple[Any, ...]] = []
+    expiry: list[Any] = []
+    renew_after: list[Any] = []
+    for append in appends:
+        assert append.together is not None
+        rows += append.together
+        expiry += [append.fence["fence_expiry"]] * len(append.together)
+        renew_after += [append.fence["fence_renew_after"]] * len(append.together)
+    values: dict[str, Any] = dict(
+        zip(ENTRY_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)
+    )
+    values["fence_expiry"], values["fence_renew_after"] = expiry, renew_after
+    dialect = write.connection.dialect
+    for name, process in _array_processors(dialect):
+        values[name] = [process(value) for value in values[name]]
+    sql = backend_for(dialect.name).fenced_insert_runs()
+    assert sql is not None
+    returned = write.rows(sql, values)
+    heard = {row[0]: Heard(bool(row[2]), row[3]) for row in returned}
+    return [heard.get(append.run_id) for append in appends]
+
+
+_PROCESSORS: WeakKeyDictionary[Dialect, tuple[tuple[str, Callable[[Any], Any]], ...]] = (
+    WeakKeyDictionary()
+)
+
+
+def _array_processors(dialect: Dialect) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """The entries columns whose values the driver takes converted (JSON's), and how."""
+    found = _PROCESSORS.get(dialect)
+    if found is None:
+        processors = []
+        for column in entries.columns:
+            process = column.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                processors.append((column.name, process))
+        found = _PROCESSORS[dialect] = tuple(processors)
+    return found
 
 
 def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> Heard | None:

@@ -26,13 +26,14 @@ What each run is promised, as with a commit of its own:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
 from runner.core.faults import fault
+from runner.errors import LeaseLost
 from runner.store import driver
 from runner.store.failures import transient
 from runner.store.fencing import Heard
@@ -45,7 +46,17 @@ class Write(Protocol):
     @property
     def one_statement(self) -> bool: ...
 
+    @property
+    def together(self) -> tuple[tuple[Any, ...], ...] | None:
+        """Its rows, if it may share ONE statement with other runs' (`Together`)."""
+        ...
+
     def run(self, write: driver.Write) -> Heard: ...
+
+
+# Writes several runs' entries in one statement, each fenced by its own run's epoch: what
+# each heard of its run, or None for a run fenced out (runner.store.fencing.write_together).
+Together = Callable[[driver.Write, Sequence[Any]], list[Heard | None]]
 
 
 class _Request:
@@ -91,7 +102,12 @@ class Group:
     leader, which takes the whole queue into one transaction, then hands the lead to the
     oldest write queued meanwhile (or leaves none, and the next write to come leads)."""
 
-    def __init__(self) -> None:
+    def __init__(self, together: Together | None = None, rows: int = 64) -> None:
+        # PostgreSQL: the writes queued go in ONE statement (in autocommit, one round trip)
+        # rather than one transaction of a statement each (`_statement`), at most `rows`
+        # rows a statement.
+        self._together = together
+        self._rows = rows
         self._queue: list[_Request] = []
         self._leading = False  # whether a thread leads now (guarded by _queued)
         self._queued = threading.Lock()  # guards the queue and the lead, held briefly
@@ -128,7 +144,14 @@ class Group:
                 # while the turn was awaited goes in too.
                 with self._queued:
                     batch, self._queue = self._queue, []
-                remaining = batch
+                if self._together is not None:
+                    # Each write left after the shared statements is a transaction of its
+                    # own, as without a group: several runs' rows locked in one transaction
+                    # of several statements could deadlock with the heartbeat's renewal.
+                    alone = self._statements(connection, batch) if len(batch) > 1 else batch
+                    for one in alone:
+                        self._transaction(connection, [one])
+                remaining = batch if self._together is None else []
                 while remaining:
                     remaining = self._transaction(connection, remaining)
         except BaseException as exc:
@@ -156,6 +179,60 @@ class Group:
                 return
             successor = self._queue[0]
         successor.wake_up()  # queued while a thread led: a write that waits
+
+    def _statements(self, connection: Connection, requests: list[_Request]) -> list[_Request]:
+        """The writes that may share a statement, in as few statements as their rows allow,
+        each its own transaction; the requests left to write each in a transaction of its
+        own (those that may not, and those of a statement that failed)."""
+        alone: list[_Request] = []
+        chunk: list[_Request] = []
+        rows = 0
+        for request in requests:
+            together = request.write.together
+            if together is None:
+                alone.append(request)
+                continue
+            if chunk and rows + len(together) > self._rows:
+                alone += self._statement(connection, chunk)
+                chunk, rows = [], 0
+            chunk.append(request)
+            rows += len(together)
+        if len(chunk) > 1:
+            alone += self._statement(connection, chunk)
+        else:
+            alone += chunk
+        # Each alone: `_transaction` of one request is exactly a write of its own.
+        return [request for request in alone if not request.finished]
+
+    def _statement(self, connection: Connection, requests: list[_Request]) -> list[_Request]:
+        """ONE statement of `requests` (its own transaction); the requests to write again,
+        each alone, if it failed for a reason one of them may own (a duplicate entry, a value
+        refused): written alone, each fails or commits by itself."""
+        assert self._together is not None
+        if len(requests) == 1:
+            return requests
+        try:
+            with driver.Write(connection, one_statement=True) as write:
+                # Every row ready, nothing sent: a crash here loses them all, and no run
+                # has gone on past its entry.
+                fault("before_group_commit")
+                heard = self._together(write, [request.write for request in requests])
+        except Exception as exc:
+            if _lost(connection, exc):
+                for request in requests:
+                    request.fail(exc)
+                return []
+            return requests
+        self.transactions += 1
+        self.writes += len(requests)
+        for request, result in zip(requests, heard, strict=True):
+            if result is None:
+                run_id = getattr(request.write, "run_id", "?")
+                taken = f"run {run_id} was taken over by another worker: not writing"
+                request.fail(LeaseLost(taken))
+            else:
+                request.succeed(result)
+        return []
 
     def _transaction(self, connection: Connection, requests: list[_Request]) -> list[_Request]:
         """One transaction of `requests`; the requests to try again in another (when one of

@@ -22,8 +22,13 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
 from runner.store import driver
-from runner.store.fencing import Heard
+from runner.store.backend import backend_for
+from runner.store.fencing import Heard, write_together
 from runner.store.group_commit import Group, Write
+
+# The most entries one shared statement writes on PostgreSQL (its rows are bound as arrays,
+# one text for any number): a bound on the run rows one statement holds locked.
+ROWS_TOGETHER = 256
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -76,11 +81,17 @@ class Writer:
 
     def __init__(self, engine: Engine, *, keep: bool = True) -> None:
         self.engine = engine
-        self._lock = _lock_of(engine)
-        self._keep = keep and self._lock is not None and _can_spare(engine)
+        self._lock = _lock_of(engine)  # SQLite's file: the process's turn to write to it
+        # PostgreSQL writes several runs' entries in one statement: the connection kept for
+        # it is used by one statement at a time, under a lock of this writer's own.
+        groups = backend_for(engine.dialect.name).writes_runs_together
+        self._turn = self._lock if self._lock is not None or not groups else threading.Lock()
+        self._keep = keep and self._turn is not None and _can_spare(engine)
         self._kept: Connection | None = None
-        # The journal's writes of a kept connection share transactions (group_commit).
-        self.group = Group() if self._keep else None
+        # The journal's writes of a kept connection share transactions (group_commit), or on
+        # PostgreSQL statements.
+        together = write_together if groups else None
+        self.group = Group(together, ROWS_TOGETHER) if self._keep else None
 
     def commit(self, write: Write) -> Heard:
         """Run a journal write in a transaction of its own, or on SQLite in the next group
@@ -95,11 +106,11 @@ class Writer:
 
     @contextlib.contextmanager
     def turn(self) -> Iterator[Connection]:
-        if not self._keep or self._lock is None:
+        if not self._keep or self._turn is None:
             with writing(self.engine), self.engine.connect() as connection:
                 yield connection
             return
-        with self._lock:
+        with self._turn:
             kept = self._kept
             if kept is None or kept.closed:
                 kept = self._kept = self.engine.connect()
@@ -115,9 +126,9 @@ class Writer:
 
     def close(self) -> None:
         """Give the kept connection back to the pool (a later write takes it again)."""
-        if self._lock is None or self._kept is None:
+        if self._turn is None or self._kept is None:
             return
-        with self._lock:
+        with self._turn:
             if self._kept is not None:
                 self._kept.close()
                 self._kept = None
@@ -137,5 +148,10 @@ def _reset(connection: Connection) -> None:
     if connection.in_transaction():
         connection.rollback()
     dbapi_connection = connection.connection.dbapi_connection
-    if dbapi_connection is not None and dbapi_connection.in_transaction:
+    if dbapi_connection is None:
+        return
+    open_ = getattr(dbapi_connection, "in_transaction", None)  # sqlite3's
+    if open_ is None:  # psycopg's: a transaction status other than idle
+        open_ = dbapi_connection.info.transaction_status != 0
+    if open_:
         dbapi_connection.rollback()

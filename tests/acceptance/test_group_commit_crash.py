@@ -1,8 +1,10 @@
-"""Acceptance: a `runner worker` on SQLite SIGKILLed in the middle of a group commit.
+"""Acceptance: a `runner worker` SIGKILLed in the middle of a group commit, on both databases.
 
-Twenty runs go at once in one worker, so their journal writes share transactions
-(runner.store.group_commit). The fault point `before_group_commit` kills the process inside
-such a transaction: every statement of several runs' writes run, the COMMIT not yet. Then:
+Twenty runs go at once in one worker, so their journal writes share commits
+(runner.store.group_commit): on SQLite transactions, on PostgreSQL single statements. The
+fault point `before_group_commit` kills the process inside such a commit: on SQLite every
+statement of several runs' writes run, the COMMIT not yet; on PostgreSQL the one statement
+of several runs' entries ready, not yet sent. Then:
 no run went on past an entry the database does not hold (each tool call that began has its
 action committed; each model call after the first follows its previous step's committed
 outcome), so no acknowledged entry was lost; and a second worker finishes every run, each
@@ -18,7 +20,9 @@ import pytest
 from .harness import journal
 from .test_workers import Cluster, assert_outcomes, mode_of
 
-pytestmark = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+pytestmark = pytest.mark.parametrize(
+    "db_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 
 
 @pytest.mark.parametrize("fault", ["before_group_commit@1", "before_group_commit@4"])

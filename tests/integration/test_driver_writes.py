@@ -199,6 +199,6 @@ def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runn
         replace(task_entry("x"), content={"json": [1, "two"]}, cost=float("inf")),
     ]
     for seq, entry in enumerate(entries):
-        general = statement.parameters(fencing._rows("r", 3, seq, (entry,), fence, at))
+        general = statement.parameters({**store.entry_row("r", seq, 3, entry, at), **fence})
         fast = positional.parameters(store.entry_values("r", seq, 3, entry, at), fence)
         assert fast == general, entry

@@ -1,10 +1,12 @@
-"""SQLite's group commit (runner.store.group_commit), on real files: the writes of runs in
-flight in one process share a transaction; each run goes on only once that transaction has
-committed; fencing holds per run; a failed write fails exactly the runs whose entries it held.
+"""Group commit (runner.store.group_commit), on both databases: the writes of runs in flight
+in one process share a transaction (SQLite) or one statement (PostgreSQL); each run goes on
+only once that has committed; fencing holds per run; a failed write fails exactly the runs
+whose entries it held.
 
-Each test queues its writes while it holds the file's turn itself (`writer.writing`), waits
-until every write is queued, then lets go: the next thread to get the turn writes them all,
-so what shares a transaction is decided by the test, not by the machine's timing.
+Each test queues its writes while it holds the writer's turn itself (`Writer.turn`: on
+SQLite the file's), waits until every write is queued, then lets go: the next thread to get
+the turn writes them all, so what shares a commit is decided by the test, not by the
+machine's timing.
 """
 
 from __future__ import annotations
@@ -12,28 +14,28 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event
 
 from runner import Agent, Runner
-from runner.core.journal import Counters
+from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.stop_reasons import StopReason
 from runner.errors import EntryRefused, LeaseLost
 from runner.store import leases
 from runner.store import runs as store
 from runner.store.database import open_engine, upgrade
 from runner.store.sql_journal import SqlJournal
-from runner.store.writer import Writer, writing
+from runner.store.writer import Writer
 from tests.conditions import wait_until
 
 from .support import Transcript, entry_rows, observations, task_entry, tool_action
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = open_engine(f"sqlite:///{tmp_path / 'runner.db'}")
+def engine(db_url: str) -> Iterator[Engine]:
+    engine = open_engine(db_url)
     upgrade(engine)
     yield engine
     engine.dispose()
@@ -82,7 +84,7 @@ def together(writer: Writer, engine: Engine, writes: dict[str, Any]) -> dict[str
 
     threads = [threading.Thread(target=run, args=item) for item in writes.items()]
     assert writer.group is not None
-    with writing(engine):
+    with writer.turn():
         for thread in threads:
             thread.start()
         wait_until(lambda: writer.group.queued() == len(writes), what="every write queued")  # type: ignore[union-attr]
@@ -113,6 +115,40 @@ def test_writes_queued_together_share_one_commit(engine: Engine) -> None:
     for journal in runs:
         assert kinds(engine, journal.run_id) == ["task", "action"]
         assert journal.seq == 2
+    writer.close()
+
+
+def test_each_run_hears_its_own_cancel_and_a_step_of_several_goes_in_whole(
+    engine: Engine,
+) -> None:
+    """What each write reads back of its run comes from its own run's row, in the shared
+    write too; a step of several calls (several rows of one run) goes in whole beside the
+    other runs' entries; a run's end is written in a transaction of its own after them."""
+    writer = Writer(engine)
+    runs = journals(engine, writer, 4)
+    store.request_cancel(engine, "r1")
+    group = writer.group
+    assert group is not None
+    before = (group.transactions, group.writes)
+    calls = [
+        replace(tool_action("r2", 1, "add", {"a": i}, Counters()), call_id=f"c{i}") for i in (1, 2)
+    ]
+    writes = {j.run_id: lambda j=j: j.append(action(j)) for j in runs[:2]}
+    writes["r2"] = lambda: runs[2].append_many(calls)
+    writes["r3"] = lambda: runs[3].append_many(
+        [Entry(EntryKind.FINAL, 1, Counters(steps=1), content="done", action_type="final")],
+        Stop(StopReason.FINAL, output="done"),
+    )
+    outcomes = together(writer, engine, writes)
+    assert outcomes == {"r0": None, "r1": None, "r2": None, "r3": None}
+    # SQLite: all four in one transaction. PostgreSQL: r0, r1 and r2's two calls in one
+    # statement; r3's end (a statement more) in a transaction of its own.
+    shared = 1 if engine.dialect.name == "sqlite" else 2
+    assert (group.transactions - before[0], group.writes - before[1]) == (shared, 4)
+    assert [j.cancel_requested() for j in runs[:3]] == [False, True, False]
+    assert kinds(engine, "r2") == ["task", "action", "action"]
+    assert kinds(engine, "r3") == ["task", "final"]
+    assert store.find_run(engine, "r3").status == "finished"
     writer.close()
 
 
@@ -155,6 +191,8 @@ def test_a_value_the_database_refuses_fails_its_own_run_alone(engine: Engine) ->
 
 
 def test_a_failed_commit_fails_every_run_it_held_and_no_other(engine: Engine) -> None:
+    if engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL's shared write is one statement in autocommit: no COMMIT")
     writer = Writer(engine)
     runs = journals(engine, writer, 4)
     commits = Commits(engine)
@@ -173,8 +211,8 @@ def test_a_failed_commit_fails_every_run_it_held_and_no_other(engine: Engine) ->
     writer.close()
 
 
-def test_runs_in_flight_on_one_runner_each_keep_their_own_journal(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'runner.db'}"
+def test_runs_in_flight_on_one_runner_each_keep_their_own_journal(db_url: str) -> None:
+    url = db_url
 
     def model(transcript: Transcript) -> dict[str, Any]:
         seen = observations(transcript)
