@@ -73,6 +73,13 @@ DB_MAX_BACKOFF = 1.0
 # second or two (50 left PostgreSQL at 600-770 in flight of 1,000), few enough that the claim
 # holds its locks (SQLite's file) for tens of milliseconds at most (~0.5 ms a claim).
 CLAIMS_PER_TRANSACTION = 100
+# A worker whose last claim took every slot it asked for (runs wait in the queue) lets a
+# few slots free up before claiming again, for at most this long: a claim transaction costs
+# it about ten statements whatever it takes, and at saturation one a run ended was half its
+# CPU (docs/performance.md, Saturation). A slot waits at most this, a twentieth of a poll.
+CLAIM_GATHER_SECONDS = 0.02
+# How many slots it waits for: an eighth of its concurrency (none below 16 runs at once).
+CLAIM_GATHER_SHARE = 8
 # How often a worker looks for children's ends still owed to their parents (see deliver_ended).
 SWEEP_SECONDS = 1.0
 
@@ -150,6 +157,10 @@ class Worker:
         self._db_backoff = Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
         self._swept_at = -SWEEP_SECONDS  # when children's ends owed to parents were last sought
         self._db_wait = 0.0
+        # Whether the last claim took every slot it asked for (more runs wait), and since
+        # when slots have been free without a claim (see CLAIM_GATHER_SECONDS).
+        self._backed_up = False
+        self._free_since: float | None = None
         self.finished = 0
         # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
         self.wakeup = self.store.wakeups(
@@ -203,6 +214,10 @@ class Worker:
             self._prune()
             claimed = False
             if len(self._active) < self.concurrency:
+                gather = self._gathering()
+                if gather > 0:
+                    self._wake.wait(gather)  # a run that ends meanwhile wakes it to count
+                    continue
                 claimed = self._claim_into(pool)
             if claimed:
                 continue
@@ -214,6 +229,19 @@ class Worker:
             if log.isEnabledFor(logging.DEBUG):
                 self._log(logging.DEBUG, f"nothing to claim: idle until woken or {idle:g}s pass")
             self._wake.wait(idle)
+
+    def _gathering(self) -> float:
+        """Seconds to wait for more slots to free before claiming (0: claim now). Only
+        while the queue is backed up and fewer than an eighth of the slots are free."""
+        if not self._backed_up or self.stopping.is_set():
+            return 0.0
+        free = self.concurrency - len(self._active)
+        if free >= max(1, self.concurrency // CLAIM_GATHER_SHARE):
+            return 0.0
+        now = time.monotonic()
+        if self._free_since is None:
+            self._free_since = now
+        return max(0.0, self._free_since + CLAIM_GATHER_SECONDS - now)
 
     def _fire_ticks(self) -> None:
         # Two cheap reads at each tick (and every SCHEDULES_LOOK seconds at most, for
@@ -295,6 +323,7 @@ class Worker:
         if self._alone:
             return False
         now = time.monotonic()
+        free = self.concurrency - len(self._active)
         skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
         try:
             with self.store.writing():
@@ -316,6 +345,8 @@ class Worker:
             return False
         self._db_backoff.reset()
         self._db_wait = 0.0
+        self._free_since = None
+        self._backed_up = len(claims) >= min(free, CLAIMS_PER_TRANSACTION)
         for claim in claims:
             self._start(claim, pool)
         return bool(claims)

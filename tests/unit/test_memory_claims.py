@@ -62,7 +62,6 @@ def test_a_delayed_run_is_never_claimed_before_its_time() -> None:
     assert claimed_ids(store) == ["later"]
 
 
-
 def test_a_lapsed_lease_is_not_taken_over_by_the_claimer_executing_the_run() -> None:
     # Its heartbeat was held up past the lease; the claimer still runs it (`executing`).
     runner, store, clock = memory_runner()
@@ -75,6 +74,7 @@ def test_a_lapsed_lease_is_not_taken_over_by_the_claimer_executing_the_run() -> 
     assert runner.row("busy").lease_epoch == 1
     taken = claim(store, owner=ELSEWHERE)  # another claimer: the lease says its holder is gone
     assert taken is not None and (taken.run.id, taken.epoch) == ("busy", 2)
+
 
 def test_a_run_due_in_the_past_or_given_not_before_starts_at_once() -> None:
     runner, store, _ = memory_runner()
@@ -204,3 +204,29 @@ def test_a_worker_drains_the_queue_on_the_memory_store() -> None:
     assert {(row.status, row.stop_reason, row.output) for row in rows} == {
         ("finished", "final", "5")
     }
+
+
+def test_a_backed_up_worker_gathers_a_few_free_slots_before_claiming() -> None:
+    """With runs waiting in the queue, a worker of many runs at once does not claim for
+    every run that ends (a claim costs about the same for one run as for several): it waits
+    for an eighth of its slots, or CLAIM_GATHER_SECONDS, whichever comes first."""
+    from runner.service import worker as workers
+
+    runner, store, _ = memory_runner()
+    for i in range(40):
+        runner.submit(SOLVER, f"task {i}", id=f"g{i}")
+    worker = workers.Worker(store=store, concurrency=16, once=True, poll=0.01)
+    assert worker._gathering() == 0  # nothing claimed yet: not known to be backed up
+    worker._backed_up = True
+    worker._active = {f"r{i}": None for i in range(15)}  # type: ignore[misc]
+    first = worker._gathering()
+    assert 0 < first <= workers.CLAIM_GATHER_SECONDS  # one slot free of 16: wait
+    worker._free_since = 0.0  # long ago: waited enough
+    assert worker._gathering() == 0
+    worker._free_since = None
+    worker._active = {f"r{i}": None for i in range(14)}  # type: ignore[misc]
+    assert worker._gathering() == 0  # two free, an eighth of 16: claim now
+    worker._active = {}
+    worker._backed_up = False
+    worker.serve()  # and it drains the queue all the same
+    assert worker.finished == 40
