@@ -32,7 +32,7 @@ def test_each_summary_is_the_commands_own_short_help_at_every_width(name: str) -
         assert lazy.short_help(limit) == real.get_short_help_str(limit), (name, limit)
 
 
-def test_the_table_names_every_command_module_and_no_other() -> None:
+def test_every_command_of_the_command_modules_is_in_the_table() -> None:
     # Every click command of the command modules is in the table (or below a group in it).
     listed = {id(_real(lazy)) for lazy in COMMANDS.values()}
     for module in {lazy.module for lazy in COMMANDS.values()}:
