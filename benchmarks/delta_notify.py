@@ -1,9 +1,11 @@
-"""Deltas on PostgreSQL: LISTEN/NOTIFY against the 50 ms poll that runner uses, measured.
+"""Deltas on PostgreSQL: a NOTIFY in every batch against a 50 ms poll, measured.
 
     .venv/bin/python benchmarks/delta_notify.py [--batches 200] [--writers 4] [--json out.json]
 
-Why runner polls the `deltas` table every 50 ms instead of sending a NOTIFY with each batch:
-this prints what each would cost and give, on one scratch database.
+Why no batch of every run sends a NOTIFY (only the batches of runs somebody follows do, by
+the triggers of revision 0017: benchmarks/follow_notify.py measures those), and what a
+NOTIFY gives a follower against the 50 ms poll followers used before: this prints what each
+would cost and give, on one scratch database.
 
 1. Latency. A writer commits `--batches` delta batches (one row each, `store.deltas.write`
    plus, in the same transaction, `pg_notify('runner_deltas', run id)`), 10 to 50 ms apart.

@@ -2,7 +2,7 @@
 
 - the table `follows` (run_id, followed_until): a process that follows runs (`runner
   tail --follow`, the API's event stream, `Runner.events(follow=True)`) marks each until a
-  minute ahead and renews the marks of all its runs in one statement well before then;
+  minute ahead and renews the marks of all its runs in one transaction well before then;
 - on PostgreSQL, three triggers send `NOTIFY runner_follow, '<run id>'` in the writing
   transaction, for followed runs only: a statement-level AFTER INSERT trigger on `entries`
   and one on `deltas` (transition tables: one query a statement, whatever its rows), and a

@@ -6,7 +6,7 @@ journal (and deltas, and the run's row). What wakes it is shared by every follow
 process, so an idle follower costs the database nothing of its own:
 
 - PostgreSQL: one LISTEN on `runner_follow` (the `Listener` thread of runner.store.wakeup),
-  and one statement every MARK_REFRESH_SECONDS that keeps the marks (`follows` rows) of all
+  and one transaction every MARK_REFRESH_SECONDS that keeps the marks (`follows` rows) of all
   the process's followed runs alive for MARK_SECONDS. Triggers (revision 0017) NOTIFY the
   run's id in the transaction of every write to a followed run's journal or deltas, and of
   every change of its status (finishing, waiting). Unfollowed runs pay one probe of
@@ -61,7 +61,7 @@ from runner.store.backend import FOLLOW_CHANNEL, backend_for
 from runner.store.wakeup import Listener
 
 # How long a mark keeps a run's writes notifying, and how often the process renews all of
-# its marks (one statement): a third of the way, so a slow renewal is never late.
+# its marks (one transaction): a third of the way, so a slow renewal is never late.
 MARK_SECONDS = 60.0
 MARK_REFRESH_SECONDS = 20.0
 # After a renewal failed, how soon the listener tries again.
@@ -79,7 +79,11 @@ _MARK = text(
     "ON CONFLICT (run_id) DO UPDATE "
     "SET followed_until = GREATEST(follows.followed_until, EXCLUDED.followed_until)"
 )
-_FORGET_EXPIRED = text("DELETE FROM follows WHERE followed_until < now()")
+# Rows another process's mark holds are left to a later mark: two marks never deadlock.
+_FORGET_EXPIRED = text(
+    "DELETE FROM follows WHERE run_id IN (SELECT run_id FROM follows "
+    "WHERE followed_until < now() FOR UPDATE SKIP LOCKED)"
+)
 
 
 def mark(engine: Engine, run_ids: list[str], seconds: float = MARK_SECONDS) -> None:

@@ -6,6 +6,7 @@ the one poller wakes the followers of the runs that moved, and only those."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -346,3 +347,25 @@ def test_a_run_that_cannot_be_marked_is_polled(pg_url: str) -> None:
     finally:
         followers.close()
         engine.dispose()
+
+
+def test_an_async_follower_is_woken_by_the_watcher(db_url: str) -> None:
+    with Runner(db_url) as worker, Runner(db_url) as follower:
+        worker.run(shop, "refund", id="aio")
+        waiting = len(list(worker.events("aio")))
+        got: list[Event] = []
+
+        async def follow() -> None:
+            async for event in follower.events("aio", follow=True):
+                got.append(event)
+                if len(got) == waiting:  # idle now: only a write can wake it
+                    threading.Thread(target=finish, daemon=True).start()
+
+        def finish() -> None:
+            worker.approve("aio")
+            worker.resume("aio")
+
+        asyncio.run(asyncio.wait_for(follow(), HEARD * 6))
+        assert [e.position for e in got] == list(range(len(list(worker.events("aio")))))
+        assert len(got) > waiting
+        assert follower.store.followers.watcher is not None  # it waited on the watcher
