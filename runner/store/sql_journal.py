@@ -40,6 +40,9 @@ from runner.store.writer import Writer, writing
 # own thread for the outcomes of a step of several calls.
 Observer = Callable[[str, Entry], None]
 
+# Each kind's fault points around the commit of a write that begins with it.
+_FAULTS = {kind: (f"before_{kind}_commit", f"after_{kind}_commit") for kind in EntryKind}
+
 # A write that failed on a lost connection is tried again after these waits (doubling,
 # jittered): the cap is what a run may lag behind its database's return.
 WRITE_RETRY_FIRST = 0.05
@@ -114,6 +117,8 @@ class SqlJournal:
         # When the lease was last surely renewed: a write that failed on a lost connection is
         # tried again only while the lease lasts.
         self._renewed_at = clock.time()
+        # Whether a write renews the lease itself (PostgreSQL's fenced statement does).
+        self._renews_lease = backend_for(engine.dialect.name).writes_renew_lease
 
     @property
     def run_id(self) -> str:
@@ -160,14 +165,13 @@ class SqlJournal:
     def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
         with self._writing:
             self._check_lease()
-            first = entries[0]
-            name = "final" if first.kind is EntryKind.FINAL else str(first.kind)
-            fault(f"before_{name}_commit")
+            before, after = _FAULTS[entries[0].kind]
+            fault(before)
             self._cancel, self._messages = self._write(entries, stop)
             self.seq += len(entries)
             # Committed before the tool runs: a crash now leaves a pending call, never a lost
             # one (for a step of several calls, every call is pending at once).
-            fault(f"after_{name}_commit")
+            fault(after)
             if self.observer is not None:
                 for entry in entries:
                     self.observer(self._run_id, entry)
@@ -185,7 +189,7 @@ class SqlJournal:
         cannot fix it) ends the run with the reason recorded, instead of leaving it to be
         taken over, asked the same question, and refused again until crash_loop.
         """
-        backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, jitter=True)
+        backoff = None  # made at the first failure: most writes never need one
         retried = False
         charge = None
         if self._above:  # a child's spend, charged up its tree in the same transaction
@@ -199,6 +203,8 @@ class SqlJournal:
             except Exception as exc:
                 if refused(exc):
                     self._give_up(entries[0], exc)
+                if backoff is None:
+                    backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, jitter=True)
                 if not transient(exc) or not self._lease_has(backoff.current * 2 + 1):
                     raise
                 # The pool has discarded the broken connection: the next try checks out
@@ -206,7 +212,7 @@ class SqlJournal:
                 self.clock.sleep(backoff.next())
                 retried = True
                 continue
-            if backend_for(self.engine.dialect.name).writes_renew_lease:
+            if self._renews_lease:
                 # The write renewed the lease if a third of it was spent.
                 self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
             self._spent = entries[-1].counters
