@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from runner import Runner
-from tests.conditions import wait_until
+from tests.conditions import scaled, wait_until
 
 WORKER = Path(__file__).resolve().with_name("schedule_worker.py")
 AGENT = f"{Path(__file__).resolve().with_name('queue_agents.py')}:agent"
@@ -50,14 +50,14 @@ class Fleet:
 
     def kill(self, process: subprocess.Popen[bytes]) -> None:
         process.send_signal(signal.SIGKILL)
-        assert process.wait(60) == -signal.SIGKILL
+        assert process.wait(scaled(60)) == -signal.SIGKILL
         self.processes.remove(process)
         self.killed += 1
 
     def close(self) -> None:
         for process in self.processes:
             process.kill()
-            process.wait(60)
+            process.wait(scaled(60))
 
     def said(self) -> str:
         return "\n".join(path.read_text()[-2000:] for path in sorted(self.logs.glob("*.log")))

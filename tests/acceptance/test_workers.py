@@ -32,7 +32,7 @@ from runner.core.status import RunStatus
 from runner.service.runner import Runner
 from runner.store.database import open_engine, upgrade
 from runner.store.runs import RunRow, load_entries
-from tests.conditions import wait_until
+from tests.conditions import scaled, wait_until
 
 RUNNER = Path(sys.executable).parent / "runner"
 AGENTS = Path(__file__).resolve().with_name("worker_agents.py")
@@ -106,11 +106,13 @@ class WorkerProcess:
         self.proc.send_signal(signum)
 
     def wait(self, timeout: float) -> int:
+        """The exit code; `timeout`, enough on idle cores, is stretched by the load."""
+        budget = scaled(timeout)
         try:
-            return self.proc.wait(timeout)
+            return self.proc.wait(budget)
         except subprocess.TimeoutExpired:
             raise AssertionError(
-                f"worker {self.pid} still running after {timeout:g}s:\n{self.log()}"
+                f"worker {self.pid} still running after {budget:.0f}s:\n{self.log()}"
             ) from None
 
     def stop(self, timeout: float = 20.0) -> int:
@@ -189,7 +191,7 @@ class Cluster:
         ]
         done = []
         for args, proc in zip(commands, started, strict=True):
-            stdout, stderr = proc.communicate(timeout=60)
+            stdout, stderr = proc.communicate(timeout=scaled(60))
             done.append(subprocess.CompletedProcess(args, proc.returncode, stdout, stderr))
         return done
 
