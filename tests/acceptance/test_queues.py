@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from click.testing import CliRunner
 from runner.cli import main
 from runner.core.status import RunStatus
 from runner.service.runner import Runner
+from tests.conditions import scaled, wait_until
 
 RUNNER = Path(sys.executable).parent / "runner"
 AGENT = f"{Path(__file__).resolve().with_name('queue_agents.py')}:agent"
@@ -72,17 +72,16 @@ def most_at_once(found: dict[str, dict[str, Any]]) -> int:
     return peak
 
 
-def wait_finished(db_url: str, ids: list[str], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
+def wait_finished(db_url: str, ids: list[str]) -> None:
     with Runner(db_url) as runner:
-        while True:
+
+        def unfinished() -> list[str]:
             rows = {row.id: row for row in runner.list(limit=10_000)}
-            if all(rows[i].status is RunStatus.FINISHED for i in ids):
-                return
-            if time.monotonic() > deadline:
-                left = [i for i in ids if rows[i].status is not RunStatus.FINISHED]
-                raise AssertionError(f"unfinished after {timeout:g}s: {left}")
-            time.sleep(0.1)
+            return [i for i in ids if rows[i].status is not RunStatus.FINISHED]
+
+        wait_until(
+            lambda: not unfinished(), what=lambda: f"runs to finish: {unfinished()}", every=0.1
+        )
 
 
 @pytest.fixture
@@ -97,11 +96,8 @@ def test_three_workers_never_run_more_of_a_queue_than_its_limit(
 ) -> None:
     with Runner(db_url) as runner:
         runner.set_queue_limit("limited", 2)
-        ids = runner.submit_many(
-            AGENT, [{"task": f"limited-{i}", "queue": "limited"} for i in range(12)]
-        ).ids
-        free = runner.submit_many(AGENT, [{"task": f"free-{i}", "queue": "free"} for i in range(6)])
-    logs = [(tmp_path / f"worker-{n}.log").open("wb") for n in range(3)]
+    paths = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    logs = [path.open("wb") for path in paths]
     workers = [
         subprocess.Popen(
             [str(RUNNER), "worker", "--db", db_url, "--concurrency", "4", "--poll", "0.05"],
@@ -113,12 +109,27 @@ def test_three_workers_never_run_more_of_a_queue_than_its_limit(
         for log in logs
     ]
     try:
+        # All three serve before any run is queued: on a loaded machine one worker could
+        # otherwise be up seconds before the others and run every run alone, two of the
+        # free queue at a time beside the limited queue's two.
+        for path in paths:
+            wait_until(
+                lambda path=path: "serving" in path.read_text(),
+                what=lambda path=path: f"{path.name} to serve:\n{path.read_text()}",
+            )
+        with Runner(db_url) as runner:
+            ids = runner.submit_many(
+                AGENT, [{"task": f"limited-{i}", "queue": "limited"} for i in range(12)]
+            ).ids
+            free = runner.submit_many(
+                AGENT, [{"task": f"free-{i}", "queue": "free"} for i in range(6)]
+            )
         wait_finished(db_url, [*ids, *free.ids])
     finally:
         for worker in workers:
             worker.terminate()
         for worker in workers:
-            worker.wait(30)
+            worker.wait(scaled(30))
         for log in logs:
             log.close()
     found = spans(ledger)
