@@ -9,7 +9,7 @@ reads written once as plain SQL over a driver connection (`reads`, `run_states`,
 the heartbeat's renewals, `heartbeat` and `lease_renewals`; `owner`, `liveness`), the fenced
 journal writes (`fencing`, `driver`, `sql_journal`; which failures are worth a retry,
 `failures`; SQLite's in-process write lock and the kept connection, `writer`; the journal
-writes of runs in flight sharing one transaction, `group_commit`), a worker's pool size
+writes of runs in flight sharing one transaction or statement, `group_commit`), a worker's pool size
 (`pool_size`), answers to waiting runs (`approvals`), messages sent to runs (`messages`),
 trees of runs (`children`: child runs, their spend charged up the tree, their ends
 delivered; `run_trees`: a tree arranged from its rows), queues (`queues`) and their

@@ -1,5 +1,5 @@
-"""Group commit on SQLite: the journal writes of a process's runs share transactions, and so
-fsyncs.
+"""Group commit: the journal writes of a process's runs share commits, on SQLite in one
+transaction (and so one fsync), on PostgreSQL in one statement.
 
 On SQLite a process's writes to a file take turns on its lock (runner.store.writer), and
 each commit waits for the disk (WAL, `synchronous=FULL`): one run at a time, a commit is
@@ -8,19 +8,29 @@ queue up, and the next of them to get the turn writes every queued entry in ONE 
 its own and the others' (the leader; no thread of its own). A run alone never waits for
 company: its write is the transaction it always was.
 
+On PostgreSQL the writes go the same way, on the one connection the writer keeps, but the
+queued entries (the writes of entries alone: no run's end, park or charge) go in ONE
+statement in autocommit (`Together`: runner.store.fencing.write_together), one round trip
+and one statement's worth of the worker's CPU for them all; what is left (a run's end, a
+park) is written after it, each in a transaction of its own as without a group.
+
 What each run is promised, as with a commit of its own:
 - It goes on only after the commit that holds its entry: a run's `commit` returns (or
   raises) only once the transaction holding its write has committed (or failed). A crash
-  before that COMMIT loses the whole transaction and no run has gone on past it.
-- Fencing is per run: each write is its own fenced statement in the shared transaction, and
-  BEGIN IMMEDIATE holds the file's lock from the first statement to the COMMIT, so no claim
-  by another process comes between a run's fence and its commit.
+  before that COMMIT (before the statement, on PostgreSQL) loses the whole of it and no run
+  has gone on past it.
+- Fencing is per run: on SQLite each write is its own fenced statement in the shared
+  transaction, and BEGIN IMMEDIATE holds the file's lock from the first statement to the
+  COMMIT, so no claim by another process comes between a run's fence and its commit; on
+  PostgreSQL the statement fences each run's rows by that run's epoch, under its row lock.
 - A failed write fails exactly the runs whose entries it held. A write that the database
   refuses (fenced out: LeaseLost; a duplicate entry; a value it cannot store) fails its own
   run; the transaction is rolled back and the other writes go again in a new one (they were
-  never acknowledged, so nothing is written twice). A failure of the transaction itself (its
-  BEGIN, its COMMIT, a lost connection) fails every write it held, each run's own retry then
-  deciding what to do (runner.store.sql_journal).
+  never acknowledged, so nothing is written twice). On PostgreSQL a run fenced out is told
+  by the statement (none of its rows went in) and fails alone; a statement refused for any
+  other reason is rolled back whole, and its writes go again each alone. A failure of the
+  transaction itself (its BEGIN, its COMMIT, a lost connection) fails every write it held,
+  each run's own retry then deciding what to do (runner.store.sql_journal).
 """
 
 from __future__ import annotations
@@ -138,6 +148,7 @@ class Group:
             if request.finished:
                 return request.outcome()
         batch: list[_Request] = []
+        handed = False
         try:
             with turn() as connection:
                 # The queue as it is once the file is this process's: every write that came
@@ -145,6 +156,12 @@ class Group:
                 with self._queued:
                     batch, self._queue = self._queue, []
                 if self._together is not None:
+                    # PostgreSQL: the writer keeps more than one connection, so the next
+                    # leader may gather the writes that come meanwhile and send them on
+                    # another while this statement runs (each run's writes are one at a
+                    # time: no run has two in flight).
+                    self._hand_over()
+                    handed = True
                     # Each write left after the shared statements is a transaction of its
                     # own, as without a group: several runs' rows locked in one transaction
                     # of several statements could deadlock with the heartbeat's renewal.
@@ -168,7 +185,8 @@ class Group:
             if not isinstance(exc, Exception):
                 raise
         finally:
-            self._hand_over()
+            if not handed:
+                self._hand_over()
         return request.outcome()
 
     def _hand_over(self) -> None:

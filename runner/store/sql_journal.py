@@ -1,11 +1,10 @@
 """The durable journal: the loop's writes as fenced SQL transactions, and its lease.
 
-A run holds a database connection only while it writes, so a worker's runs waiting for their
-models hold none (a thousand of them share a handful): on PostgreSQL each write checks one
-out of the engine's pool and gives it back at its commit; on SQLite, where a process's
-writes take turns anyway, a runner's share the one connection it keeps for writing
-(`writer.Writer`), and the writes of its runs in flight share transactions, each run going
-on once the one holding its entry has committed (`group_commit`). The calls of a step of
+A run holds no database connection of its own, so a worker's runs waiting for their models
+hold none (a thousand of them share a handful): a runner's writes share the one connection
+it keeps for writing (`writer.Writer`), and the writes of its runs in flight share commits
+(on SQLite transactions, on PostgreSQL statements), each run going on once the one holding
+its entry has committed (`group_commit`). The calls of a step of
 several record their observations from their own threads as they end: a run's writes take
 its lock, one at a time. The lease is renewed by the runner's one heartbeat
 (runner.heartbeat), beside every other lease the process holds.
@@ -228,7 +227,7 @@ class SqlJournal:
         retried: bool,
         charge: fencing.TreeCharge | None = None,
     ) -> fencing.Heard:
-        """One try, through the writer (writer.Writer: on SQLite, in a group commit)."""
+        """One try, through the writer (writer.Writer: in a group commit)."""
         append = fencing.Append.of(
             self.engine.dialect,
             self._run_id,

@@ -29,6 +29,8 @@ from runner.store.group_commit import Group, Write
 # The most entries one shared statement writes on PostgreSQL (its rows are bound as arrays,
 # one text for any number): a bound on the run rows one statement holds locked.
 ROWS_TOGETHER = 256
+# How many connections a PostgreSQL writer keeps: shared statements in flight at once.
+WRITE_CONNECTIONS = 2
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -88,6 +90,9 @@ class Writer:
         self._turn = self._lock if self._lock is not None or not groups else threading.Lock()
         self._keep = keep and self._turn is not None and _can_spare(engine)
         self._kept: Connection | None = None
+        # PostgreSQL: a few connections kept, so that a shared statement can be sent while
+        # another runs (one in flight at a time kept a worker of 40 runs waiting on it).
+        self._connections = _Kept(engine, _spare(engine)) if self._keep and groups else None
         # The journal's writes of a kept connection share transactions (group_commit), or on
         # PostgreSQL statements.
         together = write_together if groups else None
@@ -110,6 +115,10 @@ class Writer:
             with writing(self.engine), self.engine.connect() as connection:
                 yield connection
             return
+        if self._connections is not None:
+            with self._connections.turn() as connection:
+                yield connection
+            return
         with self._turn:
             kept = self._kept
             if kept is None or kept.closed:
@@ -119,13 +128,30 @@ class Writer:
             finally:
                 _reset(kept)
 
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Every turn to write held: no journal write of this writer begins (tests queue
+        writes behind it, to decide what shares a commit)."""
+        if self._connections is not None:
+            with self._connections.held():
+                yield
+            return
+        assert self._turn is not None
+        with self._turn:
+            yield
+
     @property
     def keeps(self) -> bool:
         """Whether a connection is kept checked out for the writes."""
+        if self._connections is not None:
+            return self._connections.keeps
         return self._kept is not None and not self._kept.closed
 
     def close(self) -> None:
         """Give the kept connection back to the pool (a later write takes it again)."""
+        if self._connections is not None:
+            self._connections.close()
+            return
         if self._turn is None or self._kept is None:
             return
         with self._turn:
@@ -135,9 +161,67 @@ class Writer:
 
 
 def _can_spare(engine: Engine) -> bool:
-    pool = engine.pool
     # A pool of one, or of a fixed few with no overflow, has no connection to spare.
-    return not isinstance(pool, QueuePool) or pool.size() + max(pool._max_overflow, 0) >= 2
+    return _spare(engine) >= 1
+
+
+def _spare(engine: Engine) -> int:
+    """How many connections the writer may keep (up to WRITE_CONNECTIONS): all but one of
+    the pool's, for the claims, the heartbeat and the reads."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return WRITE_CONNECTIONS
+    return min(WRITE_CONNECTIONS, pool.size() + max(pool._max_overflow, 0) - 1)
+
+
+class _Kept:
+    """The connections a PostgreSQL writer keeps for its shared statements, each used by
+    one statement at a time: checked out of the pool when first needed, given back at
+    `close`."""
+
+    def __init__(self, engine: Engine, count: int) -> None:
+        self.engine = engine
+        self.count = count
+        self._turns = threading.BoundedSemaphore(count)
+        self._guard = threading.Lock()  # guards the lists, held briefly
+        self._idle: list[Connection] = []
+        self._all: list[Connection] = []
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[Connection]:
+        with self._turns:
+            with self._guard:
+                kept = self._idle.pop() if self._idle else None
+            if kept is None or kept.closed:
+                kept = self.engine.connect()
+                with self._guard:
+                    self._all = [c for c in self._all if not c.closed] + [kept]
+            try:
+                yield kept
+            finally:
+                _reset(kept)
+                with self._guard:
+                    self._idle.append(kept)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        for _ in range(self.count):
+            self._turns.acquire()
+        try:
+            yield
+        finally:
+            for _ in range(self.count):
+                self._turns.release()
+
+    @property
+    def keeps(self) -> bool:
+        return any(not connection.closed for connection in self._all)
+
+    def close(self) -> None:
+        with self.held(), self._guard:
+            for connection in self._all:
+                connection.close()
+            self._all, self._idle = [], []
 
 
 def _reset(connection: Connection) -> None:

@@ -3,7 +3,7 @@ in one process share a transaction (SQLite) or one statement (PostgreSQL); each 
 only once that has committed; fencing holds per run; a failed write fails exactly the runs
 whose entries it held.
 
-Each test queues its writes while it holds the writer's turn itself (`Writer.turn`: on
+Each test queues its writes while it holds the writer's turns itself (`Writer.held`: on
 SQLite the file's), waits until every write is queued, then lets go: the next thread to get
 the turn writes them all, so what shares a commit is decided by the test, not by the
 machine's timing.
@@ -84,7 +84,7 @@ def together(writer: Writer, engine: Engine, writes: dict[str, Any]) -> dict[str
 
     threads = [threading.Thread(target=run, args=item) for item in writes.items()]
     assert writer.group is not None
-    with writer.turn():
+    with writer.held():
         for thread in threads:
             thread.start()
         wait_until(lambda: writer.group.queued() == len(writes), what="every write queued")  # type: ignore[union-attr]
