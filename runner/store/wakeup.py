@@ -78,6 +78,8 @@ class Listener:
             try:
                 listening = self.backend.listen(self.engine, self.channel)
                 if listening is not None:
+                    # Counted before `connected`, which may wake a thread that reads it.
+                    self.connections += 1
                     self.connected()
             except Exception as exc:
                 if listening is not None:
@@ -90,7 +92,6 @@ class Listener:
                 continue
             if listening is None:
                 return
-            self.connections += 1
             self.listening.set()
             try:
                 while not self._stop.is_set():
