@@ -125,10 +125,13 @@ class EventStream(Generic[E]):
         self._watched: Follow | None = None  # the registration that wakes a follow
 
     def close(self) -> None:
-        """Stop following: the iteration ends at its next look (or at once, if waiting)."""
+        """Stop following: the iteration ends at its next look (or at once, if waiting),
+        and the watcher forgets the follower at once."""
         self._closed.set()
-        if self._watched is not None:
-            self._watched.wake()
+        watched = self._watched
+        if watched is not None:
+            watched.wake()
+            watched.close()
 
     def _look(self) -> tuple[list[Delta | Event], bool]:
         """The next deltas and page of events, and whether the stream ends after them."""
@@ -199,6 +202,10 @@ class EventStream(Generic[E]):
             # Woken only when the run may have moved: every look reads it all.
             self.status_seconds = 0.0
             self._watched = watched
+            if self._closed.is_set():
+                # Closed while registering (an async iteration cancelled meanwhile): set
+                # `_watched` first, then look, so that this or `close` forgets it.
+                watched.close()
         return watched
 
     def __iter__(self) -> Iterator[E]:
@@ -224,7 +231,13 @@ class EventStream(Generic[E]):
                 watched.close()
 
     async def __aiter__(self) -> AsyncIterator[E]:
-        watched = await asyncio.to_thread(self._watch)
+        try:
+            watched = await asyncio.to_thread(self._watch)
+        except asyncio.CancelledError:
+            # The thread registers all the same (an SSE client gone while its stream
+            # began): closing makes it forget that registration, or never keep it.
+            self.close()
+            raise
         try:
             while True:
                 seen = watched.seen() if watched is not None else 0

@@ -7,6 +7,7 @@ the one poller wakes the followers of the runs that moved, and only those."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -322,6 +323,39 @@ def test_a_write_whose_statement_began_before_the_mark_committed_notifies(
         marking.close()
         assert done.wait(HEARD)
         assert _payloads(heard, HEARD) == ["late"]
+
+
+@pytest.mark.postgres
+def test_an_async_follower_cancelled_while_it_registers_is_forgotten(pg_url: str) -> None:
+    # An SSE client gone while its stream registers: the registration, made in a thread
+    # that the cancellation does not stop, must not outlive it (its run marked forever).
+    with Runner(pg_url) as runner:
+        runner.run(shop, "refund", id="gone")
+        followers = runner.store.followers
+        holder = runner.engine.connect()
+        transaction = holder.begin()
+        holder.execute(text("SELECT id FROM runs WHERE id = 'gone' FOR UPDATE"))
+
+        async def follow_then_leave() -> None:
+            async def follow() -> None:
+                async for _ in runner.events("gone", follow=True):
+                    pass
+
+            task = asyncio.create_task(follow())
+            # Registered, and its mark waits for the row: cancel it there.
+            await asyncio.to_thread(
+                wait_until,
+                lambda: followers.run_ids() == ["gone"] and _waiting_for_lock(runner.engine),
+                what="the follower to wait for its mark",
+            )
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            transaction.rollback()  # the mark goes through, in its thread
+            holder.close()
+
+        asyncio.run(follow_then_leave())  # waits for the registering thread to end
+        assert followers.run_ids() == []
 
 
 @pytest.mark.postgres
