@@ -50,12 +50,16 @@ def test_reading_commands_load_neither_alembic_nor_the_loop(database: str, args:
 def _runner_in_a_child(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
     """`script` (which runs the CLI on its argv, then checks what it loaded) in a new
     interpreter: this one has imported everything already."""
-    # On a pipe, with nothing forcing a terminal: no style can show, so no rich console.
-    plain = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     return subprocess.run(
         [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60,
-        env=plain,
+        env=_no_forced_terminal(),
     )  # fmt: skip
+
+
+def _no_forced_terminal() -> dict[str, str]:
+    """This environment without what would force a terminal: on a pipe, no style can show,
+    so no rich console is loaded."""
+    return {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
 
 
 def test_a_database_behind_head_is_still_refused_without_alembic_loaded_up_front(
@@ -240,7 +244,8 @@ def test_a_table_on_a_pipe_loads_no_rich_console() -> None:
         "print(sorted(m for m in ('rich.console', 'rich.table', 'rich.text') if m in sys.modules))"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+        env=_no_forced_terminal(),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["ID  N", "a   1", "final", "[]"]
