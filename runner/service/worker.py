@@ -136,6 +136,11 @@ class Worker:
         # seconds from now (a schedule added or resumed meanwhile by another process),
         # whichever comes first.
         self._look_for_ticks_at = float("-inf")
+        # After a database error stopped a look for due ticks, when the next look comes
+        # (monotonic time, None: no error): the database's return is awaited on the real
+        # clock, whatever the schedules' clock says (a test's may stand still meanwhile).
+        self._retry_ticks_at: float | None = None
+        self._ticks_backoff = Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
         # When this worker applies the queues' retention rules next (monotonic time).
         self._prune_at = time.monotonic()
         self.concurrency = concurrency
@@ -225,7 +230,7 @@ class Worker:
                 break
             idle = self._db_wait or self.poll
             # Awake for the next tick: no sooner (no busy polling), no later.
-            idle = max(0.0, min(idle, self._look_for_ticks_at - self.schedule_clock.time()))
+            idle = max(0.0, min(idle, self._ticks_due_in()))
             if log.isEnabledFor(logging.DEBUG):
                 self._log(logging.DEBUG, f"nothing to claim: idle until woken or {idle:g}s pass")
             self._wake.wait(idle)
@@ -243,14 +248,21 @@ class Worker:
             self._free_since = now
         return max(0.0, self._free_since + CLAIM_GATHER_SECONDS - now)
 
+    def _ticks_due_in(self) -> float:
+        """Seconds until this worker looks for due ticks again (0 or less: now)."""
+        if self._retry_ticks_at is not None:
+            return self._retry_ticks_at - time.monotonic()
+        return self._look_for_ticks_at - self.schedule_clock.time()
+
     def _fire_ticks(self) -> None:
         # Two cheap reads at each tick (and every SCHEDULES_LOOK seconds at most, for
         # schedules added elsewhere): the schedules due, each fired in a short transaction
         # of its own (the run id derived from the tick makes a second run of it impossible,
         # whichever worker fires it), then the next tick, which is the next wake-up.
-        now = self.schedule_clock.time()
-        if now < self._look_for_ticks_at:
+        if self._ticks_due_in() > 0:
             return
+        now = self.schedule_clock.time()
+        self._retry_ticks_at = None
         self._look_for_ticks_at = now + (self._db_wait or SCHEDULES_LOOK)
         try:
             with self.store.writing():
@@ -260,8 +272,16 @@ class Worker:
             corrupt = self.store.damaged(exc)
             if corrupt is not None:
                 raise corrupt from None
-            self._log(logging.WARNING, f"schedules not fired, retrying: {first_line(exc)}")
+            # Again once the database answers (about a second at most), not at the next
+            # look SCHEDULES_LOOK seconds on: by then the tick due may be late.
+            wait = self._ticks_backoff.next()
+            self._retry_ticks_at = time.monotonic() + wait
+            self._log(
+                logging.WARNING,
+                f"schedules not fired, retrying in {wait:.1f}s: {first_line(exc)}",
+            )
             return
+        self._ticks_backoff.reset()
         for tick in fired:
             if tick.run_id is not None:
                 self._log(
