@@ -244,8 +244,11 @@ class _Signal:
 
 
 class _LockSignal:
-    """`_Signal` where there is no eventfd (not Linux): a bare lock, set at most once
-    between two waits (a spare thread's), or made for one call alone (a caller's)."""
+    """`_Signal` where there is no eventfd (not Linux): a bare lock, made for one call alone
+    (a caller's) or kept by a spare thread. A spare thread may be handed its next call
+    before it waits again, and then run it without waiting: the wake-up is still pending
+    when the call after that is handed over, so a set while set is one wake-up, as an
+    eventfd's count is."""
 
     __slots__ = ("_lock",)
 
@@ -254,7 +257,8 @@ class _LockSignal:
         self._lock.acquire()
 
     def set(self) -> None:
-        self._lock.release()
+        with contextlib.suppress(RuntimeError):  # already set: the wake-up is pending
+            self._lock.release()
 
     def wait(self, timeout: float | None) -> bool:
         return self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))

@@ -108,3 +108,32 @@ def test_no_descriptor_is_spent_past_the_budget(monkeypatch: pytest.MonkeyPatch)
     before = set(calls._EVENTFDS)
     assert invoke(lambda: "ok", (), {}, 5.0, watch=lambda: None) == "ok"
     assert set(calls._EVENTFDS) <= before
+
+
+def test_a_call_handed_over_before_its_thread_waits_again_is_no_error(
+    signals: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The spare thread is held after telling its caller, twice: each time the next call is
+    # handed over before the thread looks for it, so it runs the second without waiting
+    # and the third is handed over while the second's wake-up is still pending.
+    spares = calls._SpareThreads()
+    monkeypatch.setattr(calls, "_SPARE", spares)
+    held = [threading.Event(), threading.Event()]
+    told = 0
+    finish = calls._ThreadCall.finish
+
+    def finish_then_hold(call: calls._ThreadCall) -> None:
+        nonlocal told
+        told += 1  # before the caller is told, so it counts every call it was told of
+        finish(call)
+        if told <= len(held):
+            held[told - 1].wait(30.0)
+
+    monkeypatch.setattr(calls._ThreadCall, "finish", finish_then_hold)
+    assert invoke(lambda: 1, (), {}, 5.0) == 1
+    for value, hold in zip((2, 3), held, strict=True):
+        call = calls._ThreadCall(lambda value=value: value, (), {})
+        spares.run(call)  # the same thread's: it is idle, held before it waits
+        hold.set()
+        assert call.result(5.0, None) == value
+    assert told == 3
