@@ -229,7 +229,9 @@ class _Signal:
         self._poll.register(self._fd, select.POLLIN)
         # Closed once nothing can set it any more: a call abandoned on a spare thread keeps
         # its caller's signal alive, so its late `set` never writes to a reused descriptor.
-        weakref.finalize(self, _close, self._fd)
+        # Not at exit, while daemon threads still run: a call ending then would write to
+        # whatever file took the number, and an idle spare thread's wait would raise.
+        weakref.finalize(self, _close, self._fd).atexit = False
 
     def set(self) -> None:
         os.eventfd_write(self._fd, 1)

@@ -1,0 +1,63 @@
+"""A process that exits while a timed call abandoned on its spare thread still runs
+(runner.core.calls): the eventfds the call's threads signal each other through stay open
+until the process ends, so that call's late end writes to no file the exit work opened and
+raises nothing in its thread."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.core import calls
+
+# A process exits while a call abandoned at its timeout still runs; exit work registered
+# before runner's (so it runs after runner's, last registered first) opens a file, then lets
+# the call end and tell its caller.
+AT_EXIT = """
+import atexit, os, sys, threading
+
+told = threading.Event()
+go = threading.Event()
+
+def exit_work():
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # lowest free number
+    go.set()
+    told.wait(10.0)
+    os.close(fd)
+
+atexit.register(exit_work)
+from runner.core import calls
+
+finish = calls._ThreadCall.finish
+
+def finish_then_say(call):
+    finish(call)
+    told.set()
+
+calls._ThreadCall.finish = finish_then_say
+try:
+    calls.invoke(go.wait, (), {}, 0.05)
+except calls.CallTimedOut:
+    pass
+"""
+
+
+def test_a_call_ending_during_exit_writes_to_no_file_of_the_process(tmp_path: Path) -> None:
+    if not calls._EVENTFD:
+        pytest.skip("no eventfd on this system")
+    opened = tmp_path / "exit-work"
+    done = subprocess.run(
+        [sys.executable, "-c", AT_EXIT, str(opened)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # Its descriptors stay open until the process ends: the caller's signal was never
+    # closed and reused for that file, and the spare thread's wait finds its own.
+    assert opened.read_bytes() == b""
+    assert "Traceback" not in done.stderr
