@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from runner import Agent, Event, Runner, tool
 from runner.core.status import RunStatus
 from runner.store import reads
 from runner.store.backend import backend_for
-from runner.store.follows import Followers, mark
+from runner.store.follows import Follow, Followers, _Poller, mark
 from runner.store.schema import entries, follows
 from tests.conditions import wait_until
 
@@ -93,6 +94,15 @@ def test_an_idle_follower_issues_no_statement_and_wakes_on_a_write(
         got, thread = _follow_in_thread(follower, "r1")
         wait_until(lambda: len(got) == waiting, what="the entries so far")
         followers = follower.store.followers
+        # After the entries the follower looks again (finding nothing, reading the run's
+        # row), and on SQLite the poller's first look wakes it once more: idle is once
+        # those are done and it waits for a wake that has not come.
+        watcher = followers.watcher
+        if isinstance(watcher, _Poller):
+            wait_until(lambda: watcher.queries >= 1, what="the poller's first look")
+            looked = watcher.probes  # a later probe: the look that woke it is over
+            wait_until(lambda: watcher.probes > looked, what="the poller's next probe")
+        wait_until(lambda: _parked(thread), what="the follower to wait for a wake")
         statements = Statements(monkeypatch)
         try:
             threading.Event().wait(QUIET)  # idle: the follower asks nothing of its own
@@ -105,9 +115,18 @@ def test_an_idle_follower_issues_no_statement_and_wakes_on_a_write(
         finally:
             statements.close()
         assert [e.position for e in got] == list(range(len(list(worker.events("r1")))))
-        watcher = followers.watcher
-        if watcher is not None and hasattr(watcher, "probes"):
+        if isinstance(watcher, _Poller):
             assert watcher.probes > 0  # SQLite: the one poller looked, on its own connection
+
+
+def _parked(thread: threading.Thread) -> bool:
+    """Whether `thread` waits in `Follow.wait` for a wake that has not come yet."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code is Follow.wait.__code__:
+            return bool(frame.f_locals["self"].seen() == frame.f_locals["seen"])
+        frame = frame.f_back
+    return False
 
 
 def test_the_poller_or_listener_wakes_the_followers_of_the_run_that_moved(db_url: str) -> None:
