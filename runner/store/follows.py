@@ -41,7 +41,9 @@ trigger's snapshot is taken when it fires, not when the statement began. Deltas 
 without the run's lock: one that commits during a mark may go unannounced, and the next
 batch (50 ms later) or the call's action announces it (they are ephemeral; nothing is
 lost). After the listener (re)connects it marks every run again and wakes every follower,
-who reads what was written while nobody listened.
+who reads what was written while nobody listened; so does a renewal that succeeds after one
+failed, or that ends after the marks it renews had expired (a write meanwhile went
+unannounced).
 """
 
 from __future__ import annotations
@@ -277,6 +279,8 @@ class _FollowListener(Listener):
         self.marked_at = 0.0
         self.marks = 0  # transactions that renewed marks (for tests and benchmarks)
         self._lapsed = False  # a renewal failed: wake every follower once one succeeds
+        # When the last renewal that succeeded began (its marks live MARK_SECONDS from then).
+        self._renewed_at: float | None = None
 
     def connected(self) -> None:
         # Marks may have lapsed, and writes gone unheard, while nobody listened: mark again,
@@ -292,7 +296,7 @@ class _FollowListener(Listener):
 
     def _mark(self, *, wake: bool = False) -> None:
         run_ids = self.followers.run_ids()
-        self.marked_at = time.monotonic()
+        self.marked_at = started = time.monotonic()
         try:
             if run_ids:
                 mark(self.engine, run_ids, self.followers.mark_seconds)
@@ -304,8 +308,16 @@ class _FollowListener(Listener):
             self.marked_at -= self.followers.refresh_seconds - MARK_RETRY_SECONDS
             self._lapsed = True
         else:
-            wake = wake or self._lapsed
+            # A renewal that ends after the last one's marks expired (this thread held up:
+            # its mark waited that long for a run's row, say) may have let a write go
+            # unannounced, as a failed one may.
+            late = (
+                self._renewed_at is not None
+                and time.monotonic() - self._renewed_at > self.followers.mark_seconds
+            )
+            wake = wake or self._lapsed or late
             self._lapsed = False
+            self._renewed_at = started
         if wake:
             self.followers.wake()
 

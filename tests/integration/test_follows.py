@@ -234,6 +234,34 @@ def test_the_listener_renews_its_runs_marks(pg_url: str) -> None:
 
 
 @pytest.mark.postgres
+def test_a_renewal_that_comes_after_the_marks_expired_wakes_every_follower(pg_url: str) -> None:
+    # The listener's thread held up past the marks' life (here: renewing every 3 s marks
+    # that live 0.2 s): a write meanwhile was not announced, so the renewal wakes them.
+    with Runner(pg_url) as runner:
+        runner.run(shop, "refund", id="lapse")
+        followers = Followers(runner.engine, mark_seconds=0.2, refresh_seconds=3.0)
+        try:
+            watched = followers.follow("lapse", 0.25)
+            assert watched is not None
+            seen = watched.seen()
+
+            def live_marks() -> int:
+                with runner.engine.connect() as connection:
+                    return int(
+                        connection.execute(
+                            text("SELECT count(*) FROM follows WHERE followed_until > now()")
+                        ).scalar_one()
+                    )
+
+            wait_until(lambda: live_marks() == 0, what="the mark to expire")
+            runner.approve("lapse")  # unannounced: nobody's mark is live
+            assert watched.wait(seen, HEARD)  # the late renewal woke it
+            assert getattr(followers.watcher, "marks", 0) >= 1
+        finally:
+            followers.close()
+
+
+@pytest.mark.postgres
 def test_a_listener_that_reconnects_wakes_every_follower(pg_url: str) -> None:
     with Runner(pg_url) as runner:
         runner.run(shop, "refund", id="gap")
