@@ -37,7 +37,11 @@ waits for the writer's commit, and the follower's read, after the mark, sees the
 snapshot of its own (a VOLATILE function's query, in READ COMMITTED) that sees the mark, and
 the NOTIFY is sent at the writer's commit, which the LISTEN (open before the mark) hears. A
 write whose statement began before the mark but locked the row after it is case (b): the
-trigger's snapshot is taken when it fires, not when the statement began. Deltas are written
+trigger's snapshot is taken when it fires, not when the statement began. A mark of several
+runs never waits for a row while holding another: it marks at once the runs no writer
+holds (FOR SHARE SKIP LOCKED), then each held one in a transaction of its own, waiting for
+that writer alone; a writer that locks runs in an order of its own (a child's write, then
+its ancestors' spend) would otherwise deadlock with it. Deltas are written
 without the run's lock: one that commits during a mark may go unannounced, and the next
 batch (50 ms later) or the call's action announces it (they are ephemeral; nothing is
 lost). After the listener (re)connects it marks every run again and wakes every follower,
@@ -71,10 +75,10 @@ MARK_RETRY_SECONDS = 1.0
 # How long a new follower waits for the listener to LISTEN before it polls on its own.
 LISTEN_WAIT_SECONDS = 10.0
 
-_MARK_ROWS = text(
-    # Wait out every writer holding one of the rows (see the module's doc), in one order.
-    "SELECT id FROM runs WHERE id = ANY(:ids) ORDER BY id FOR SHARE"
-)
+# The rows no writer holds, locked at once; and one row, waiting out its writer (see the
+# module's doc: a mark never waits while it holds another run's row).
+_MARK_FREE_ROWS = text("SELECT id FROM runs WHERE id = ANY(:ids) FOR SHARE SKIP LOCKED")
+_MARK_ROW = text("SELECT id FROM runs WHERE id = :id FOR SHARE")
 _MARK = text(
     "INSERT INTO follows (run_id, followed_until) "
     "SELECT id, now() + make_interval(secs => :seconds) FROM unnest(CAST(:ids AS text[])) AS id "
@@ -89,15 +93,22 @@ _FORGET_EXPIRED = text(
 
 
 def mark(engine: Engine, run_ids: list[str], seconds: float = MARK_SECONDS) -> None:
-    """Mark the runs followed for `seconds` more (PostgreSQL): ONE transaction for them all,
-    which also forgets every mark (of any process) that has expired."""
+    """Mark the runs followed for `seconds` more (PostgreSQL): ONE transaction for all the
+    runs no writer holds, which also forgets every mark (of any process) that has expired,
+    then one for each run a writer holds, once that writer has committed."""
     if not run_ids:
         return
     ids = sorted(set(run_ids))
     with engine.begin() as connection:
-        connection.execute(_MARK_ROWS, {"ids": ids})
-        connection.execute(_MARK, {"ids": ids, "seconds": seconds})
+        free = set(connection.execute(_MARK_FREE_ROWS, {"ids": ids}).scalars())
+        held = [run_id for run_id in ids if run_id not in free]  # or no such run
+        if free:
+            connection.execute(_MARK, {"ids": sorted(free), "seconds": seconds})
         connection.execute(_FORGET_EXPIRED)
+    for run_id in held:
+        with engine.begin() as connection:
+            connection.execute(_MARK_ROW, {"id": run_id})
+            connection.execute(_MARK, {"ids": [run_id], "seconds": seconds})
 
 
 # SQLite: what moves when a run is written, for every followed run, in one query.

@@ -338,6 +338,40 @@ def test_a_write_before_the_mark_commits_is_read_by_the_follower(pg_url: str) ->
 
 
 @pytest.mark.postgres
+def test_a_mark_of_two_runs_never_deadlocks_a_writer_that_locks_them_in_its_own_order(
+    pg_url: str,
+) -> None:
+    # A child's write locks the child, then charges its parent: the mark of both (the
+    # listener's renewal) must not hold the parent while it waits for the child.
+    with Runner(pg_url) as runner:
+        runner.run(shop, "refund", id="p-parent")
+        runner.run(shop, "refund", id="q-child")  # sorts after its "parent"
+        writer = runner.engine.connect()
+        transaction = writer.begin()
+        writer.execute(text("UPDATE runs SET updated_at = updated_at WHERE id = 'q-child'"))
+        failed: list[BaseException] = []
+
+        def marking() -> None:
+            try:
+                mark(runner.engine, ["p-parent", "q-child"])
+            except BaseException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=marking, daemon=True)
+        thread.start()
+        wait_until(lambda: _waiting_for_lock(runner.engine), what="the mark to wait")
+        # The writer's second lock: granted, not a deadlock (nor a wait on the mark).
+        writer.execute(text("UPDATE runs SET updated_at = updated_at WHERE id = 'p-parent'"))
+        transaction.commit()
+        writer.close()
+        thread.join(HEARD)
+        assert not thread.is_alive() and not failed, failed
+        with runner.engine.connect() as connection:
+            marked = connection.execute(select(follows.c.run_id).order_by("run_id")).scalars()
+            assert marked.all() == ["p-parent", "q-child"]
+
+
+@pytest.mark.postgres
 def test_a_write_whose_statement_began_before_the_mark_committed_notifies(
     pg_url: str, heard: psycopg.Connection[Any]
 ) -> None:
