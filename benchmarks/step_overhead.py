@@ -192,7 +192,10 @@ def fenced_loop_floor(
     fence = fencing._fence(dialect, run_id, claim.epoch, at, runner.lease_seconds)
     parameters = [
         statement.parameters(
-            fencing._rows(run_id, claim.epoch, seq, (journal[seq % len(journal)],), fence, at)
+            fencing._rows(
+                (store.entry_values(run_id, seq, claim.epoch, journal[seq % len(journal)], at),),
+                fence,
+            )
         )
         for seq in range(2 * commits)
     ]
