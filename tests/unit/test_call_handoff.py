@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -42,11 +44,33 @@ def test_a_late_end_of_an_abandoned_call_is_not_taken_for_the_next_calls(
     finish = calls._ThreadCall.finish
 
     def told(call: calls._ThreadCall) -> None:
-        ended.append(call)
-        finish(call)  # the caller's signal set
+        ended.append(call)  # before the caller's signal is set
+        finish(call)
         first_end.set()
 
     monkeypatch.setattr(calls._ThreadCall, "finish", told)
+    # This thread's waits, watched: once it has been woken by the abandoned call's end (on
+    # an eventfd, reused; a lock is one call's), the next call's thread waits until this
+    # thread waits again (or ten seconds, if it never does: it took that wake-up for its own
+    # call's end).
+    this_thread = threading.current_thread()
+    woken_late, waits_again = threading.Event(), threading.Event()
+
+    def watched(wait: Callable[[Any, float | None], bool]) -> Callable[[Any, float | None], bool]:
+        def waiting(signal: Any, timeout: float | None) -> bool:
+            if threading.current_thread() is not this_thread:
+                return wait(signal, timeout)
+            if woken_late.is_set():
+                waits_again.set()
+            woke = wait(signal, timeout)
+            if woke and ended:
+                woken_late.set()
+            return woke
+
+        return waiting
+
+    for kind in (calls._Signal, calls._LockSignal):
+        monkeypatch.setattr(kind, "wait", watched(kind.wait))
     release = threading.Event()
     with pytest.raises(CallTimedOut):
         invoke(release.wait, (), {}, 0.01)  # abandoned, still running, holding our signal
@@ -54,9 +78,12 @@ def test_a_late_end_of_an_abandoned_call_is_not_taken_for_the_next_calls(
     def own() -> str:
         release.set()  # the abandoned call ends now and tells this test's thread...
         first_end.wait()  # ...before this call ends: that wake-up is not this call's end
+        if signals == "eventfd":
+            waits_again.wait(10.0)
         return "own"
 
     assert invoke(own, (), {}, 30.0, watch=lambda: None) == "own"
+    assert waits_again.is_set() or signals == "locks"
     assert len(ended) == 2
     assert invoke(lambda: "after", (), {}, 30.0) == "after"
 
@@ -67,9 +94,11 @@ def test_calls_return_their_own_values_one_after_another(signals: str) -> None:
     ]
 
 
-def test_signals_close_once_their_threads_are_gone() -> None:
+def test_signals_close_once_their_threads_are_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     if not calls._EVENTFD:
         pytest.skip("no eventfd on this system")
+    spares = calls._SpareThreads()  # this test's spare threads alone
+    monkeypatch.setattr(calls, "_SPARE", spares)
     gc.collect()
     before = len(calls._EVENTFDS)
 
@@ -81,10 +110,14 @@ def test_signals_close_once_their_threads_are_gone() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    gc.collect()
-    # Each caller's signal went with its thread; the spare threads' stay, at most one each.
-    spares = len(calls._SPARE._idle)
-    assert len(calls._EVENTFDS) <= before + spares
+
+    # Each caller's signal went with its thread (once its spare thread let go of the call);
+    # this test's spare threads' stay, one each.
+    def closed() -> bool:
+        gc.collect()
+        return len(calls._EVENTFDS) <= before + len(spares._idle)
+
+    wait_until(closed)
 
 
 def test_idle_spare_threads_end(signals: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,13 +125,24 @@ def test_idle_spare_threads_end(signals: str, monkeypatch: pytest.MonkeyPatch) -
     spares = calls._SpareThreads()
     monkeypatch.setattr(calls, "_SPARE", spares)
     release = threading.Event()
+    ran: list[threading.Thread] = []
+
+    def wait_for_release() -> None:
+        ran.append(threading.current_thread())
+        release.wait()
+
+    def ok() -> str:
+        ran.append(threading.current_thread())
+        return "ok"
+
     with pytest.raises(CallTimedOut):
-        invoke(release.wait, (), {}, 0.01)  # one thread busy, one more call on another
-    assert invoke(lambda: "ok", (), {}, 5.0) == "ok"
+        invoke(wait_for_release, (), {}, 0.01)  # one thread busy, one more call on another
+    assert invoke(ok, (), {}, 5.0) == "ok"
+    assert len(set(ran)) == 2
     release.set()
-    wait_until(lambda: not spares._idle)
+    wait_until(lambda: not spares._idle and not any(thread.is_alive() for thread in ran))
     # Ended threads leave nothing that would take the next call: it gets a new thread.
-    assert invoke(lambda: threading.current_thread().name, (), {}, 5.0) == "runner-call"
+    assert invoke(lambda: threading.current_thread(), (), {}, 5.0) not in ran
 
 
 def test_no_descriptor_is_spent_past_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
