@@ -237,12 +237,18 @@ class _Signal:
         os.eventfd_write(self._fd, 1)
 
     def wait(self, timeout: float | None) -> bool:
-        """Wait until set (True, and clear it) or for `timeout` seconds (False)."""
-        ms = None if timeout is None else math.ceil(max(timeout, 0.0) * 1000)
+        """Wait until set (True, and clear it) or for `timeout` seconds (False), at most
+        about 24 days at a time (poll's limit): a longer wait returns early, and its caller
+        looks again, as after any wake-up."""
+        ms = None if timeout is None else min(math.ceil(max(timeout, 0.0) * 1000), _MOST_POLL_MS)
         if not self._poll.poll(ms):
             return False
         os.eventfd_read(self._fd)
         return True
+
+
+# poll's timeout is a C int of milliseconds.
+_MOST_POLL_MS = 2**31 - 1
 
 
 class _LockSignal:

@@ -181,3 +181,17 @@ def test_a_call_handed_over_before_its_thread_waits_again_is_no_error(
         hold.set()
         assert call.result(5.0, None) == value
     assert told == 3
+
+
+def test_a_call_timed_beyond_what_one_wait_can_take_returns_its_value(signals: str) -> None:
+    # A tool timeout, or a run's time budget, of 30 days: more milliseconds than poll takes.
+    thirty_days = 30 * 86400.0
+    assert invoke(lambda: "done", (), {}, thirty_days) == "done"
+    release = threading.Event()
+
+    def slow() -> str:
+        release.wait(30.0)
+        return "slow"
+
+    threading.Timer(0.05, release.set).start()
+    assert invoke(slow, (), {}, thirty_days) == "slow"
