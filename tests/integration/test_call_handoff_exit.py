@@ -1,10 +1,12 @@
-"""A process that exits while a timed call abandoned on its spare thread still runs
-(runner.core.calls): the eventfds the call's threads signal each other through stay open
-until the process ends, so that call's late end writes to no file the exit work opened and
-raises nothing in its thread."""
+"""Timed calls' spare threads across a process's life (runner.core.calls), in processes of
+their own: one that exits while a call abandoned on its spare thread still runs keeps the
+eventfds the threads signal each other through open until it ends, so that call's late end
+writes to no file the exit work opened and raises nothing in its thread; a forked child
+starts with no spare thread of its parent's."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +63,36 @@ def test_a_call_ending_during_exit_writes_to_no_file_of_the_process(tmp_path: Pa
     # closed and reused for that file, and the spare thread's wait finds its own.
     assert opened.read_bytes() == b""
     assert "Traceback" not in done.stderr
+
+
+# A process with a spare thread idle forks; the child makes a timed call of its own.
+AFTER_FORK = """
+import os
+from runner.core import calls
+
+assert calls.invoke(lambda: "parent", (), {}, 5.0) == "parent"  # leaves a spare thread idle
+pid = os.fork()
+if pid == 0:
+    try:
+        ok = calls.invoke(lambda: "child", (), {}, 5.0) == "child"
+    except BaseException:
+        ok = False
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_gets_spare_threads_of_its_own() -> None:
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this system")
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_FORK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    # The parent's idle thread is not in the child: handed the call, it would never run it.
+    assert done.stdout.strip() == "child 0", done.stderr
