@@ -408,19 +408,23 @@ class _SpareThreads:
 _SPARE = _SpareThreads()
 
 
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
 def _after_fork() -> None:
-    """A forked child has none of its parent's threads: start over with none idle."""
-    global _SPARE, _callers
+    """A forked child has none of its parent's threads: start over with no spare thread
+    idle and no background loop (the parent's, never run in the child, would take an async
+    call and never run it)."""
+    global _SPARE, _callers, _loop, _loop_lock
     _SPARE = _SpareThreads()
     _callers = threading.local()
+    _loop = None
+    _loop_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
-
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
 
 
 def _background_loop() -> asyncio.AbstractEventLoop:

@@ -2,7 +2,7 @@
 their own: one that exits while a call abandoned on its spare thread still runs keeps the
 eventfds the threads signal each other through open until it ends, so that call's late end
 writes to no file the exit work opened and raises nothing in its thread; a forked child
-starts with no spare thread of its parent's."""
+starts with no spare thread nor event loop of its parent's."""
 
 from __future__ import annotations
 
@@ -65,16 +65,22 @@ def test_a_call_ending_during_exit_writes_to_no_file_of_the_process(tmp_path: Pa
     assert "Traceback" not in done.stderr
 
 
-# A process with a spare thread idle forks; the child makes a timed call of its own.
+# A process with a spare thread idle and its background event loop running forks; the
+# child makes a timed call and an async call of its own.
 AFTER_FORK = """
 import os
 from runner.core import calls
 
+async def child():
+    return "child"
+
 assert calls.invoke(lambda: "parent", (), {}, 5.0) == "parent"  # leaves a spare thread idle
+assert calls.invoke(child, (), {}, 5.0) == "child"  # starts the background loop
 pid = os.fork()
 if pid == 0:
     try:
         ok = calls.invoke(lambda: "child", (), {}, 5.0) == "child"
+        ok = ok and calls.invoke(child, (), {}, 5.0) == "child"
     except BaseException:
         ok = False
     os._exit(0 if ok else 3)
@@ -83,7 +89,7 @@ print("child", os.waitstatus_to_exitcode(status))
 """
 
 
-def test_a_forked_child_gets_spare_threads_of_its_own() -> None:
+def test_a_forked_child_gets_threads_of_its_own_for_its_calls() -> None:
     if not hasattr(os, "fork"):
         pytest.skip("no fork on this system")
     done = subprocess.run(
@@ -94,5 +100,6 @@ def test_a_forked_child_gets_spare_threads_of_its_own() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    # The parent's idle thread is not in the child: handed the call, it would never run it.
+    # The parent's idle thread and loop are not in the child: handed a call, neither would
+    # ever run it.
     assert done.stdout.strip() == "child 0", done.stderr
