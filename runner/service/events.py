@@ -317,12 +317,15 @@ class Following(RunnerBase):
         has finished and every entry was given (`until_waiting`: also once it waits for a
         person). Resume after a reconnect with `after=` the last position seen: no entry
         is given twice or skipped. RunNotFound at once if there is no such run (`run_id`
-        may be a prefix of its id).
+        may be a prefix of its id). A follow waits on this process's one watcher of
+        followed runs (runner.store.follows); `poll_seconds` is how often SQLite's looks
+        (the most eager follower's), or how often a follow polls a store without one.
 
         With `deltas`, the stream also gives `DeltaEvent`s (`event.ephemeral`, kind
         "delta"): the pieces of the model call in flight, the ones stored so far first,
-        looked for every DELTA_POLL_SECONDS. They are never positions: resume with the
-        last `Event.position` (or `DeltaEvent.after`)."""
+        then each as its write wakes the follow (on SQLite, looked for every
+        DELTA_POLL_SECONDS at least). They are never positions: resume with the last
+        `Event.position` (or `DeltaEvent.after`)."""
         run = self.store.find_run(run_id)
         return EventStream(
             self.store, run.id, after=after, follow=follow, until_waiting=until_waiting,
