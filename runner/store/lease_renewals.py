@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 
-from sqlalchemy import Engine, tuple_, update
+from sqlalchemy import Engine, select, tuple_, update
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
@@ -30,11 +30,24 @@ def renew_leases(
     with engine.begin() as connection:
         for start in range(0, len(pairs), LEASES_PER_STATEMENT):
             chunk = pairs[start : start + LEASES_PER_STATEMENT]
+            # Only a running run: a beat that fires between the final commit and the
+            # journal's close keeps the epoch, and must not give a finished run a lease.
+            # The rows are locked in id order first, as PostgreSQL's shared journal write
+            # locks its runs (backend.fenced_insert_runs): two statements that lock several
+            # runs in one order cannot deadlock each other.
+            ordered = (
+                select(runs.c.id)
+                .where(
+                    tuple_(runs.c.id, runs.c.lease_epoch).in_(chunk),
+                    runs.c.status == RunStatus.RUNNING,
+                )
+                .order_by(runs.c.id)
+                .with_for_update()
+            )
             result = connection.execute(
                 update(runs)
-                # Only a running run: a beat that fires between the final commit and the
-                # journal's close keeps the epoch, and must not give a finished run a lease.
                 .where(
+                    runs.c.id.in_(ordered),
                     tuple_(runs.c.id, runs.c.lease_epoch).in_(chunk),
                     runs.c.status == RunStatus.RUNNING,
                 )
