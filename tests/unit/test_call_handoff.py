@@ -14,15 +14,7 @@ import pytest
 
 from runner.core import calls
 from runner.core.calls import CallTimedOut, invoke
-
-
-def wait_until(condition: object, seconds: float = 10.0) -> None:
-    ended = threading.Event()
-    for _ in range(int(seconds / 0.01)):
-        if condition():  # type: ignore[operator]
-            return
-        ended.wait(0.01)
-    raise AssertionError("condition never held")
+from tests.conditions import wait_until
 
 
 @pytest.fixture(params=["eventfd", "locks"])
@@ -117,7 +109,7 @@ def test_signals_close_once_their_threads_are_gone(monkeypatch: pytest.MonkeyPat
         gc.collect()
         return len(calls._EVENTFDS) <= before + len(spares._idle)
 
-    wait_until(closed)
+    wait_until(closed, timeout=10.0, what="the callers' signals closed")
 
 
 def test_idle_spare_threads_end(signals: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,7 +132,11 @@ def test_idle_spare_threads_end(signals: str, monkeypatch: pytest.MonkeyPatch) -
     assert invoke(ok, (), {}, 5.0) == "ok"
     assert len(set(ran)) == 2
     release.set()
-    wait_until(lambda: not spares._idle and not any(thread.is_alive() for thread in ran))
+    wait_until(
+        lambda: not spares._idle and not any(thread.is_alive() for thread in ran),
+        timeout=10.0,
+        what="the idle spare threads ended",
+    )
     # Ended threads leave nothing that would take the next call: it gets a new thread.
     assert invoke(lambda: threading.current_thread(), (), {}, 5.0) not in ran
 
