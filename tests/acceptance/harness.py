@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from runner.store.database import open_engine
 from runner.store.schema import entries, runs
-from tests.conditions import GENEROUS, wait_until
+from tests.conditions import GENEROUS, scaled, wait_until
 
 from .agents import GATE_VARIABLE, LEDGER_VARIABLE, SLEEP_VARIABLE
 
@@ -74,7 +74,7 @@ def cli(
         cwd=cwd or ledger,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=scaled(TIMEOUT),
         check=False,
     )
 

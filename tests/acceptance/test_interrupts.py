@@ -12,6 +12,8 @@ import signal
 import time
 from pathlib import Path
 
+from tests.conditions import scaled
+
 from .agents import GATE_TIMEOUT
 from .harness import TIMEOUT, agent_ref, cli, cli_env, described, journal, run_row, start, wait_for
 
@@ -32,7 +34,7 @@ def test_ctrl_c_in_a_step_of_parallel_calls_gives_the_run_back_at_once(
                  TIMEOUT, "both calls to start")  # fmt: skip
         interrupted = time.monotonic()
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=TIMEOUT)
+        stdout, stderr = process.communicate(timeout=scaled(TIMEOUT))
         took = time.monotonic() - interrupted
     finally:
         if process.poll() is None:

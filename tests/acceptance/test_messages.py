@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conditions import scaled
+
 from .harness import (
     KILLED,
     TIMEOUT,
@@ -77,7 +79,7 @@ def test_a_worker_killed_around_the_delivery_delivers_the_message_once(
         assert sent.returncode == 0, described(sent)
         assert "sent message 1 (key k1) to run m1 (running)" in sent.stdout
         gate.touch()
-        _, said = worker.communicate(timeout=TIMEOUT)
+        _, said = worker.communicate(timeout=scaled(TIMEOUT))
     finally:
         if worker.poll() is None:
             worker.kill()

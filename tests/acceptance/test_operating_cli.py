@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conditions import scaled
+
 from .agents import ANSWERS
 from .harness import (
     KILLED,
@@ -151,7 +153,7 @@ def test_ctrl_c_releases_the_run_and_says_how_to_resume_it(db_url: str, ledger: 
         wait_for(lambda: any(r["kind"] == "action" for r in journal(db_url, "ctrl")),
                  what="the first action")  # fmt: skip
         process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=TIMEOUT)
+        stdout, stderr = process.communicate(timeout=scaled(TIMEOUT))
     finally:
         if process.poll() is None:
             process.kill()
