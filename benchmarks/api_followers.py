@@ -190,9 +190,7 @@ def live_runs(url: str, count: int) -> list[tuple[str, int]]:
             engine, run_id=run_id, agent=fakes.REF, agent_name="bench", release="b1",
             task="follow me", budgets=Budgets(**fakes.UNLIMITED).as_dict(),
         )  # fmt: skip
-        claim = leases.claim_run(
-            engine, run_id, owner="bench", lease_seconds=3600, max_resumes=3
-        )
+        claim = leases.claim_run(engine, run_id, owner="bench", lease_seconds=3600, max_resumes=3)
         task = Entry(EntryKind.TASK, 0, Counters(), content="follow me")
         with engine.begin() as connection:
             connection.execute(insert(entries), [store.entry_row(run_id, 0, claim.epoch, task, at)])

@@ -105,9 +105,7 @@ def main() -> None:
             results["SQLite"].append(measure(url, folder, options.runs, options.single))
             if postgres is not None:
                 with common.scratch_postgres(postgres) as pg:
-                    results["PostgreSQL"].append(
-                        measure(pg, folder, options.runs, options.single)
-                    )
+                    results["PostgreSQL"].append(measure(pg, folder, options.runs, options.single))
     rows: list[list[Any]] = []
     for database, measured in results.items():
         if not measured:

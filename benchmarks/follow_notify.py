@@ -153,7 +153,7 @@ def main() -> None:
         engine = open_engine(url)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
             name = make_url(url).database
-            connection.execute(text(f'ALTER DATABASE "{name}" SET track_functions = \'pl\''))
+            connection.execute(text(f"ALTER DATABASE \"{name}\" SET track_functions = 'pl'"))
         engine.dispose()
         engine = open_engine(url, pool_size=options.writers + 2)
         listener = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"),

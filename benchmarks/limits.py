@@ -52,11 +52,16 @@ def provider(options: Any) -> tuple[subprocess.Popen[str], str]:
         [
             sys.executable,
             str(HERE / "fake_provider.py"),
-            "--tokens-per-minute", str(options.tokens_per_minute),
-            "--requests-per-minute", str(options.requests_per_minute),
-            "--calls", str(options.calls),
-            "--completion", str(options.completion),
-            "--latency", str(options.latency),
+            "--tokens-per-minute",
+            str(options.tokens_per_minute),
+            "--requests-per-minute",
+            str(options.requests_per_minute),
+            "--calls",
+            str(options.calls),
+            "--completion",
+            str(options.completion),
+            "--latency",
+            str(options.latency),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -116,9 +121,20 @@ def case(url: str, workers: int, limited: bool, options: Any) -> dict[str, Any]:
     started = time.time()
     fleet = [
         subprocess.Popen(
-            [str(RUNNER), "--log-level", "warning", "worker",
-             "--concurrency", str(options.concurrency), "--poll", "0.2"],
-            env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                str(RUNNER),
+                "--log-level",
+                "warning",
+                "worker",
+                "--concurrency",
+                str(options.concurrency),
+                "--poll",
+                "0.2",
+            ],
+            env=env,
+            cwd=HERE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         for _ in range(workers)
     ]

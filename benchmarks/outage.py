@@ -93,8 +93,11 @@ def main() -> None:
     p.add_argument("--down", type=float, default=20.0, help="seconds each outage lasts")
     p.add_argument("--runs", type=int, default=8)
     p.add_argument(
-        "--lease", type=float, default=10.0, help="the worker's lease (an outage past it "
-        "interrupts the runs, which the worker claims again once the database is back)"
+        "--lease",
+        type=float,
+        default=10.0,
+        help="the worker's lease (an outage past it "
+        "interrupts the runs, which the worker claims again once the database is back)",
     )
     options = p.parse_args()
     admin_url = common.postgres_url_or_none(options)
@@ -110,8 +113,14 @@ def main() -> None:
         env.pop("RUNNER_DATABASE_URL", None)
         worker = subprocess.Popen(
             [
-                str(RUNNER), "worker", "--db", url, "--concurrency", str(options.runs),
-                "--lease", f"{options.lease:g}",
+                str(RUNNER),
+                "worker",
+                "--db",
+                url,
+                "--concurrency",
+                str(options.runs),
+                "--lease",
+                f"{options.lease:g}",
             ],
             env=env,
             stdout=subprocess.DEVNULL,

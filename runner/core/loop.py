@@ -526,6 +526,8 @@ def _task_of(call: Entry) -> str | None:
     """A sub-agent call's task, if the model gave one a child run can take."""
     task = (call.args or {}).get("task")
     return task if isinstance(task, str) and task.strip() else None
+
+
 def _journal_wait(journal: Journal, rules: StopRules) -> Callable[[Reservation], None]:
     """What records that a model call waited for its limit: a `limit_wait` entry."""
 

@@ -81,9 +81,7 @@ class ToolRuns:
         counters = Counters(steps=c.steps, tokens=c.tokens, cost=c.cost, error_streak=streak)
         return observation_entry(entry, counters, content, is_error, attempt)
 
-    def answered(
-        self, entry: Entry, answer: Entry | None, pending: bool, started: bool
-    ) -> Outcome:
+    def answered(self, entry: Entry, answer: Entry | None, pending: bool, started: bool) -> Outcome:
         """The outcome of a call after its answer, if it needed one: a denial or a reply is
         the outcome; an approved call (or one that needed no answer) runs."""
         if answer is not None and answer.answer == Answer.ENDED:
@@ -205,10 +203,7 @@ class ToolRuns:
         finally:
             reset_current_call(token)
 
-
-    def call_sub_agent(
-        self, tool: Tool, entry: Entry, kwargs: dict[str, Any]
-    ) -> tuple[str, bool]:
+    def call_sub_agent(self, tool: Tool, entry: Entry, kwargs: dict[str, Any]) -> tuple[str, bool]:
         """A sub-agent's call that starts no child run: in memory, the child runs inline
         here, charged to this run; a call without a task is an error the model is shown."""
         extra = sorted(set(kwargs) - {"task"})

@@ -230,7 +230,6 @@ def test_an_unknown_run_and_a_bad_last_event_id_are_json_4xx(server: UiServer) -
             assert [next(lines) for _ in range(2)] == [": run idle after -1", "retry: 1000"]
 
 
-
 def _shown_blocks(text: str) -> list[str]:
     """The README's blocks fenced with no language (shown, not run by test_readme)."""
     found, lines, inside, shown = [], [], False, False

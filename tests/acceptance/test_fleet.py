@@ -25,7 +25,6 @@ from .test_workers import (
 RUNS = 24
 
 
-
 def connections_on_file(pid: int, database: Path) -> int:
     """The process's open descriptors on the SQLite file: one per connection."""
     folder = Path(f"/proc/{pid}/fd")

@@ -335,9 +335,11 @@ def test_a_partitioned_worker_is_taken_over_fenced_out_and_serves_again(
         gate.touch()  # host-a's tools end now, and cannot tell anyone
 
         finished = wait_for(
-            lambda: (rows := [runner.row(i) for i in ids])
-            and all(r.stop_reason is not None for r in rows)
-            and rows,
+            lambda: (
+                (rows := [runner.row(i) for i in ids])
+                and all(r.stop_reason is not None for r in rows)
+                and rows
+            ),
             120,
             logs,
         )
@@ -376,9 +378,11 @@ def test_a_partitioned_worker_is_taken_over_fenced_out_and_serves_again(
         assert second.stop() == 0, logs()
         again = [runner.submit(AGENT, f"charge {i}", id=f"healed-{i}") for i in range(2)]
         rows = wait_for(
-            lambda: (done := [runner.row(i) for i in again])
-            and all(r.stop_reason is not None for r in done)
-            and done,
+            lambda: (
+                (done := [runner.row(i) for i in again])
+                and all(r.stop_reason is not None for r in done)
+                and done
+            ),
             120,
             logs,
         )
@@ -392,9 +396,7 @@ def test_a_partitioned_worker_is_taken_over_fenced_out_and_serves_again(
         a.lose(SLOW_LINK_LOSS)
         slow_start = time.monotonic()
         slow = [runner.submit(AGENT, f"charge {i}", id=f"slow-{i}") for i in range(2)]
-        wait_for(
-            lambda: all(runner.row(i).stop_reason is not None for i in slow), 180, logs
-        )
+        wait_for(lambda: all(runner.row(i).stop_reason is not None for i in slow), 180, logs)
         slow_seconds = time.monotonic() - slow_start
         assert all(str(runner.row(i).stop_reason) == "final" for i in slow)
         dropped = a.dropped()

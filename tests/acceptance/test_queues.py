@@ -186,10 +186,8 @@ def test_a_worker_serves_its_queues_and_no_delayed_run_early(db_url: str, ledger
     listed = runner_cli(db_url, ledger, "queue", "list", "--json")
     kept = {"keep_seconds": None, "keep_runs": None}
     assert json.loads(listed.stdout) == [
-        {"name": "a", "limit": None, "queued": 0, "delayed": 1, "running": 0, "waiting": 0}
-        | kept,
-        {"name": "b", "limit": None, "queued": 1, "delayed": 0, "running": 0, "waiting": 0}
-        | kept,
+        {"name": "a", "limit": None, "queued": 0, "delayed": 1, "running": 0, "waiting": 0} | kept,
+        {"name": "b", "limit": None, "queued": 1, "delayed": 0, "running": 0, "waiting": 0} | kept,
     ]
 
 
@@ -204,8 +202,7 @@ def test_submit_from_a_file_checks_every_line_first(db_url: str, ledger: Path) -
     refused = runner_cli(db_url, ledger, "submit", AGENT, "--from", "-", stdin="\n".join(bad))
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines() == [
-        "Error: line 5: priority must be a whole number, not 'urgent' "
-        "(see 'runner submit --help')"
+        "Error: line 5: priority must be a whole number, not 'urgent' (see 'runner submit --help')"
     ]
     broken = runner_cli(db_url, ledger, "submit", AGENT, "--from", "-", stdin="{\n")
     assert broken.returncode == 2 and "line 1: not JSON" in broken.stderr

@@ -34,7 +34,6 @@ from .test_workers import AGENT, RUNNER, Cluster, wait_for
 ANSWERER = Path(__file__).with_name("answerer.py")
 
 
-
 def answers_of(cluster: Cluster, run_id: str) -> list[str]:
     journal = load_entries(cluster.runner.engine, run_id)
     return [str(entry.answer) for entry, _ in journal if entry.kind == "answer"]

@@ -260,7 +260,6 @@ class Cluster:
         self.runner.close()
 
 
-
 def assert_outcomes(cluster: Cluster, rows: dict[str, RunRow], ids: list[str]) -> None:
     """Every run stopped for its mode's reason; every key-aware effect happened once."""
     reasons = {i: str(rows[i].stop_reason) for i in ids}

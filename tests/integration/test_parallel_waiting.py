@@ -127,9 +127,7 @@ def test_the_step_parks_until_every_answer_is_in_and_each_call_gets_its_own(db_u
         assert step_1[:7] == [*["action"] * 3, "wait", "wait", "answer", "answer"]
         assert sorted(step_1[7:]) == ["observation"] * 3
         calls = rows(runner, "SELECT idempotency_key, status, result FROM tool_calls ORDER BY 1")
-        asked = rows(
-            runner, "SELECT idempotency_key, answer, note FROM approvals ORDER BY 1"
-        )
+        asked = rows(runner, "SELECT idempotency_key, answer, note FROM approvals ORDER BY 1")
     assert [(c["idempotency_key"], c["status"]) for c in calls] == [
         ("p1-1.1", "done"), ("p1-1.2", "done"), ("p1-1.3", "done"),
     ]  # fmt: skip

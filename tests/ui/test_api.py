@@ -115,9 +115,7 @@ def test_a_finished_runs_events_come_with_their_positions_then_end(
     resumed = client.get(
         f"/api/runs/{run_id}/events", params={"after": "0"}, headers={"last-event-id": "1"}
     )
-    assert [e.get("id") for e in sse(resumed.text)[:-1]] == [
-        str(n) for n in range(2, len(journal))
-    ]
+    assert [e.get("id") for e in sse(resumed.text)[:-1]] == [str(n) for n in range(2, len(journal))]
     after = client.get(f"/api/runs/{run_id}/events", params={"after": str(len(journal) - 1)})
     assert [e["event"] for e in sse(after.text)] == ["end"]
 
@@ -262,9 +260,7 @@ def test_approve_deny_and_reply_answer_waiting_runs(client: TestClient, seeded: 
     assert "not waiting" in refused(client.post("/api/runs/api-approve/approve", json={}), 409)
 
     assert "'reason' is required" in refused(client.post("/api/runs/api-deny/deny", json={}), 400)
-    assert "empty" in refused(
-        client.post("/api/runs/api-deny/deny", json={"reason": "  "}), 400
-    )
+    assert "empty" in refused(client.post("/api/runs/api-deny/deny", json={"reason": "  "}), 400)
     assert refused(client.post("/api/runs/api-deny/reply", json={"text": "x"}), 409)
     denied = client.post("/api/runs/api-deny/deny", json={"reason": "too much"})
     assert denied.json()["answer"] == "denied"
@@ -297,9 +293,7 @@ def test_writes_need_the_token_in_the_header_not_the_cookie(seeded: Seeded) -> N
 def test_without_a_token_writes_need_a_json_content_type(seeded: Seeded) -> None:
     with TestClient(make_app(seeded.url), base_url=BASE) as local:
         # What a form on another site can send: refused before anything is read.
-        form = local.post(
-            "/api/runs", content=b"agent=a", headers={"content-type": "text/plain"}
-        )
+        form = local.post("/api/runs", content=b"agent=a", headers={"content-type": "text/plain"})
         assert "Content-Type: application/json" in refused(form, 415)
         assert refused(local.post(f"/api/runs/{seeded.queued}/cancel"), 415)
         assert refused(local.get("/api/runs", headers={"host": "evil.example"}), 421)

@@ -203,9 +203,7 @@ def test_the_contract_fails_on_a_type_only_import_and_on_a_module_outside_the_la
 def test_a_shared_leaf_that_imports_a_layer_breaks_the_contract(tmp_path: Path) -> None:
     root = tmp_path / "pkg"
     _tree(root, {**LAYERED, "errors.py": "from pkg.core import loop\n"})
-    assert [str(c) for c in crossings(root, "pkg")] == [
-        "pkg.errors imports pkg.core.loop (line 1)"
-    ]
+    assert [str(c) for c in crossings(root, "pkg")] == ["pkg.errors imports pkg.core.loop (line 1)"]
 
 
 def test_each_package_docstring_names_every_module_in_it() -> None:

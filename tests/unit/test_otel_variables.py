@@ -20,9 +20,7 @@ from runner.tracing.environment import traces_from_environment, wanted_exporters
         ({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}, []),
     ],
 )
-def test_the_exporters_the_environment_asks_for(
-    environ: dict[str, str], wanted: list[str]
-) -> None:
+def test_the_exporters_the_environment_asks_for(environ: dict[str, str], wanted: list[str]) -> None:
     assert wanted_exporters(environ) == wanted
 
 

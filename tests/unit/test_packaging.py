@@ -48,9 +48,7 @@ def unlisted(table: dict[str, Any]) -> list[str]:
                if name not in listed]  # fmt: skip
     package_data: dict[str, list[str]] = table.get("package-data", {})
     for folder, files in data.items():
-        owner = next(
-            (name for name, path in packages.items() if path == folder.parent), None
-        )
+        owner = next((name for name, path in packages.items() if path == folder.parent), None)
         patterns = package_data.get(owner or "", [])
         for file in files:
             relative = f"{folder.name}/{file.name}"
