@@ -21,6 +21,7 @@ demo: install
 # PostgreSQL database and its own temporary folders.
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict runner
 	$(BIN)/python -m pytest -n auto
 
@@ -30,4 +31,5 @@ unit: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict runner
