@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runner import Agent
+from runner import Agent, tool
 
 MODEL_CALLS: list[int] = []  # one item per model call, to count them across a reload
 
@@ -120,3 +120,19 @@ class Rendezvous:
 rendezvous_agent = Agent(Rendezvous(), {"add": add}, name="rendezvous")
 
 RENDEZVOUS_REF = f"{Path(__file__).resolve()}:rendezvous_agent"
+
+
+@tool(approval=True)
+def refund(amount: int) -> str:
+    return f"refunded {amount}"
+
+
+def shopper(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """Asks for one refund (a call that waits for a person's approval), then ends with it."""
+    seen = [m for m in transcript if m["role"] == "tool"]
+    if not seen:
+        return {"type": "tool", "name": "refund", "args": {"amount": 5}}
+    return {"type": "final", "content": seen[-1]["content"]}
+
+
+shop = Agent(shopper, {"refund": refund}, ref=f"{Path(__file__).resolve()}:shop")

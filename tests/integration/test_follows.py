@@ -11,7 +11,6 @@ import contextlib
 import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -20,7 +19,7 @@ from sqlalchemy import Engine, event, insert, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import Pool
 
-from runner import Agent, Event, Runner, tool
+from runner import Event, Runner
 from runner.core.status import RunStatus
 from runner.store import reads
 from runner.store.backend import backend_for
@@ -28,25 +27,10 @@ from runner.store.follows import Follow, Followers, _Poller, mark
 from runner.store.schema import entries, follows
 from tests.conditions import wait_until
 
-Transcript = list[dict[str, Any]]
+from .agents import shop
 
 HEARD = 10.0  # seconds a notification may take to arrive: far more than it needs
 QUIET = 0.5  # seconds of silence that show nothing was announced (or asked)
-
-
-@tool(approval=True)
-def refund(amount: int) -> str:
-    return f"refunded {amount}"
-
-
-def model(transcript: Transcript) -> dict[str, Any]:
-    seen = [m for m in transcript if m["role"] == "tool"]
-    if not seen:
-        return {"type": "tool", "name": "refund", "args": {"amount": 5}}
-    return {"type": "final", "content": seen[-1]["content"]}
-
-
-shop = Agent(model, {"refund": refund}, ref=f"{Path(__file__).resolve()}:shop")
 
 
 class Statements:

@@ -6,34 +6,18 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from runner import Agent, Runner, tool
+from runner import Runner
 from runner.store.database import open_engine
 from runner.store.wakeup import Wakeup
 
-from .support import Transcript
+from .agents import shop
 
 HEARD = 10.0  # seconds a notification may take to arrive: far more than it needs
 QUIET = 0.5  # seconds of silence that show nothing was announced
-
-
-@tool(approval=True)
-def refund(amount: int) -> str:
-    return f"refunded {amount}"
-
-
-def model(transcript: Transcript) -> dict[str, Any]:
-    seen = [m for m in transcript if m["role"] == "tool"]
-    if not seen:
-        return {"type": "tool", "name": "refund", "args": {"amount": 5}}
-    return {"type": "final", "content": seen[-1]["content"]}
-
-
-shop = Agent(model, {"refund": refund}, ref=f"{Path(__file__).resolve()}:shop")
 
 
 @pytest.fixture
