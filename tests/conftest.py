@@ -96,7 +96,13 @@ TABLES = (
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A migrated, empty database: a new SQLite file, or the session's PostgreSQL emptied."""
-    if request.param == "sqlite":
+    yield from fresh_database(request, request.param, tmp_path)
+
+
+def fresh_database(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> Iterator[str]:
+    """The URL of a migrated, empty database of `kind` (`sqlite` or `postgres`), for a
+    fixture of its own parameters to yield from."""
+    if kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'runner.db'}"
         engine = open_engine(url)
         upgrade(engine)
