@@ -5,8 +5,11 @@ charged to it are rows of `limit_reservations`, and the runs in line for it rows
 `limit_waiters` (runner.store.reservations reserves and settles them). What a limit has
 charged is counted here, once, for reservations and for `runner limit list` alike: every
 call reserved in the last minute, each at its reported usage once settled, or at its
-estimate while in flight under a live lease. A call in flight whose lease expired (its
-worker crashed) counts no more: nothing leaks past the lease.
+estimate until then. A call whose worker died before settling it still counts, at its
+estimate, for the rest of its minute: the provider may well have received it and charged
+it to its own minute, and a call sent again by the run's next worker is a second request
+there. It stops counting as in flight (against the concurrency) once its lease is gone:
+nothing holds a slot past the lease.
 """
 
 from __future__ import annotations
@@ -112,7 +115,9 @@ class Charge:
 
     tokens: int
     reserved_at: datetime
-    in_flight: bool  # not settled yet (its tokens are the estimate)
+    # Not settled yet, under a live lease: a call in flight (its tokens are the estimate,
+    # as are those of a call not settled whose lease is gone, counted but not in flight).
+    in_flight: bool
 
 
 def held_by_live_lease(at: Any) -> Any:
@@ -129,15 +134,14 @@ def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
     """The calls charged to `name` over the minute up to `at`, oldest first."""
     r = limit_reservations.c
     found = connection.execute(
-        select(r.tokens, r.reserved_at, r.settled)
-        .where(
-            r.limit_name == name,
-            r.reserved_at > at - timedelta(seconds=COUNTED_SECONDS),
-            or_(r.settled.is_(True), held_by_live_lease(at)),
-        )
+        select(r.tokens, r.reserved_at, r.settled, held_by_live_lease(at).label("live"))
+        .where(r.limit_name == name, r.reserved_at > at - timedelta(seconds=COUNTED_SECONDS))
         .order_by(r.reserved_at)
     )
-    return [Charge(int(row.tokens), aware(row.reserved_at), not row.settled) for row in found]
+    return [
+        Charge(int(row.tokens), aware(row.reserved_at), not row.settled and bool(row.live))
+        for row in found
+    ]
 
 
 def live_waiter(at: Any) -> Any:

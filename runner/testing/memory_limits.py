@@ -82,8 +82,8 @@ class MemoryLimits(MemoryRows):
         for row in self.reservations.values():
             if row["limit_name"] != name or not row["reserved_at"] > since:
                 continue
-            if row["settled"] or self._lease_live(row["run_id"], row["lease_epoch"], at):
-                found.append(Charge(row["tokens"], row["reserved_at"], not row["settled"]))
+            live = self._lease_live(row["run_id"], row["lease_epoch"], at)
+            found.append(Charge(row["tokens"], row["reserved_at"], not row["settled"] and live))
         return sorted(found, key=lambda charge: charge.reserved_at)
 
     def _lease_live(self, run_id: str, epoch: int, at: datetime) -> bool:

@@ -116,7 +116,11 @@ def test_two_workers_racing_for_the_last_tokens(db_url: str) -> None:
         assert (info.tokens, info.waiting) == (600, 1)
 
 
-def test_a_crashed_reservation_counts_only_until_its_lease_expires(db_url: str) -> None:
+def test_a_crashed_reservation_counts_for_its_minute_but_holds_no_slot(db_url: str) -> None:
+    """A worker that dies between reserve and settle may have sent the call: the provider
+    charged it to its minute, and the run's next worker sends it again. The reservation keeps
+    counting at its estimate for the rest of its minute, lease or no lease; only its place
+    in the concurrency ends with the lease."""
     with Runner(db_url) as runner:
         runner.set_limit("m", tokens_per_minute=1_000, concurrency=1)
         run_id = runner.submit(AGENT, "t")
@@ -132,10 +136,19 @@ def test_a_crashed_reservation_counts_only_until_its_lease_expires(db_url: str) 
                 .values(lease_expires_at=runner.now() - timedelta(seconds=1))
             )
         [info] = runner.limits()
-        assert (info.tokens, info.requests, info.in_flight) == (0, 0, 0)
-        other = runner.submit(AGENT, "u")
+        assert (info.tokens, info.requests, info.in_flight) == (900, 1, 0)
+        # A call that fits beside it is not held back by the dead call's slot...
+        small = runner.submit(AGENT, "u")
+        held = claimed(runner, small)
+        mine = runner.store.run_limits(small, held.epoch)
+        mine.settle(mine.reserve("m", 50), 50)
+        # ...but one that does not (the same call, taken over) is parked until the dead
+        # call's minute ends, not let through to the provider's 429.
+        other = runner.submit(AGENT, "v")
         taken = claimed(runner, other)
-        assert runner.store.run_limits(other, taken.epoch).reserve("m", 900).id is not None
+        with pytest.raises(RunParked) as parked:
+            runner.store.run_limits(other, taken.epoch).reserve("m", 900)
+        assert parked.value.until >= (runner.now() + timedelta(seconds=55)).timestamp()
 
 
 def test_a_retry_after_holds_back_every_run_of_the_limit(db_url: str) -> None:
