@@ -155,3 +155,29 @@ def test_a_durable_run_keeps_no_key_anywhere(db_url: str, server: FakeServer) ->
         shown = CliRunner().invoke(main, [*args, "--db", db_url], catch_exceptions=False)
         assert shown.exit_code == 0, shown.output
         assert key not in shown.output and key[:8] not in shown.output, args
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_header_that_authenticates_is_a_secret_whatever_the_case_of_its_name(
+    server: FakeServer, provider: str
+) -> None:
+    """Header names are case-insensitive on the wire: AUTHORIZATION, X-Api-Key and
+    x-session-TOKEN authenticate as their lower-case forms do, and their values are kept
+    out of an error that echoes them."""
+    values = {
+        "AUTHORIZATION": "Token tok9f8e7d6c5b4a3",
+        "X-Api-Key": "gw4k3y2x1w0v9u8",
+        "x-session-TOKEN": "sess7a6b5c4d3e2f",
+    }
+    echoed = " ".join(values.values())
+    server.reply(bodies(provider, f"refused {echoed}")[0], status=400)
+    kind: Callable[..., Adapter] = OpenAIChat if provider == "openai" else AnthropicMessages
+    base = f"{server.url}/v1" if provider == "openai" else server.url
+    model = kind("m", base_url=base, api_key="other-key-000", extra_headers=dict(values))
+    try:
+        result = run_agent(model, {}, "task", model_retries=0)
+    finally:
+        model.close()
+    assert result.stop_reason == "model_error"
+    for secret in ("tok9f8e7d6c5b4a3", "gw4k3y2x1w0v9u8", "sess7a6b5c4d3e2f"):
+        assert secret not in (result.error or ""), result.error

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import sys
 import time
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -100,3 +102,20 @@ def test_redaction_takes_out_keys_and_credentials() -> None:
         "key [redacted] failed; also sk-[redacted] and Authorization: Bearer [redacted]"
     )
     assert len(redact("x" * 2000, [])) == 503
+
+
+def test_redaction_takes_out_every_provider_key_shape() -> None:
+    # sk- (secret), pk- (publishable) and rk- (restricted) keys, none of them configured.
+    text = "sk-live-4f3e2d1c0b, pk-live-9a8b7c6d5e and rk-live-1a2b3c4d5e"
+    assert redact(text, []) == "sk-[redacted], pk-[redacted] and rk-[redacted]"
+
+
+def test_redaction_takes_out_a_secret_as_a_server_may_echo_it() -> None:
+    """URL-encoded (its first characters encoded too, so no start of it shows as given),
+    JSON-escaped, and cut short: no form leaves a piece of the secret."""
+    secret = 'p@ss/w0rd+se"cret-xyz-0987'
+    for echoed in (quote(secret, safe=""), json.dumps(secret)[1:-1], secret[:12] + "..."):
+        shown = redact(f"refused {echoed} here", [secret])
+        assert shown.startswith("refused [redacted]") and shown.endswith(" here"), shown
+        for piece in ("w0rd", "%40ss", "cret-xyz", secret[:8]):
+            assert piece not in shown, (echoed, shown)
