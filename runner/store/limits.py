@@ -147,15 +147,17 @@ def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
 def live_waiter(at: Any) -> Any:
     """A waiter's run is still coming back for its place: running now, or queued with a
     wake-up time no more than WAITER_GRACE_SECONDS ago."""
+    return exists().where(runs.c.id == limit_waiters.c.run_id, live_run(at))
+
+
+def live_run(at: Any) -> Any:
+    """The run of `runs` is still coming back for its place in a line (see live_waiter)."""
     grace = timedelta(seconds=WAITER_GRACE_SECONDS)
-    return exists().where(
-        runs.c.id == limit_waiters.c.run_id,
-        or_(
-            runs.c.status == RunStatus.RUNNING,
-            and_(
-                runs.c.status == RunStatus.QUEUED,
-                or_(runs.c.not_before.is_(None), runs.c.not_before >= at - grace),
-            ),
+    return or_(
+        runs.c.status == RunStatus.RUNNING,
+        and_(
+            runs.c.status == RunStatus.QUEUED,
+            or_(runs.c.not_before.is_(None), runs.c.not_before >= at - grace),
         ),
     )
 

@@ -43,9 +43,11 @@ from runner.store.runs import reading
 from runner.store.schema import COUNTER_MAX, limit_reservations, limit_waiters, limits, runs
 from runner.store.writer import Writer
 
-# A run waiting only for a call in flight to end (the concurrency) looks again this soon: a
-# call's end is not known ahead, as the minute's charges ageing out are.
-CONCURRENCY_RECHECK_SECONDS = 1.0
+# A run waiting for a call in flight to end (the concurrency) is woken by that call's settle
+# (runner.store.limit_line); it looks again this late only in case no settle comes (the call's
+# worker died: its charge stops counting when its lease expires). A short recheck claimed
+# every waiting run again about once a second, each claim a new lease epoch and a log line.
+CONCURRENCY_RECHECK_SECONDS = 30.0
 # No wake-up sooner than this: the moment computed is when the room exists.
 LEAST_PARK_SECONDS = 0.05
 
@@ -84,15 +86,21 @@ class SqlLimits:
         if reservation.id is None:
             return
         with self.writer.turn() as connection, connection.begin():
+            # The limit's row first, locked as a reservation locks it: a run parking for a
+            # slot at this moment either sees this call settled or is woken below.
+            limit = connection.execute(
+                select(limits).where(limits.c.name == reservation.limit).with_for_update()
+            ).first()
+            at = utc_now(self.clock)
             connection.execute(
                 update(limit_reservations)
                 .where(limit_reservations.c.id == reservation.id)
-                .values(
-                    tokens=min(max(tokens, 0), COUNTER_MAX),
-                    settled=True,
-                    settled_at=utc_now(self.clock),
-                )
+                .values(tokens=min(max(tokens, 0), COUNTER_MAX), settled=True, settled_at=at)
             )
+            if limit is not None and limit.concurrency is not None:
+                from runner.store.limit_line import wake_line  # it reads Room, from here
+
+                wake_line(connection, limit, at)
 
     def back_off(self, limit: str, seconds: float) -> None:
         until = utc_now(self.clock) + timedelta(seconds=max(seconds, 0.0))

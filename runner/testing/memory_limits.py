@@ -11,6 +11,7 @@ from runner.core.limits import COUNTED_SECONDS, Estimate, Reservation, estimated
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, LimitNotFound, RunParked
 from runner.store import limits as sql_limits
+from runner.store.limit_line import Waiter, woken
 from runner.store.limits import WAITER_GRACE_SECONDS, Charge
 from runner.store.reservations import Room
 from runner.store.rows import LimitInfo
@@ -96,6 +97,25 @@ class MemoryLimits(MemoryRows):
             and run["lease_expires_at"] >= at
         )
 
+    def _wake_line(self, name: str, limit: Row, at: datetime) -> None:
+        """Queue now the runs of `name`'s line whose calls fit (runner.store.limit_line)."""
+        line = []
+        for (limit_name, run_id), waiter in sorted(
+            self.limit_waiters.items(), key=lambda item: (item[1]["since"], item[0][1])
+        ):
+            if limit_name != name or not self._waiter_live(run_id, at):
+                continue
+            run = self.runs[run_id]
+            parked = run["status"] == RunStatus.QUEUED and (
+                run["not_before"] is not None and run["not_before"] > at
+            )
+            line.append(Waiter(run_id, waiter["tokens"], parked))
+        found = woken(limit, at, self._charges(name, at), line)
+        for run_id in found:
+            self.runs[run_id]["not_before"] = at
+        if found:
+            self._wake()
+
     def _waiter_live(self, run_id: str, at: datetime) -> bool:
         run = self.runs.get(run_id)
         if run is None:
@@ -179,10 +199,14 @@ class MemoryRunLimits:
     def settle(self, reservation: Reservation, tokens: int) -> None:
         if reservation.id is None:
             return
-        with self.store._lock:
-            row = self.store.reservations.get(reservation.id)
+        store = self.store
+        with store._lock:
+            row = store.reservations.get(reservation.id)
             if row is not None:
                 row.update(tokens=min(max(tokens, 0), COUNTER_MAX), settled=True)
+            limit = store.provider_limits.get(reservation.limit)
+            if limit is not None and limit["concurrency"] is not None:
+                store._wake_line(reservation.limit, limit, store._now())
 
     def back_off(self, limit: str, seconds: float) -> None:
         with self.store._lock:

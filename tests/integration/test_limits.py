@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import select, update
 
 from runner import Runner
+from runner.core.clock import ManualClock
 from runner.core.limits import Reservation
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound, RunParked
@@ -193,3 +194,45 @@ def test_the_line_is_first_come_first_served(db_url: str) -> None:
         with runner.engine.connect() as connection:
             holders = set(connection.execute(select(limit_reservations.c.run_id)).scalars())
         assert early in holders and late not in holders
+
+
+def test_a_run_waiting_for_a_slot_is_woken_by_a_call_s_end_not_by_the_clock(
+    db_url: str,
+) -> None:
+    """Concurrency 1, one slow call in flight and four runs in line: while the call lasts
+    nothing claims them again (no new epoch, no park after park); its end wakes the first
+    in line alone, whose end wakes the next. Each waiting run is claimed twice in all: once
+    to park, once to make its call."""
+    clock = ManualClock()
+    with Runner(db_url, clock=clock) as runner:
+        runner.set_limit("m", concurrency=1)
+        slow, *line = (runner.submit(AGENT, f"t{n}") for n in range(5))
+        claim = claimed(runner, slow, lease=300)  # its lease outlasts the test's clock
+        held = runner.store.run_limits(slow, claim.epoch).reserve("m", 10)
+        for run_id in line:
+            taken = claimed(runner, run_id)
+            with pytest.raises(RunParked):
+                runner.store.run_limits(run_id, taken.epoch).reserve("m", 10)
+            clock.advance(0.01)  # each begins to wait after the one before it
+
+        def claim_all() -> list[leases.Claim]:
+            return runner.store.claim_some(
+                limit=10, owner="tester:2:1", lease_seconds=30, max_resumes=3
+            )
+
+        for _ in range(20):  # the slow call goes on for 20 s: nobody is woken meanwhile
+            clock.advance(1)
+            assert claim_all() == []
+        runner.store.run_limits(slow, claim.epoch).settle(held, 10)
+        for run_id in line:
+            [woken] = claim_all()
+            assert woken.run.id == run_id
+            assert claim_all() == []  # the one slot is this run's: the others sleep on
+            mine = runner.store.run_limits(run_id, woken.epoch)
+            call = mine.reserve("m", 10)
+            clock.advance(3)
+            mine.settle(call, 10)
+        assert claim_all() == []
+        assert [runner.row(run_id).lease_epoch for run_id in line] == [2, 2, 2, 2]
+        [info] = runner.limits()
+        assert (info.in_flight, info.waiting) == (0, 0)

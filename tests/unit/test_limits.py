@@ -7,6 +7,8 @@ Both databases' races, crashes and shared back-offs are in tests/integration/tes
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from runner.core.status import RunStatus
 from runner.errors import LimitNotFound, ModelRetryable, RunParked
 from runner.service.worker import Worker
 from runner.testing import FunctionModel, ScriptedModel, call, final, tool_results
+from tests.conditions import scaled, wait_until
 
 from .store_support import LEASE, memory_runner
 
@@ -183,3 +186,60 @@ def test_a_run_cancelled_while_parked_leaves_the_line() -> None:
     clock.advance(62)
     Worker(store=store, once=True, lease_seconds=LEASE).serve()
     assert not [pair for pair in store.limit_waiters if pair[1] == parked]
+
+
+# The slow call's two signals: it began; it may end.
+SLOW_CALL = (threading.Event(), threading.Event())
+
+
+def one_call(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    """One model call, the answer; the task `slow`'s call lasts until SLOW_CALL says."""
+    if transcript[0]["content"] == "slow":
+        entered, release = SLOW_CALL
+        entered.set()
+        release.wait(scaled(60))
+    return {**final("done"), "usage": 10}
+
+
+LIMITED = Agent(FunctionModel(one_call), {}, limit="m")
+UNLIMITED = Agent(FunctionModel(one_call), {})
+
+
+def test_runs_waiting_for_a_slot_sleep_while_the_call_lasts_and_its_end_wakes_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker, a limit of one call at a time, a slow call and four runs in line: 20 s of
+    the slow call claim none of them again (each parks once), and its end wakes them in turn,
+    each claimed once more to make its call, without the clock moving again."""
+    entered, release = SLOW_CALL
+    entered.clear(), release.clear()
+    runner, store, clock = memory_runner()
+    runner.set_limit("m", concurrency=1)
+    worker = Worker(store=store, concurrency=8, poll=0.05, lease_seconds=LEASE)
+    serving = threading.Thread(target=worker.serve)
+    try:
+        with caplog.at_level(logging.INFO, logger="runner.worker"):
+            serving.start()
+            slow = runner.submit(LIMITED, "slow")
+            wait_until(entered.is_set, what="the slow call")
+            line = [runner.submit(LIMITED, f"t{n}") for n in range(4)]
+            wait_until(lambda: runner.limits()[0].waiting == 4, what="four runs in line")
+            clock.advance(20)
+            # A run no limit holds back, claimed after any due run: once it finished, the
+            # worker has looked at the queue since the 20 s passed.
+            looked = runner.submit(UNLIMITED, "look")
+            wait_until(lambda: runner.row(looked).status is RunStatus.FINISHED, what="a look")
+            assert [runner.row(run_id).lease_epoch for run_id in line] == [1, 1, 1, 1]
+            release.set()
+            wait_until(
+                lambda: all(runner.row(r).status is RunStatus.FINISHED for r in [slow, *line]),
+                what="every run finished",
+            )
+    finally:
+        release.set()
+        worker.stopping.set()
+        worker._wake.set()
+        serving.join()
+    assert [runner.row(run_id).lease_epoch for run_id in line] == [2, 2, 2, 2]
+    parked = [r for r in caplog.records if "parked" in r.getMessage()]
+    assert len(parked) == 4
