@@ -14,7 +14,8 @@ writes of runs in flight sharing one transaction or statement, `group_commit`), 
 trees of runs (`children`: child runs, their spend charged up the tree, their ends
 delivered; `run_trees`: a tree arranged from its rows), queues (`queues`) and their
 retention (`retention`), schedules (`schedules`), provider limits and what each charged
-(`limits`), reserving from them and parking a run that must wait (`reservations`), wake-ups
+(`limits`), reserving from them and parking a run that must wait (`reservations`), the runs
+waiting for a slot woken when a call ends (`limit_line`), wake-ups
 (`wakeup`), the one watcher that wakes a process's followers of runs (`follows`), and the
 pieces of model responses in flight (`deltas`, written in batches by `delta_writer`). It
 speaks SQL for the step machine's journal protocol and knows no policy of the loop, no
