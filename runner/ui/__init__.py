@@ -5,11 +5,11 @@ Starlette serves Jinja2 templates (autoescaped) through uvicorn; every page read
 `Runner` calls as the CLI's. The one script, `static/follow.js`, follows a live run's page
 through the API. The API (`/api/`, JSON and Server-Sent Events) goes through the `Runner`
 alone. Needs the `ui` extra. Layout: `app` (routes, errors, serving), `pages` (what each
-page reads), `security` (token, Host check, CSRF, headers), `charts` (SVG geometry),
-`filters` (how values are written), `state` (what the server holds: the read-only engine,
-the templates, the writer, the guard), `api` (the API's routes), `api_input` (what it
-accepts and how it refuses), `api_events` (a run's events as SSE), `api_openapi` (its
-OpenAPI document), `templates/`, `static/`.
+page reads), `security` (token, Host check, CSRF, headers), `loopback` (which hosts need no
+token), `charts` (SVG geometry), `filters` (how values are written), `state` (what the
+server holds: the read-only engine, the templates, the writer, the guard), `api` (the API's
+routes), `api_input` (what it accepts and how it refuses), `api_events` (a run's events as
+SSE), `api_openapi` (its OpenAPI document), `templates/`, `static/`.
 
 It may import: `runner.core`, `runner.models`, `runner.history`, `runner.service` and the
 shared leaves.
@@ -18,10 +18,10 @@ shared leaves.
 from __future__ import annotations
 
 import importlib
-import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import MissingExtra
+from runner.ui.loopback import is_loopback
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -39,17 +39,6 @@ def require_extra() -> None:
             raise MissingExtra(
                 f"runner ui needs {name}: pip install 'durable-runner[ui]'"
             ) from None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (a name or an address to listen on) is this machine's loopback."""
-    name = host.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def make_app(url: str | None = None, *, token: str | None = None) -> Starlette:
