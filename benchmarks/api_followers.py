@@ -44,7 +44,8 @@ from sqlalchemy import insert
 from runner.core.actions import ActionKind
 from runner.core.budgets import Budgets
 from runner.core.clock import utc_now
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.service.events import EVENT_POLL_SECONDS
 from runner.store import leases
 from runner.store import runs as store

@@ -38,7 +38,8 @@ from sqlalchemy.engine import make_url
 
 from runner.core.actions import ActionKind
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.store import leases
 from runner.store import runs as store
 from runner.store.backend import backend_for

@@ -44,7 +44,8 @@ from typing import Any
 
 from sqlalchemy import Engine, Table
 
-from runner.core.journal import Counters, Entry, MemoryJournal, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, MemoryJournal, Stop
 from runner.store.backend import BUSY_TIMEOUT_MS
 
 

@@ -36,8 +36,9 @@ from sqlalchemy import insert
 from runner import Agent, Runner
 from runner.core.budgets import Budgets
 from runner.core.clock import utc_now
+from runner.core.counters import Counters
 from runner.core.ids import new_run_id
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.journal import Entry, EntryKind
 from runner.store import leases
 from runner.store import runs as store
 from runner.store.database import open_engine

@@ -31,8 +31,9 @@ import fakes
 
 from runner import Runner
 from runner.core.actions import ActionKind
+from runner.core.counters import Counters
 from runner.core.ids import new_run_id
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.journal import Entry, EntryKind
 from runner.store import fencing, leases
 from runner.store import runs as store
 

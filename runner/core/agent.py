@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 from runner.core.budgets import Budgets
 from runner.core.context import Context
 from runner.core.limits import limit_of
+from runner.core.stop_reasons import StopReason
 from runner.core.tools import Tool, as_tools
+from runner.core.tree import outcome_of
+from runner.core.tree_inline import InlineParent, SubAgentStopped, inline_child
 from runner.defaults import LONGEST_LABEL
 from runner.errors import AgentLoadError, BadAgentReference
 
@@ -111,6 +114,32 @@ class SubAgent:
     agent: Agent
     budgets: Budgets
 
+    def run(self, task: Any, parent: InlineParent | None = None) -> tuple[str, bool]:
+        """Run the agent on `task` inline, here, under `parent` (None: called by hand, a
+        root of its own): the call's observation, (content, is_error)."""
+        # Loaded when a sub-agent first runs: importing an Agent (`runner list`, a worker's
+        # agent file) does not load the loop. (The loop never imports this module.)
+        from runner.core.loop import drive
+
+        if not isinstance(task, str) or not task.strip():
+            name = self.agent.name or "the sub-agent"
+            return f"TypeError: {name} takes one text argument, task", True
+        child = inline_child(self.budgets, parent)
+        result = drive(
+            self.agent.model,
+            self.agent.tools,
+            task,
+            child.budgets,
+            child.journal,
+            deadline=child.deadline,
+            cancel=child.cancel,
+            clock=child.clock,
+            context=self.agent.context,
+        )
+        stop = result.stop_reason if isinstance(result.stop_reason, StopReason) else None
+        budgets = child.budgets.as_dict()
+        return outcome_of(child.journal.run_id, stop, result.output, result.error, budgets)
+
 
 def sub_agent_tool(
     agent: Agent, name: str | None, description: str | None, caps: Mapping[str, Any]
@@ -122,9 +151,10 @@ def sub_agent_tool(
     sub = SubAgent(agent, with_budgets(caps, agent.budgets))
 
     def run_sub_agent(task: str) -> str:
-        from runner.core.tree_inline import run_inline
-
-        return run_inline(sub, task)
+        content, is_error = sub.run(task)
+        if is_error:
+            raise SubAgentStopped(content.removeprefix("SubAgentStopped: "))
+        return content
 
     run_sub_agent.__name__ = run_sub_agent.__qualname__ = label
     run_sub_agent.__doc__ = (

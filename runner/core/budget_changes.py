@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.stop_reasons import StopReason
 
 CHANGE_KINDS = (EntryKind.REVIVED, EntryKind.EXTENDED)

@@ -15,12 +15,15 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.core.actions import ActionKind
+from runner.core.counters import Counters
 from runner.core.ids import new_run_id
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunWaiting
 
+# The tree's parts are loaded when a run of a tree first needs them: `runner list` and
+# `show` read entries without loading the tree's rules (tests/integration/test_startup_imports).
 if TYPE_CHECKING:
-    from runner.core.tree import Ancestor, ChildRun, Place, Spend, TreeStop
+    from runner.core.tree import Charged, ChildRun, Place, TreeStop
 
 
 class EntryKind(StrEnum):
@@ -48,16 +51,6 @@ class EntryKind(StrEnum):
     # `args` holds the limit and the seconds waited. Not in the transcript, passed over on
     # resume.
     LIMIT_WAIT = "limit_wait"
-
-
-@dataclass(frozen=True, slots=True)
-class Counters:
-    """A run's running totals, stored with every entry."""
-
-    steps: int = 0
-    tokens: int = 0
-    cost: float = 0.0
-    error_streak: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,15 +231,6 @@ class Journal(Protocol):
         """Why this run must stop for a run above it (cancelled, or its budget spent), as
         last heard (every write of a child run reports its ancestors' spend)."""
         ...
-
-
-class Charged(Protocol):
-    """A run above an inline child: it is charged what the child spends, and tells what it
-    and its runs below spent against its budgets."""
-
-    def charge(self, spent: Spend) -> None: ...
-
-    def ancestor(self) -> Ancestor: ...
 
 
 @dataclass

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runner.core.actions import parse_action
+from runner.core.counters import Counters
 from runner.core.faults import fault
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.journal import Entry, EntryKind
 from runner.errors import ModelRetryable
 
 # A limit counts what was charged to it over this many seconds up to now.

@@ -14,7 +14,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 
 # The width of messages.idempotency_key (and entries.idempotency_key).

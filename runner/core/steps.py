@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runner.core.actions import Action, ActionKind, Call
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 
 
 def action_entry(

@@ -14,7 +14,8 @@ from collections import Counter
 from runner.core.actions import Action, ActionKind
 from runner.core.budget_changes import applied
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, Stop
 from runner.core.stop_reasons import WRAP_UP_REASONS, StopReason
 from runner.core.tree import Spend, TreeStop, over_budget
 

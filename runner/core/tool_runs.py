@@ -10,8 +10,9 @@ from typing import Any
 
 from runner.core.actions import Action, ActionKind
 from runner.core.calls import CallTimedOut, Together, described, invoke
+from runner.core.counters import Counters
 from runner.core.faults import fault
-from runner.core.journal import Counters, Entry, EntryKind, Journal
+from runner.core.journal import Entry, EntryKind, Journal
 from runner.core.spans import Spans
 from runner.core.steps import observation_entry
 from runner.core.stop_rules import StopRules
@@ -23,7 +24,7 @@ from runner.core.tools import (
     reset_current_call,
     set_current_call,
 )
-from runner.core.tree_inline import InlineParent, run_child
+from runner.core.tree_inline import InlineParent
 from runner.core.waiting import Answer, observation_of
 
 Outcome = tuple[str, bool, int]  # (content, is_error, attempt)
@@ -214,7 +215,9 @@ class ToolRuns:
                 True,
             )
         with self.spans.tool_call(entry.step, entry.tool or "", entry.idempotency_key or "", 1):
-            return run_child(tool.sub_agent, kwargs["task"], self.parent)
+            # The tool's SubAgent (runner.core.agent) drives the child's loop, inline.
+            content, is_error = tool.sub_agent.run(kwargs["task"], self.parent)
+            return content, is_error
 
     def mark_start(self, entry: Entry, attempt: int) -> bool:
         """Journal that the call is about to start (committed before it does): False, and

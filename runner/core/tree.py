@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from runner.core.budgets import Budgets
+from runner.core.counters import Counters
 from runner.core.ids import ID_ALPHABET
-from runner.core.journal import Counters
 from runner.core.stop_reasons import StopReason
 
 
@@ -92,6 +92,15 @@ class TreeStop:
 
     reason: StopReason
     error: str
+
+
+class Charged(Protocol):
+    """A run above an inline child (runner.core.tree_inline): it is charged what the child
+    spends, and tells what it and its runs below spent against its budgets."""
+
+    def charge(self, spent: Spend) -> None: ...
+
+    def ancestor(self) -> Ancestor: ...
 
 
 def over_budget(budgets: Mapping[str, Any], spent: Spend) -> StopReason | None:

@@ -1,24 +1,24 @@
 """Sub-agents in memory: a child run driven inline, inside its parent's tool call.
 
-`run_agent` has no store to park in, so a sub-agent's call runs its child right there, on
-an in-memory journal that charges everything the child spends to the runs above it as it
-spends it (runner.core.tree), and stops the child when one of them runs out.
+`run_agent` has no store to park in, so a sub-agent's call runs its child right there
+(`runner.core.agent.SubAgent.run`, which drives the loop), on an in-memory journal that
+charges everything the child spends to the runs above it as it spends it (runner.core.tree),
+and stops the child when one of them runs out. This module is what the loop hands down to
+that call: the run the child runs under, and how the child starts under it. It stands below
+the loop and the agent, and imports neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from runner.core.budgets import Budgets
 from runner.core.clock import SYSTEM, Clock
-from runner.core.journal import Charged, MemoryJournal
-from runner.core.stop_reasons import StopReason
+from runner.core.journal import MemoryJournal
 from runner.core.stop_rules import StopRules
-from runner.core.tree import Ancestor, outcome_of, spawn_budgets
-
-if TYPE_CHECKING:
-    from runner.core.agent import SubAgent
+from runner.core.tree import Ancestor, Charged, spawn_budgets
 
 
 class SubAgentStopped(Exception):
@@ -45,40 +45,27 @@ class InlineParent:
         return Ancestor(self.run_id, self.rules.budgets.as_dict(), self.rules.spent())
 
 
-def run_inline(sub: SubAgent, task: Any, parent: InlineParent | None = None) -> str:
-    """Run the sub-agent on `task` to its end, here: its answer, or SubAgentStopped."""
-    content, is_error = run_child(sub, task, parent)
-    if is_error:
-        raise SubAgentStopped(content.removeprefix("SubAgentStopped: "))
-    return content
+@dataclass(frozen=True)
+class InlineChild:
+    """How an inline child starts: its budgets (at most what its parent has left), its
+    journal (charging the runs above it), its deadline and what cancels it."""
+
+    budgets: Budgets
+    journal: MemoryJournal
+    deadline: float | None
+    cancel: Callable[[], bool] | None
+    clock: Clock
 
 
-def run_child(sub: SubAgent, task: Any, parent: InlineParent | None) -> tuple[str, bool]:
-    """Run the sub-agent on `task` inline: the call's observation, (content, is_error)."""
-    from runner.core.loop import drive
-
-    if not isinstance(task, str) or not task.strip():
-        return f"TypeError: {sub.agent.name or 'the sub-agent'} takes one text argument, task", True
-    agent = sub.agent
-    clock = SYSTEM if parent is None else parent.clock
+def inline_child(budgets: Budgets, parent: InlineParent | None) -> InlineChild:
+    """The start of a child run under `parent` (None: a sub-agent called by hand, a root)."""
+    clock: Clock = SYSTEM
     if parent is None:
-        budgets, journal, cancel = sub.budgets, MemoryJournal(), None
+        journal, cancel = MemoryJournal(), None
     else:
         left = parent.remaining()
-        budgets = spawn_budgets(sub.budgets, parent.rules.budgets, parent.rules.spent(), left)
+        budgets = spawn_budgets(budgets, parent.rules.budgets, parent.rules.spent(), left)
         journal = MemoryJournal(depth=parent.depth + 1, above=(parent, *parent.above))
-        cancel = parent.cancelled
+        cancel, clock = parent.cancelled, parent.clock
     deadline = None if budgets.max_seconds is None else clock.time() + budgets.max_seconds
-    result = drive(
-        agent.model,
-        agent.tools,
-        task,
-        budgets,
-        journal,
-        deadline=deadline,
-        cancel=cancel,
-        clock=clock,
-        context=agent.context,
-    )
-    stop = result.stop_reason if isinstance(result.stop_reason, StopReason) else None
-    return outcome_of(journal.run_id, stop, result.output, result.error, budgets.as_dict())
+    return InlineChild(budgets, journal, deadline, cancel, clock)

@@ -15,7 +15,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 
 
 class Asks(StrEnum):

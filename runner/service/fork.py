@@ -22,7 +22,8 @@ from runner.core.agent import with_budgets
 from runner.core.budget_changes import before_changes, changed, describe, room_problems
 from runner.core.budgets import Budgets
 from runner.core.clock import utc_now
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.errors import CannotFork
 from runner.store.protocol import RunStore
 from runner.store.run_changes import FORKED_EPOCH as FORKED_EPOCH  # re-exported

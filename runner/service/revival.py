@@ -18,7 +18,8 @@ from typing import Any
 from runner.core.agent import with_budgets
 from runner.core.budget_changes import REVIVABLE, changed, describe, lift_problems, room_problems
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import CannotContinue, LeaseLost

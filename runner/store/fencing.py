@@ -25,7 +25,8 @@ from sqlalchemy import Connection, Engine, Update, bindparam, null, select, upda
 from sqlalchemy.engine import Dialect
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.journal import Counters, Entry, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, Stop
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import Ancestor, Spend

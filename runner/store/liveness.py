@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from runner.core.journal import Counters
+from runner.core.counters import Counters
 from runner.core.status import STALLED, RunStatus
 from runner.store.owner import is_dead
 from runner.store.rows import RunRow, lease_is_live

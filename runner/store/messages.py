@@ -18,8 +18,9 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.counters import Counters
 from runner.core.faults import fault
-from runner.core.journal import Counters, Entry
+from runner.core.journal import Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished, RunNotFound

@@ -25,7 +25,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.errors import AmbiguousRunId, RunNotFound
 from runner.store.rows import RunRow, entry_of

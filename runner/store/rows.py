@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from runner.core.actions import ActionKind
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.defaults import DEFAULT_QUEUE

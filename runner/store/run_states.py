@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from runner.core.clock import SYSTEM, utc_now
-from runner.core.journal import Counters, Entry, EntryKind, transcript_of
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, transcript_of
 from runner.core.result import AgentResult
 from runner.core.status import STALLED, RunStatus
 from runner.core.waiting import Asks, Wait

@@ -23,7 +23,8 @@ from sqlalchemy import ColumnElement, Connection, Engine, Row, Table, insert, se
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunNotFound

@@ -22,8 +22,9 @@ from sqlalchemy.exc import IntegrityError
 
 from runner.core.backoff import Backoff
 from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.counters import Counters
 from runner.core.faults import fault
-from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import ChildRun, Place, Spend, TreeStop, ancestors_stop
 from runner.errors import EntryRefused, LeaseLost, describe

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import ChildRun, Place, TreeStop

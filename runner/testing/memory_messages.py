@@ -9,7 +9,8 @@ store's lock.
 
 from __future__ import annotations
 
-from runner.core.journal import Counters, Entry
+from runner.core.counters import Counters
+from runner.core.journal import Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished

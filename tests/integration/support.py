@@ -11,7 +11,8 @@ from sqlalchemy import Engine, text, update
 
 from runner import Runner
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.store import fencing, leases
 from runner.store import runs as store

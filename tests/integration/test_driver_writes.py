@@ -15,7 +15,8 @@ from sqlalchemy.exc import IntegrityError
 
 from runner import Runner
 from runner.core.clock import utc_now
-from runner.core.journal import Counters, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
 from runner.store import driver, fencing, leases

@@ -23,7 +23,7 @@ from runner import (
 from runner.core.agent import load_agent
 from runner.core.budgets import Budgets
 from runner.core.clock import ManualClock
-from runner.core.journal import Counters
+from runner.core.counters import Counters
 from runner.testing import FunctionModel
 
 from .agents import SOLVER_REF

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, create_engine, event, text
 from runner import Agent, AgentResult, Runner
 from runner.core.agent import load_agent
 from runner.core.clock import ManualClock, utc_now
-from runner.core.journal import Counters
+from runner.core.counters import Counters
 from runner.errors import LeaseLost
 from runner.service.worker import Worker
 from runner.store import backend, leases, pool_size, writer

@@ -12,7 +12,8 @@ from sqlalchemy import select
 
 from runner import CannotFork, RunConflict, Runner
 from runner.core.agent import load_agent
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.store.schema import entries, runs
 
 from .ledgered_steps import (

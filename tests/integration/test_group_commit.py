@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import Engine, event
 
 from runner import Agent, Runner
-from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import EntryRefused, LeaseLost
 from runner.store import leases

@@ -24,7 +24,8 @@ from sqlalchemy import Engine, func, insert, select, text
 
 from runner import Agent, QueryFailed, tool
 from runner.cli.run_output import render_run
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.history import (
     export_runs,
     parse_moment,

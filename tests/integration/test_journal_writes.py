@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from runner import Agent, Runner, tool
-from runner.core.journal import Counters
+from runner.core.counters import Counters
 from runner.errors import EntryRefused
 from runner.store import leases
 from runner.store import runs as store

@@ -16,7 +16,8 @@ from sqlalchemy import create_engine, update
 
 from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason
 from runner.core.clock import ManualClock, utc_now
-from runner.core.journal import Counters, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Stop
 from runner.store import lease_renewals, leases
 from runner.store import runs as store
 from runner.store.owner import owner_name, this_process

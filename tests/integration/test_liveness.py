@@ -13,7 +13,7 @@ from typing import Any
 
 from runner import Agent, Runner
 from runner.core.clock import ManualClock
-from runner.core.journal import Counters
+from runner.core.counters import Counters
 from runner.core.status import RunStatus
 from runner.history import read_only_query
 from runner.store import lease_renewals, leases

@@ -14,7 +14,8 @@ from sqlalchemy import event, text
 
 from runner import NOT_APPLIED, Agent, LeaseLost, ReplayMismatch, Runner, run_agent, tool
 from runner.cli.run_output import render_run
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.store import leases
 from runner.testing import FunctionModel
 

@@ -10,7 +10,7 @@ import pytest
 
 from runner import Agent, OpenAIChat, Runner, tool
 from runner.core.agent import load_agent
-from runner.core.journal import Counters
+from runner.core.counters import Counters
 
 from .ledgered_steps import LedgeredSteps, run_to_the_end
 from .operating_agents import ref

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from runner import NOT_APPLIED, Agent, Runner, ToolCall, current_call, run_agent, tool
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters
+from runner.core.counters import Counters
 from runner.store import leases
 from runner.testing import FunctionModel
 

@@ -12,7 +12,8 @@ from sqlalchemy import select
 from runner import Agent, CannotContinue, RunConflict, Runner, current_call, run_agent, tool
 from runner.core.budgets import Budgets
 from runner.core.clock import ManualClock
-from runner.core.journal import Counters, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import EntryKind
 from runner.core.status import RunStatus
 from runner.history import History
 from runner.store.schema import runs

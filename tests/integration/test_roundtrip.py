@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from runner.core.actions import ActionKind
 from runner.core.clock import utc_now
-from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.store import fencing, leases
 from runner.store import runs as store

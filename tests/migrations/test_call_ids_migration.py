@@ -13,7 +13,8 @@ from sqlalchemy import Engine, MetaData, Table, insert, text
 
 from runner import Agent, Runner
 from runner.core.actions import ActionKind
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.store.database import current_revision, downgrade, head_revision, open_engine, upgrade
 from runner.store.runs import entry_row, new_run
 from tests.integration.support import DEAD_OWNER

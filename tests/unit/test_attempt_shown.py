@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from runner.cli import run_output as output
 from runner.core.actions import ActionKind
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
 from tests.unit.test_operating_output import NOW, a_row

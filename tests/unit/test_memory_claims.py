@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from runner import Agent, LeaseHeld, LeaseLost, StopReason
-from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.status import RunStatus
 
 from .memory_agents import SOLVER

@@ -18,7 +18,8 @@ from runner.cli.progress import Progress
 from runner.core.actions import ActionKind
 from runner.core.agent import load_agent, parse_reference
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, EntryKind
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason

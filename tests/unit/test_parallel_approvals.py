@@ -15,7 +15,8 @@ import pytest
 from runner import RunWaiting, ask_human, current_call, run_agent, tool
 from runner.core.actions import ActionKind
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.loop import drive
 from runner.core.tools import Tool, as_tools
 from runner.core.waiting import Answer, Asks

@@ -12,14 +12,8 @@ from typing import Any
 from runner import Tool, current_call
 from runner.core.actions import ActionKind
 from runner.core.budgets import Budgets
-from runner.core.journal import (
-    Counters,
-    Entry,
-    EntryKind,
-    MemoryJournal,
-    Stop,
-    transcript_of,
-)
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, MemoryJournal, Stop, transcript_of
 from runner.core.loop import drive
 from runner.core.tools import as_tools
 

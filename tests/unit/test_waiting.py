@@ -21,7 +21,8 @@ from runner import (
 )
 from runner.core.actions import ActionKind
 from runner.core.budgets import Budgets
-from runner.core.journal import Counters, Entry, EntryKind, Stop
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.loop import drive
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import as_tools
