@@ -1,6 +1,8 @@
 """The layer contract: each package of runner imports only the packages its `__init__.py`
-says it may, checked on the real import graph (imports inside functions and under
-`if TYPE_CHECKING:` count too). Nothing is imported to check it: the files are parsed."""
+says it may, checked on the real import graph (imports inside functions, under
+`if TYPE_CHECKING:` and through `importlib.import_module` or `__import__` with a literal name
+count too: tests/unit/import_graph.py). Nothing is imported to check it: the files are
+parsed."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import runner
+from tests.unit.import_graph import every_import, modules
 
 PACKAGE = Path(runner.__file__).parent
 
@@ -38,39 +41,6 @@ class Crossing:
         return f"{self.importer} imports {self.imported} (line {self.line})"
 
 
-def module_name(root: Path, path: Path, package: str) -> str:
-    parts = [package, *path.relative_to(root).with_suffix("").parts]
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def every_import(path: Path, name: str, known: set[str]) -> list[tuple[str, int]]:
-    """Every module of the package that `path` imports anywhere: at module level, inside a
-    function (a lazy import), or for the type checker alone."""
-    is_package = path.name == "__init__.py"
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")
-                base = base[: len(base) - node.level + (1 if is_package else 0)]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
-            # `from pkg import sub` imports the submodule; `from pkg import name`, pkg.
-            targets = [
-                f"{source}.{alias.name}" if f"{source}.{alias.name}" in known else source
-                for alias in node.names
-            ]
-        else:
-            continue
-        found += [(target, node.lineno) for target in targets if target in known]
-    return found
-
-
 def layer_of(name: str, layers: set[str]) -> str:
     """The layer a module belongs to: its package under runner, or itself at the top."""
     parts = name.split(".")
@@ -94,7 +64,7 @@ def declared(root: Path, package: str) -> dict[str, frozenset[str]]:
 
 def crossings(root: Path, package: str) -> list[Crossing]:
     """Every import in the tree at `root` that climbs out of what its layer may import."""
-    files = {module_name(root, path, package): path for path in sorted(root.rglob("*.py"))}
+    files = modules(root, package)
     known = set(files)
     rules = declared(root, package)
     shared = {name.replace("runner", package, 1) for name in SHARED}
@@ -197,6 +167,27 @@ def test_the_contract_fails_on_a_type_only_import_and_on_a_module_outside_the_la
     assert sorted(str(c) for c in crossings(root, "pkg")) == [
         "pkg.core.result imports pkg.store.runs (line 3)",
         "pkg.stray imports pkg.core.loop (line 1)",
+    ]
+
+
+def test_the_contract_fails_on_a_module_named_to_importlib_or_dunder_import(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "pkg"
+    _tree(root, LAYERED)
+    (root / "core" / "spans.py").write_text(
+        "import importlib\n"
+        "def trace():\n"
+        "    importlib.import_module('pkg.store.runs')\n"
+        "    return __import__('pkg.store')\n"
+    )
+    (root / "core" / "steps.py").write_text(
+        "from importlib import import_module\nrows = import_module('.runs', package='pkg.store')\n"
+    )
+    assert sorted(str(c) for c in crossings(root, "pkg")) == [
+        "pkg.core.spans imports pkg.store (line 4)",
+        "pkg.core.spans imports pkg.store.runs (line 3)",
+        "pkg.core.steps imports pkg.store.runs (line 2)",
     ]
 
 
