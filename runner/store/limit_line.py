@@ -2,11 +2,11 @@
 soon as one frees, as an answer queues the run that waited for it.
 
 A run parked only by a limit's concurrency cannot know when a call in flight will end, so
-it parks with a long safety recheck (runner.store.reservations.CONCURRENCY_RECHECK_SECONDS)
+it parks with a long safety recheck (runner.store.rules.CONCURRENCY_RECHECK_SECONDS)
 and the call's settle wakes it: in the settle's transaction, with the limit's row locked as
 a reservation locks it (so a run parking at the same moment is seen, or sees the settle),
 the runs in line are taken in their order and each one whose call now fits (the same rule
-as a reservation, runner.store.reservations.Room, the runs woken before it counted as in
+as a reservation, runner.store.rules.Room, the runs woken before it counted as in
 flight) becomes runnable now; the first that does not fit stops the walk, so nobody is
 woken past a run ahead of it. Both stores wake by `woken`; the SQL one NOTIFYs the workers.
 """
@@ -22,8 +22,8 @@ from sqlalchemy import Connection, select, update
 
 from runner.core.status import RunStatus
 from runner.store.backend import backend_for
-from runner.store.limits import Charge, aware, charges, live_run
-from runner.store.reservations import Room
+from runner.store.limits import charges, live_run
+from runner.store.rules import Charge, Room, aware
 from runner.store.schema import limit_waiters, runs
 
 

@@ -15,17 +15,17 @@ nothing holds a slot past the lease.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS
+from runner.core.limits import COUNTED_SECONDS
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.store.rows import LimitInfo
+from runner.store.rules import WAITER_GRACE_SECONDS, Charge, aware, check_amount
 from runner.store.runs import reading, store_named
 from runner.store.schema import (
     COUNTER_MAX,
@@ -39,9 +39,6 @@ from runner.store.schema import (
 LIMIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,199}")
 # The columns are 32-bit integers on PostgreSQL (tokens 64-bit).
 _INT_MAX = 2**31 - 1
-# A parked run keeps its place in line this long past its wake-up time: one that no worker
-# comes back for (its queue served by none) stops holding back the runs behind it.
-WAITER_GRACE_SECONDS = WINDOW_SECONDS
 
 
 def check_name(name: object) -> str:
@@ -51,16 +48,6 @@ def check_name(name: object) -> str:
             "starting with a letter or digit"
         )
     return name
-
-
-def check_amount(what: str, value: object, most: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{what} must be a whole number, 1 or more, not {value!r}")
-    if value > most:
-        raise ValueError(f"{what} must be at most {most}, got {value}")
-    return value
 
 
 def limit_values(
@@ -107,17 +94,6 @@ def remove_limit(engine: Engine, name: str) -> None:
 
 
 # -- what a limit has charged -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Charge:
-    """A call charged to a limit in the last minute."""
-
-    tokens: int
-    reserved_at: datetime
-    # Not settled yet, under a live lease: a call in flight (its tokens are the estimate,
-    # as are those of a call not settled whose lease is gone, counted but not in flight).
-    in_flight: bool
 
 
 def held_by_live_lease(at: Any) -> Any:
@@ -189,8 +165,3 @@ def list_limits(engine: Engine, at: datetime) -> list[LimitInfo]:
                 )
             )
     return found
-
-
-def aware(moment: datetime) -> datetime:
-    # The columns' type gives UTC back already; a value read through a plain query may not.
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

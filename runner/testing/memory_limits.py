@@ -1,6 +1,6 @@
 """The in-memory store's provider limits: the rows of `limits`, `limit_reservations` and
 `limit_waiters` kept in dictionaries, reserved from by the SQL store's rule
-(runner.store.reservations.Room: the same fit, the same line, the same wake-up time)."""
+(runner.store.rules.Room: the same fit, the same line, the same wake-up time)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from runner.core.status import RunStatus
 from runner.errors import LeaseLost, LimitNotFound, RunParked
 from runner.store import limits as sql_limits
 from runner.store.limit_line import Waiter, woken
-from runner.store.limits import WAITER_GRACE_SECONDS, Charge
-from runner.store.reservations import Room
 from runner.store.rows import LimitInfo
+from runner.store.rules import WAITER_GRACE_SECONDS, Charge, Room
 from runner.store.schema import COUNTER_MAX
 from runner.testing.memory_rows import MemoryRows, Row
 
