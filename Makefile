@@ -18,7 +18,8 @@ demo: install
 	$(BIN)/runner run examples/calculator.py:agent "What is (2 + 3) * 7?"
 
 # The whole suite, spread over every core (pytest-xdist): each worker process gets its own
-# PostgreSQL database and its own temporary folders.
+# PostgreSQL database and its own temporary folders. The layers run fastest first (the
+# order of testpaths in pyproject.toml, kept by -n's default --dist load).
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
