@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test unit lint
+.PHONY: install demo test unit lint docs
 
 $(BIN)/runner: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,16 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict runner
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n auto
 
 # The fast layer alone: no database, no subprocess; seconds.
 unit: install
 	$(BIN)/python -m pytest tests/unit -q
+
+# The manual (mkdocs.yml, docs/) as a site in site/; `.venv/bin/mkdocs serve` shows it live.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: install
 	$(BIN)/ruff check .

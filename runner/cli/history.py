@@ -40,8 +40,8 @@ def sql(query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None
     The database refuses anything but reading runner's tables and views: SQLite opens
     the file read-only with an authorizer that allows reads only; PostgreSQL runs the
     statement in a READ ONLY transaction as the role runner_reader, whoever connects.
-    CSV and JSON are printed as the rows arrive. The tables and the views `run_summary`
-    and `tool_calls` are documented in the README.
+    CSV and JSON are printed as the rows arrive. Every table and view, column by column, is
+    in the manual's schema reference (docs/reference/schema.md).
     """
     from runner.history import read_only_query
 

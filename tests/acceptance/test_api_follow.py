@@ -230,25 +230,14 @@ def test_an_unknown_run_and_a_bad_last_event_id_are_json_4xx(server: UiServer) -
             assert [next(lines) for _ in range(2)] == [": run idle after -1", "retry: 1000"]
 
 
-def _shown_blocks(text: str) -> list[str]:
-    """The README's blocks fenced with no language (shown, not run by test_readme)."""
-    found, lines, inside, shown = [], [], False, False
-    for line in text.splitlines():
-        if line.startswith("```"):
-            if inside and shown:
-                found.append("\n".join(lines) + "\n")
-            inside, shown, lines = not inside, line == "```", []
-        elif inside:
-            lines.append(line)
-    return found
-
-
-def test_the_readmes_curl_example_works_as_shown(db_url: str, ledger: Path) -> None:
-    """The README shows its curl commands (a no-language block: they need a live server);
-    here they run as written against one serving from the repository's folder (the agent's
-    path is the server's to resolve), a worker finishing the run they submit."""
-    readme = (ROOT / "README.md").read_text()
-    block = next(b for b in _shown_blocks(readme) if b.startswith("curl "))
+def test_the_guides_curl_example_works_as_shown(db_url: str, ledger: Path) -> None:
+    """docs/guides/ui.md shows its curl commands (a block marked not-run: they need a live
+    server); here they run as written against one serving from the repository's folder (the
+    agent's path is the server's to resolve), a worker finishing the run they submit."""
+    guide = (ROOT / "docs" / "guides" / "ui.md").read_text()
+    shown = re.search(r"```bash\n(curl .*?)```", guide, re.S)
+    assert shown is not None, "the guide shows no curl commands"
+    block = shown.group(1)
     server = UiServer(db_url, ledger, cwd=ROOT)
     try:
         script = block.replace("http://127.0.0.1:8780", server.base)

@@ -39,7 +39,9 @@ from runner.store.database import open_engine, upgrade
 from runner.store.schema import entries, runs
 from tests.conditions import wait_until
 
-DOCS = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+GUIDE = DOCS / "guides" / "history.md"  # the queries, run here as written
+SCHEMA = DOCS / "reference" / "schema.md"  # every table, view and column
 BASE = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 PER_TOKEN = 1 / 1024  # a binary fraction: sums of costs are exact in any order
 
@@ -288,8 +290,7 @@ def number(value: Any) -> float:
 
 def doc_queries() -> dict[str, str]:
     found = {}
-    for section in DOCS.read_text().split("\n### ")[1:]:
-        section = section.split("\n## ")[0]  # a chapter after it (Security notes) is not it
+    for section in GUIDE.read_text().split("\n## ")[1:]:
         for sql in re.findall(r"```sql\n(.*?)```", section, re.S):
             found[section.splitlines()[0].strip()] = sql
     return found
@@ -425,15 +426,15 @@ def test_documented_query_answers(seeded: str, title: str) -> None:
 
 
 def test_docs_describe_every_column(seeded: str) -> None:
-    documented = DOCS.read_text()
+    documented = SCHEMA.read_text()
     for name in ("runs", "entries", "run_summary", "tool_calls", "approvals", "root_spend"):
-        heading = re.search(rf"^### (Table|View) `{name}`", documented, re.M)
-        assert heading, f"the README has no section on {name}"
-        section = documented[heading.end() :].split("\n### ", 1)[0]
+        heading = re.search(rf"^## (Table|View) `{name}`", documented, re.M)
+        assert heading, f"the schema reference has no section on {name}"
+        section = documented[heading.end() :].split("\n## ", 1)[0]
         with read_only_query(seeded, f"SELECT * FROM {name} LIMIT 1") as result:
             columns = result.columns
         missing = [c for c in columns if f"`{c}`" not in section]
-        assert not missing, f"the README does not describe {name}.{missing}"
+        assert not missing, f"the schema reference does not describe {name}.{missing}"
 
 
 # -- the views ------------------------------------------------------------------------------

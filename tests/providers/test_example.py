@@ -1,4 +1,5 @@
-"""The README's real-model commands run as written, against a local fake of the OpenAI API."""
+"""The real-model commands of docs/guides/models.md run as written, against a local fake of the
+OpenAI API (the page marks them not-run: they need a key or an Ollama)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,17 @@ from tests.providers.conftest import KEY
 from tests.providers.fake_servers import FakeServer, openai_completion
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+GUIDE = (ROOT / "docs" / "guides" / "models.md").read_text()
 BIN = Path(sys.executable).parent
 
 
 def shell_blocks() -> list[list[str]]:
-    """The `shell` blocks of the README (the ones that need a model endpoint)."""
-    blocks = re.findall(r"```shell\n(.*?)```", README, re.S)
+    """The guide's `bash` blocks that need a model endpoint (they export its variables)."""
+    blocks = re.findall(r"```bash\n(export .*?)```", GUIDE, re.S)
     return [[line.strip() for line in block.splitlines() if line.strip()] for block in blocks]
 
 
-def test_the_readme_shows_openai_and_ollama() -> None:
+def test_the_guide_shows_openai_and_ollama() -> None:
     blocks = shell_blocks()
     assert len(blocks) == 2
     exported = {
@@ -35,7 +36,7 @@ def test_the_readme_shows_openai_and_ollama() -> None:
     assert exported == {"OPENAI_API_KEY", "OPENAI_BASE_URL", "RUNNER_MODEL"}
 
 
-def test_the_readme_commands_run_against_an_openai_compatible_server(
+def test_the_guide_commands_run_against_an_openai_compatible_server(
     server: FakeServer, tmp_path: Path
 ) -> None:
     env = {

@@ -21,7 +21,7 @@ HEADER = """# The `runner` command
 Every command with its options, as `runner COMMAND --help` prints them. This page is made
 from the commands themselves (`tests/unit/test_cli_docs.py` fails when they disagree, and
 `RUNNER_WRITE_DOCS=1 .venv/bin/python -m pytest tests/unit/test_cli_docs.py` writes it anew).
-The README's [CLI table](../README.md#the-cli) says what each is for.
+[Commands at a glance](reference/commands.md) says what each is for.
 """
 
 

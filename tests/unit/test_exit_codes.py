@@ -1,8 +1,9 @@
-"""The exit codes each command's --help names agree with the README's list of exit codes.
+"""The exit codes each command's --help names agree with the manual's list of exit codes
+(docs/reference/commands.md).
 
 `runner replay --help` once said it exits 4 when the agent differs, while the code and the
-README say 5 (4 is a run waiting for a person's answer). Each code a help text names must be
-one the README lists, for the same thing: the words around it share a word with the README's.
+manual say 5 (4 is a run waiting for a person's answer). Each code a help text names must be
+one the manual lists, for the same thing: the words around it share a word with the manual's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import click
 from runner.cli import main
 from runner.cli.runs import EXIT_DIFFERS, EXIT_FINAL, EXIT_STOPPED, EXIT_WAITING
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+LISTED = Path(__file__).resolve().parents[2] / "docs" / "reference" / "commands.md"
 
 # "0 for a final answer", "5 when it differs", "1 on errors": a code, then what it means.
 _CODE = re.compile(r"(?<![\w+-])(\d{1,3})\s+(?:for|when|on)\s")
@@ -77,9 +78,9 @@ def _pairs(text: str) -> list[tuple[int, frozenset[str]]]:
     return found
 
 
-def readme_codes() -> dict[int, frozenset[str]]:
-    """The README's list: the paragraph that begins its exit codes, code -> meaning."""
-    paragraphs = README.read_text(encoding="utf-8").split("\n\n")
+def listed_codes() -> dict[int, frozenset[str]]:
+    """The manual's list: the paragraph that begins its exit codes, code -> meaning."""
+    paragraphs = LISTED.read_text(encoding="utf-8").split("\n\n")
     (listing,) = [p for p in paragraphs if "Exit codes:" in p]
     codes: dict[int, frozenset[str]] = {}
     for code, words in _pairs(listing):
@@ -96,22 +97,22 @@ def commands(group: click.Group, prefix: str = "") -> dict[str, click.Command]:
     return found
 
 
-def test_the_readme_lists_the_codes_the_cli_exits_with() -> None:
-    codes = readme_codes()
+def test_the_manual_lists_the_codes_the_cli_exits_with() -> None:
+    codes = listed_codes()
     assert {EXIT_FINAL, EXIT_STOPPED, EXIT_WAITING, EXIT_DIFFERS, 1, 2, 130} <= set(codes)
     assert "differ" in codes[EXIT_DIFFERS] and "wait" in codes[EXIT_WAITING]
 
 
-def test_every_exit_code_a_help_names_means_what_the_readme_says() -> None:
-    codes = readme_codes()
+def test_every_exit_code_a_help_names_means_what_the_manual_says() -> None:
+    codes = listed_codes()
     checked = set()
     for name, command in commands(main).items():
         for code, words in _pairs(command.help or ""):
             checked.add(name)
-            assert code in codes, f"runner {name} --help names exit code {code}: not in README"
+            assert code in codes, f"runner {name} --help names exit code {code}: not in the manual"
             assert words & codes[code], (
                 f"runner {name} --help says exit code {code} means {sorted(words)}; the "
-                f"README says it means {sorted(codes[code])}"
+                f"the manual says it means {sorted(codes[code])}"
             )
     assert {"run", "resume", "replay"} <= checked  # the help texts that name codes were read
 
