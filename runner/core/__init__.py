@@ -6,10 +6,10 @@ the stop rules with the counters they read (`stop_rules`), and how a call in fli
 its run must stop (`interrupts`) and where the pieces of a streaming response go while it is
 in flight (`deltas`). What it works on: what the model asked for (`actions`), a step's
 action as journal entries and back (`steps`), the tools and how user code is called
-(`tools`, `calls`), agents a new process can rebuild (`agent`), the limits of a run
-(`budgets`, `budget_changes`), its running totals (`counters`) and why it stopped
-(`stop_reasons`), the journal protocol and the in-memory journal (`journal`), what a
-resumed loop takes back from its journal
+(`tools`, `calls`), the tool listings a run started with (`listings`), agents a new
+process can rebuild (`agent`), the limits of a run (`budgets`, `budget_changes`), its
+running totals (`counters`) and why it stopped (`stop_reasons`), the journal protocol and
+the in-memory journal (`journal`), what a resumed loop takes back from its journal
 (`resume_cursor`), waits for a person (`waiting`, `ask`), sub-agents as child runs and the
 one budget of their tree (`tree`; in memory, run inline: `tree_inline`), messages sent to a
 run (`messages`), the provider limits a model call reserves from and settles with

@@ -51,6 +51,11 @@ class EntryKind(StrEnum):
     # `args` holds the limit and the seconds waited. Not in the transcript, passed over on
     # resume.
     LIMIT_WAIT = "limit_wait"
+    # What the servers of the run's listed tools (MCP tools) listed when it started, in
+    # `args` by tool name: one entry at step 0, so a resume against a server whose tools
+    # changed is stopped (`tools_changed`) instead of going on with other tools. Not in the
+    # transcript.
+    TOOLS = "tools"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from runner.core.context import Context
 from runner.core.deltas import DeltaSink
 from runner.core.journal import Entry, EntryKind, Journal, Stop, step_messages
 from runner.core.limits import NO_LIMITS, Draw, Limits, Reservation, limit_wait_entry, max_tokens_of
+from runner.core.listings import listings_change, listings_entry, listings_of
 from runner.core.model_call import (
     Cancel,
     CancelledInFlight,
@@ -158,6 +159,10 @@ class _Loop:
         if self.replay.take(0, (EntryKind.TASK,)) is None:
             self.journal.append(Entry(EntryKind.TASK, 0, self.rules.counters, content=self.task))
         self.transcript.append({"role": "user", "content": self.task})
+        changed = self.listed()
+        if changed is not None:
+            self.journal.finish(changed, self.rules.counters)
+            return self.result(changed)
         max_depth = self.rules.budgets.max_depth
         if max_depth is not None and self.depth > max_depth:
             too_deep = Stop(
@@ -183,6 +188,20 @@ class _Loop:
         self.replay.expect_end(step, stop)
         self.journal.finish(stop, self.rules.counters)
         return self.result(stop)
+
+    def listed(self) -> Stop | None:
+        """Journal the listings of the run's listed tools (an MCP server's) when it starts;
+        on a resume, the stop if they changed since. A journal begun without them (by a
+        release before them) is left as it is: nothing to compare, and no step-0 entry
+        may come after its steps."""
+        now = listings_of(self.tool_runs.tools)
+        recorded = self.replay.take_if(0, EntryKind.TOOLS)
+        if recorded is None:
+            if now and self.replay.done:
+                self.journal.append(listings_entry(now, self.rules.counters))
+            return None
+        change = listings_change(recorded.args or {}, now)
+        return None if change is None else Stop(StopReason.TOOLS_CHANGED, error=change)
 
     def step(self, step: int) -> Stop | None:
         """One step: the messages sent to the run, the action (replayed or asked for), the

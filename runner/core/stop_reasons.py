@@ -23,6 +23,9 @@ class StopReason(StrEnum):
     CRASH_LOOP = "crash_loop"  # taken over too many times in a row without progress
     # A sub-agent (a child run) nested deeper below its root than max_depth: it never runs.
     MAX_DEPTH = "max_depth"
+    # A resume found the run's listed tools (an MCP server's) not as they were listed when
+    # it started: going on would show the model, or call, other tools than it chose from.
+    TOOLS_CHANGED = "tools_changed"
 
     @property
     def meaning(self) -> str:
@@ -66,6 +69,10 @@ _MEANINGS: dict[StopReason, tuple[str, str | None]] = {
     StopReason.MAX_DEPTH: (
         "not run: a sub-agent nested deeper below its root than allowed",
         "max_depth",
+    ),
+    StopReason.TOOLS_CHANGED: (
+        "stopped: its tools' server lists them differently since the run started",
+        None,
     ),
 }
 

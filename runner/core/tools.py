@@ -57,6 +57,10 @@ class Tool:
     # The Agent a call of this tool runs as a child run (`Agent.as_tool`): in a durable run
     # the call starts a child run and waits for its end; in memory the child runs inline.
     sub_agent: Any = field(default=None, hash=False, compare=False)
+    # What the server providing this tool listed for it (an MCP tool's definition, plain
+    # JSON): journaled once per run, and a resume that finds it changed stops the run with
+    # `tools_changed` (runner.core.listings). None for the tools a run's own code defines.
+    listing: Any = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.approval, bool) and not callable(self.approval):
