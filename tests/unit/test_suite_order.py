@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["unit", "integration", "migrations", "providers", "ui", "acceptance"]
+LAYERS = ["unit", "integration", "migrations", "providers", "ui", "over_mcp", "acceptance"]
 
 
 def test_testpaths_name_every_layer_fastest_first() -> None:

@@ -1,0 +1,154 @@
+"""Acceptance: the `runner` command SIGKILLed inside an MCP call, then resumed, on SQLite
+and PostgreSQL, over stdio and streamable HTTP; and the MCP server killed mid-call.
+
+The ledger server (ledger_server.py) writes every call it receives, with the key and
+attempt from its `_meta`, to a ledger outside runner's database. A read-only and an
+idempotent tool's interrupted call runs again once, with the same key (attempt 2); a
+destructive tool's is never run again: the model is told its outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner import run_agent
+from runner.mcp import mcp_tools
+from runner.testing import ScriptedModel, call, final, tool_results
+from tests.acceptance.harness import KILLED, RUNNER, described, journal, run_row, start, wait_for
+from tests.conditions import scaled
+
+from .conftest import SERVER, ledger_lines
+
+AGENTS = Path(__file__).with_name("agents.py")
+
+
+@dataclass(frozen=True)
+class Case:
+    tool: str
+    args: dict[str, Any]
+    answer: str | None  # what the resumed run answers, None: OutcomeUnknown
+    rerun: bool  # whether the interrupted call runs again (attempt 2, the same key)
+
+
+CASES = [
+    Case("lookup", {"item": "tea"}, "tea costs 5", rerun=True),  # readOnlyHint
+    Case("put", {"item": "tea", "price": 7}, "tea now costs 7", rerun=True),  # idempotentHint
+    Case("charge", {"amount": 5}, None, rerun=False),  # destructiveHint
+]
+
+
+def environment(db_url: str, ledger: Path, case: Case, url: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNNER_", "MCP_URL"))}
+    env["RUNNER_DATABASE_URL"] = db_url
+    env["MCP_HOLD"] = case.tool
+    env["MCP_CALL"] = json.dumps(call(case.tool, **case.args))
+    if url is not None:
+        env["MCP_URL"] = url
+    return env
+
+
+def end_orphans(ledger: Path) -> None:
+    """A stdio server whose client was killed may still hold its call: end it."""
+    for line in ledger_lines(ledger):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(line["pid"], signal.SIGKILL)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("case", CASES, ids=[case.tool for case in CASES])
+def test_killed_inside_an_mcp_call_then_resumed(
+    case: Case,
+    transport: str,
+    db_url: str,
+    ledger: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    url = request.getfixturevalue("http_server") if transport == "http" else None
+    env = environment(db_url, ledger, case, url)
+    run_id = f"mcp-{case.tool}"
+    try:
+        process = start("run", f"{AGENTS}:agent", "sell tea", "--id", run_id, env=env, cwd=tmp_path)
+        wait_for(
+            lambda: (
+                any(line["tool"] == case.tool for line in ledger_lines(ledger))
+                or process.poll() is not None
+            ),
+            what=f"the {case.tool} call to reach the server",
+        )
+        process.send_signal(signal.SIGKILL)
+        out, err = process.communicate(timeout=scaled(60))
+        assert process.returncode == KILLED, f"{process.returncode}\n{out}\n{err}"
+        # The killed call's own server call may end now (over HTTP it completes: its
+        # effect happened, and nobody recorded it).
+        Path(env["MCP_RELEASE"]).touch()
+        pending = journal(db_url, run_id)
+        assert [row["kind"] for row in pending] == ["task", "tools", "action"]
+        assert sorted(pending[1]["args"]) == ["charge", "lookup", "put", "refund"]
+
+        resumed = subprocess.run(
+            [str(RUNNER), "resume", run_id],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=scaled(120),
+            check=False,
+        )
+        assert resumed.returncode == 0, described(resumed)
+        calls = [line for line in ledger_lines(ledger) if line["tool"] == case.tool]
+        key = f"{run_id}-1"
+        rows = journal(db_url, run_id)
+        observation = next(row for row in rows if row["kind"] == "observation")
+        if case.rerun:
+            assert [(c["key"], c["attempt"]) for c in calls] == [(key, 1), (key, 2)]
+            assert all(c["args"] == case.args for c in calls)
+            assert resumed.stdout == f"{case.answer}\n"
+            assert (observation["attempt"], observation["is_error"]) == (2, False)
+        else:
+            assert [(c["key"], c["attempt"]) for c in calls] == [(key, 1)]  # never again
+            assert observation["is_error"]
+            assert observation["content"].startswith("OutcomeUnknown: charge was interrupted")
+            assert resumed.stdout.startswith("OutcomeUnknown: charge was interrupted")
+        assert run_row(db_url, run_id)["stop_reason"] == "final"
+        assert [row["kind"] for row in rows] == ["task", "tools", "action", "observation", "final"]
+    finally:
+        Path(env["MCP_RELEASE"]).touch()
+        if transport == "stdio":
+            end_orphans(ledger)
+
+
+def test_a_server_killed_mid_call_is_a_tool_error_and_the_next_call_starts_it_again(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_HOLD", "lookup")
+    tools = mcp_tools([sys.executable, str(SERVER)], env=dict(os.environ))
+    model = ScriptedModel(
+        [call("lookup", item="tea"), call("lookup", item="milk"), lambda t: final("done")]
+    )
+    results: list[Any] = []
+    running = threading.Thread(target=lambda: results.append(run_agent(model, tools, "prices")))
+    running.start()
+    wait_for(lambda: len(ledger_lines(ledger)) == 1, what="the first call to reach the server")
+    first_server = ledger_lines(ledger)[0]["pid"]
+    Path(os.environ["MCP_RELEASE"]).touch()  # the next call (a new server) is not held
+    os.kill(first_server, signal.SIGKILL)
+    running.join(scaled(120))
+    assert not running.is_alive()
+    (result,) = results
+    killed, again = tool_results(result.transcript)
+    assert killed["is_error"], killed
+    assert (again["is_error"], again["content"]) == (False, "milk costs 5")
+    second_server = ledger_lines(ledger)[1]["pid"]
+    assert second_server != first_server
