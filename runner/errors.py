@@ -159,10 +159,11 @@ class LimitNotFound(RunnerError):
 
 
 class RunParked(RunnerError):
-    """The run's next model call found no room in its limit: the run was queued again, to be
-    claimed no earlier than `until` (seconds since the epoch), holding no worker meanwhile."""
+    """The run's next model call found no room in its limit (`limit`; None: in its tree's
+    budget, held by calls in flight): the run was queued again, to be claimed no earlier than
+    `until` (seconds since the epoch), holding no worker meanwhile."""
 
-    def __init__(self, message: str, *, run_id: str, limit: str, until: float) -> None:
+    def __init__(self, message: str, *, run_id: str, limit: str | None, until: float) -> None:
         super().__init__(message)
         self.run_id = run_id
         self.limit = limit

@@ -90,6 +90,7 @@ TABLES = (
     "limit_reservations",
     "limit_waiters",
     "follows",
+    "tree_reservations",
 )
 
 

@@ -46,7 +46,7 @@ from runner.core.stop_reasons import StopReason
 from runner.core.stop_rules import StopRules
 from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool
-from runner.core.tree import ChildRun, Place, child_run_id, spawn_budgets
+from runner.core.tree import ChildRun, Place, TreeStopped, child_run_id, spawn_budgets
 from runner.core.tree_inline import InlineParent
 from runner.core.waiting import Asks, wait_entry
 from runner.errors import ReplayMismatch, RunWaiting
@@ -251,6 +251,8 @@ class _Loop:
             return self.stop_now(tree.reason, error=tree.error)
         try:
             return parse_action(self.model_call.ask(self.transcript, self.rules.budgets, steps + 1))
+        except TreeStopped as stopped:
+            return self.stop_now(stopped.stop.reason, error=stopped.stop.error)
         except OutOfTime:
             return self.stop_now(StopReason.TIME_BUDGET)
         except CancelledInFlight:

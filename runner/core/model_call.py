@@ -4,6 +4,7 @@ call reserves from the run's provider limit first and settles after (`runner.cor
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from runner.core.context import Context
 from runner.core.deltas import DeltaSink, streaming
 from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Journal
-from runner.core.limits import Draw, Reservation
+from runner.core.limits import Draw, Reservation, estimate_tokens, max_tokens_of
 from runner.core.spans import Spans
 from runner.core.stop_reasons import StopReason
 from runner.errors import ModelFatal, ModelRetryable, RunParked, RunPaused
@@ -101,11 +102,24 @@ class ModelCall:
         return self.journal.cancel_requested()
 
     def ask(self, transcript: list[dict[str, Any]], budgets: Budgets, step: int) -> Any:
-        """Call the model, retrying exceptions with backoff; never past the deadline."""
+        """Call the model, retrying exceptions with backoff; never past the deadline.
+
+        A child run's call holds its estimate against its tree's budgets first (TreeStopped
+        if they are spent, RunParked if calls in flight hold them): the hold ends with the
+        entry that records the output, or here if no output comes."""
         try:
             shown = self.shown(transcript)
         except Exception as exc:  # the same transcript would fail the same way again
             raise ModelFailed(f"context: {described(exc)}") from None
+        hold = self.hold_tree(shown, step)
+        try:
+            return self.attempts(shown, budgets, step)
+        except BaseException:
+            self.release_tree(hold)
+            raise
+
+    def attempts(self, shown: list[dict[str, Any]], budgets: Budgets, step: int) -> Any:
+        """The model's output for `shown`, retrying exceptions with backoff."""
         last: Exception | None = None
         backoff = Backoff(budgets.retry_backoff)
         for attempt in range(budgets.model_retries + 1):
@@ -163,6 +177,24 @@ class ModelCall:
             finally:
                 self.settle(reservation, output)
         raise ModelFailed(described(last))
+
+    def hold_tree(self, shown: list[dict[str, Any]], step: int) -> object | None:
+        """Hold the call's estimate against the budgets of the runs above (a durable child
+        run's journal does; any other holds nothing)."""
+        hold = getattr(self.journal, "hold_tree", None)
+        if hold is None:
+            return None
+        max_tokens = self.draw.max_tokens if self.draw is not None else max_tokens_of(self.model)
+        held: object | None = hold(step, lambda: estimate_tokens(shown, max_tokens))
+        return held
+
+    def release_tree(self, hold: object | None) -> None:
+        release = getattr(self.journal, "release_tree", None)
+        if hold is None or release is None:
+            return
+        # Left counting if this fails: the run's next hold, or its end, drops it.
+        with contextlib.suppress(Exception):
+            release(hold)
 
     def reserve(self, shown: list[dict[str, Any]]) -> Reservation | None:
         return None if self.draw is None else self.draw.reserve(shown)

@@ -11,13 +11,17 @@ Spend travels up as it is spent: every entry a run writes charges what it added 
 tokens, cost) to each of its ancestors' `below` counters (in a durable run, in the same
 transaction as the entry). Before each model call a run checks its own budgets against its
 own spend plus what was charged below it, and each ancestor's budgets against the
-ancestor's (`over_budget`): so concurrent children overshoot an ancestor by at most one
-model call each. A child's budgets are at most what its parent has left (`spawn_budgets`).
+ancestor's (`over_budget`). In a durable run a child's model call also reserves a step and
+its estimate of tokens from every ancestor's budget first (runner.store.tree_budget): no
+call starts once an ancestor's spend and the calls in flight below it leave no room
+(`crowded`), so concurrent children go over an ancestor's budget only by the last call that
+found room and the estimation error of those in flight beside it. A child's budgets are at
+most what its parent has left (`spawn_budgets`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -132,6 +136,25 @@ def ancestors_stop(ancestors: tuple[Ancestor, ...] | list[Ancestor]) -> TreeStop
                 f"the tree's budget is spent: run {ancestor.run_id} above ({limit}={value})",
             )
     return None
+
+
+def crowded(ancestors: Sequence[Ancestor], held: Mapping[str, Spend]) -> Ancestor | None:
+    """The first ancestor (nearest first) whose budget its spend and the calls in flight
+    below it (`held`, by ancestor: a step and an estimate of tokens a call) leave no room
+    in, by the same rule as spend alone: a call starts only while they do not."""
+    for ancestor in ancestors:
+        if over_budget(ancestor.budgets, ancestor.spent + held.get(ancestor.run_id, Spend())):
+            return ancestor
+    return None
+
+
+class TreeStopped(Exception):
+    """A run's model call found its tree's budget spent (or a run above cancelled) when it
+    went to reserve: the run stops for it before calling."""
+
+    def __init__(self, stop: TreeStop) -> None:
+        super().__init__(stop.error)
+        self.stop = stop
 
 
 def spawn_budgets(

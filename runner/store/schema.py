@@ -454,3 +454,23 @@ limit_waiters = Table(
     Index("ix_limit_waiters_limit_since", "limit_name", "waiting_since"),
     comment="runs parked until a limit has room for their next model call",
 )
+
+# A tree's budget held before its model calls (revision 0018): every model call of a child
+# run holds a row here from before the call until the entry that records the call's output
+# is written (which charges its real usage up the tree in the same transaction), so that no
+# call starts once the tree's spend and its calls in flight reach an ancestor's budget.
+tree_reservations = Table(
+    "tree_reservations",
+    metadata,
+    Column("id", String(32), primary_key=True, comment="random"),
+    Column("root_id", String(32), nullable=False, comment="the tree's root"),
+    Column("run_id", String(32), nullable=False, comment="the run whose model call it is"),
+    Column("lease_epoch", Integer, nullable=False, comment="the lease that reserved it"),
+    Column("step", Integer, nullable=False, comment="the step whose model call it is"),
+    Column("above", Json, nullable=False, comment="the ids of the runs above, nearest first"),
+    Column("tokens", Counter, nullable=False, comment="the call's estimate"),
+    Column("reserved_at", Timestamp, nullable=False),
+    Index("ix_tree_reservations_root_id", "root_id"),
+    Index("ix_tree_reservations_reserved_at", "reserved_at"),
+    comment="model calls of child runs in flight, held against their ancestors' budgets",
+)

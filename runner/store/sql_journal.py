@@ -25,10 +25,11 @@ from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.counters import Counters
 from runner.core.faults import fault
 from runner.core.journal import Entry, EntryKind, Stop
+from runner.core.limits import Estimate, estimated
 from runner.core.stop_reasons import StopReason
-from runner.core.tree import ChildRun, Place, Spend, TreeStop, ancestors_stop
-from runner.errors import EntryRefused, LeaseLost, describe
-from runner.store import children, fencing, leases, messages
+from runner.core.tree import ChildRun, Place, Spend, TreeStop, TreeStopped, ancestors_stop
+from runner.errors import EntryRefused, LeaseLost, RunParked, describe
+from runner.store import children, fencing, leases, messages, tree_budget
 from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.children import child_row
@@ -140,6 +141,41 @@ class SqlJournal:
 
     def tree_stop(self) -> TreeStop | None:
         return ancestors_stop(self._ancestors)
+
+    def hold_tree(self, step: int, estimate: Estimate) -> tree_budget.Held | None:
+        """Hold step `step`'s model call (a step and `estimate` tokens) against the budgets
+        of the runs above (runner.store.tree_budget): TreeStopped if one is spent or
+        cancelled, RunParked (the run queued again) if calls in flight hold them. A root
+        holds nothing: the runs below it are parked while it calls."""
+        if not self._above:
+            return None
+        with self._writing:
+            self._check_lease()
+            with self.writer.turn() as connection, connection.begin():
+                decided = tree_budget.reserve(
+                    connection,
+                    self._run,
+                    self.epoch,
+                    self._above,
+                    step,
+                    estimated(estimate),
+                    self.clock,
+                )
+        if isinstance(decided, tree_budget.Held):
+            return decided
+        if isinstance(decided, TreeStop):
+            raise TreeStopped(decided)
+        raise RunParked(
+            f"run {self._run_id} waits for its tree's calls in flight until "
+            f"{decided:%H:%M:%S.%f} UTC",
+            run_id=self._run_id,
+            limit=None,
+            until=decided.timestamp(),
+        )
+
+    def release_tree(self, hold: tree_budget.Held) -> None:
+        with self.writer.turn() as connection, connection.begin():
+            tree_budget.release(connection, hold)
 
     def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
         with self._writing:

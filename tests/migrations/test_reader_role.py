@@ -33,9 +33,17 @@ DOCUMENTED = (
     "limits",
     "limit_reservations",
     "limit_waiters",
+    "tree_reservations",
 )
 # Tables of revisions after 0004: a downgrade to 0003 drops them, grants and all.
-LATER_TABLES = ("queues", "messages", "limits", "limit_reservations", "limit_waiters")
+LATER_TABLES = (
+    "queues",
+    "messages",
+    "limits",
+    "limit_reservations",
+    "limit_waiters",
+    "tree_reservations",
+)
 
 
 def _revision() -> ModuleType:
