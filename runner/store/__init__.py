@@ -12,7 +12,8 @@ failures are worth a retry, `failures`; SQLite's in-process write lock and the k
 connection, `writer`; the journal writes of runs in flight sharing one transaction or
 statement, `group_commit`), a worker's pool size (`pool_size`), answers to waiting runs
 (`approvals`), messages sent to runs (`messages`), trees of runs (`children`: child runs,
-their spend charged up the tree, their ends delivered; `run_trees`: a tree arranged from its
+their spend charged up the tree, their ends delivered; `tree_budget`: a child's model call
+held against its ancestors' budgets before it starts; `run_trees`: a tree arranged from its
 rows), queues (`queues`) and their retention (`retention`), schedules (`schedules`),
 provider limits and what each charged (`limits`), reserving from them and parking a run that
 must wait (`reservations`), the runs waiting for a slot woken when a call ends
