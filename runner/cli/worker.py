@@ -17,7 +17,12 @@ from runner.tracing.environment import traces_from_environment
     show_default=True,
     help="Runs executed at once in this process.",
 )
-@click.option("--once", is_flag=True, help="Drain what is runnable now, then exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Drain what is runnable now, then exit; the runs it starts are finished first (one "
+    "parked by a provider limit is waited for, paced to the limit).",
+)
 @click.option(
     "--poll",
     type=click.FloatRange(min=0.01),

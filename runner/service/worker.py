@@ -33,12 +33,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timedelta
 from types import FrameType
 
 from runner.core.agent import Agent, load_agent
 from runner.core.backoff import Backoff
 from runner.core.clock import Clock, utc_now
 from runner.core.journal import Entry
+from runner.core.limits import COUNTED_SECONDS
 from runner.core.status import RunStatus
 from runner.errors import (
     AgentLoadError,
@@ -152,6 +154,9 @@ class Worker:
         self._active: dict[str, Future[None]] = {}
         self._epochs: dict[str, int] = {}  # the epoch of each run's claim in _active
         self._ended: deque[tuple[str, int]] = deque()  # (run id, epoch) of claims that ended
+        # The runs this worker parked for a limit, each with the epoch of the claim that
+        # parked it: a drain (`once`) finishes them before it exits.
+        self._parked: dict[str, int] = {}
         # Suspects (taken over with no new journal entry since their previous claim) run
         # with no other run beside them until they write one: if a suspect kills this
         # worker, no innocent run dies with it and gets counted towards crash_loop.
@@ -183,7 +188,9 @@ class Worker:
     # -- the serving loop -----------------------------------------------------------------
 
     def serve(self) -> None:
-        """Claim and execute runs until stopped (or, with `once`, until none is runnable)."""
+        """Claim and execute runs until stopped (or, with `once`, until none is runnable
+        and every run it started has finished or waits for something other than a limit:
+        a run it parked for a limit is claimed again when the limit has room)."""
         listening = not self.once and self.wakeup.start()
         self._log(
             logging.INFO,
@@ -226,14 +233,52 @@ class Worker:
                 claimed = self._claim_into(pool)
             if claimed:
                 continue
-            if self.once and not self._active:
-                break
             idle = self._db_wait or self.poll
+            if self.once and not self._active:
+                parked_for = self._parked_for()
+                if parked_for is None:
+                    break
+                idle = min(idle, parked_for)
             # Awake for the next tick: no sooner (no busy polling), no later.
             idle = max(0.0, min(idle, self._ticks_due_in()))
             if log.isEnabledFor(logging.DEBUG):
                 self._log(logging.DEBUG, f"nothing to claim: idle until woken or {idle:g}s pass")
             self._wake.wait(idle)
+
+    def _parked_for(self) -> float | None:
+        """For a drain with nothing runnable now: None if it is over, else the seconds
+        until the first run parked by a limit that it waits for comes back. It waits for
+        the runs it parked itself, whenever they come back, and for any other run of its
+        queues parked by a limit that comes back within the limit's window (a minute): only
+        runs not started and not runnable within that window are left. A run claimed again
+        since this worker parked it is no longer its own (again if it parks again)."""
+        try:
+            now = self.runner.now()
+            wakes: list[datetime] = []
+            if self._parked:
+                rows = self.store.existing_runs(list(self._parked))
+                for run_id, epoch in list(self._parked.items()):
+                    row = rows.get(run_id)
+                    if (
+                        row is None
+                        or row.status is not RunStatus.QUEUED
+                        or row.lease_epoch != epoch
+                    ):
+                        del self._parked[run_id]
+                    else:
+                        wakes.append(row.not_before or now)
+            other = self.store.first_parked(self.queues, now + timedelta(seconds=COUNTED_SECONDS))
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
+            if corrupt is not None:
+                raise corrupt from None
+            self._db_wait = self._db_backoff.next()
+            return self._db_wait
+        if other is not None:
+            wakes.append(other)
+        if not wakes:
+            return None
+        return max(0.0, (min(wakes) - now).total_seconds())
 
     def _gathering(self) -> float:
         """Seconds to wait for more slots to free before claiming (0: claim now). Only
@@ -436,6 +481,8 @@ class Worker:
             return
         except RunParked as parked:
             # Queued again in the reservation's transaction: nothing to give back.
+            if self.once:
+                self._parked[run.id] = claim.epoch
             self._log(logging.INFO, f"run {run.id} parked: {parked}", run.id)
             return
         except LeaseLost as exc:

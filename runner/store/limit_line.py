@@ -9,6 +9,8 @@ the runs in line are taken in their order and each one whose call now fits (the 
 as a reservation, runner.store.rules.Room, the runs woken before it counted as in
 flight) becomes runnable now; the first that does not fit stops the walk, so nobody is
 woken past a run ahead of it. Both stores wake by `woken`; the SQL one NOTIFYs the workers.
+
+`first_parked` tells a drain (`runner worker --once`) when the next parked run comes back.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, Engine, exists, func, select, update
 
 from runner.core.status import RunStatus
 from runner.store.backend import backend_for
 from runner.store.limits import charges, live_run
 from runner.store.rules import Charge, Room, aware
+from runner.store.runs import reading
 from runner.store.schema import limit_waiters, runs
 
 
@@ -48,6 +51,21 @@ def woken(limit: Any, at: datetime, charged: Sequence[Charge], line: Sequence[Wa
         if waiter.parked:
             found.append(waiter.run_id)
     return found
+
+
+def first_parked(engine: Engine, queues: Sequence[str] | None, by: datetime) -> datetime | None:
+    """The first wake-up, no later than `by`, of a run in `queues` (None: any) parked by a
+    limit: queued, with a wake-up time, in a limit's line."""
+    query = select(func.min(runs.c.not_before)).where(
+        runs.c.status == RunStatus.QUEUED,
+        runs.c.not_before <= by,
+        exists().where(limit_waiters.c.run_id == runs.c.id),
+    )
+    if queues is not None:
+        query = query.where(runs.c.queue.in_(queues))
+    with reading(engine) as connection:
+        found = connection.execute(query).scalar()
+    return None if found is None else aware(found)
 
 
 def wake_line(connection: Connection, limit: Any, at: datetime) -> list[str]:

@@ -316,6 +316,11 @@ class RunStore(Protocol):
         """Where the run's model calls reserve and settle, under the lease of `epoch`."""
         ...
 
+    def first_parked(self, queues: Sequence[str] | None, by: datetime) -> datetime | None:
+        """The first wake-up, no later than `by`, of a run in `queues` (None: any) parked
+        by a limit (queued, in a limit's line); None if there is none by then."""
+        ...
+
     # -- waking and writing ------------------------------------------------------------------
 
     def wakeups(self, event: threading.Event, log: Callable[[str], None] | None = None) -> Wakeups:

@@ -31,6 +31,7 @@ from runner.store import (
     children,
     deltas,
     leases,
+    limit_line,
     limits,
     messages,
     queues,
@@ -348,6 +349,9 @@ class SqlStore:
 
     def run_limits(self, run_id: str, epoch: int) -> SqlLimits:
         return SqlLimits(self.engine, run_id, epoch, writer=self.writer, clock=self._clock)
+
+    def first_parked(self, queues: Sequence[str] | None, by: datetime) -> datetime | None:
+        return limit_line.first_parked(self.engine, queues, by)
 
     # -- waking and writing ------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from runner.core.limits import COUNTED_SECONDS, Estimate, Reservation, estimated
@@ -73,6 +74,19 @@ class MemoryLimits(MemoryRows):
 
     def run_limits(self, run_id: str, epoch: int) -> MemoryRunLimits:
         return MemoryRunLimits(self, run_id, epoch)
+
+    def first_parked(self, queues: Sequence[str] | None, by: datetime) -> datetime | None:
+        with self._lock:
+            wakes = [
+                run["not_before"]
+                for run in (self.runs.get(run_id) for _, run_id in self.limit_waiters)
+                if run is not None
+                and run["status"] == RunStatus.QUEUED
+                and run["not_before"] is not None
+                and run["not_before"] <= by
+                and (queues is None or run["queue"] in queues)
+            ]
+        return min(wakes, default=None)
 
     # -- the rules, as runner.store.limits reads them -------------------------------------------
 

@@ -27,6 +27,8 @@ def solver(transcript: list[dict[str, Any]]) -> dict[str, Any]:
 solver_agent = Agent(solver, {"add": add}, name="solver", release="r1")
 
 SOLVER_REF = f"{Path(__file__).resolve()}:solver_agent"
+# The solver, its two model calls drawing from the provider limit `m`.
+limited_solver_agent = Agent(solver, {"add": add}, name="solver", release="r1", limit="m")
 
 
 class Gate:

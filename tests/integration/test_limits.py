@@ -20,11 +20,15 @@ from runner.core.clock import ManualClock
 from runner.core.limits import Reservation
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound, RunParked
+from runner.service.worker import Worker
 from runner.store import leases
 from runner.store.schema import limit_reservations, runs
+from runner.store.sql_store import SqlStore
+from tests.conditions import wait_until
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"
+LIMITED = f"{AGENTS}:limited_solver_agent"
 
 
 def claimed(
@@ -236,3 +240,48 @@ def test_a_run_waiting_for_a_slot_is_woken_by_a_call_s_end_not_by_the_clock(
         assert [runner.row(run_id).lease_epoch for run_id in line] == [2, 2, 2, 2]
         [info] = runner.limits()
         assert (info.in_flight, info.waiting) == (0, 0)
+
+
+def test_a_drain_waits_for_the_runs_a_limit_parked_and_leaves_those_not_started(
+    db_url: str,
+) -> None:
+    """`runner worker --once` under one request a minute: the runs it starts (two model
+    calls each) all finish, each parked and claimed again as the minute frees room; a run
+    delayed by an hour, not started, is left as it was."""
+    clock = ManualClock()
+    store = SqlStore(db_url, clock=clock)
+    runner = Runner(store=store)
+    try:
+        runner.set_limit("m", requests_per_minute=1)
+        started = [runner.submit(LIMITED, f"t{n}") for n in range(3)]
+        later = runner.submit(LIMITED, "later", delay=3600)
+        assert store.first_parked(None, runner.now() + timedelta(days=1)) is None
+        worker = Worker(store=store, once=True, concurrency=4, poll=0.01)
+        serving = threading.Thread(target=worker.serve)
+        serving.start()
+
+        def over() -> bool:
+            serving.join(0.01)
+            if not serving.is_alive():
+                return True
+            if runner.list(status=RunStatus.RUNNING):
+                return False
+            # Nothing running: the minute passes at once, to the first wake-up.
+            wake = store.first_parked(None, runner.now() + timedelta(seconds=120))
+            if wake is not None and wake > runner.now():
+                clock.advance((wake - runner.now()).total_seconds())
+            return False
+
+        try:
+            wait_until(over, what="the drain's end")
+        finally:
+            worker.stopping.set()
+            serving.join()
+        assert [runner.get(run_id).stop_reason for run_id in started] == ["final"] * 3
+        assert runner.row(later).status is RunStatus.QUEUED
+        assert runner.row(later).lease_epoch == 0
+        assert store.first_parked(None, runner.now() + timedelta(days=1)) is None
+        assert runner.limits()[0].waiting == 0
+    finally:
+        runner.close()
+        store.close()

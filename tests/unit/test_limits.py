@@ -7,19 +7,22 @@ Both databases' races, crashes and shared back-offs are in tests/integration/tes
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from runner import Agent
+from runner.core.clock import ManualClock, utc_now
 from runner.core.journal import EntryKind
 from runner.core.limits import DEFAULT_OUTPUT_TOKENS, estimate_tokens, limit_of
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound, ModelRetryable, RunParked
 from runner.service.worker import Worker
-from runner.testing import FunctionModel, ScriptedModel, call, final, tool_results
+from runner.testing import FunctionModel, InMemoryStore, ScriptedModel, call, final, tool_results
 from tests.conditions import scaled, wait_until
 
 from .store_support import LEASE, memory_runner
@@ -85,24 +88,76 @@ def test_a_run_with_no_room_parks_and_journals_how_long_it_waited() -> None:
     assert "for limit m" in waits[0].content
 
 
+@contextlib.contextmanager
+def serving(store: InMemoryStore, **kwargs: Any) -> Iterator[Worker]:
+    """A worker serving `store` on a thread, stopped on leaving."""
+    worker = Worker(store=store, poll=0.01, lease_seconds=LEASE, **kwargs)
+    thread = threading.Thread(target=worker.serve)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stopping.set()
+        worker._wake.set()
+        thread.join()
+
+
+def drain(store: InMemoryStore, clock: ManualClock, **kwargs: Any) -> None:
+    """`runner worker --once` on `store`, to its end; whenever no run is running, the clock
+    moves on to the first wake-up of a run parked by a limit (time passing, at once)."""
+    worker = Worker(store=store, once=True, poll=0.01, lease_seconds=LEASE, **kwargs)
+    thread = threading.Thread(target=worker.serve)
+    thread.start()
+
+    def over() -> bool:
+        thread.join(0.01)
+        if not thread.is_alive():
+            return True
+        if any(row["status"] == RunStatus.RUNNING for row in store.runs.values()):
+            return False
+        now = utc_now(clock)
+        wakes = [store.runs[run_id]["not_before"] for _, run_id in store.limit_waiters]
+        later = [wake for wake in wakes if wake is not None and wake > now]
+        if later:
+            clock.advance((min(later) - now).total_seconds())
+        return False
+
+    try:
+        wait_until(over, what="the drain's end")
+    finally:
+        worker.stopping.set()
+        thread.join()
+
+
 def test_a_worker_parks_the_run_without_holding_it() -> None:
     runner, store, clock = memory_runner()
     runner.set_limit("m", requests_per_minute=1)
     run_id = runner.submit(AGENT, "add")
-    worker = Worker(store=store, once=True, lease_seconds=LEASE)
-    worker.serve()
-    row = runner.row(run_id)
-    assert row.status is RunStatus.QUEUED and row.lease_owner is None
-    assert row.not_before is not None and row.not_before > runner.now()
-    [info] = runner.limits()
-    assert (info.requests, info.waiting) == (1, 1)
-    clock.advance(62)
-    Worker(store=store, once=True, lease_seconds=LEASE).serve()
-    assert runner.row(run_id).status is RunStatus.QUEUED  # one call a minute: parked again
-    for _ in range(3):
-        clock.advance(62)
-        Worker(store=store, once=True, lease_seconds=LEASE).serve()
+    with serving(store):
+        wait_until(lambda: runner.limits()[0].waiting == 1, what="the run parked")
+        row = runner.row(run_id)
+        assert row.status is RunStatus.QUEUED and row.lease_owner is None
+        assert row.not_before is not None and row.not_before > runner.now()
+        [info] = runner.limits()
+        assert (info.requests, info.waiting) == (1, 1)
+    drain(store, clock)
     assert runner.get(run_id).stop_reason == "final"
+
+
+def test_a_drain_finishes_the_runs_it_started_paced_to_their_limit() -> None:
+    """`runner worker --once` under two requests a minute: the three runs it starts (three
+    model calls each) are finished, each call in turn as the limit has room, not left
+    parked half done; a run delayed by an hour, not started, is left queued."""
+    runner, store, clock = memory_runner()
+    runner.set_limit("m", requests_per_minute=2)
+    started = [runner.submit(AGENT, f"t{n}") for n in range(3)]
+    later = runner.submit(AGENT, "later", delay=3600)
+    began = clock.time()
+    drain(store, clock, concurrency=4)
+    assert [runner.get(run_id).stop_reason for run_id in started] == ["final"] * 3
+    assert runner.row(later).status is RunStatus.QUEUED and runner.row(later).lease_epoch == 0
+    assert clock.time() - began >= 4 * 60  # nine calls, two a minute: paced by the limit
+    assert runner.limits()[0].waiting == 0
 
 
 def test_a_retry_after_backs_off_the_limit_for_every_run() -> None:
@@ -176,16 +231,16 @@ def test_each_model_call_span_names_its_limit_and_how_long_it_waited() -> None:
 def test_a_run_cancelled_while_parked_leaves_the_line() -> None:
     runner, store, clock = memory_runner()
     runner.set_limit("m", requests_per_minute=1)
-    _first, second = runner.submit(AGENT, "a"), runner.submit(AGENT, "b")
-    Worker(store=store, once=True, lease_seconds=LEASE).serve()
-    [info] = runner.limits()
-    assert info.waiting == 2  # one call a minute: both wait in line for their next
+    first, second = runner.submit(AGENT, "a"), runner.submit(AGENT, "b")
+    with serving(store):
+        # One call a minute: both wait in line for their next.
+        wait_until(lambda: runner.limits()[0].waiting == 2, what="both runs in line")
     parked = second
     runner.cancel(parked)
     assert runner.limits()[0].waiting == 1
-    clock.advance(62)
-    Worker(store=store, once=True, lease_seconds=LEASE).serve()
+    drain(store, clock)
     assert not [pair for pair in store.limit_waiters if pair[1] == parked]
+    assert runner.get(first).stop_reason == "final"
 
 
 # The slow call's two signals: it began; it may end.
