@@ -14,17 +14,24 @@ a `statement_timeout`:
    `set_config('role', 'none', true)` in the middle of a query and be superuser again for
    the rest of it; inside a security-definer function PostgreSQL refuses that (and
    `session_authorization`).
-4. Before it runs, its plan is read (EXPLAIN VERBOSE, which runs nothing): every function
-   it calls must be one that cannot write, signal, sleep, lock or emit WAL. That is an
-   allow-list by property: a function declared IMMUTABLE or STABLE (PostgreSQL's word that
-   it changes nothing), less the few stable ones that assign a transaction id, plus a few
-   harmless volatile ones (random, clock_timestamp). pg_logical_emit_message,
+4. Before it runs, it is planned (EXPLAIN, which runs nothing) and the planner's own tree
+   is read (`debug_print_plan`, a LOG message to the client; see plan_tree.py): every
+   function it names by oid, directly, through an operator or as an aggregate's step,
+   must be one that cannot write, signal, sleep, lock or emit WAL. That is an allow-list
+   by property: a function declared IMMUTABLE or STABLE (PostgreSQL's word that it
+   changes nothing), less the few stable ones that assign a transaction id, plus a few
+   harmless volatile ones of pg_catalog (random, clock_timestamp). pg_logical_emit_message,
    pg_advisory_lock, pg_sleep, pg_notify, nextval, lo_*, set_config, dblink and every
-   other volatile function are refused before anything runs, whatever the role's grants.
+   other volatile function are refused before anything runs, whatever the role's grants
+   (PUBLIC may execute most of them, and no grant can take that from one role). No SQL
+   text is read back: a quoted alias or a literal cannot hide a call. The server's log
+   keeps that LOG message unless the connecting role may set log_min_messages (a
+   superuser: runner sets it for the transaction).
 5. The rows come through a server-side cursor, a batch at a time: memory stays near a
    batch whatever the result's size, a value over MAX_VALUE_BYTES stops the query on the
    server (before it is sent), and the result stops at MAX_RESULT_BYTES. Each fetch runs
-   with what is left of the timeout, so the timeout bounds the whole command.
+   with what is left of the timeout, and reading the plan's tree stops at it too, so the
+   timeout bounds the whole command, the client's own work included.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from runner.errors import DatabaseUnavailable, QueryFailed
+from runner.history import plan_tree
 from runner.history.reader import (
     MAX_VALUE_BYTES,
     Bounds,
@@ -68,8 +76,25 @@ _VOLATILE_ALLOWED = frozenset(
 )
 # Stable functions that write all the same: each assigns a transaction id (WAL).
 _STABLE_DENIED = frozenset({"txid_current", "pg_current_xact_id"})
-_CALL = re.compile(r'"?([A-Za-z_][A-Za-z0-9_$]*)"?\s*\(')
-_LITERAL = re.compile(r"'(?:[^']|'')*'")
+# The functions a plan calls, with those its operators and its aggregates' steps call,
+# that a reader may not: volatile (less the harmless ones of pg_catalog), or denied.
+_REFUSED = """
+WITH direct(oid) AS (
+    SELECT unnest(CAST(%(functions)s AS oid[]))
+    UNION SELECT o.oprcode FROM pg_operator o WHERE o.oid = ANY(CAST(%(operators)s AS oid[]))
+), called(oid) AS (
+    SELECT oid FROM direct
+    UNION SELECT unnest(ARRAY[
+        a.aggtransfn::oid, a.aggfinalfn::oid, a.aggcombinefn::oid, a.aggserialfn::oid,
+        a.aggdeserialfn::oid, a.aggmtransfn::oid, a.aggminvtransfn::oid, a.aggmfinalfn::oid
+    ]) FROM pg_aggregate a JOIN direct d ON a.aggfnoid = d.oid
+)
+SELECT DISTINCT p.proname FROM called c JOIN pg_proc p ON p.oid = c.oid
+WHERE (p.provolatile = 'v' AND NOT (
+           p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY(%(allowed)s)))
+   OR (p.pronamespace = 'pg_catalog'::regnamespace AND p.proname = ANY(%(denied)s))
+ORDER BY 1
+"""
 _TOO_LARGE = "bytes: runner_sql_value_too_large"
 _UNDEFINED_ROLE = "22023"  # SET ROLE of a role that does not exist: invalid_parameter_value
 
@@ -112,7 +137,7 @@ def read(url: str, sql: str, timeout: float | None) -> Iterator[QueryResult]:
         bounds = Bounds(timeout)
         _become_reader(connection, timeout)
         names, types = _describe(connection, sql)
-        _check_functions(connection, sql, timeout)
+        _check_functions(connection, sql, bounds)
         query, argument = _through_reader(sql, types)
         cursor = connection.cursor(name="runner_sql")
         _run(cursor, query, argument, bounds)
@@ -136,6 +161,10 @@ def _become_reader(connection: Any, timeout: float | None) -> None:
     milliseconds = 0 if not timeout else max(1, round(timeout * 1000))
     connection.execute(f"SET LOCAL statement_timeout = {milliseconds}")
     user = connection.info.user
+    if connection.info.parameter_status("is_superuser") == "on":
+        # The plan tree that _check_functions reads comes as a LOG message, which the
+        # server's log keeps too; a role that may (not the reader) keeps it out.
+        connection.execute("SET LOCAL log_min_messages = fatal")
     try:
         connection.execute(f"SET LOCAL ROLE {READER_ROLE}")
     except psycopg.Error as exc:
@@ -204,44 +233,56 @@ def _describe(connection: Any, sql: str) -> tuple[list[str], list[tuple[str, boo
     return names, [(row[0], oid == _VOID) for row, oid in zip(spelled, oids, strict=True)]
 
 
-def _check_functions(connection: Any, sql: str, timeout: float | None) -> None:
+def _check_functions(connection: Any, sql: str, bounds: Bounds) -> None:
     """Refuse a statement whose plan calls a function outside the reader's allow-list."""
     import psycopg
 
+    dumps: list[str] = []
+
+    def heard(diagnostic: Any) -> None:
+        # The planner's tree comes as a LOG message "plan:", the tree in its detail.
+        if diagnostic.severity_nonlocalized == "LOG" and diagnostic.message_primary == "plan:":
+            dumps.append(diagnostic.message_detail or "")
+
+    connection.add_notice_handler(heard)
     try:
-        plan = connection.execute(
-            "EXPLAIN (VERBOSE, FORMAT JSON) " + sql.rstrip().rstrip(";")
-        ).fetchone()[0]
-        called = sorted(_called(plan))
+        connection.execute("SET LOCAL client_min_messages = log")
+        connection.execute("SET LOCAL debug_pretty_print = off")
+        connection.execute("SET LOCAL debug_print_plan = on")
+        connection.execute("EXPLAIN " + sql.rstrip().rstrip(";"))  # plans, runs nothing
+        connection.execute("SET LOCAL debug_print_plan = off")
+        connection.execute("SET LOCAL client_min_messages = notice")
+    except psycopg.Error as exc:
+        raise _refusal(exc.sqlstate or "", str(exc), bounds.timeout) from None
+    finally:
+        connection.remove_notice_handler(heard)
+    if not dumps:
+        raise read_only("the server did not show the statement's plan, which runner sql checks")
+    found = plan_tree.Called()
+    try:
+        for dump in dumps:  # a function folded at planning time plans its own statements
+            one = plan_tree.called(plan_tree.parse(dump, bounds.remaining), bounds.remaining)
+            found.functions |= one.functions
+            found.operators |= one.operators
+    except ValueError:
+        raise read_only(
+            "the statement's plan could not be read, and runner sql checks it"
+        ) from None
+    try:
         refused = connection.execute(
-            "SELECT DISTINCT proname FROM pg_proc WHERE proname = ANY(%s) AND ("
-            "(provolatile = 'v' AND NOT proname = ANY(%s)) OR proname = ANY(%s)"
-            ") ORDER BY 1",
-            [called, sorted(_VOLATILE_ALLOWED), sorted(_STABLE_DENIED)],
+            _REFUSED,
+            {
+                "functions": sorted(found.functions),
+                "operators": sorted(found.operators),
+                "allowed": sorted(_VOLATILE_ALLOWED),
+                "denied": sorted(_STABLE_DENIED),
+            },
         ).fetchall()
     except psycopg.Error as exc:
-        raise _refusal(exc.sqlstate or "", str(exc), timeout) from None
+        raise _refusal(exc.sqlstate or "", str(exc), bounds.timeout) from None
     if refused:
         listed = ", ".join(f"{name}()" for (name,) in refused)
         raise read_only(f"it may call no function that can write, signal, sleep or lock: {listed}")
-
-
-def _called(plan: object) -> set[str]:
-    """The names of the functions an EXPLAIN VERBOSE plan (JSON) calls anywhere."""
-    found: set[str] = set()
-    pending: list[object] = [plan]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.values())
-            name = item.get("Function Name")
-            if isinstance(name, str):
-                found.add(name)
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str):
-            found.update(match.group(1) for match in _CALL.finditer(_LITERAL.sub("''", item)))
-    return found
 
 
 def _through_reader(sql: str, types: list[tuple[str, bool]]) -> tuple[str, str]:
