@@ -1,7 +1,8 @@
 """The run history: read-only SQL, the stop-reason distribution, export and prune, and the
 paged reads of the page (`runner ui`).
 
-`runner sql` (`query`, over `sqlite_reader` or `postgres_reader`, which share `reader`),
+`runner sql` (`query`, over `sqlite_reader` or `postgres_reader`, which share `reader`;
+PostgreSQL's plans read as the planner's tree by `plan_tree`),
 `runner stats` (`stats`), export and prune (`archive`), the page's reads a page at a time
 (`browse`), the use of provider limits (`limit_use`), moments such as `--since 7d`
 (`moments`), values as JSON (`values`) and the views of migration 0002 as SQLAlchemy sees
