@@ -17,6 +17,7 @@ from runner.core.utf8 import utf8_safe
 from runner.errors import RunnerError
 from runner.history.values import plain
 from runner.store.backend import backend_for
+from runner.store.retention import tree_finished
 from runner.store.runs import decode
 from runner.store.schema import UtcDateTime, entries, runs
 
@@ -163,10 +164,12 @@ def prune_runs(
     """Delete the runs that finished before a moment, with their journals, in batches.
 
     Each batch is its own short transaction (other writers wait for one batch, never for
-    the whole prune). A queued, running or waiting run is never touched, however old.
+    the whole prune). A queued, running or waiting run is never touched, however old, nor
+    a finished one whose tree still has a run that is not finished (retention's rule: a
+    sub-agent's child stays while its parent runs).
     """
     cutoff = finished_before.astimezone(UTC)
-    old = (runs.c.status == RunStatus.FINISHED) & (runs.c.finished_at < cutoff)
+    old = (runs.c.status == RunStatus.FINISHED) & (runs.c.finished_at < cutoff) & tree_finished()
     pruned = Pruned()
     if dry_run:
         reads = backend_for(engine.dialect.name).read_options()
@@ -197,9 +200,20 @@ def prune_runs(
             ).all()
             if not batch:
                 return pruned
-            ids = [row.id for row in batch]
-            pruned.entries += connection.execute(
-                delete(entries).where(entries.c.run_id.in_(ids))
-            ).rowcount
-            pruned.runs += connection.execute(delete(runs).where(runs.c.id.in_(ids), old)).rowcount
-            pruned.reasons.update(row.stop_reason or "-" for row in batch)
+            reasons = {row.id: row.stop_reason or "-" for row in batch}
+            journals: dict[str, int] = dict(
+                connection.execute(
+                    select(entries.c.run_id, func.count())
+                    .where(entries.c.run_id.in_(reasons))
+                    .group_by(entries.c.run_id)
+                ).all()
+            )
+            # The rules again in the DELETE (a child started in the tree since: kept), and
+            # the journal only with its run (ON DELETE CASCADE), never ahead of it.
+            gone = connection.execute(
+                delete(runs).where(runs.c.id.in_(reasons), old).returning(runs.c.id)
+            ).scalars()
+            for run_id in gone:
+                pruned.runs += 1
+                pruned.entries += journals.get(run_id, 0)
+                pruned.reasons[reasons[run_id]] += 1

@@ -8,7 +8,8 @@ foreign key cascades), when either rule says so.
 
 Only finished runs are ever deleted, and never one whose tree (`root_id`) still has a run
 that is not finished: a queued, running or waiting run, a sub-agent's finished parent whose
-tree goes on, a child whose root still runs all stay. Workers apply the rules
+tree goes on, a child whose root still runs all stay (`tree_finished`, which `runner prune`
+shares). Workers apply the rules
 (`prune_expired`): each batch is one short transaction that picks at most `batch_size` runs
 (on PostgreSQL with FOR UPDATE SKIP LOCKED: two workers never wait on each other's rows)
 and deletes them with the rules checked again in the DELETE itself, so a run revived
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, exists, select, text
+from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, exists, select, text
 
 from runner.core.status import RunStatus
 from runner.store.queues import check_queue
@@ -154,11 +155,20 @@ def _expired(queue: str, rules: Rules, now: datetime, connection: Connection) ->
                 cutoffs.append(runs.c.finished_at < oldest_kept)
     if not cutoffs:
         return None
-    # Never a run whose tree still has a run that is not finished (a sub-agent's tree).
-    tree = runs.alias("tree")
-    live_tree = exists().where(tree.c.root_id == runs.c.root_id, tree.c.status != "finished")
     condition = cutoffs[0] if len(cutoffs) == 1 else cutoffs[0] | cutoffs[1]
-    return and_(finished, condition, ~live_tree)
+    return and_(finished, condition, tree_finished())
+
+
+def tree_finished() -> ColumnElement[bool]:
+    """True of a run whose whole tree (its `root_id`'s runs) is finished.
+
+    Retention and `runner prune` delete no other run: a sub-agent's finished child stays
+    while its parent, an ancestor or a sibling still runs (the parent's journal names it,
+    and a revived parent reads its result). A condition on `runs`, correlated: it holds in a
+    SELECT and again in the DELETE, so a child started in the tree meanwhile keeps it.
+    """
+    tree = runs.alias("tree")
+    return ~exists().where(tree.c.root_id == runs.c.root_id, tree.c.status != RunStatus.FINISHED)
 
 
 def prune_expired(

@@ -8,7 +8,7 @@ Time is a parameter: each pass is given the moment it runs at (`prune_expired(no
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from runner import Runner
 from runner.core.status import RunStatus
+from runner.history import prune_runs
 from runner.store import retention
 from runner.store.runs import insert_run, new_run
 from runner.store.schema import entries, runs
@@ -251,3 +252,31 @@ def test_export_archives_the_selection_a_rule_deletes(db_url: str) -> None:
         expired = runner.prune_expired(later)
         assert archived == {"r0", "r1", "r2"} and expired.runs == 3
         assert ids(runner) == {"other", "queued"}
+
+
+def test_prune_keeps_a_finished_child_while_its_parent_runs(db_url: str) -> None:
+    """`runner prune` shares retention's tree rule (it deleted the child, whatever its
+    tree): a finished sub-agent stays while a run of its tree is not finished."""
+    with Runner(db_url) as runner:
+        runner.submit(AGENT, "the parent", id="parent")  # queued: its tree goes on
+        child = new_run(
+            run_id="child",
+            agent=AGENT,
+            agent_name="solver",
+            release=None,
+            task="a sub-task",
+            budgets={},
+            at=runner.now(),
+            parent_id="parent",
+            root_id="parent",
+        )
+        assert insert_run(runner.engine, child)
+        assert runner.resume("child").stop_reason == "final"
+        later = datetime.now(UTC) + 1000 * DAY
+        assert prune_runs(runner.engine, later, dry_run=True).runs == 0
+        assert prune_runs(runner.engine, later).runs == 0
+        assert ids(runner) == {"parent", "child"}
+        assert runner.resume("parent").stop_reason == "final"
+        pruned = prune_runs(runner.engine, later)
+        assert pruned.runs == 2 and pruned.entries > 0
+        assert ids(runner) == set() and orphans(runner) == 0
