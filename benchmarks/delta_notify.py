@@ -35,12 +35,13 @@ from sqlalchemy import Engine, text
 from runner.core.deltas import Delta
 from runner.store import deltas as table
 from runner.store.database import open_engine, upgrade
+from runner.store.delta_writer import Put
 
 CHANNEL = "runner_deltas"
 
 
 def write(engine: Engine, run_id: str, n: int, notify: bool) -> None:
-    row = table.Put(run_id, Delta(1, n, f"p{n:05d} "), datetime.now(UTC))
+    row = Put(run_id, Delta(1, n, f"p{n:05d} "), datetime.now(UTC))
     with engine.begin() as connection:
         connection.execute(table.deltas.insert(), [table._row(row)])
         if notify:

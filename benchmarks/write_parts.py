@@ -36,6 +36,7 @@ from runner.core.ids import new_run_id
 from runner.core.journal import Entry, EntryKind
 from runner.store import fencing, leases
 from runner.store import runs as store
+from runner.store.rules import Claim
 
 PARTS = ("Append.of", "statement alone", "Writer.commit", "SqlJournal.append")
 
@@ -53,7 +54,7 @@ def action(seq: int) -> Entry:
     )
 
 
-def claimed(runner: Runner) -> leases.Claim:
+def claimed(runner: Runner) -> Claim:
     run_id = new_run_id()
     store.create_run(
         runner.engine, run_id=run_id, agent=None, agent_name=None, release=None, task="parts",
@@ -72,11 +73,11 @@ def cpu_per(writes: int, write: Callable[[int], Any]) -> float:
     return (time.process_time() - started) / writes * 1e6
 
 
-def prebuilt(runner: Runner, claim: leases.Claim, writes: int) -> list[fencing.Append]:
+def prebuilt(runner: Runner, claim: Claim, writes: int) -> list[fencing.Append]:
     return [built(runner, claim, seq) for seq in range(writes)]
 
 
-def built(runner: Runner, claim: leases.Claim, seq: int) -> fencing.Append:
+def built(runner: Runner, claim: Claim, seq: int) -> fencing.Append:
     dialect = runner.engine.dialect
     return fencing.Append.of(dialect, claim.run.id, claim.epoch, seq, (action(seq),), None, 600)
 

@@ -38,7 +38,7 @@ from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.service.runner_base import RunnerBase
-from runner.store.follows import Follow
+from runner.store.follow import Follow
 from runner.store.protocol import RunStore
 
 # How often SQLite's watcher looks for a follower (or a follower polls a store without one).

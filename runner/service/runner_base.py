@@ -22,10 +22,10 @@ from runner.core.status import RunStatus
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
 from runner.errors import AgentLoadError, RunnerError
 from runner.service import submissions
-from runner.store import queues as queue_limits
 from runner.store import run_states as listing
 from runner.store import runs as store
 from runner.store.protocol import RunStore
+from runner.store.rules import check_priority, check_queue
 from runner.store.schema import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
@@ -154,8 +154,8 @@ class RunnerBase:
     ) -> str:
         submissions.check_task(task)
         placed = at or submissions.Placement()
-        queue = None if placed.queue is None else queue_limits.check_queue(placed.queue)
-        priority = None if placed.priority is None else queue_limits.check_priority(placed.priority)
+        queue = None if placed.queue is None else check_queue(placed.queue)
+        priority = None if placed.priority is None else check_priority(placed.priority)
         # As in run_agent, a budget given as None is unlimited; one not given is the agent's.
         chosen = with_budgets(budgets, agent.budgets)
         run_id = self._new_id(run_id)

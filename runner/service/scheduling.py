@@ -14,8 +14,8 @@ from runner.core.agent import Agent, with_budgets
 from runner.errors import AgentLoadError, ScheduleExists
 from runner.service import submissions
 from runner.service.runner_base import RunnerBase
-from runner.store import queues as queue_limits
 from runner.store import schedules as store
+from runner.store.rules import check_priority, check_queue
 from runner.store.schedules import Fired, ScheduleRow
 from runner.store.schema import DEFAULT_QUEUE
 
@@ -67,8 +67,8 @@ class Scheduling(RunnerBase):
             "release": loaded.release,
             "task": task,
             "budgets": chosen.as_dict(),
-            "queue": DEFAULT_QUEUE if queue is None else queue_limits.check_queue(queue),
-            "priority": 0 if priority is None else queue_limits.check_priority(priority),
+            "queue": DEFAULT_QUEUE if queue is None else check_queue(queue),
+            "priority": 0 if priority is None else check_priority(priority),
             "cron": cron,
             "timezone": timezone,
             "catch_up": catch_up,

@@ -24,7 +24,7 @@ from runner.service.conflicts import conflict, differences
 from runner.service.delays import start_time
 from runner.store import runs as store
 from runner.store.protocol import RunStore
-from runner.store.queues import check_priority, check_queue
+from runner.store.rules import check_priority, check_queue
 from runner.store.schema import DEFAULT_QUEUE
 
 BATCH_SIZE = 1000

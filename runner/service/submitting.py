@@ -11,8 +11,8 @@ from runner.errors import AgentLoadError
 from runner.service import submissions
 from runner.service.delays import start_time
 from runner.service.runner_base import RunnerBase
-from runner.store.retention import Expired, Rules, check_keep_runs, check_keep_seconds
 from runner.store.rows import QueueInfo
+from runner.store.rules import Expired, Rules, check_keep_runs, check_keep_seconds
 
 
 class Submitting(RunnerBase):

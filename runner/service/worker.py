@@ -57,7 +57,7 @@ from runner.store import queues as queue_limits
 from runner.store.database import resolve_url
 from runner.store.pool_size import PoolChoice, choose_pool
 from runner.store.protocol import Claim, RunStore
-from runner.store.retention import BATCH_SIZE, BATCHES_PER_PASS
+from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS
 
 log = logging.getLogger("runner.worker")
 

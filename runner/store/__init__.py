@@ -18,9 +18,9 @@ rows), queues (`queues`) and their retention (`retention`), schedules (`schedule
 provider limits and what each charged (`limits`), reserving from them and parking a run that
 must wait (`reservations`), the runs waiting for a slot woken when a call ends
 (`limit_line`), wake-ups (`wakeup`), the one watcher that wakes a process's followers of
-runs (`follows`), and the pieces of model responses in flight (`deltas`, written in batches
-by `delta_writer`). It speaks SQL for the step machine's journal protocol and knows no
-policy of the loop, no command line and no page.
+runs (`follows`; a follower's registration, `follow`), and the pieces of model responses in
+flight (`deltas`, written in batches by `delta_writer`). It speaks SQL for the step
+machine's journal protocol and knows no policy of the loop, no command line and no page.
 
 It may import: `runner.core` and the shared leaves.
 """

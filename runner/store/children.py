@@ -36,8 +36,8 @@ from runner.core.waiting import Answer, Asks
 from runner.store import approvals
 from runner.store.backend import backend_for
 from runner.store.driver import Prepared, prepared
-from runner.store.queues import PRIORITY_RANGE
 from runner.store.rows import RunRow
+from runner.store.rules import PRIORITY_RANGE
 from runner.store.runs import amount, counter, entry_row, lock_run, new_run
 from runner.store.schema import entries, runs
 

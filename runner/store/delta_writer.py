@@ -20,11 +20,45 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 
 from runner.core.clock import Clock, utc_now
 from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind
-from runner.store.deltas import ALL_STEPS, Change, Drop, Put
+
+# -- the changes a batch applies, in order (runner.store.deltas writes them in SQL) --------
+
+# The longest a delta is kept: one model call's longest (the adapters' total_timeout, 600 s,
+# by default). Deltas of a call are deleted once its action is journaled, so only those a
+# crash left behind, of a run no worker took up again, ever grow this old.
+DELTA_KEEP_SECONDS = 600.0
+# Every step, from the first: a Drop of a run's deltas whatever their step.
+ALL_STEPS = (0, 2**31 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """Write one delta of run `run_id`, made at `at`."""
+
+    run_id: str
+    delta: Delta
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Delete run `run_id`'s deltas of steps `first` through `last`."""
+
+    run_id: str
+    first: int
+    last: int
+
+
+Change = Put | Drop
+
+
+# -- the writer ------------------------------------------------------------------------------
 
 # At most one write of deltas per this many seconds (a piece waits no longer than that).
 DELTA_BATCH_SECONDS = 0.05

@@ -10,44 +10,15 @@ DELTA_KEEP_SECONDS old.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, and_, delete, select
 
 from runner.core.deltas import Delta
+from runner.store.delta_writer import DELTA_KEEP_SECONDS, Change, Put
 from runner.store.schema import deltas
 from runner.store.writer import writing
-
-# The longest a delta is kept: one model call's longest (the adapters' total_timeout, 600 s,
-# by default). Deltas of a call are deleted once its action is journaled, so only those a
-# crash left behind, of a run no worker took up again, ever grow this old.
-DELTA_KEEP_SECONDS = 600.0
-
-# Every step, from the first: a Drop of a run's deltas whatever their step.
-ALL_STEPS = (0, 2**31 - 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Put:
-    """Write one delta of run `run_id`, made at `at`."""
-
-    run_id: str
-    delta: Delta
-    at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Drop:
-    """Delete run `run_id`'s deltas of steps `first` through `last`."""
-
-    run_id: str
-    first: int
-    last: int
-
-
-Change = Put | Drop
 
 
 def write(engine: Engine, changes: list[Change]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,26 +21,14 @@ from sqlalchemy import Connection, Engine, Row, bindparam, func, select, update
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
-from runner.errors import LeaseHeld, RunNotFound
+from runner.errors import RunNotFound
 from runner.store import approvals
 from runner.store import queues as queue_limits
 from runner.store.backend import backend_for
+from runner.store.rules import Claim, crash_loop_error, refuse_if_held
 from runner.store.runnable import Ahead, journal_length, next_claimable
 from runner.store.runs import RunRow, lock_run, plain_text, stopped_values
 from runner.store.schema import entries, runs
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A lease this worker now holds: write with `epoch` until told otherwise."""
-
-    run: RunRow
-    epoch: int
-    next_seq: int
-    crash_loop: bool  # the run was given up: taken over too often without progress
-    # Takeovers in a row that found no new journal entry: more than 0 makes the run a
-    # suspect of killing its workers, which a worker runs alone until it progresses.
-    stalled: int = 0
 
 
 def claim_run(
@@ -177,16 +164,6 @@ def _take_statement(counted: bool) -> Any:
     return update(runs).where(runs.c.id == bindparam("run_id")).values(values).returning(*runs.c)
 
 
-def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
-    """What is known of a crash loop: takeovers with no journal entry, after owners that
-    died holding the run. Whether the run itself killed them, nobody can tell."""
-    return (
-        f"resumed {stalled} times in a row without a new journal entry (max_resumes "
-        f"{max_resumes}): each time, its last owner had died without releasing the run; once "
-        f"the cause is fixed, continue it with `runner resume {run_id} --max-resumes N`"
-    )
-
-
 def claim_some(
     engine: Engine,
     *,
@@ -289,14 +266,4 @@ def release_run(
                 updated_at=utc_now(clock),
                 **extra,
             )
-        )
-
-
-def refuse_if_held(run: RunRow, at: datetime, *, steal: bool) -> None:
-    """LeaseHeld when a live worker executes `run` at `at` and the caller does not steal it
-    (a finished run is never held). Every store takes a run for a resume by this rule."""
-    if run.status is not RunStatus.FINISHED and not steal and run.lease_is_live(at):
-        raise LeaseHeld(
-            f"run {run.id} is being executed by {run.lease_owner} (lease until "
-            f"{run.lease_expires_at:%H:%M:%S} UTC); pass --steal to take it over"
         )

@@ -26,11 +26,10 @@ from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.errors import RunnerError
 from runner.store.delta_writer import RunDeltas
-from runner.store.follows import Follow
-from runner.store.leases import Claim as Claim  # re-exported: what a claim holds
-from runner.store.retention import Expired, Rules
-from runner.store.rows import LimitInfo, QueueInfo, RunRow
-from runner.store.schedules import Fired
+from runner.store.follow import Follow
+from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow
+from runner.store.rules import Claim as Claim  # re-exported: what a claim holds
+from runner.store.rules import Expired, Rules
 
 # Told of each journal entry after its commit, on the thread that wrote it.
 Observer = Callable[[str, Entry], None]

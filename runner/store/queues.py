@@ -9,7 +9,6 @@ status is `running` under a lease that has not expired. A waiting run holds no s
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
@@ -19,42 +18,9 @@ from sqlalchemy import Connection, Engine, bindparam, case, func, select
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
 from runner.store.rows import QueueInfo
+from runner.store.rules import check_limit, check_queue
 from runner.store.runs import reading, store_named
 from runner.store.schema import queues, runs
-
-# Letters, digits and `_ . : -`, like a run id: a name a shell and `--queue a,b` keep whole.
-QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
-# runs.priority is a 32-bit integer on PostgreSQL.
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-
-
-def check_queue(name: object) -> str:
-    """The queue name, or ValueError saying what a name may be."""
-    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
-        raise ValueError(
-            f"queue {name!r} must be 1 to 64 letters, digits, '_', '.', ':' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
-
-
-def check_priority(priority: object) -> int:
-    low, high = PRIORITY_RANGE
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ValueError(f"priority must be a whole number, not {priority!r}")
-    if not low <= priority <= high:
-        raise ValueError(f"priority must be between {low} and {high}, got {priority}")
-    return priority
-
-
-def check_limit(limit: object) -> int | None:
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"a queue's limit must be a whole number, 0 or more, not {limit!r}")
-    if limit > PRIORITY_RANGE[1]:
-        raise ValueError(f"a queue's limit must be at most {PRIORITY_RANGE[1]}, got {limit}")
-    return limit
 
 
 def _live(at: Any) -> Any:

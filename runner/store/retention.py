@@ -19,72 +19,24 @@ meanwhile (queued again) is left alone. `runner prune` stays for one-off deletio
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, exists, select, text
 
 from runner.core.status import RunStatus
-from runner.store.queues import check_queue
+from runner.store.rules import (
+    BATCH_SIZE,
+    BATCHES_PER_PASS,
+    Expired,
+    Rules,
+    check_keep_runs,
+    check_keep_seconds,
+    check_rules_name,
+    effective,
+)
 from runner.store.runs import reading, store_named
 from runner.store.schema import queues, runs
-
-# The queue name of the default rules: no queue can be named so (check_queue).
-DEFAULT_RULES = "*"
-# The most runs one transaction deletes, and the most batches one pass of a worker runs.
-BATCH_SIZE = 100
-BATCHES_PER_PASS = 10
-# A run's id, seconds and count columns hold at most these.
-MOST_SECONDS = 2**63 - 1
-MOST_RUNS = 2**31 - 1
-
-
-@dataclass(frozen=True)
-class Rules:
-    """What a queue keeps: None for a rule not set."""
-
-    keep_seconds: int | None = None
-    keep_runs: int | None = None
-
-    def __bool__(self) -> bool:
-        return self.keep_seconds is not None or self.keep_runs is not None
-
-
-@dataclass
-class Expired:
-    """What a pass of retention deleted, per queue."""
-
-    runs: int = 0
-    queues: Counter[str] = field(default_factory=Counter)
-
-
-def check_rules_name(name: object) -> str:
-    """A queue's name, or `*` for the default of every queue."""
-    return DEFAULT_RULES if name == DEFAULT_RULES else check_queue(name)
-
-
-def check_keep_seconds(seconds: object) -> int | None:
-    if seconds is None:
-        return None
-    if isinstance(seconds, timedelta):
-        seconds = seconds.total_seconds()
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-        raise ValueError(f"keep must be a duration of 0 seconds or more, not {seconds!r}")
-    if seconds > MOST_SECONDS:
-        raise ValueError(f"keep must be at most {MOST_SECONDS} seconds, got {seconds:g}")
-    return int(seconds)
-
-
-def check_keep_runs(count: object) -> int | None:
-    if count is None:
-        return None
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ValueError(f"keep_runs must be a whole number, 0 or more, not {count!r}")
-    if count > MOST_RUNS:
-        raise ValueError(f"keep_runs must be at most {MOST_RUNS}, got {count}")
-    return count
 
 
 def set_rules(engine: Engine, name: str, rules: Rules, at: datetime) -> None:
@@ -103,15 +55,6 @@ def stored_rules(connection: Connection) -> dict[str, Rules]:
     found = connection.execute(select(queues.c.name, queues.c.keep_seconds, queues.c.keep_runs))
     rules = {name: Rules(seconds, count) for name, seconds, count in found}
     return {name: rule for name, rule in rules.items() if rule}
-
-
-def effective(rules: dict[str, Rules], queue: str) -> Rules:
-    """The queue's rules, each falling back on the default's when the queue leaves it NULL."""
-    own, default = rules.get(queue, Rules()), rules.get(DEFAULT_RULES, Rules())
-    return Rules(
-        own.keep_seconds if own.keep_seconds is not None else default.keep_seconds,
-        own.keep_runs if own.keep_runs is not None else default.keep_runs,
-    )
 
 
 # The queues with finished runs, read as a loose index scan of ix_runs_claim (status, queue,

@@ -29,12 +29,13 @@ from runner.core.limits import Estimate, estimated
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import ChildRun, Place, Spend, TreeStop, TreeStopped, ancestors_stop
 from runner.errors import EntryRefused, LeaseLost, RunParked, describe
-from runner.store import children, fencing, leases, messages, tree_budget
+from runner.store import children, fencing, messages, tree_budget
 from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.children import child_row
 from runner.store.failures import refused, transient
 from runner.store.heartbeat import Heartbeat
+from runner.store.rules import Claim
 from runner.store.writer import Writer, writing
 
 # Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
@@ -56,7 +57,7 @@ class SqlJournal:
     def __init__(
         self,
         engine: Engine,
-        claim: leases.Claim,
+        claim: Claim,
         *,
         lease_seconds: float,
         observer: Observer | None = None,

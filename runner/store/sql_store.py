@@ -46,13 +46,14 @@ from runner.store import runs as store
 from runner.store.backend import backend_for
 from runner.store.database import connect, damaged, resolve_url
 from runner.store.delta_writer import DeltaWriter, RunDeltas
-from runner.store.follows import Follow, Followers
+from runner.store.follow import Follow
+from runner.store.follows import Followers
 from runner.store.heartbeat import Heartbeat
 from runner.store.owner import this_process
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.reservations import SqlLimits
-from runner.store.retention import Expired, Rules
 from runner.store.rows import LimitInfo, QueueInfo, RunRow
+from runner.store.rules import Expired, Rules
 from runner.store.schedules import Fired
 from runner.store.sql_journal import SqlJournal
 from runner.store.urls import redact_url

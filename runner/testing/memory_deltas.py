@@ -8,7 +8,7 @@ import threading
 from datetime import datetime, timedelta
 
 from runner.core.deltas import Delta
-from runner.store.deltas import DELTA_KEEP_SECONDS, Change, Drop, Put
+from runner.store.delta_writer import DELTA_KEEP_SECONDS, Change, Drop, Put
 
 
 class MemoryDeltas:

@@ -35,14 +35,20 @@ from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
 from runner.errors import AmbiguousRunId, RunnerError, RunNotFound
-from runner.store import liveness, queues, run_states
+from runner.store import liveness, run_states
 from runner.store.delta_writer import DeltaWriter, RunDeltas
-from runner.store.follows import Follow
-from runner.store.leases import crash_loop_error, refuse_if_held
+from runner.store.follow import Follow
 from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
-from runner.store.retention import Expired, Rules
 from runner.store.rows import QueueInfo, RunRow, entry_of
+from runner.store.rules import (
+    Expired,
+    Rules,
+    check_limit,
+    check_queue,
+    crash_loop_error,
+    refuse_if_held,
+)
 from runner.store.run_changes import FORKED_EPOCH
 from runner.store.runs import plain_text
 from runner.store.schedules import Fired
@@ -444,8 +450,8 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
     # -- queues, budgets, forks -----------------------------------------------------------------
 
     def set_queue_limit(self, name: str, limit: int | None) -> None:
-        queues.check_queue(name)
-        checked = queues.check_limit(limit)
+        check_queue(name)
+        checked = check_limit(limit)
         with self._lock:
             self.limits[name] = checked
 

@@ -12,6 +12,7 @@ from typing import Any
 from runner import Agent, DeltaEvent, Event, ModelFatal, Runner
 from runner.core.deltas import Delta, current_stream
 from runner.store import deltas as table
+from runner.store.delta_writer import DELTA_KEEP_SECONDS, Put
 from tests.conditions import wait_until
 
 WAIT = 60.0
@@ -81,7 +82,7 @@ def test_what_a_crash_left_is_deleted_when_the_run_streams_again(db_url: str) ->
         runner.run(Agent(model), "greet", id="c", max_steps=0)  # made, no step taken
         # What a worker killed mid-stream leaves: pieces of a call never journaled.
         now = datetime.now(UTC)
-        table.write(engine, [table.Put("c", Delta(1, n, "stale"), now) for n in range(2)])
+        table.write(engine, [Put("c", Delta(1, n, "stale"), now) for n in range(2)])
         assert len(_stored(runner, "c")) == 2
         done = threading.Thread(
             target=runner.resume, args=("c",), kwargs={"agent": Agent(model), "max_steps": 5}
@@ -100,12 +101,12 @@ def test_deltas_are_swept_once_they_are_older_than_they_are_kept(db_url: str) ->
     with Runner(db_url) as runner:
         engine = runner.store.engine  # type: ignore[attr-defined]
         now = datetime.now(UTC)
-        old = now - timedelta(seconds=table.DELTA_KEEP_SECONDS + 1)
+        old = now - timedelta(seconds=DELTA_KEEP_SECONDS + 1)
         table.write(
             engine,
             [
-                table.Put("old", Delta(1, 0, "left by a crash"), old),
-                table.Put("new", Delta(1, 0, "x"), now),
+                Put("old", Delta(1, 0, "left by a crash"), old),
+                Put("new", Delta(1, 0, "x"), now),
             ],
         )
         assert table.sweep(engine, now) == 1

@@ -21,13 +21,14 @@ from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
 from runner.store import driver, fencing, leases
 from runner.store import runs as store
+from runner.store.rules import Claim
 from runner.store.schema import entries
 from runner.store.sql_journal import SqlJournal
 
 from .support import entry_rows, observation, task_entry, tool_action
 
 
-def claimed(runner: Runner, run_id: str) -> leases.Claim:
+def claimed(runner: Runner, run_id: str) -> Claim:
     assert store.create_run(
         runner.engine,
         run_id=run_id,

@@ -23,7 +23,8 @@ from runner import Event, Runner
 from runner.core.status import RunStatus
 from runner.store import reads
 from runner.store.backend import backend_for
-from runner.store.follows import Follow, Followers, _Poller, mark
+from runner.store.follow import Follow
+from runner.store.follows import Followers, _Poller, mark
 from runner.store.schema import entries, follows
 from tests.conditions import wait_until
 

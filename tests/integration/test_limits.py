@@ -22,6 +22,7 @@ from runner.core.status import RunStatus
 from runner.errors import LimitNotFound, RunParked
 from runner.service.worker import Worker
 from runner.store import leases
+from runner.store.rules import Claim
 from runner.store.schema import limit_reservations, runs
 from runner.store.sql_store import SqlStore
 from tests.conditions import wait_until
@@ -31,9 +32,7 @@ AGENT = f"{AGENTS}:solver_agent"
 LIMITED = f"{AGENTS}:limited_solver_agent"
 
 
-def claimed(
-    runner: Runner, run_id: str, owner: str = "tester:1:1", lease: float = 30
-) -> leases.Claim:
+def claimed(runner: Runner, run_id: str, owner: str = "tester:1:1", lease: float = 30) -> Claim:
     return leases.claim_run(
         runner.engine, run_id, owner=owner, lease_seconds=lease, max_resumes=3, clock=runner.clock
     )
@@ -219,7 +218,7 @@ def test_a_run_waiting_for_a_slot_is_woken_by_a_call_s_end_not_by_the_clock(
                 runner.store.run_limits(run_id, taken.epoch).reserve("m", 10)
             clock.advance(0.01)  # each begins to wait after the one before it
 
-        def claim_all() -> list[leases.Claim]:
+        def claim_all() -> list[Claim]:
             return runner.store.claim_some(
                 limit=10, owner="tester:2:1", lease_seconds=30, max_resumes=3
             )

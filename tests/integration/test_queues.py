@@ -17,12 +17,13 @@ import pytest
 
 from runner import Runner
 from runner.store import leases
+from runner.store.rules import Claim
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"
 
 
-def claim(runner: Runner, owner: str = "tester:1:1", **kwargs: Any) -> leases.Claim | None:
+def claim(runner: Runner, owner: str = "tester:1:1", **kwargs: Any) -> Claim | None:
     kwargs.setdefault("clock", runner.clock)
     taken = leases.claim_some(
         runner.engine, limit=1, owner=owner, lease_seconds=30, max_resumes=3, **kwargs

@@ -20,6 +20,7 @@ from runner.core.stop_reasons import StopReason
 from runner.core.tree import TreeStopped
 from runner.errors import RunParked
 from runner.store import leases
+from runner.store.rules import Claim
 from runner.store.schema import runs, tree_reservations
 from runner.testing import FunctionModel, call, final, turns
 from tests.conditions import wait_until
@@ -88,7 +89,7 @@ def test_a_call_that_would_start_after_a_siblings_crossing_is_not_made(db_url: s
     assert row.tokens + row.below_tokens == 400
 
 
-def claimed(runner: Runner, run_id: str, owner: str = "tester:1:1") -> leases.Claim:
+def claimed(runner: Runner, run_id: str, owner: str = "tester:1:1") -> Claim:
     return leases.claim_run(
         runner.engine, run_id, owner=owner, lease_seconds=30, max_resumes=3, clock=runner.clock
     )

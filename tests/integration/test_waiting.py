@@ -31,6 +31,7 @@ from runner.core.clock import ManualClock
 from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Asks
 from runner.store import leases
+from runner.store.rules import Claim
 from runner.store.schema import entries, runs
 from runner.testing import FunctionModel
 
@@ -278,7 +279,7 @@ def test_an_unanswered_call_is_denied_by_the_first_claim_after_its_timeout(db_ur
         assert result.waiting is not None and result.waiting.expires_at is not None
         assert result.waiting.expires_at - result.waiting.since == timedelta(seconds=60)
 
-        def claim() -> leases.Claim | None:
+        def claim() -> Claim | None:
             taken = leases.claim_some(
                 runner.engine, limit=1, owner=OWNER, lease_seconds=30, max_resumes=3, clock=clock
             )

@@ -10,7 +10,7 @@ from typing import Any
 from runner import Agent, DeltaEvent, Event, Runner, run_agent
 from runner.core.clock import utc_now
 from runner.core.deltas import Delta, current_stream, streaming
-from runner.store.deltas import Put
+from runner.store.delta_writer import Put
 from runner.testing import InMemoryStore
 from tests.conditions import wait_until
 
