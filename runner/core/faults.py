@@ -47,6 +47,9 @@ POINTS = frozenset(
         # A model call's reservation from its provider limit committed, the call not made:
         # a crash here must leak nothing past the lease (runner.core.limits).
         "after_limit_reserve",
+        # A child run's model call held against its tree's budget (committed), the call not
+        # made: the hold must neither block the tree for ever nor let it overspend.
+        "after_tree_hold",
     }
 )
 

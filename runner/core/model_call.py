@@ -17,6 +17,7 @@ from runner.core.calls import CallTimedOut, described, invoke
 from runner.core.clock import Clock
 from runner.core.context import Context
 from runner.core.deltas import DeltaSink, streaming
+from runner.core.faults import fault
 from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Journal
 from runner.core.limits import Draw, Reservation, estimate_tokens, max_tokens_of
@@ -186,6 +187,8 @@ class ModelCall:
             return None
         max_tokens = self.draw.max_tokens if self.draw is not None else max_tokens_of(self.model)
         held: object | None = hold(step, lambda: estimate_tokens(shown, max_tokens))
+        if held is not None:
+            fault("after_tree_hold")
         return held
 
     def release_tree(self, hold: object | None) -> None:
