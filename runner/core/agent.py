@@ -24,6 +24,11 @@ from runner.errors import AgentLoadError, BadAgentReference
 
 if TYPE_CHECKING:
     from runner.core.model_call import Model
+    from runner.core.result import AgentResult
+
+# What drives a run to its stop: `runner.core.loop.drive`'s signature. An agent whose loop is
+# another framework's (runner.integrations) brings its own.
+Loop = Callable[..., "AgentResult"]
 
 
 class Agent:
@@ -46,6 +51,7 @@ class Agent:
         context: Context | None = None,
         accepts: Any = None,
         limit: str | None = None,
+        loop: Loop | None = None,
         **budgets: Any,
     ) -> None:
         if not callable(model):
@@ -74,6 +80,8 @@ class Agent:
         # What a message sent to its runs must be (`runner send`): text (None or str), or a
         # type pydantic validates (a model, a TypedDict), checked when it is sent.
         self.accepts = accepts
+        # What drives its runs: runner's own loop (None), or a framework's (runner.integrations).
+        self.loop = loop
         # Where the agent was made, so `reference()` can find the attribute holding it.
         self._module: str | None = sys._getframe(1).f_globals.get("__name__")
 

@@ -26,6 +26,9 @@ class StopReason(StrEnum):
     # A resume found the run's listed tools (an MCP server's) not as they were listed when
     # it started: going on would show the model, or call, other tools than it chose from.
     TOOLS_CHANGED = "tools_changed"
+    # A framework's agent (Pydantic AI, the Agents SDK), replayed on resume, asked for what
+    # its journal does not hold at that place: its code or its inputs changed.
+    DIVERGED = "diverged"
 
     @property
     def meaning(self) -> str:
@@ -72,6 +75,10 @@ _MEANINGS: dict[StopReason, tuple[str, str | None]] = {
     ),
     StopReason.TOOLS_CHANGED: (
         "stopped: its tools' server lists them differently since the run started",
+        None,
+    ),
+    StopReason.DIVERGED: (
+        "stopped: on resume the agent's code asked for what its journal does not hold",
         None,
     ),
 }

@@ -219,7 +219,7 @@ class Resuming(RunnerBase):
         )
         try:
             with journal, spans as traced:
-                result = drive(
+                result = (agent.loop or drive)(
                     agent.model,
                     agent.tools,
                     run.task,

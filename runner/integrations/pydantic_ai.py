@@ -1,0 +1,372 @@
+"""A Pydantic AI agent, durable on runner's journal: `RunnerAgent(agent)`.
+
+    from pydantic_ai import Agent
+    from runner.integrations.pydantic_ai import RunnerAgent
+
+    shop = Agent("openai:gpt-4.1-mini", name="shop")
+    agent = RunnerAgent(shop, idempotent={"lookup_order"}, max_steps=12)
+
+`agent` is a runner agent: `runner run file.py:agent "..."`, `Runner.run/submit`, workers,
+schedules and the HTTP API take it. Pydantic AI runs its own loop; a capability added to each
+run sends every model request and tool call through the run's journal (runner.core.foreign):
+
+- a model response the journal holds is never requested again; a tool call whose outcome it
+  holds is never run again; a call a crash left in flight is settled by its declaration:
+  run again with the same key if idempotent (`idempotent={...}` names, or `@durable(...)` on
+  the function), else the model is told `OutcomeUnknown`. Inside a tool,
+  `runner.current_call().idempotency_key` is the call's key.
+- on resume the agent's code runs again from the start and is fed the journal's responses and
+  outcomes in order. What the agent does between them must be deterministic (the same
+  instructions, tools, output type and history for the same task); an agent that asks for
+  what the journal does not hold there stops with `diverged`.
+- a tool declared `requires_approval=True` makes the run wait (holding no worker) for
+  `runner approve` / `runner deny`; a denial is what the model is shown.
+- a tool's exception is shown to the model (as `ModelRetry`), and Pydantic AI's own limits
+  stop the run with the nearest runner reason: its tool and output retries running out with
+  `tool_errors`, its usage limits with `max_steps` (requests, tool calls) or `token_budget`.
+
+Pydantic AI (`pip install "runner[pydantic-ai]"`) is imported when this module is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic_core
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import messages as pm
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import (
+    ModelHTTPError,
+    ModelRetry,
+    UnexpectedModelBehavior,
+    UsageLimitExceeded,
+)
+from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.usage import RequestUsage
+
+from runner.core.actions import Call
+from runner.core.agent import Agent
+from runner.core.budgets import Budgets
+from runner.core.calls import invoke
+from runner.core.foreign import ForeignRun, Outcome, Reply, Stopped
+from runner.core.journal import Journal
+from runner.core.result import AgentResult
+from runner.core.stop_reasons import StopReason
+from runner.core.tools import Reconcile, Tool
+from runner.errors import ModelFatal
+
+__all__ = ["RunnerAgent", "durable"]
+
+# The attribute `durable` sets on a tool function: its runner declaration.
+_DECLARED = "__runner_tool__"
+
+
+def durable(
+    *,
+    idempotent: bool = False,
+    reconcile: Reconcile | None = None,
+    mark_start: bool = False,
+    timeout: float | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare how a Pydantic AI tool's call is settled after a crash, under `@agent.tool`:
+
+        @agent.tool_plain
+        @durable(idempotent=True)
+        def lookup_order(order_id: str) -> str: ...
+
+    The function is returned unchanged (Pydantic AI reads its signature as before)."""
+
+    def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
+        declared = Tool(
+            fn, idempotent=idempotent, reconcile=reconcile, mark_start=mark_start, timeout=timeout
+        )
+        setattr(fn, _DECLARED, declared)
+        return fn
+
+    return declare
+
+
+class RunnerAgent(Agent):
+    """A Pydantic AI `Agent` run durably by runner: accepted wherever a runner agent is.
+
+    `idempotent` names the tools whose interrupted call may run again with the same key (as
+    `@durable(idempotent=True)` does); `deps` is handed to every run (Pydantic AI's `deps=`);
+    `budgets` are runner's (`max_steps`, `max_tokens`, `max_cost`, `max_seconds`, ...).
+    """
+
+    def __init__(
+        self,
+        agent: PydanticAgent[Any, Any],
+        *,
+        name: str | None = None,
+        release: str | None = None,
+        ref: str | None = None,
+        idempotent: Iterable[str] = (),
+        deps: Any = None,
+        limit: str | None = None,
+        **budgets: Any,
+    ) -> None:
+        if not isinstance(agent, PydanticAgent):
+            raise ValueError(f"RunnerAgent wraps a pydantic_ai.Agent, not {type(agent).__name__}")
+        self.agent = agent
+        self.deps = deps
+        super().__init__(
+            _FrameworkModel(agent),
+            _declarations(agent, set(idempotent)),
+            name=name or agent.name,
+            release=release,
+            ref=ref,
+            limit=limit,
+            loop=self._drive,
+            **budgets,
+        )
+        # Where the RunnerAgent was made, not this module: `reference()` looks there.
+        self._module = sys._getframe(1).f_globals.get("__name__")
+
+    def _drive(
+        self,
+        model: Any,
+        tools: Mapping[str, Tool],
+        task: str,
+        budgets: Budgets,
+        journal: Journal,
+        **options: Any,
+    ) -> AgentResult:
+        """runner.core.loop.drive's part for a Pydantic AI agent: its own loop, journaled."""
+        for unused in ("context", "deltas"):
+            options.pop(unused, None)
+        run = ForeignRun(tools, task, budgets, journal, **options)
+        try:
+            run.begin()
+            output = invoke(self._run, (run, task), {}, None)
+            stop = run.end(output)
+        except Stopped as stopped:
+            stop = stopped.stop
+        except UsageLimitExceeded as exc:
+            stop = run.fail(exc, _usage_reason(exc))
+        except UnexpectedModelBehavior as exc:
+            # Its tool or output retries ran out: the nearest of runner's is a streak of
+            # failed steps.
+            stop = run.fail(exc, StopReason.TOOL_ERRORS)
+        return run.result(stop)
+
+    async def _run(self, run: ForeignRun, task: str) -> Any:
+        try:
+            result = await self.agent.run(task, deps=self.deps, capabilities=[_Journaled(run)])
+        except BaseExceptionGroup as group:  # a task group's: the first of ours inside
+            raise _first_of(group) from None
+        return pydantic_core.to_jsonable_python(result.output)
+
+
+@dataclass
+class _FrameworkModel:
+    """The RunnerAgent's `model`: never called (the framework asks its own model), it names
+    that model for traces."""
+
+    agent: PydanticAgent[Any, Any]
+
+    @property
+    def model(self) -> str | None:
+        model = self.agent.model
+        return model if isinstance(model, str) or model is None else model.model_name
+
+    def __call__(self, transcript: list[dict[str, Any]]) -> Any:
+        raise ModelFatal("a Pydantic AI agent's model is asked through its own loop")
+
+
+class _Journaled(AbstractCapability[Any]):
+    """The capability each run of a RunnerAgent gets: its model requests, tool calls and
+    approvals go through the run's journal."""
+
+    def __init__(self, run: ForeignRun) -> None:
+        self.run = run
+
+    async def wrap_model_request(
+        self, ctx: Any, *, request_context: ModelRequestContext, handler: Any
+    ) -> pm.ModelResponse:
+        returned, retry = _returned(request_context.messages)
+        recorded = await asyncio.to_thread(self.run.recorded_reply, returned, retry)
+        if recorded is not None:
+            return _response_of(recorded, request_context)
+        loop = asyncio.get_running_loop()
+        params = request_context.model_request_parameters
+
+        def request() -> pm.ModelResponse:
+            future = asyncio.run_coroutine_threadsafe(handler(request_context), loop)
+            try:
+                response: pm.ModelResponse = future.result()
+            except ModelHTTPError as exc:
+                if 400 <= exc.status_code < 500 and exc.status_code not in (408, 409, 429):
+                    raise ModelFatal(f"{type(exc).__name__}: {exc}") from None
+                raise
+            return response
+
+        response: pm.ModelResponse = await asyncio.to_thread(
+            self.run.ask, request, lambda r: (_reply_of(r, params), r)
+        )
+        return response
+
+    async def wrap_tool_execute(
+        self, ctx: Any, *, call: pm.ToolCallPart, tool_def: Any, args: Any, handler: Any
+    ) -> Any:
+        recorded = await asyncio.to_thread(self.run.recorded_outcome, call.tool_call_id)
+        if recorded is not None:
+            return _replayed(recorded)
+        loop = asyncio.get_running_loop()
+        raised: list[BaseException] = []
+        returned: list[Any] = []
+
+        def execute(**_args: Any) -> str:  # the args are the validated ones, bound here
+            future = asyncio.run_coroutine_threadsafe(handler(args), loop)
+            try:
+                value = future.result()
+            except Exception as exc:
+                raised.append(exc)
+                raise
+            returned.append(value)
+            return _text_of(value)
+
+        outcome = await asyncio.to_thread(self.run.call, call.tool_call_id, execute)
+        if raised and isinstance(raised[0], ModelRetry):
+            raise raised[0]  # the framework counts its retries as it would unwrapped
+        if returned and not outcome.is_error:
+            return returned[0]
+        return _replayed(outcome)
+
+    async def handle_deferred_tool_calls(
+        self, ctx: Any, *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        if not requests.approvals:
+            return None
+        ids = [call.tool_call_id for call in requests.approvals]
+        answers = await asyncio.to_thread(self.run.approvals, ids)
+        return DeferredToolResults(
+            approvals={
+                call_id: True if denial is None else ToolDenied(denial)
+                for call_id, denial in answers.items()
+            }
+        )
+
+
+def _declarations(agent: PydanticAgent[Any, Any], idempotent: set[str]) -> dict[str, Tool]:
+    """Each function tool's runner declaration: `@durable`'s, or idempotent if named."""
+    declared: dict[str, Tool] = {}
+    for toolset in agent.toolsets:
+        if not isinstance(toolset, FunctionToolset):
+            continue
+        for name, tool in toolset.tools.items():
+            own = getattr(tool.function, _DECLARED, None)
+            base = own if isinstance(own, Tool) else Tool(tool.function)
+            if name in idempotent:
+                base = Tool(base.fn, idempotent=True, reconcile=base.reconcile,
+                            mark_start=base.mark_start, timeout=base.timeout)  # fmt: skip
+            declared[name] = base
+    unknown = sorted(idempotent - set(declared))
+    if unknown:
+        raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
+    return declared
+
+
+def _returned(messages: list[pm.ModelMessage]) -> tuple[dict[str, Outcome], str | None]:
+    """What the request about to be sent says of the last step: each call's outcome as the
+    framework shows it, by call id, and its complaint about a reply with no call."""
+    outcomes: dict[str, Outcome] = {}
+    retry = None
+    if not messages or not isinstance(messages[-1], pm.ModelRequest):
+        return outcomes, retry
+    for part in messages[-1].parts:
+        if isinstance(part, pm.ToolReturnPart):
+            outcomes[part.tool_call_id] = Outcome(part.model_response_str(), False)
+        elif isinstance(part, pm.RetryPromptPart):
+            if part.tool_name is None:
+                retry = part.model_response()
+            else:
+                outcomes[part.tool_call_id] = Outcome(part.model_response(), True)
+    return outcomes, retry
+
+
+def _reply_of(response: pm.ModelResponse, params: ModelRequestParameters) -> Reply:
+    """A model response in the journal's terms."""
+    outputs = {tool.name for tool in params.output_tools}
+    texts = [part.content for part in response.parts if isinstance(part, pm.TextPart)]
+    calls = []
+    output_call = None
+    for part in response.parts:
+        if not isinstance(part, pm.ToolCallPart):
+            continue
+        call = Call(part.tool_name, _args_of(part), part.tool_call_id)
+        if part.tool_name in outputs:
+            output_call = output_call or call
+        else:
+            calls.append(call)
+    usage = response.usage
+    return Reply(
+        text="".join(texts) or None,
+        calls=tuple(calls),
+        output_call=output_call,
+        tokens=usage.input_tokens + usage.output_tokens,
+    )
+
+
+def _response_of(reply: Reply, request_context: ModelRequestContext) -> pm.ModelResponse:
+    """The journal's reply as the response the framework first got."""
+    parts: list[pm.ModelResponsePart] = []
+    if reply.text:
+        parts.append(pm.TextPart(reply.text))
+    for call in (*reply.calls, *((reply.output_call,) if reply.output_call else ())):
+        # The arguments as JSON text, as providers send them (Python's separators, the
+        # common form): the dict the journal keeps does not remember the provider's bytes.
+        args = call.args.get("_unparsed") if set(call.args) == {"_unparsed"} else None
+        text = args if isinstance(args, str) else json.dumps(call.args)
+        parts.append(pm.ToolCallPart(call.tool, text, tool_call_id=call.id or ""))
+    return pm.ModelResponse(
+        parts=parts,
+        usage=RequestUsage(input_tokens=reply.tokens),
+        model_name=request_context.model.model_name,
+    )
+
+
+def _args_of(part: pm.ToolCallPart) -> dict[str, Any]:
+    try:
+        return part.args_as_dict(raise_if_invalid=True)
+    except Exception:
+        return {"_unparsed": part.args if isinstance(part.args, str) else repr(part.args)}
+
+
+def _text_of(value: Any) -> str:
+    """A tool's return value as the journal keeps it: text as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    try:
+        return pydantic_core.to_json(value).decode()
+    except Exception:
+        return str(value)
+
+
+def _replayed(outcome: Outcome) -> Any:
+    """A recorded outcome handed back to the framework: its text, or a failure the model is
+    shown (ModelRetry, as a tool raising would be)."""
+    if outcome.is_error:
+        raise ModelRetry(outcome.content)
+    return outcome.content
+
+
+def _usage_reason(exc: UsageLimitExceeded) -> StopReason:
+    """The runner stop nearest to a Pydantic AI usage limit."""
+    return StopReason.TOKEN_BUDGET if "token" in str(exc).lower() else StopReason.MAX_STEPS
+
+
+def _first_of(group: BaseExceptionGroup[Any]) -> BaseException:
+    for exc in group.exceptions:
+        inner = _first_of(exc) if isinstance(exc, BaseExceptionGroup) else exc
+        if not isinstance(inner, asyncio.CancelledError):
+            return inner
+    return group
