@@ -17,9 +17,9 @@ run (`messages`), the provider limits a model call reserves from and settles wit
 result of a run (`result`) and where it stands (`status`). Small parts: time as a parameter
 (`clock`), the one backoff (`backoff`), run ids (`ids`), text as UTF-8 can carry it
 (`utf8`), named fault points for crash tests (`faults`), and seed 004's scripted contract
-over the loop (`agent_loop`). A run whose loop is another framework's goes through the journal
-at each of its model requests and tool calls (`foreign`). It knows no SQL, no command line, no provider and no tracing
-library.
+over the loop (`agent_loop`). A run whose loop is another framework's goes through the
+journal at each of its model requests and tool calls (`foreign`). It knows no SQL, no command
+line, no provider and no tracing library.
 
 It may import: only the shared leaves (`runner.errors`, `runner.defaults`, `runner.lazy`).
 """

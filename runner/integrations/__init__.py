@@ -1,8 +1,9 @@
 """Agents written with other frameworks, made durable on runner's journal.
 
-`runner.integrations.pydantic_ai.RunnerAgent` wraps a Pydantic AI `Agent` (`pydantic_ai`). The framework keeps
-its own loop; each model request and tool call it makes goes through the run's journal
-(runner.core.foreign). Each framework is an optional extra, imported only when its module is.
+`runner.integrations.pydantic_ai.RunnerAgent` wraps a Pydantic AI `Agent` (`pydantic_ai`).
+The framework keeps its own loop; each model request and tool call it makes goes through the
+run's journal (runner.core.foreign). Each framework is an optional extra, imported only
+when its module is.
 
 It may import: `runner.core` and the shared leaves.
 """
