@@ -33,7 +33,8 @@ from runner.core.actions import Action, ActionKind, Call, parse_action
 from runner.core.budgets import Budgets
 from runner.core.calls import described
 from runner.core.clock import SYSTEM, Clock
-from runner.core.journal import Counters, Entry, EntryKind, Journal, Stop, transcript_of
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, Journal, Stop, transcript_of
 from runner.core.limits import NO_LIMITS, Draw, Limits, limit_wait_entry
 from runner.core.model_call import (
     Cancel,
