@@ -56,6 +56,7 @@ class Adapter:
         secrets: Iterable[str] = (),
         total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         limit: str | None = None,
+        price_table: bool = True,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError(f"{type(self).__name__} needs a model name, not {model!r}")
@@ -82,7 +83,14 @@ class Adapter:
         self._given = client
         self._client: Any = None
         self._lock = threading.Lock()
-        self._pricer = Pricer(as_price(price), provider_id=self.provider, provider_api_url=None)
+        if not isinstance(price_table, bool):
+            raise ValueError(f"price_table must be True or False, not {price_table!r}")
+        self._pricer = Pricer(
+            as_price(price),
+            provider_id=self.provider,
+            provider_api_url=None,
+            price_table=price_table,
+        )
 
     def with_tools(self, tools: Mapping[str, Callable[..., Any]]) -> Self:
         """This adapter, telling the model about `tools` (Agent calls it with its own)."""
@@ -274,8 +282,8 @@ class Adapter:
                     if failure is None:
                         raise
                     raise failure from None
-                # Another server by the same API (a gateway, Ollama) has prices of its own,
-                # if genai-prices knows it by its URL; the provider's own is known by name.
+                # Another server by the same API may have prices of its own in the table,
+                # known by its URL (a gateway); else the model's are the provider's.
                 url = str(getattr(self._client, "base_url", "") or "")
                 official = urlsplit(url).hostname in (None, self.official_host)
                 self._pricer.provider_api_url = None if official else url

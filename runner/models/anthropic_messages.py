@@ -33,8 +33,10 @@ class AnthropicMessages(Adapter):
     ANTHROPIC_BASE_URL, ...); `client` is an `anthropic.Anthropic` to use instead (its
     retries are turned off: runner's `model_retries` are the only ones). `system` is the
     system prompt, `max_tokens` the output limit of each call, `price` the dollars per
-    million tokens (a `Price`, or `(input, output)`), else genai-prices' table when it is
-    installed, else cost 0 marked unknown. `secrets` are more strings (a gateway's token, a
+    million tokens (a `Price`, or `(input, output)`), else genai-prices' table by model when
+    it is installed (behind a proxy or gateway too), else cost 0 marked unknown.
+    `price_table=False` says the table's prices do not apply to this server: without
+    `price`, the cost is unknown. `secrets` are more strings (a gateway's token, a
     header's value) never to be repeated in an error: the key is never repeated either.
     `total_timeout` (600 s by default; None: none) is how long one call may take in all, the
     body included: past it the call is given up and retried like a timeout. `stream=True`:
@@ -60,6 +62,7 @@ class AnthropicMessages(Adapter):
         max_tokens: int = DEFAULT_MAX_TOKENS,
         total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         limit: str | None = None,
+        price_table: bool = True,
         **request_params: Any,
     ) -> None:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -75,6 +78,7 @@ class AnthropicMessages(Adapter):
             total_timeout=total_timeout,
             request_params=request_params,
             limit=limit,
+            price_table=price_table,
         )
         self.max_tokens = max_tokens
 

@@ -32,8 +32,11 @@ class OpenAIChat(Adapter):
     `base_url` and `api_key` default to the SDK's own (OPENAI_BASE_URL, OPENAI_API_KEY);
     `client` is an `openai.OpenAI` to use instead (its retries are turned off: runner's
     `model_retries` are the only ones). `system` is the system prompt; `price` the dollars
-    per million tokens (a `Price`, or `(input, output)`), else genai-prices' table when it
-    is installed, else cost 0 marked unknown. `secrets` are more strings (a gateway's token,
+    per million tokens (a `Price`, or `(input, output)`), else genai-prices' table by model
+    when it is installed (behind a proxy or gateway too: OPENAI_BASE_URL elsewhere still
+    gets the model's list price), else cost 0 marked unknown. `price_table=False` says the
+    table's prices do not apply to this server (a local model, a server that bills its
+    own way): without `price`, the cost is unknown. `secrets` are more strings (a gateway's token,
     a header's value) never to be repeated in an error: the key is never repeated either.
     `total_timeout` (600 s by default; None: none) is how long one call may take in all, the
     body included: past it the call is given up and retried like a timeout. `stream=True`:
@@ -59,6 +62,7 @@ class OpenAIChat(Adapter):
         secrets: Iterable[str] = (),
         total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         limit: str | None = None,
+        price_table: bool = True,
         **request_params: Any,
     ) -> None:
         super().__init__(
@@ -72,6 +76,7 @@ class OpenAIChat(Adapter):
             total_timeout=total_timeout,
             request_params=request_params,
             limit=limit,
+            price_table=price_table,
         )
         # The output allowance a call reserves from its limit (runner.core.limits), if given.
         allowance = request_params.get("max_completion_tokens", request_params.get("max_tokens"))

@@ -1,4 +1,5 @@
-"""What a model call cost: from the rates given with `price=`, or from genai-prices' table.
+"""What a model call cost: from the rates given with `price=`, or from genai-prices' table
+by model (unless `price_table=False` says the table does not apply to the host).
 
 A price nobody knows is never guessed: the call costs 0 and its usage says
 `"cost_known": False` (and the adapter logs it once per model), so a cost budget is
@@ -7,6 +8,7 @@ visibly blind rather than quietly wrong.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -100,14 +102,28 @@ def as_price(price: PriceLike | None) -> Price | None:
 
 
 class Pricer:
-    """Turns one adapter's token counts into the usage mapping of an action."""
+    """Turns one adapter's token counts into the usage mapping of an action.
+
+    Without rates of its own (`price=`) a call is priced by its model in genai-prices'
+    table, whatever host answered it: a gateway or a proxy in front of the provider
+    (OPENAI_BASE_URL elsewhere) passes the provider's list prices on. A host the table
+    knows by its URL (OpenRouter, say) is priced as that host first. `price_table=False`
+    says the table's prices do not apply (a local model, a server that bills otherwise):
+    the cost is then unknown unless `price=` gives it.
+    """
 
     def __init__(
-        self, price: Price | None, *, provider_id: str, provider_api_url: str | None
+        self,
+        price: Price | None,
+        *,
+        provider_id: str,
+        provider_api_url: str | None,
+        price_table: bool = True,
     ) -> None:
         self.price = price
         self.provider_id = provider_id
         self.provider_api_url = provider_api_url
+        self.price_table = price_table
         self._unknown: set[str] = set()
         self._lock = threading.Lock()
 
@@ -125,6 +141,9 @@ class Pricer:
     def _table_cost(self, model: str, tokens: Tokens) -> float | None:
         if model in self._unknown:
             return None
+        if not self.price_table:
+            self._unpriced(model, "price_table=False: the price table does not apply; pass price=")
+            return None
         try:
             import genai_prices
         except ImportError:
@@ -136,15 +155,19 @@ class Pricer:
             cache_read_tokens=tokens.cached,
             cache_write_tokens=tokens.cache_write,
         )
-        try:
-            if self.provider_api_url is not None:
+        if self.provider_api_url is not None:
+            # A host with prices of its own in the table (a gateway it knows by its URL);
+            # any other host, and a model that host does not list, by the provider's.
+            with contextlib.suppress(LookupError):
                 found = genai_prices.calc_price(
                     usage, model, provider_api_url=self.provider_api_url
                 )
-            else:
-                found = genai_prices.calc_price(usage, model, provider_id=self.provider_id)
+                return float(found.total_price)
+        try:
+            found = genai_prices.calc_price(usage, model, provider_id=self.provider_id)
         except LookupError:
-            self._unpriced(model, "genai-prices does not know it: pass price=")
+            table = f"genai-prices' table has no {self.provider_id} model of that name"
+            self._unpriced(model, f"{table}: pass price=")
             return None
         return float(found.total_price)
 

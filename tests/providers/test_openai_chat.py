@@ -482,16 +482,30 @@ def test_the_repr_shows_the_model_and_never_the_key(chat: OpenAIChat) -> None:
     assert KEY not in repr(vars(chat).get("request_params"))
 
 
-def test_the_price_table_is_used_for_the_providers_own_api_only(
-    server: FakeServer, adapters: list[OpenAIChat]
+def test_the_price_table_prices_the_model_whatever_the_host(
+    server: FakeServer, adapters: list[OpenAIChat], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A proxy in front of OpenAI (OPENAI_BASE_URL elsewhere) passes its list prices on:
+    the model's cost is known; `price_table=False` says they do not apply to the host."""
     official = OpenAIChat("gpt-4.1-mini", api_key=KEY)  # api.openai.com: never called here
-    local = OpenAIChat("gpt-4.1-mini", base_url=f"{server.url}/v1", api_key=KEY)
-    adapters += [official, local]
+    proxied = OpenAIChat("gpt-4.1-mini", base_url=f"{server.url}/v1", api_key=KEY)
+    local = OpenAIChat("gpt-4.1-mini", base_url=f"{server.url}/v1", api_key=KEY, price_table=False)
+    adapters += [official, proxied, local]
     official._connect()
     priced = official.reply(openai_completion("hi", usage=(1000, 100, 0)))["usage"]
     assert priced["cost_known"] is True
     assert priced["cost"] == pytest.approx((1000 * 0.4 + 100 * 1.6) / 1e6)  # genai-prices
-    # Another server with the same API (a gateway, a local model) charges what it charges.
-    server.reply(openai_completion("hi"))
-    assert local([{"role": "user", "content": "x"}])["usage"]["cost_known"] is False
+    server.reply(openai_completion("hi", usage=(1000, 100, 0)))
+    server.reply(openai_completion("hi", usage=(1000, 100, 0)))
+    with caplog.at_level(logging.WARNING, logger="runner.models"):
+        assert proxied([{"role": "user", "content": "x"}])["usage"] == priced
+        unpriced = local([{"role": "user", "content": "x"}])["usage"]
+    assert unpriced["cost_known"] is False and unpriced["cost"] == 0.0
+    (warned,) = [r.getMessage() for r in caplog.records if r.name == "runner.models"]
+    assert "price_table=False" in warned and "gpt-4.1-mini" in warned
+    assert "does not know" not in warned
+
+
+def test_the_flag_is_a_yes_or_no() -> None:
+    with pytest.raises(ValueError, match="price_table must be True or False"):
+        OpenAIChat("gpt-4.1-mini", api_key=KEY, price_table="no")  # type: ignore[arg-type]

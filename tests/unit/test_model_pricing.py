@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import sys
 import time
 from typing import Any
@@ -73,6 +74,23 @@ def test_a_model_the_table_does_not_know_costs_zero_marked_unknown() -> None:
     pricer = Pricer(None, provider_id="openai", provider_api_url="http://127.0.0.1:11434/v1")
     usage = pricer.usage("llama3.2", Tokens(input=10, output=5))
     assert usage == {"input_tokens": 10, "output_tokens": 5, "cost": 0.0, "cost_known": False}
+
+
+def test_a_model_is_priced_by_name_behind_any_host(caplog: pytest.LogCaptureFixture) -> None:
+    """A proxy's URL decides nothing: the model's list price holds, unless price_table=False
+    says the table does not apply there; the warning says which it was."""
+    proxy = "http://127.0.0.1:4000/v1"
+    behind = Pricer(None, provider_id="openai", provider_api_url=proxy)
+    usage = behind.usage("gpt-4.1-mini", Tokens(input=1000, output=100))
+    assert usage["cost_known"] is True
+    assert usage["cost"] == pytest.approx((1000 * 0.4 + 100 * 1.6) / 1e6)
+    with caplog.at_level(logging.WARNING, logger="runner.models"):
+        off = Pricer(None, provider_id="openai", provider_api_url=proxy, price_table=False)
+        assert off.usage("gpt-4.1-mini", Tokens(1, 1))["cost_known"] is False
+        assert behind.usage("llama3.2", Tokens(1, 1))["cost_known"] is False
+    first, second = (r.getMessage() for r in caplog.records)
+    assert "gpt-4.1-mini" in first and "price_table=False" in first
+    assert "llama3.2" in second and "no openai model of that name" in second
 
 
 def test_without_genai_prices_the_cost_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
