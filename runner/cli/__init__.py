@@ -1,7 +1,7 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
 Each family of commands has its module (`runs`, `follow`, `answers`, `messages`, `worker`,
-`queues`, `schedules`, `limits`, `db`, `history`, `ui`; `tasks_file` reads `submit --from`);
+`queues`, `schedules`, `limits`, `db`, `history`, `ui`, `mcp`; `tasks_file` reads `submit --from`);
 they share the options of `options` and print through `output` (what a run looks like is
 `run_output`, a tree of runs `tree_output`, what a run shows while it goes `progress`; query
 results, stats, queues and schedules `report_output`), and log through `logs`. This module
@@ -10,7 +10,8 @@ every command and gives each one runner's error handling: the command modules ne
 this one.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.history`,
-`runner.service`, `runner.ui` (to serve the page) and the shared leaves.
+`runner.service`, `runner.ui` (to serve the page), `runner.mcp` (to serve MCP) and the
+shared leaves.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ COMMANDS = {
         "prune",
         "Delete finished runs, with their journals, that finished before a date.",
     ),
+    "mcp": Lazy("runner.cli.mcp", "mcp", "Serve runs to MCP clients (agents, IDEs)."),
     "ui": Lazy(
         "runner.cli.ui",
         "ui",

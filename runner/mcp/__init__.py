@@ -5,7 +5,8 @@ clients (`runner mcp serve`).
 HTTP URL) as runner tools, each settled after a crash as its annotations say
 (`settlement`), over one session per process (`connection`), their results as observations
 (`results`). `serve` is a face like the CLI and the HTTP API: runs, their events and their
-waits as MCP tools, through the `Runner` alone. Needs the `mcp` extra
+waits as MCP tools, through the `Runner` alone, on stdio or over streamable HTTP (`http`:
+the token, Host and Origin checks). Needs the `mcp` extra
 (`pip install 'durable-runner[mcp]'`), imported only when used.
 
 It may import: `runner.core`, `runner.service`, `runner.history` and the shared leaves.

@@ -9,9 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-from runner import Agent
+from runner import Agent, tool
 from runner.mcp import mcp_tools
-from runner.testing import ScriptedModel, final, tool_results
+from runner.testing import ScriptedModel, call, final, tool_results
 
 SERVER = Path(__file__).with_name("ledger_server.py")
 
@@ -30,3 +30,13 @@ def server_tools(**options: object) -> dict[str, object]:
 def agent() -> Agent:
     move = json.loads(os.environ["MCP_CALL"])
     return Agent(ScriptedModel([move, answer]), server_tools(), max_steps=4)
+
+
+@tool(approval=True)
+def pay(amount: int) -> str:
+    """Pay an amount (a person approves each payment first)."""
+    return f"paid {amount}"
+
+
+# A run that waits for a person's approval of its one call, then answers with its result.
+approving = Agent(ScriptedModel([call("pay", amount=3), answer]), {"pay": pay}, max_steps=4)
