@@ -67,6 +67,7 @@ class Connection:
         # On the session's loop alone: the session being opened or open, and what closes it.
         self._session: asyncio.Future[Client] | None = None
         self._closing: asyncio.Event | None = None
+        self._holder: asyncio.Task[None] | None = None
         atexit.register(self.close)
 
     def list_tools(self) -> list[Any]:
@@ -95,7 +96,7 @@ class Connection:
             return
         # At exit, a server that will not go is left to the OS.
         with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(self._close(), loop).result(CLOSE_SECONDS)
+            asyncio.run_coroutine_threadsafe(self._close(wait=True), loop).result(CLOSE_SECONDS)
 
     # -- on the session's loop ------------------------------------------------------------
 
@@ -132,7 +133,9 @@ class Connection:
         ):
             self._session = asyncio.get_running_loop().create_future()
             self._closing = asyncio.Event()
-            asyncio.get_running_loop().create_task(self._hold(self._session, self._closing))
+            self._holder = asyncio.get_running_loop().create_task(
+                self._hold(self._session, self._closing)
+            )
         return await asyncio.shield(self._session)
 
     async def _hold(self, opened: asyncio.Future[Client], closing: asyncio.Event) -> None:
@@ -172,13 +175,17 @@ class Connection:
         )
         return Client(streamable_http_client(self.server.url, http_client=http), cache=None)
 
-    async def _close(self) -> None:
-        session, closing = self._session, self._closing
+    async def _close(self, *, wait: bool = False) -> None:
+        """Let the session go; with `wait`, until it has (a stdio server ended, so it
+        writes nothing to a pipe this process no longer reads)."""
+        session, closing, holder = self._session, self._closing, self._holder
         self._session = None
         if closing is not None:
             closing.set()
         if session is not None and not session.done():
             session.cancel()
+        if wait and holder is not None:
+            await asyncio.wait([holder], timeout=CLOSE_SECONDS)
 
     # -- the loop -------------------------------------------------------------------------
 

@@ -34,8 +34,9 @@ def mcp_tools(
 ) -> dict[str, Tool]:
     """The tools of one MCP server, by name, for `Agent(model, {**mcp_tools(...), ...})`.
 
-    The server is `command` (a program speaking MCP on stdio, started with `env` if given)
-    or `url` (streamable HTTP, sent `headers`). Its tools are listed now, and named
+    The server is `command` (a program speaking MCP on stdio, started with the SDK's safe
+    environment, PATH and HOME among it, and `env` over it) or `url` (streamable HTTP, sent
+    `headers`). Its tools are listed now, and named
     `prefix` + their MCP name; each keeps the server's description and input schema. A
     call goes over one session per process, opened when first needed and again after it
     broke; it carries its idempotency key in `_meta` (`KEY_META`), the same on every
@@ -110,8 +111,9 @@ def _tool(
         timeout=timeout,
         schema=schema,
         approval=needs_approval(mcp_name, settlement, approval),
+        # What the server says of the tool, not how it is reached: a server moved to another
+        # path or port with the same tools is the same listing.
         listing={
-            "server": connection.server.label,
             "name": mcp_name,
             "description": definition.get("description"),
             "inputSchema": definition.get("inputSchema"),
