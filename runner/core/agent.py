@@ -213,6 +213,8 @@ def load_agent(ref: str) -> Agent:
         value = getattr(module, attr)
     except AttributeError:
         raise AgentLoadError(f"{where} has no attribute {attr!r}") from None
+    if not isinstance(value, Agent):
+        value = _foreign(value, ref) or value
     if not isinstance(value, Agent) and callable(value):
         try:
             value = value()
@@ -224,6 +226,24 @@ def load_agent(ref: str) -> Agent:
         # A file is recorded by its absolute path: a resume from another folder finds it.
         value.ref = f"{Path(where).resolve()}:{attr}" if is_file else ref
     return value
+
+
+# Agents of other frameworks that `load_agent` takes as they are, wrapped with the defaults:
+# the top-level package of the agent's type -> the integration whose `wrap` makes it a runner
+# Agent. Named, not imported: the integration (and its framework) loads only for such agents.
+FRAMEWORKS = {"pydantic_ai": "runner.integrations.pydantic_ai"}
+
+
+def _foreign(value: Any, ref: str) -> Agent | None:
+    """`value` wrapped by its framework's integration, if it is another framework's agent."""
+    home = FRAMEWORKS.get(type(value).__module__.partition(".")[0])
+    if home is None:
+        return None
+    try:
+        wrapped = importlib.import_module(home).wrap(value)
+    except Exception as exc:
+        raise AgentLoadError(f"{ref}: wrapping it failed: {type(exc).__name__}: {exc}") from None
+    return wrapped if isinstance(wrapped, Agent) else None
 
 
 def _import(name: str) -> Any:

@@ -63,7 +63,7 @@ from runner.core.stop_reasons import StopReason
 from runner.core.tools import Reconcile, Tool
 from runner.errors import ModelFatal
 
-__all__ = ["RunnerAgent", "durable"]
+__all__ = ["RunnerAgent", "durable", "wrap"]
 
 # The attribute `durable` sets on a tool function: its runner declaration.
 _DECLARED = "__runner_tool__"
@@ -164,6 +164,12 @@ class RunnerAgent(Agent):
         except BaseExceptionGroup as group:  # a task group's: the first of ours inside
             raise _first_of(group) from None
         return pydantic_core.to_jsonable_python(result.output)
+
+
+def wrap(agent: PydanticAgent[Any, Any]) -> RunnerAgent:
+    """A Pydantic AI agent under runner's defaults: what `runner run file.py:agent` does
+    when `agent` is the Pydantic AI `Agent` itself (runner.core.agent.load_agent)."""
+    return RunnerAgent(agent)
 
 
 @dataclass

@@ -255,3 +255,19 @@ def test_a_denied_call_never_runs_and_the_model_is_shown_why(
     assert result.stop_reason == "final" and refunds == []
     sent = server.requests[1].json["messages"][-1]
     assert sent["role"] == "tool" and "Denied: over the limit" in sent["content"]
+
+
+def test_a_pydantic_agent_named_by_reference_is_wrapped_with_the_defaults(
+    tmp_path: Any,
+) -> None:
+    from runner.core.agent import load_agent
+
+    path = tmp_path / "plain_agent.py"
+    path.write_text(
+        "from pydantic_ai import Agent\n"
+        "from pydantic_ai.models.test import TestModel\n"
+        "bot = Agent(TestModel(), name='bot')\n"
+    )
+    loaded = load_agent(f"{path}:bot")
+    assert isinstance(loaded, RunnerAgent) and loaded.name == "bot"
+    assert loaded.ref == f"{path}:bot"  # a resume loads and wraps it the same way
