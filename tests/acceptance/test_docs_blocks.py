@@ -148,6 +148,11 @@ def _denied(out: str, err: str) -> None:
     assert "answer    No refund for 1042." in out, out
 
 
+def _order_unknown(out: str, err: str) -> None:
+    # The destructive MCP call cut short is not made again: the model is told so.
+    assert out.strip() == "I cannot tell whether the order of 2 tea went through: check it."
+
+
 CHECKS: dict[str, Callable[[str, str], None]] = {
     "runner list --status stalled  # demo-crash": _stalled_is_demo_crash,
     "runner resume demo-crash": _answers_35,
@@ -160,6 +165,7 @@ CHECKS: dict[str, Callable[[str, str], None]] = {
     "--id refund-1  # exits 4": _refund_waits,
     "runner resume refund-1": _refunded,
     "runner show refund-2": _denied,
+    "runner resume mcp-demo": _order_unknown,
 }
 
 
