@@ -1,4 +1,4 @@
-"""`runner.context`, as the README imports it: what the model is shown lives in
+"""`runner.context`, as the manual imports it: what the model is shown lives in
 `runner.core.context`; this module keeps the documented import path working."""
 
 from runner.core.context import Context, compose, cut_observations, last_steps

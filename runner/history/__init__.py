@@ -6,8 +6,8 @@ PostgreSQL's plans read as the planner's tree by `plan_tree`),
 `runner stats` (`stats`), export and prune (`archive`), the page's reads a page at a time
 (`browse`), the use of provider limits (`limit_use`), moments such as `--since 7d`
 (`moments`), values as JSON (`values`) and the views of migration 0002 as SQLAlchemy sees
-them (`views`: `run_summary`, `tool_calls`); the README documents them for the users who
-query them directly.
+them (`views`: `run_summary`, `tool_calls`); docs/reference/schema.md documents them for the
+users who query them directly.
 
 It may import: `runner.core`, `runner.store` and the shared leaves.
 """

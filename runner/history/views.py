@@ -1,7 +1,7 @@
 """The views of the migrations (`run_summary`, `tool_calls`, `root_spend`) as SQLAlchemy sees them.
 
 Declared here for the queries that read them; created (per dialect) by the migration, and
-documented column by column in the README: they are part of the public schema.
+documented column by column in docs/reference/schema.md: they are part of the public schema.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ runs in memory: `Runner(store=InMemoryStore())` and `Worker(store=...)` run, cla
 queue, revive and fork runs by the SQL store's rules with no database
 (`runner.store.protocol` is what both stores provide). `TestModel`, `FunctionModel` and
 `ScriptedModel` (`models`) need no provider: an agent's tests run in milliseconds, the same
-way every time. The README's "Testing your agents" shows them.
+way every time. The manual's guide docs/guides/testing.md shows them.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
 `runner.service` and the shared leaves.
