@@ -24,6 +24,7 @@ knows no framework, no SQL and no provider.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,7 +51,7 @@ from runner.core.stop_reasons import StopReason
 from runner.core.stop_rules import StopRules
 from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool
-from runner.core.tree import Place
+from runner.core.tree import ChildRun, Place, child_run_id, spawn_budgets
 from runner.core.waiting import Answer, Asks, observation_of, wait_entry
 from runner.errors import ReplayMismatch, RunWaiting
 
@@ -222,6 +223,10 @@ class ForeignRun:
         the checks before it, its retries (`request` is called again on failure), the stop
         rules after it; its calls are journaled before it returns. `reply_of` turns what
         `request` returned into (Reply, the framework's response)."""
+        if self.place.below:
+            # What its sub-agents spent before this process took the run up.
+            self.rules.charge(self.place.below)
+            self.place = replace(self.place, below=Place().below)
         early = self.model_call.check(self.rules.counters.steps)
         if early is not None:
             self._stop(Stop(early))
@@ -386,14 +391,50 @@ class ForeignRun:
             1,
         )
         answer = step.answers.get(key)
+        sub = declared.sub_agent
+        if sub is not None and getattr(self.journal, "parks_children", False):
+            if answer is None:
+                self._park_for_child(step, entry, sub)
+            pending = False  # the child's end is the outcome: nothing runs here
         # A call a person approved is pending only if a process took it up since.
-        pending = step.recorded and (answer is None or self.journal.attempt(entry) > 1)
+        else:
+            pending = step.recorded and (answer is None or self.journal.attempt(entry) > 1)
         try:
             content, is_error, attempt = runs.answered(entry, answer, pending, key in step.started)
         finally:
             runs.close()
         written = self._write_outcome(step, entry, content, is_error, attempt)
         return Outcome(str(written.content), written.is_error)
+
+    def _park_for_child(self, step: _Step, call: Entry, sub: Any) -> NoReturn:
+        """A sub-agent's call: start its child run (its id derived from the call's key, so a
+        crash re-attaches to it) under what this run has left, and park until it ends."""
+        key = call.idempotency_key or ""
+        if key not in step.waits:
+            task = (call.args or {}).get("task")
+            budgets = spawn_budgets(
+                sub.budgets, self.rules.budgets, self.rules.spent(), self.model_call.remaining()
+            )
+            child = ChildRun(
+                id=child_run_id(self.journal.run_id, key),
+                parent_id=self.journal.run_id,
+                call_key=key,
+                agent=sub.agent.reference(),
+                agent_name=sub.agent.name,
+                release=sub.agent.release,
+                task=task if isinstance(task, str) else json.dumps(call.args),
+                budgets=budgets.as_dict(),
+            )
+            wait = wait_entry(call, Asks.CHILD, self.rules.counters)
+            with self.writing:
+                if not self.journal.wait([wait], [child]):
+                    raise Stopped(Stop(StopReason.CANCELLED))  # the cancel ended the run
+            step.waits[key] = wait
+        child_id = child_run_id(self.journal.run_id, key)
+        raise RunWaiting(
+            f"run {self.journal.run_id} waits for sub-agent run {child_id} (call {key})",
+            run_id=self.journal.run_id,
+        )
 
     def _write_outcome(
         self, step: _Step, call: Entry, content: str, is_error: bool, attempt: int

@@ -34,7 +34,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pydantic_core
@@ -49,11 +49,12 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.tools import Tool as PydanticTool
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import RequestUsage
 
 from runner.core.actions import Call
-from runner.core.agent import Agent
+from runner.core.agent import Agent, SubAgent, with_budgets
 from runner.core.budgets import Budgets
 from runner.core.calls import invoke
 from runner.core.foreign import ForeignRun, Outcome, Reply, Stopped
@@ -130,6 +131,33 @@ class RunnerAgent(Agent):
         )
         # Where the RunnerAgent was made, not this module: `reference()` looks there.
         self._module = sys._getframe(1).f_globals.get("__name__")
+
+    def delegate(
+        self, name: str | None = None, description: str | None = None, **budgets: Any
+    ) -> PydanticTool[Any]:
+        """This agent as a tool of another Pydantic AI agent (agent delegation), one text
+        argument, `task`: `Agent(..., tools=[researcher.delegate("research")])`.
+
+        In a durable run of a RunnerAgent the call starts a child run of this agent (its
+        own journal, lease and stop reason; its id derived from the call's key), inside the
+        tree's budget: `budgets` cap the child's own, and neither can exceed what its parent
+        has left. The parent parks, holding no worker, until the child ends; the child's
+        answer (or why it stopped) is the call's result. Outside runner the child runs inline.
+        """
+        label = name or self.name or "sub_agent"
+        if not label.isidentifier():
+            raise ValueError(f"a sub-agent tool's name must be an identifier, not {label!r}")
+        sub = SubAgent(self, with_budgets(budgets, self.budgets))
+
+        async def run_sub_agent(task: str) -> str:
+            result = await self.agent.run(task, deps=self.deps)
+            return _text_of(pydantic_core.to_jsonable_python(result.output))
+
+        run_sub_agent.__name__ = run_sub_agent.__qualname__ = label
+        setattr(run_sub_agent, _DECLARED, Tool(run_sub_agent, sub_agent=sub))
+        told = description or f"Hand a task to the {label} agent and get its answer."
+        told += " The task must be complete and self-contained: it sees nothing else."
+        return PydanticTool(run_sub_agent, name=label, description=told)
 
     def _drive(
         self,
@@ -272,8 +300,7 @@ def _declarations(agent: PydanticAgent[Any, Any], idempotent: set[str]) -> dict[
             own = getattr(tool.function, _DECLARED, None)
             base = own if isinstance(own, Tool) else Tool(tool.function)
             if name in idempotent:
-                base = Tool(base.fn, idempotent=True, reconcile=base.reconcile,
-                            mark_start=base.mark_start, timeout=base.timeout)  # fmt: skip
+                base = replace(base, idempotent=True)
             declared[name] = base
     unknown = sorted(idempotent - set(declared))
     if unknown:

@@ -271,3 +271,33 @@ def test_a_pydantic_agent_named_by_reference_is_wrapped_with_the_defaults(
     loaded = load_agent(f"{path}:bot")
     assert isinstance(loaded, RunnerAgent) and loaded.name == "bot"
     assert loaded.ref == f"{path}:bot"  # a resume loads and wraps it the same way
+
+
+def test_a_delegated_agent_runs_as_a_child_run_inside_the_trees_budget(db_url: str) -> None:
+    from tests.providers import pydantic_trees
+
+    pydantic_trees.ASKED.clear()
+    with Runner(db_url) as runner:
+        result = runner.run(pydantic_trees.lead, "Should I drink coffee?", id="tree")
+        rows = runner.journal("tree")
+        children = [row for row in runner.list() if row.parent_id == "tree"]
+    assert (result.stop_reason, result.output) == (
+        "final",
+        "Research says: coffee is fine in moderation",
+    )
+    assert pydantic_trees.ASKED == ["Is coffee healthy?"]  # asked once, in the child
+    assert [(row.kind, row.tool) for row in rows if row.step == 1] == [
+        ("action", "research"),
+        ("wait", "research"),
+        ("answer", "research"),
+        ("observation", "research"),
+    ]
+    assert len(children) == 1
+    child = children[0]
+    assert (child.agent_name, child.stop_reason, child.task) == (
+        "researcher",
+        "final",
+        "Is coffee healthy?",
+    )
+    assert child.budgets["max_steps"] == 3  # its own, under what its parent had left
+    assert child.budgets["max_tokens"] <= 10_000
