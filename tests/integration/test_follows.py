@@ -26,7 +26,7 @@ from runner.store.backend import backend_for
 from runner.store.follow import Follow
 from runner.store.follows import Followers, _Poller, mark
 from runner.store.schema import entries, follows
-from tests.conditions import wait_until
+from tests.conditions import scaled, wait_until
 
 from .agents import shop
 
@@ -198,6 +198,31 @@ def test_a_mark_expires_and_is_forgotten(pg_url: str, heard: psycopg.Connection[
 
 
 @pytest.mark.postgres
+def test_an_expired_mark_still_in_the_table_stops_notifying(
+    pg_url: str, heard: psycopg.Connection[Any]
+) -> None:
+    """Expired marks are forgotten only by the next mark: until then the triggers pass over
+    them by their time (a mark's forgetting is not what silences it)."""
+    with Runner(pg_url) as runner:
+        runner.run(shop, "refund", id="old")
+        runner.run(shop, "refund", id="live")
+        with runner.engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO follows (run_id, followed_until) VALUES "
+                    "('old', now() - interval '1 second'), ('live', now() + interval '1 minute')"
+                )
+            )
+        runner.approve("old")  # an answer (an entry) and a new status
+        assert _payloads(heard, QUIET) == []
+        runner.approve("live")
+        assert _payloads(heard, HEARD) == ["live"]
+        with runner.engine.connect() as connection:
+            left = set(connection.execute(select(follows.c.run_id)).scalars())
+        assert left == {"old", "live"}  # the expired mark was there all along
+
+
+@pytest.mark.postgres
 def test_the_listener_renews_its_runs_marks(pg_url: str) -> None:
     with Runner(pg_url) as runner:
         runner.run(shop, "refund", id="kept")
@@ -242,6 +267,60 @@ def test_a_renewal_that_comes_after_the_marks_expired_wakes_every_follower(pg_ur
             runner.approve("lapse")  # unannounced: nobody's mark is live
             assert watched.wait(seen, HEARD)  # the late renewal woke it
             assert getattr(followers.watcher, "marks", 0) >= 1
+        finally:
+            followers.close()
+
+
+@pytest.mark.postgres
+def test_a_failed_renewal_is_retried_within_seconds_and_its_success_wakes_every_follower(
+    pg_url: str,
+) -> None:
+    """A renewal that fails (here: the listener reconnects while `follows` is away) is
+    tried again a second later, not at the next refresh (ten minutes here); the one that
+    then succeeds wakes every follower, since a mark may have lapsed meanwhile."""
+    logged: list[str] = []
+    with Runner(pg_url) as runner:
+        runner.run(shop, "refund", id="retry")
+        followers = Followers(
+            runner.engine, mark_seconds=3600, refresh_seconds=600, log=logged.append
+        )
+        try:
+            watched = followers.follow("retry", 0.25)
+            listener = followers.watcher
+            assert watched is not None and listener is not None
+            renewed = getattr(listener, "marks", 0)
+            seen = watched.seen()
+            with runner.engine.begin() as connection:
+                connection.execute(text("ALTER TABLE follows RENAME TO follows_away"))
+            try:
+                with runner.engine.begin() as connection:
+                    connection.execute(
+                        text(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE query LIKE 'LISTEN runner_follow%' "
+                            "AND pid <> pg_backend_pid() AND datname = current_database()"
+                        )
+                    )
+                wait_until(
+                    lambda: (
+                        any("cannot renew" in line for line in logged) and watched.seen() > seen
+                    ),
+                    what="the reconnected listener's renewal to fail (and wake the followers)",
+                )
+                seen = watched.seen()
+            finally:
+                with runner.engine.begin() as connection:
+                    connection.execute(text("ALTER TABLE follows_away RENAME TO follows"))
+            wait_until(
+                lambda: getattr(listener, "marks", 0) > renewed,
+                timeout=scaled(30),
+                what="a renewal soon after the failed one (not at the next refresh)",
+            )
+            wait_until(
+                lambda: watched.seen() > seen,
+                timeout=scaled(10),
+                what="the renewal after the failed one to wake the follower",
+            )
         finally:
             followers.close()
 
