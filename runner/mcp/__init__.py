@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING
 from runner.lazy import exports
 
 if TYPE_CHECKING:
+    from runner.mcp.connection import close_sessions as close_sessions
     from runner.mcp.results import MCPToolError as MCPToolError
     from runner.mcp.settlement import KEY_META as KEY_META
     from runner.mcp.tools import mcp_tools as mcp_tools
 
 _HOMES = {
     "mcp_tools": "runner.mcp.tools",
+    "close_sessions": "runner.mcp.connection",
     "MCPToolError": "runner.mcp.results",
     "KEY_META": "runner.mcp.settlement",
 }

@@ -13,6 +13,7 @@ import atexit
 import contextlib
 import os
 import threading
+import weakref
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
@@ -68,7 +69,7 @@ class Connection:
         self._session: asyncio.Future[Client] | None = None
         self._closing: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
-        atexit.register(self.close)
+        _SESSIONS.add(self)
 
     def list_tools(self) -> list[Any]:
         """Every tool the server lists (all pages), as the SDK's Tool models."""
@@ -200,3 +201,18 @@ class Connection:
                 self._loop, self._pid = loop, os.getpid()
                 self._session = self._closing = None
             return self._loop
+
+
+# Every connection of this process, closed at exit (a weak set: tools no one holds any more
+# take theirs with them).
+_SESSIONS: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+
+def close_sessions() -> None:
+    """Close every MCP session this process opened (stdio servers end): at exit, or sooner
+    by hand. A tool called after it opens its session again."""
+    for connection in list(_SESSIONS):
+        connection.close()
+
+
+atexit.register(close_sessions)

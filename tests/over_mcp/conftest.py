@@ -21,6 +21,15 @@ pytest.importorskip("mcp")
 SERVER = Path(__file__).with_name("ledger_server.py")
 
 
+@pytest.fixture(autouse=True)
+def sessions_closed() -> Iterator[None]:
+    """Each test's MCP sessions end with it (their stdio servers with them)."""
+    yield
+    from runner.mcp import close_sessions
+
+    close_sessions()
+
+
 @pytest.fixture
 def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The server's ledger file, named in this process's environment (a stdio server

@@ -3,7 +3,8 @@ one read-only, one idempotent, one destructive, and one that answers with an err
 
 Every call appends a line to the ledger (`MCP_LEDGER`), outside runner's database: the
 tool, the idempotency key and attempt from the call's `_meta`, the arguments. A call of a
-tool named in `MCP_HOLD` (first attempts only) then waits until the file `MCP_RELEASE`
+tool named in `MCP_HOLD`, or for which the file `MCP_LEDGER.hold-TOOL` exists (first
+attempts only), then waits until the file `MCP_RELEASE`
 exists: a test kills the caller while it waits.
 
 Run: `python ledger_server.py` (stdio) or `python ledger_server.py --http PORT`.
@@ -40,6 +41,8 @@ async def ledgered(tool: str, ctx: Context, **args: Any) -> None:
     with open(os.environ["MCP_LEDGER"], "a") as ledger:
         ledger.write(json.dumps(line) + "\n")
     held = os.environ.get("MCP_HOLD", "").split(",")
+    if Path(f"{os.environ['MCP_LEDGER']}.hold-{tool}").exists():  # asked by a running test
+        held.append(tool)
     if tool in held and line["attempt"] == 1:
         release = Path(os.environ["MCP_RELEASE"])
         while not release.exists():  # the test kills the caller meanwhile

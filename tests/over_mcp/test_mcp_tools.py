@@ -89,3 +89,46 @@ def test_a_bad_server_is_a_clear_error() -> None:
         mcp_tools()
     with pytest.raises(ValueError, match="url"):
         mcp_tools(url="ftp://example")
+
+
+def test_a_call_past_its_time_limit_is_given_up_and_the_session_goes_on(
+    server: dict[str, Any], ledger: Path
+) -> None:
+    Path(f"{ledger}.hold-lookup").touch()  # held until the release file exists: never
+    tools = mcp_tools(**server, timeout=0.5)
+    model = ScriptedModel(
+        [call("lookup", item="tea"), call("put", item="tea", price=6), lambda t: final("done")]
+    )
+    result = run_agent(model, tools, "prices")
+    held, after = tool_results(result.transcript)
+    assert (held["is_error"], held["content"]) == (
+        True,
+        "TimeoutError: lookup took longer than 0.5s",
+    )
+    assert (after["is_error"], after["content"]) == (False, "tea now costs 6")
+    lines = ledger_lines(ledger)
+    assert [line["tool"] for line in lines] == ["lookup", "put"]
+    if "command" in server:  # one server process served both: the session was kept
+        assert lines[0]["pid"] == lines[1]["pid"]
+
+
+def test_destructive_tools_can_wait_for_a_persons_approval(
+    server: dict[str, Any], ledger: Path, db_url: str
+) -> None:
+    from runner import Runner
+
+    tools = mcp_tools(**server, approval="destructive")
+    agent = Agent(
+        ScriptedModel([call("charge", amount=5), lambda t: final(tool_results(t)[-1]["content"])]),
+        tools,
+    )
+    with Runner(db_url) as runner:
+        waiting = runner.run(agent, "charge 5", id="approve-me")
+        assert waiting.status == "waiting"
+        assert ledger_lines(ledger) == []  # not called before a person says so
+        runner.approve("approve-me", by="test")
+        done = runner.resume("approve-me", agent=agent)
+    assert (done.stop_reason, done.output) == ("final", "charged 5")
+    assert [(line["tool"], line["key"]) for line in ledger_lines(ledger)] == [
+        ("charge", "approve-me-1")
+    ]
