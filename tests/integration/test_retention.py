@@ -280,3 +280,75 @@ def test_prune_keeps_a_finished_child_while_its_parent_runs(db_url: str) -> None
         pruned = prune_runs(runner.engine, later)
         assert pruned.runs == 2 and pruned.entries > 0
         assert ids(runner) == set() and orphans(runner) == 0
+
+
+def test_a_queues_own_rules_beat_the_default(db_url: str) -> None:
+    """The default (`*`) fills only what a queue leaves unset: a queue's own keep_runs (more
+    than the default's) and keep (longer) are what apply to it."""
+    with Runner(db_url) as runner:
+        runner.set_retention("*", keep=DAY, keep_runs=1)
+        runner.set_retention("big", keep=100 * DAY, keep_runs=3)
+        for queue in ("plain", "big"):
+            for n in range(4):
+                finished(runner, f"{queue}-{n}", queue)
+        assert runner.prune_expired(runner.now() + timedelta(minutes=1)).runs == 3 + 1
+        assert ids(runner) == {"plain-3", "big-1", "big-2", "big-3"}
+        assert runner.prune_expired(runner.now() + 2 * DAY).runs == 1  # plain's last: a day
+        assert ids(runner) == {"big-1", "big-2", "big-3"}
+
+
+@pytest.mark.postgres
+def test_retention_checks_its_rules_again_in_the_delete(postgres_database: str) -> None:
+    """Forced: between retention's pick of a finished child and its DELETE, a run starts
+    in the child's tree (another connection, committed). The DELETE, its rules checked
+    again, leaves the child (a PostgreSQL pick locks only the rows it picked)."""
+    from sqlalchemy import event, text
+
+    with Runner(postgres_database) as runner:
+        with runner.engine.begin() as connection:
+            connection.execute(text("TRUNCATE runs, entries, queues CASCADE"))
+        runner.set_retention("*", keep_runs=0)
+        finished(runner, "root")
+        child = new_run(
+            run_id="child", agent=AGENT, agent_name="solver", release=None, task="sub",
+            budgets={}, at=runner.now(), parent_id="root", root_id="root",
+        )  # fmt: skip
+        assert insert_run(runner.engine, child)
+        assert runner.resume("child").stop_reason == "final"
+        started: list[str] = []
+
+        def start_in_the_tree(connection, cursor, statement, *args) -> None:  # type: ignore[no-untyped-def]
+            if statement.lstrip().upper().startswith("DELETE FROM RUNS") and not started:
+                sibling = {**child, "id": "sibling", "parent_call_key": None}
+                started.append("sibling")
+                assert insert_run(runner.engine, sibling)  # its own connection, committed
+
+        event.listen(runner.engine, "before_cursor_execute", start_in_the_tree)
+        try:
+            deleted = retention.prune_expired(runner.engine, runner.now(), batch_size=1, batches=1)
+        finally:
+            event.remove(runner.engine, "before_cursor_execute", start_in_the_tree)
+        assert started == ["sibling"]  # the DELETE was reached, the sibling started before it
+        assert deleted.runs == 0
+        assert ids(runner) == {"root", "child", "sibling"}
+
+
+def test_prune_picks_runs_by_when_they_finished(db_url: str) -> None:
+    """Created long before the cutoff but finished after it: kept. Finished before it:
+    pruned. (Neither creation nor last update is the measure.)"""
+    from runner.core.clock import ManualClock
+
+    clock = ManualClock()
+    with Runner(db_url, clock=clock) as runner:
+        start = runner.now()
+        runner.submit(AGENT, "early", id="early")
+        runner.submit(AGENT, "late", id="late")
+        clock.advance(DAY.total_seconds())
+        assert runner.resume("early").stop_reason == "final"
+        clock.advance(9 * DAY.total_seconds())
+        assert runner.resume("late").stop_reason == "final"
+        assert runner.row("late").finished_at == start + 10 * DAY
+        cutoff = start + 5 * DAY
+        assert prune_runs(runner.engine, cutoff, dry_run=True).runs == 1
+        assert prune_runs(runner.engine, cutoff).runs == 1
+        assert ids(runner) == {"late"}
