@@ -82,7 +82,8 @@ CLAIMS_PER_TRANSACTION = 100
 CLAIM_GATHER_SECONDS = 0.02
 # How many slots it waits for: an eighth of its concurrency (none below 16 runs at once).
 CLAIM_GATHER_SHARE = 8
-# How often a worker looks for children's ends still owed to their parents (see deliver_ended).
+# How often a worker looks for children's ends still owed to their parents (see deliver_ended)
+# and for cancelled runs whose lease lapsed (see _finish_cancels).
 SWEEP_SECONDS = 1.0
 
 # Schedules added (or resumed) by another process are found within this many seconds: well
@@ -166,6 +167,7 @@ class Worker:
         self._agent_backoff: dict[str, tuple[float, Backoff]] = {}
         self._db_backoff = Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
         self._swept_at = -SWEEP_SECONDS  # when children's ends owed to parents were last sought
+        self._cancels_at = -SWEEP_SECONDS  # when lapsed cancels were last sought
         self._db_wait = 0.0
         # Whether the last claim took every slot it asked for (more runs wait), and since
         # when slots have been free without a claim (see CLAIM_GATHER_SECONDS).
@@ -224,6 +226,7 @@ class Worker:
             self._reap()
             self._fire_ticks()
             self._prune()
+            self._finish_cancels()
             claimed = False
             if len(self._active) < self.concurrency:
                 gather = self._gathering()
@@ -365,6 +368,30 @@ class Worker:
             self._log(logging.INFO, f"retention deleted {expired.runs} finished runs ({per_queue})")
         if expired.runs >= RETENTION_FULL_PASS:
             self._prune_at = time.monotonic() + self.poll
+
+    def _finish_cancels(self) -> None:
+        # A cancelled run whose worker died holding it is finished as soon as its lease
+        # lapses, by whichever worker looks first (about once a second, whatever its queues
+        # or free slots), not when one with a slot in its queue takes it over.
+        now = time.monotonic()
+        if now - self._cancels_at < SWEEP_SECONDS:
+            return
+        self._cancels_at = now
+        try:
+            with self.store.writing():
+                finished = self.store.finish_lapsed_cancels()
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
+            if corrupt is not None:
+                raise corrupt from None
+            self._log(logging.WARNING, f"cancels not applied, retrying: {first_line(exc)}")
+            return
+        for run in finished:
+            self._log(
+                logging.INFO,
+                f"run {run.id} finished: cancelled (its worker was gone, its lease lapsed)",
+                run.id,
+            )
 
     def _reap(self) -> None:
         # The runs that ended since the last look (told by their futures): a worker with a

@@ -3,7 +3,8 @@
 What the service asks of a store (`protocol`), the rules both stores keep (`rules`), and the
 SQL store that provides it (`sql_store`). The schema declared once (`schema`), every dialect
 difference in one object (`backend`), engines and migrations (`database`), URLs and their
-secrets (`urls`), runs as stored (`runs`, `rows`) and changed outside the loop
+secrets (`urls`), runs as stored (`runs`, `rows`), cancelled if nobody holds them
+(`cancels`) and changed outside the loop
 (`run_changes`: revivals, forks), the reads written once as plain SQL over a driver
 connection (`reads`, `run_states`, `plain_connection`), leases and claims (`leases`; the run
 a claim takes next, `runnable`; the heartbeat's renewals, `heartbeat` and `lease_renewals`;

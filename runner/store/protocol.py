@@ -165,6 +165,11 @@ class RunStore(Protocol):
         worker holds it, else now."""
         ...
 
+    def finish_lapsed_cancels(self) -> list[RunRow]:
+        """Finish `cancelled`, without a step, the runs asked to cancel whose lease lapsed
+        (their worker died holding them), each end delivered to its parent; the runs."""
+        ...
+
     # -- trees of runs (runner.store.children) ---------------------------------------------
 
     def deliver_children(self, parent_id: str) -> bool:

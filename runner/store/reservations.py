@@ -25,7 +25,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, Engine, bindparam, delete, select, update
+from sqlalchemy import Connection, Engine, bindparam, case, delete, select, update
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.limits import (
@@ -176,7 +176,9 @@ def _reserve(
             status=RunStatus.QUEUED,
             lease_owner=None,
             lease_expires_at=None,
-            not_before=until,
+            # A cancel that came since the run's last check is heard at its next claim, now:
+            # parked until its wake-up (up to a minute), it would stay unfinished that long.
+            not_before=case((runs.c.cancel_requested.is_(True), at), else_=until),
             updated_at=at,
         )
     ).rowcount

@@ -27,7 +27,6 @@ from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
-from runner.errors import RunNotFound
 from runner.store import reads
 from runner.store.backend import backend_for
 from runner.store.reads import plain as plain  # re-exported: the store's modules read so
@@ -356,35 +355,6 @@ def stopped_values(
         "cost": counters.cost,
         "finished_at": at,
     }
-
-
-def request_cancel(engine: Engine, run_id: str, clock: Clock = SYSTEM) -> RunRow:
-    """Ask a run to stop: at its next step while a live worker holds it, else at once (a
-    queued or waiting run, or one whose worker died)."""
-    at = utc_now(clock)
-    with engine.begin() as connection:
-        row = lock_run(connection, run_id)
-        if row is None:
-            raise RunNotFound(f"no run with id {run_id}")
-        run = RunRow.of(row)
-        if run.status is RunStatus.FINISHED:
-            return run
-        values: dict[str, Any] = {"cancel_requested": True, "updated_at": at}
-        if not run.lease_is_live(at):
-            # Queued, or its worker died: nobody will reach a next step to stop before. A
-            # new epoch fences out a worker that only seemed dead (say, a paused machine).
-            # A waiting run too: it holds no lease, and an answer that comes later finds it
-            # finished and is refused.
-            values.update(
-                stopped_values(connection, run.id, StopReason.CANCELLED, at),
-                lease_owner=None,
-                lease_expires_at=None,
-                lease_epoch=run.lease_epoch + 1,
-                waiting_since=None,
-                wait_expires_at=None,
-            )
-        connection.execute(update(runs).where(runs.c.id == run.id).values(**values))
-        return RunRow.of(connection.execute(select(runs).where(runs.c.id == run.id)).one())
 
 
 # -- reading history ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from runner.defaults import DEFAULT_LEASE_SECONDS
 from runner.errors import RunnerError
 from runner.store import (
     approvals,
+    cancels,
     children,
     deltas,
     leases,
@@ -182,14 +183,21 @@ class SqlStore:
         return approvals.pending(self.engine, rows)
 
     def request_cancel(self, run_id: str) -> RunRow:
-        run = store.request_cancel(self.engine, run_id, clock=self._clock)
+        run = cancels.request_cancel(self.engine, run_id, clock=self._clock)
         # Cancel travels down: every unfinished run below it is asked to stop too (one
         # that a live worker holds stops at its next step; the others at once).
         for below in children.subtree(self.engine, run.id):
-            store.request_cancel(self.engine, below, clock=self._clock)
+            cancels.request_cancel(self.engine, below, clock=self._clock)
         if run.parent_id is not None and run.status is RunStatus.FINISHED:
             children.deliver(self.engine, run.parent_id, self._clock)
         return run
+
+    def finish_lapsed_cancels(self) -> list[RunRow]:
+        finished = cancels.finish_lapsed(self.engine, clock=self._clock)
+        for run in finished:
+            if run.parent_id is not None:  # its end is its parent's observation
+                children.deliver(self.engine, run.parent_id, self._clock)
+        return finished
 
     # -- trees of runs ----------------------------------------------------------------------
 

@@ -199,7 +199,7 @@ class MemoryRunLimits:
                 status=RunStatus.QUEUED,
                 lease_owner=None,
                 lease_expires_at=None,
-                not_before=until,
+                not_before=at if run["cancel_requested"] else until,  # as the SQL store
                 updated_at=at,
             )
         raise RunParked(

@@ -29,8 +29,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runner.core.clock import Clock, utc_now
+from runner.core.counters import Counters
 from runner.core.deltas import Delta
-from runner.core.journal import Entry
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
@@ -215,17 +216,37 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
                 return run
             row.update(cancel_requested=True, updated_at=at)
             if not run.lease_is_live(at):
-                # Nobody will reach a next step to stop before: finished now, under a new
-                # epoch that fences out a holder that only seemed dead.
-                row.update(
-                    self._stopped(run.id, StopReason.CANCELLED, at),
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    lease_epoch=run.lease_epoch + 1,
-                    waiting_since=None,
-                    wait_expires_at=None,
-                )
+                self._cancelled(row, run, at)
             return RunRow.of(row)
+
+    def finish_lapsed_cancels(self) -> list[RunRow]:
+        at = self._now()
+        finished = []
+        with self._lock:
+            for row in self.runs.values():
+                run = RunRow.of(row)
+                lapsed = run.status is RunStatus.RUNNING and not run.lease_is_live(at)
+                if lapsed and run.cancel_requested:
+                    self._cancelled(row, run, at)
+                    finished.append(RunRow.of(row))
+        return finished
+
+    def _cancelled(self, row: Row, run: RunRow, at: datetime) -> None:
+        """Finish `run`, which nobody executes, cancelled (runner.store.cancels): under a new
+        epoch that fences out a holder that only seemed dead, its task journaled first if it
+        never started."""
+        epoch = run.lease_epoch + 1
+        if not self.entries[run.id]:
+            self._append(run.id, epoch, Entry(EntryKind.TASK, 0, Counters(), content=run.task), at)
+        row.update(
+            self._stopped(run.id, StopReason.CANCELLED, at),
+            lease_owner=None,
+            lease_expires_at=None,
+            lease_epoch=epoch,
+            waiting_since=None,
+            wait_expires_at=None,
+            updated_at=at,
+        )
 
     # -- leases -------------------------------------------------------------------------------
 

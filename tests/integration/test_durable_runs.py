@@ -24,6 +24,9 @@ from runner.core.agent import load_agent
 from runner.core.budgets import Budgets
 from runner.core.clock import ManualClock
 from runner.core.counters import Counters
+from runner.core.journal import EntryKind
+from runner.core.status import RunStatus
+from runner.store import leases
 from runner.testing import FunctionModel
 
 from .agents import SOLVER_REF
@@ -307,9 +310,38 @@ def test_cancel_of_a_queued_run_finishes_it_at_once(db_url: str) -> None:
         again = runner.resume(run_id, agent=Agent(model, TOOLS))
         # Cancelling again changes nothing.
         assert runner.cancel(run_id).stop_reason == "cancelled"
-        assert count_entries(runner.engine, run_id) == 0
+        # It never started: its journal is its task, saying what was cancelled.
+        [task] = runner.journal(run_id)
+        assert (task.kind, task.content) == (EntryKind.TASK, "2+3?")
     assert model.calls == 0
     assert again.stop_reason == "cancelled"
+
+
+def test_a_cancelled_run_whose_worker_died_is_finished_when_its_lease_lapses(
+    db_url: str,
+) -> None:
+    """A run held under a live lease by a worker that died (on another host): the cancel
+    only asks it to stop, and no step of it comes; once the lease lapses a worker's look
+    finishes it `cancelled`, under a new epoch, without taking it over or running a step
+    (it never started: its task is journaled)."""
+    clock = ManualClock()
+    with Runner(db_url, clock=clock) as runner:
+        run_id = runner.submit(SOLVER_REF, "2+3?")
+        held = leases.claim_run(
+            runner.engine, run_id, owner="gone.example:4242:1", lease_seconds=30,
+            max_resumes=3, clock=runner.clock,
+        )  # fmt: skip
+        runner.cancel(run_id)
+        row = runner.row(run_id)
+        assert row.status is RunStatus.RUNNING and row.cancel_requested
+        assert runner.store.finish_lapsed_cancels() == []  # its lease still lives
+        clock.advance(31)
+        [done] = runner.store.finish_lapsed_cancels()
+        assert done.id == run_id and done.stop_reason == "cancelled"
+        assert done.lease_epoch == held.epoch + 1 and done.lease_owner is None
+        assert [entry.kind for entry in runner.journal(run_id)] == [EntryKind.TASK]
+        assert runner.store.finish_lapsed_cancels() == []
+        assert runner.get(run_id).stop_reason == "cancelled"
 
 
 def test_a_run_cancelled_while_its_worker_was_dead_stops_at_once(db_url: str) -> None:

@@ -24,7 +24,7 @@ from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import EntryRefused, LeaseLost
-from runner.store import leases
+from runner.store import cancels, leases
 from runner.store import runs as store
 from runner.store.database import open_engine, upgrade
 from runner.store.sql_journal import SqlJournal
@@ -127,7 +127,7 @@ def test_each_run_hears_its_own_cancel_and_a_step_of_several_goes_in_whole(
     other runs' entries; a run's end is written in a transaction of its own after them."""
     writer = Writer(engine)
     runs = journals(engine, writer, 4)
-    store.request_cancel(engine, "r1")
+    cancels.request_cancel(engine, "r1")
     group = writer.group
     assert group is not None
     before = (group.transactions, group.writes)
