@@ -152,3 +152,55 @@ def test_a_server_killed_mid_call_is_a_tool_error_and_the_next_call_starts_it_ag
     assert (again["is_error"], again["content"]) == (False, "milk costs 5")
     second_server = ledger_lines(ledger)[1]["pid"]
     assert second_server != first_server
+
+
+@pytest.mark.parametrize(
+    "case", [CASES[0], CASES[2]], ids=[CASES[0].tool, CASES[2].tool]
+)  # read-only, destructive
+def test_a_worker_killed_inside_an_mcp_call_is_taken_over_by_another(
+    case: Case, db_url: str, ledger: Path, tmp_path: Path
+) -> None:
+    env = environment(db_url, ledger, case, None)
+    run_id = f"worker-{case.tool}"
+    submitted = subprocess.run(
+        [str(RUNNER), "submit", f"{AGENTS}:agent", "sell tea", "--id", run_id],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120), check=False,
+    )  # fmt: skip
+    assert submitted.returncode == 0, described(submitted)
+    # A short lease: the second worker may take the run over soon after the first dies.
+    worker = ["worker", "--poll", "0.1", "--lease", "2"]
+    first = start(*worker, env=env, cwd=tmp_path)
+    second = None
+    try:
+        wait_for(
+            lambda: (
+                any(line["tool"] == case.tool for line in ledger_lines(ledger))
+                or first.poll() is not None
+            ),
+            what=f"the worker's {case.tool} call to reach the server",
+        )
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=scaled(60))
+        assert first.returncode == KILLED
+        Path(env["MCP_RELEASE"]).touch()
+        second = start(*worker, env=env, cwd=tmp_path)
+        wait_for(
+            lambda: run_row(db_url, run_id)["status"] == "finished" or second.poll() is not None,
+            what="the second worker to finish the run",
+        )
+        row = run_row(db_url, run_id)
+        assert (row["status"], row["stop_reason"], row["resumes"]) == ("finished", "final", 1)
+        calls = [(c["key"], c["attempt"]) for c in ledger_lines(ledger) if c["tool"] == case.tool]
+        key = f"{run_id}-1"
+        assert calls == ([(key, 1), (key, 2)] if case.rerun else [(key, 1)])
+        if case.rerun:
+            assert row["output"] == case.answer
+        else:
+            assert str(row["output"]).startswith("OutcomeUnknown: charge was interrupted")
+    finally:
+        Path(env["MCP_RELEASE"]).touch()
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=scaled(60))
+        end_orphans(ledger)
