@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from runner.service.events import Event as Event
     from runner.service.run_agent import run_agent as run_agent
     from runner.service.runner import Runner as Runner
+    from runner.service.worker import Worker as Worker
 
 # The public surface, written once: where each public name lives (`__all__` and `dir()`
 # come from here). They are imported on first use (PEP 562), so that `runner --help`
@@ -85,6 +86,7 @@ _HOMES = {
     "cut_observations": "runner.core.context",
     "last_steps": "runner.core.context",
     "Runner": "runner.service.runner",
+    "Worker": "runner.service.worker",
     "Event": "runner.service.events",
     "DeltaEvent": "runner.service.events",
     "Delta": "runner.core.deltas",

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
 
+# A limit no summary's first sentence reaches: `runner --help` shows each one whole.
+_WHOLE = 10_000
+
+
 @dataclass(frozen=True)
 class Lazy:
     """A command not yet imported: `attribute` of `module`, and the first paragraph of its
@@ -136,9 +140,10 @@ class CommandGroup(OneLineErrors):
         ]
         if not shown:
             return
-        # allow for 3 times the default spacing (click's own rule)
-        limit = formatter.width - 6 - max(len(name) for name in shown)
-        rows = [(name, self._short_help(ctx, name, limit) or "") for name in shown]
+        # Each summary's first sentence whole, wrapped in its column: click's rule cut it to
+        # the width left beside the names, mid-sentence ("Approve the call run ID waits
+        # for: it runs, with its...").
+        rows = [(name, self._short_help(ctx, name, _WHOLE) or "") for name in shown]
         with formatter.section(gettext("Commands")):
             formatter.write_dl(rows)
 

@@ -156,7 +156,11 @@ def export(
         done = history.export(
             write, since=since, run_ids=run_ids, queue=queue, finished_before=finished_before
         )
-    output.line(f"exported {done.runs} runs, {done.entries} entries", err=True)
+    output.line(
+        f"exported {output.plural(done.runs, 'run')}, "
+        + ("1 entry" if done.entries == 1 else f"{done.entries} entries"),
+        err=True,
+    )
 
 
 @contextmanager

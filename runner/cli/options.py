@@ -31,7 +31,33 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
 
 
-class Bounded(click.FloatRange):
+# A bound --help shows ([x>=0]); one this large is what a column or a clock holds (2**63-1
+# steps, 2**31-1 of priority, 10**9 seconds), said when a value passes it, never in every
+# help as `[0<=x<=9223372036854775807]`.
+_SHOWN_BELOW = 10**9
+
+
+class _ReadableRange(click.types._NumberRangeBase):  # type: ignore[type-arg]
+    """A range whose help names only the bounds a person needs."""
+
+    def _describe_range(self) -> str:
+        low = self.min if self.min is not None and abs(self.min) < _SHOWN_BELOW else None
+        high = self.max if self.max is not None and abs(self.max) < _SHOWN_BELOW else None
+        if low is None and high is None:
+            return ""
+        if low is None:
+            return f"x{'<' if self.max_open else '<='}{high}"
+        if high is None:
+            return f"x{'>' if self.min_open else '>='}{low}"
+        lop, rop = ("<" if self.min_open else "<="), ("<" if self.max_open else "<=")
+        return f"{low}{lop}x{rop}{high}"
+
+
+class Whole(_ReadableRange, click.IntRange):
+    """A whole number within bounds; --help shows the ones a person needs."""
+
+
+class Bounded(_ReadableRange, click.FloatRange):
     """A float flag that is finite and at most `most`: `1e309` (infinity) or `1e300` seconds
     is refused in one line here, not by the database or a deadline's overflow later."""
 
@@ -46,7 +72,7 @@ class Bounded(click.FloatRange):
 
 
 def budget_options(fn: F) -> F:
-    whole = click.IntRange(min=0, max=2**63 - 1)  # what a counter column holds
+    whole = Whole(min=0, max=2**63 - 1)  # what a counter column holds
     seconds = Bounded(most=LONGEST_SECONDS)
     amount = Bounded(most=sys.float_info.max)
     for flag, kind, text in reversed(
@@ -151,7 +177,7 @@ def placement_options(fn: F) -> F:
             ),
             click.option(
                 "--priority",
-                type=click.IntRange(-(2**31), 2**31 - 1),
+                type=Whole(-(2**31), 2**31 - 1),
                 default=None,
                 help="Higher is claimed first within its queue (default 0).",
             ),

@@ -12,6 +12,7 @@ rich is imported only by the commands that print a table: `runner --help` never 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -52,7 +53,20 @@ def partial(text: str) -> None:
 
 
 def print_json(data: Any) -> None:
-    line(json.dumps(data, default=str))
+    line(json.dumps(_tidy(data), default=str))
+
+
+def _tidy(value: Any) -> Any:
+    """`value` with each float to 15 significant digits, as `text` shows it: a cost summed
+    from 0.0001 three times is 0.0003, not 0.00030000000000000003 (a double holds 15
+    digits exactly; what lies past them is the sum's noise, not the figure)."""
+    if isinstance(value, float):
+        return float(format(value, ".15g")) if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {key: _tidy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_tidy(item) for item in value]
+    return value
 
 
 def text(value: Any, *, exact: bool = False) -> str:

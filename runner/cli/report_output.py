@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from runner.cli.output import CELL_WIDTH, cut, table, text
+from runner.cli.output import CELL_WIDTH, cut, plural, table, text
 from runner.core.utf8 import utf8_safe
 
 if TYPE_CHECKING:
@@ -172,9 +173,9 @@ def pruned_line(pruned: Pruned, finished_before: datetime, dry_run: bool) -> str
     when = finished_before.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     detail = ", ".join(f"{reason} {n}" for reason, n in pruned.reasons.most_common())
     return (
-        f"{verb} {pruned.runs} runs finished before {when}"
+        f"{verb} {plural(pruned.runs, 'run')} finished before {when}"
         + (f" ({detail})" if detail else "")
-        + f" and {pruned.entries} journal entries"
+        + f" and {pruned.entries} journal {'entry' if pruned.entries == 1 else 'entries'}"
     )
 
 
@@ -210,7 +211,8 @@ def retention_text(seconds: float | None, count: int | None, *, short: bool = Fa
     if seconds is not None:
         rules.append(f"{_span(seconds)}" if short else f"finished runs kept {_span(seconds)}")
     if count is not None:
-        rules.append(f"newest {count}" if short else f"the newest {count} finished runs kept")
+        newest = f"the newest {count} finished run{'' if count == 1 else 's'} kept"
+        rules.append(f"newest {count}" if short else newest)
     if not rules:
         return "-" if short else "every finished run kept"
     return ", ".join(rules)
@@ -239,8 +241,17 @@ def queue_json(info: QueueInfo) -> dict[str, Any]:
 # -- schedules (`runner schedule list`, `fire`) ------------------------------------------------
 
 
-def _minute(at: datetime | None) -> str:
-    return "-" if at is None else f"{at.astimezone(UTC):%Y-%m-%d %H:%M}Z"
+def tick_time(at: datetime | None, zone: str) -> str:
+    """A schedule's time as its user reads it, everywhere the same: in the schedule's own
+    zone (the one its cron is read in), to the minute, the zone named:
+    `2026-12-07 07:00 Europe/Paris`."""
+    if at is None:
+        return "-"
+    try:
+        local = at.astimezone(ZoneInfo(zone))
+    except (ZoneInfoNotFoundError, ValueError):  # stored before a zone went away: UTC
+        local, zone = at.astimezone(UTC), "UTC"
+    return f"{local:%Y-%m-%d %H:%M} {zone}"
 
 
 def schedules_table(found: Sequence[ScheduleRow]) -> str:
@@ -257,7 +268,7 @@ def schedules_table(found: Sequence[ScheduleRow]) -> str:
                 row.queue,
                 row.catch_up,
                 row.overlap,
-                "paused" if row.paused else _minute(row.next_tick_at),
+                "paused" if row.paused else tick_time(row.next_tick_at, row.timezone),
                 _last(row),
             )
             for row in found
@@ -269,7 +280,7 @@ def _last(row: ScheduleRow) -> str:
     if row.last_tick_at is None:
         return "-"
     did = f"skipped ({row.last_skip})" if row.last_skip else (row.last_run_id or "-")
-    return f"{_minute(row.last_tick_at)} {did}"
+    return f"{tick_time(row.last_tick_at, row.timezone)} {did}"
 
 
 def schedule_json(row: ScheduleRow) -> dict[str, Any]:
@@ -278,8 +289,8 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
     return {name: plain(getattr(row, name)) for name in row.__dataclass_fields__}
 
 
-def fired_line(tick: Fired) -> str:
-    when = _minute(tick.tick)
+def fired_line(tick: Fired, zone: str) -> str:
+    when = tick_time(tick.tick, zone)
     if tick.run_id is not None:
         return f"schedule {tick.schedule}: tick {when} started run {tick.run_id}"
     return f"schedule {tick.schedule}: tick {when} skipped ({tick.skipped})"

@@ -11,6 +11,7 @@ from runner.cli import output, report_output
 from runner.cli.options import (
     DURATION,
     START_TIME,
+    Whole,
     budget_options,
     db_option,
     given,
@@ -51,7 +52,7 @@ def schedule() -> None:
 )
 @click.option(
     "--priority",
-    type=click.IntRange(-(2**31), 2**31 - 1),
+    type=Whole(-(2**31), 2**31 - 1),
     default=None,
     help="The priority of its runs in their queue (default 0).",
 )
@@ -101,7 +102,8 @@ def add(
     if as_json:
         output.print_json(report_output.schedule_json(added))
     else:
-        output.line(f"schedule {added.name}: next tick {output.text(added.next_tick_at)}")
+        when = report_output.tick_time(added.next_tick_at, added.timezone)
+        output.line(f"schedule {added.name}: next tick {when}")
 
 
 @schedule.command(name="list")
@@ -140,7 +142,8 @@ def resume(name: str, url: str | None) -> None:
 
     with Runner(url) as runner:
         row = runner.resume_schedule(name)
-    output.line(f"schedule {name}: next tick {output.text(row.next_tick_at)}")
+    when = report_output.tick_time(row.next_tick_at, row.timezone)
+    output.line(f"schedule {name}: next tick {when}")
 
 
 @schedule.command()
@@ -187,10 +190,11 @@ def fire(
     with Runner(url) as runner:
         at = fire_at or runner.now() + (fire_in or timedelta(0))
         fired = runner.fire_schedules(at)
+        zones = {row.name: row.timezone for row in runner.schedules()} if fired else {}
     if as_json:
         output.print_json([report_output.fired_json(tick) for tick in fired])
         return
     if not fired:
         output.line("no tick due")
     for tick in fired:
-        output.line(report_output.fired_line(tick))
+        output.line(report_output.fired_line(tick, zones.get(tick.schedule, "UTC")))

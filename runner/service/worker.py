@@ -42,6 +42,8 @@ from runner.core.clock import Clock, utc_now
 from runner.core.journal import Entry
 from runner.core.limits import COUNTED_SECONDS
 from runner.core.status import RunStatus
+from runner.core.tree import child_run_id
+from runner.core.waiting import Asks, Wait
 from runner.errors import (
     AgentLoadError,
     DatabaseRefused,
@@ -216,7 +218,8 @@ class Worker:
         finally:
             self.wakeup.close()
             self.runner.close()
-        self._log(logging.INFO, f"worker {self.name} stopped after finishing {self.finished} runs")
+        finished = _counted(self.finished, "run")
+        self._log(logging.INFO, f"worker {self.name} stopped after finishing {finished}")
 
     def _serve(self, pool: ThreadPoolExecutor) -> None:
         while not self.stopping.is_set():
@@ -530,18 +533,12 @@ class Worker:
             return
         if result.status is RunStatus.WAITING:
             waits = result.waits or ([result.waiting] if result.waiting else [])
-            what = "".join(
-                f"{' and' if n else ''} for {wait.asks} of {wait.question} (call {wait.call})"
-                for n, wait in enumerate(waits)
-            )
-            self._log(
-                logging.INFO, f"run {run.id} waits{what}: released until a person answers", run.id
-            )
+            self._log(logging.INFO, f"run {run.id} {_waiting_words(run.id, waits)}", run.id)
             return
         self.finished += 1
         self._log(
             logging.INFO,
-            f"run {run.id} finished: {result.stop_reason} after {result.steps} steps"
+            f"run {run.id} finished: {result.stop_reason} after {_counted(result.steps, 'step')}"
             + _why(result.error),
             run.id,
         )
@@ -647,3 +644,22 @@ def _signals_set(stop: threading.Event) -> Iterator[None]:
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+
+
+def _counted(count: int, word: str) -> str:
+    """`1 run`, `2 runs`."""
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def _waiting_words(run_id: str, waits: Sequence[Wait]) -> str:
+    """What a run released while it waits is waiting for: a person's answer, or the end of
+    the child runs its sub-agent calls started (which workers run: no person is needed)."""
+    people = [wait for wait in waits if wait.asks is not Asks.CHILD]
+    children = [child_run_id(run_id, wait.call) for wait in waits if wait.asks is Asks.CHILD]
+    what = [f"for {wait.asks} of {wait.question} (call {wait.call})" for wait in people]
+    until = ["a person answers"] if people else []
+    if children:
+        one = len(children) == 1
+        what.append(f"for its child run{'' if one else 's'} {', '.join(children)}")
+        until.append("it ends" if one else "they end")
+    return f"waits {' and '.join(what)}: released until {' and '.join(until)}"
