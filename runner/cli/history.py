@@ -217,8 +217,10 @@ def prune(
 ) -> None:
     """Delete finished runs, with their journals, that finished before a date.
 
-    Retention is your choice, so nothing is pruned unless you ask. Queued and running runs
-    are never touched. Export first (`runner export`) to keep a copy.
+    Retention is your choice, so nothing is pruned unless you ask. Queued, running and
+    waiting runs are never touched, nor a finished one whose tree still has a run that is
+    not finished (a sub-agent's child while its parent runs), as retention's rules keep
+    them. Export first (`runner export`) to keep a copy.
     """
     from runner.history import History
 
