@@ -25,3 +25,20 @@ def test_every_page_is_in_the_nav() -> None:
     assert not missing, f"add these pages to mkdocs.yml's nav: {missing}"
     assert sorted(set(listed) - pages) == [], "mkdocs.yml's nav names pages that do not exist"
     assert len(listed) == len(set(listed)), "a page is in the nav twice"
+
+
+def test_the_commands_at_a_glance_name_every_command() -> None:
+    """docs/reference/commands.md's table names each command (it once left out two)."""
+    import click
+
+    from runner.cli import main
+
+    def leaves(command: click.Command, path: tuple[str, ...] = ()) -> list[str]:
+        if not isinstance(command, click.Group):
+            return [" ".join(path)]
+        return [n for name, sub in command.commands.items() for n in leaves(sub, (*path, name))]
+
+    page = (DOCS / "reference" / "commands.md").read_text(encoding="utf-8")
+    table = "\n".join(line for line in page.splitlines() if line.startswith("| `runner "))
+    missing = [name for name in leaves(main) if f"`runner {name}" not in table]
+    assert not missing, f"docs/reference/commands.md's table does not name {missing}"
