@@ -231,7 +231,10 @@ def load_agent(ref: str) -> Agent:
 # Agents of other frameworks that `load_agent` takes as they are, wrapped with the defaults:
 # the top-level package of the agent's type -> the integration whose `wrap` makes it a runner
 # Agent. Named, not imported: the integration (and its framework) loads only for such agents.
-FRAMEWORKS = {"pydantic_ai": "runner.integrations.pydantic_ai"}
+FRAMEWORKS = {
+    "pydantic_ai": "runner.integrations.pydantic_ai",
+    "agents": "runner.integrations.openai_agents",
+}
 
 
 def _foreign(value: Any, ref: str) -> Agent | None:

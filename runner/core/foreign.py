@@ -534,10 +534,16 @@ class ForeignRun:
         self._append(entry, stop)
         return stop
 
+    @property
+    def replaying(self) -> bool:
+        """Whether the framework is still being fed the journal (not yet past its end)."""
+        return self.step <= self.last_recorded
+
     def fail(self, exc: BaseException, reason: StopReason) -> Stop:
         """The framework raised (its own limits, a model that kept failing): the run stops
         for `reason`, the error kept."""
-        stop = Stop(reason, error=described(exc))
+        prefix = "diverged from the journal: " if reason is StopReason.DIVERGED else ""
+        stop = Stop(reason, error=prefix + described(exc))
         self._finish(stop)
         return stop
 

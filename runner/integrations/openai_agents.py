@@ -1,0 +1,338 @@
+"""An OpenAI Agents SDK agent, durable on runner's journal: `RunnerAgent(agent)`.
+
+    from agents import Agent, function_tool
+    from runner.integrations.openai_agents import RunnerAgent
+
+    support = Agent(name="support", instructions="...", tools=[lookup_order, refund])
+    agent = RunnerAgent(support, idempotent={"lookup_order"}, max_steps=12)
+
+`agent` is a runner agent, accepted wherever one is. The SDK's `Runner` runs its own loop; each
+model request (every agent of the run: handoffs included) and each function tool call goes
+through the run's journal (runner.core.foreign), as for `runner.integrations.pydantic_ai`:
+a response or a tool result the journal holds is never asked for or run again, a call a crash
+left in flight is settled by its declaration (`idempotent={...}`: run again with the same key,
+`runner.current_call().idempotency_key`; else the model is told `OutcomeUnknown`), the agent's
+code is replayed from the start on resume and a divergence stops the run with `diverged`.
+A tool with `needs_approval` makes the run wait, holding no worker, for `runner approve` or
+`runner deny`; a denial's reason is what the model is shown. `run_config` is the SDK's
+`RunConfig` (its `model_provider` names the models); tracing to OpenAI is off unless it says.
+
+The SDK (`pip install "runner[openai-agents]"`) is imported when this module is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pydantic_core
+from agents import Agent as SdkAgent
+from agents import FunctionTool, RunConfig, Usage
+from agents import Runner as SdkRunner
+from agents.exceptions import AgentsException, MaxTurnsExceeded
+from agents.items import ModelResponse
+from agents.models.interface import Model, ModelProvider
+from agents.models.multi_provider import MultiProvider
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from runner.core.actions import Call
+from runner.core.agent import Agent
+from runner.core.budgets import Budgets
+from runner.core.calls import invoke
+from runner.core.foreign import ForeignRun, Outcome, Reply, Stopped
+from runner.core.journal import Journal
+from runner.core.result import AgentResult
+from runner.core.stop_reasons import StopReason
+from runner.core.tools import Tool
+from runner.errors import ModelFatal
+
+__all__ = ["RunnerAgent", "wrap"]
+
+
+class RunnerAgent(Agent):
+    """An Agents SDK `Agent` run durably by runner: accepted wherever a runner agent is."""
+
+    def __init__(
+        self,
+        agent: SdkAgent[Any],
+        *,
+        name: str | None = None,
+        release: str | None = None,
+        ref: str | None = None,
+        idempotent: Iterable[str] = (),
+        run_config: RunConfig | None = None,
+        context: Any = None,
+        limit: str | None = None,
+        **budgets: Any,
+    ) -> None:
+        if not isinstance(agent, SdkAgent):
+            raise ValueError(f"RunnerAgent wraps an agents.Agent, not {type(agent).__name__}")
+        self.agent = agent
+        self.run_config = run_config or RunConfig(tracing_disabled=True)
+        self.sdk_context = context
+        super().__init__(
+            _FrameworkModel(agent),
+            _declarations(agent, set(idempotent)),
+            name=name or agent.name,
+            release=release,
+            ref=ref,
+            limit=limit,
+            loop=self._drive,
+            **budgets,
+        )
+        # Where the RunnerAgent was made, not this module: `reference()` looks there.
+        self._module = sys._getframe(1).f_globals.get("__name__")
+
+    def _drive(
+        self,
+        model: Any,
+        tools: Mapping[str, Tool],
+        task: str,
+        budgets: Budgets,
+        journal: Journal,
+        **options: Any,
+    ) -> AgentResult:
+        """runner.core.loop.drive's part for an Agents SDK agent: its own loop, journaled."""
+        for unused in ("context", "deltas"):
+            options.pop(unused, None)
+        run = ForeignRun(tools, task, budgets, journal, **options)
+        try:
+            run.begin()
+            output = invoke(self._run, (run, task), {}, None)
+            stop = run.end(output)
+        except Stopped as stopped:
+            stop = stopped.stop
+        except MaxTurnsExceeded as exc:
+            stop = run.fail(exc, StopReason.MAX_STEPS)
+        except AgentsException as exc:
+            # Raised on a replayed response (a tool it calls is gone, say): the code changed.
+            stop = run.fail(exc, StopReason.DIVERGED if run.replaying else StopReason.MODEL_ERROR)
+        return run.result(stop)
+
+    async def _run(self, run: ForeignRun, task: str) -> Any:
+        provider = self.run_config.model_provider or MultiProvider()
+        agent = _Journaled(run, provider).agent(self.agent)
+        config = dataclasses.replace(self.run_config, model=None)
+        # runner's max_steps is the cap; the SDK's own turn limit must not come first.
+        turns = run.rules.budgets.max_steps + 1
+        result = await SdkRunner.run(
+            agent, task, context=self.sdk_context, run_config=config, max_turns=turns
+        )
+        while result.interruptions:
+            ids = [_call_id(item) for item in result.interruptions]
+            answers = await asyncio.to_thread(run.approvals, ids)
+            state = result.to_state()
+            for item, call_id in zip(result.interruptions, ids, strict=True):
+                denial = answers[call_id]
+                if denial is None:
+                    state.approve(item)
+                else:
+                    state.reject(item, rejection_message=denial)
+            result = await SdkRunner.run(agent, state, run_config=config, max_turns=turns)
+        return pydantic_core.to_jsonable_python(result.final_output)
+
+
+def wrap(agent: SdkAgent[Any]) -> RunnerAgent:
+    """An Agents SDK agent under runner's defaults (`runner run file.py:agent` given the
+    SDK's `Agent` itself)."""
+    return RunnerAgent(agent)
+
+
+@dataclass
+class _FrameworkModel:
+    """The RunnerAgent's `model`: never called (the SDK asks its own), named for traces."""
+
+    agent: SdkAgent[Any]
+
+    @property
+    def model(self) -> str | None:
+        model = self.agent.model
+        return model if isinstance(model, str) or model is None else type(model).__name__
+
+    def __call__(self, transcript: list[dict[str, Any]]) -> Any:
+        raise ModelFatal("an Agents SDK agent's model is asked through its own loop")
+
+
+class _Journaled:
+    """Copies of an agent and the agents it hands off to, their models and function tools
+    going through the run's journal."""
+
+    def __init__(self, run: ForeignRun, provider: ModelProvider) -> None:
+        self.run = run
+        self.provider = provider
+        self.made: dict[int, SdkAgent[Any]] = {}
+
+    def agent(self, agent: SdkAgent[Any]) -> SdkAgent[Any]:
+        made = self.made.get(id(agent))
+        if made is not None:
+            return made
+        model = agent.model
+        inner = model if isinstance(model, Model) else self.provider.get_model(model)
+        copy = agent.clone(model=_JournaledModel(inner, self.run))
+        self.made[id(agent)] = copy  # before the handoffs: they may lead back here
+        copy.tools = [self.tool(tool) for tool in agent.tools]
+        copy.handoffs = [
+            self.agent(handoff) if isinstance(handoff, SdkAgent) else handoff
+            for handoff in agent.handoffs
+        ]
+        return copy
+
+    def tool(self, tool: Any) -> Any:
+        if not isinstance(tool, FunctionTool):
+            return tool
+        run, inner = self.run, tool.on_invoke_tool
+
+        async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
+            recorded = await asyncio.to_thread(run.recorded_outcome, ctx.tool_call_id)
+            if recorded is not None:
+                return recorded.content
+            loop = asyncio.get_running_loop()
+            returned: list[Any] = []
+
+            def execute(**_args: Any) -> str:  # the SDK parses the arguments itself
+                async def call() -> Any:
+                    return await inner(ctx, arguments)
+
+                value = asyncio.run_coroutine_threadsafe(call(), loop).result()
+                returned.append(value)
+                return _text_of(value)
+
+            outcome = await asyncio.to_thread(run.call, ctx.tool_call_id, execute)
+            if returned and not outcome.is_error:
+                return returned[0]
+            return outcome.content
+
+        return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+class _JournaledModel(Model):
+    """A model whose every response goes through the run's journal."""
+
+    def __init__(self, inner: Model, run: ForeignRun) -> None:
+        self.inner = inner
+        self.run = run
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        given = kwargs.get("input", args[1] if len(args) > 1 else [])
+        recorded = await asyncio.to_thread(self.run.recorded_reply, _returned(given), None)
+        if recorded is not None:
+            return _response_of(recorded)
+        loop = asyncio.get_running_loop()
+
+        def request() -> ModelResponse:
+            coroutine = self.inner.get_response(*args, **kwargs)
+            response: ModelResponse = asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+            return response
+
+        response: ModelResponse = await asyncio.to_thread(
+            self.run.ask, request, lambda r: (_reply_of(r), r)
+        )
+        return response
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a RunnerAgent's runs are not streamed (Runner.run_streamed)")
+
+
+def _declarations(agent: SdkAgent[Any], idempotent: set[str]) -> dict[str, Tool]:
+    """Each function tool's runner declaration (of the agent and those it hands off to)."""
+    declared: dict[str, Tool] = {}
+    seen: set[int] = set()
+    agents = [agent]
+    while agents:
+        current = agents.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for tool in current.tools:
+            if isinstance(tool, FunctionTool):
+                declared[tool.name] = Tool(tool.on_invoke_tool, idempotent=tool.name in idempotent)
+        agents += [h for h in current.handoffs if isinstance(h, SdkAgent)]
+    unknown = sorted(idempotent - set(declared))
+    if unknown:
+        raise ValueError(f"idempotent names no function tool of the agent: {', '.join(unknown)}")
+    return declared
+
+
+def _returned(given: Any) -> dict[str, Outcome]:
+    """Each call's outcome as the SDK shows it to the model, by call id."""
+    outcomes: dict[str, Outcome] = {}
+    for item in given if isinstance(given, list) else []:
+        if isinstance(item, Mapping) and item.get("type") == "function_call_output":
+            output = item.get("output")
+            text = output if isinstance(output, str) else json.dumps(output)
+            outcomes[str(item.get("call_id"))] = Outcome(text, False)
+    return outcomes
+
+
+def _reply_of(response: ModelResponse) -> Reply:
+    texts, calls = [], []
+    for item in response.output:
+        if isinstance(item, ResponseOutputMessage):
+            texts += [part.text for part in item.content if isinstance(part, ResponseOutputText)]
+        elif isinstance(item, ResponseFunctionToolCall):
+            calls.append(Call(item.name, _args_of(item.arguments), item.call_id))
+    return Reply(
+        text="".join(texts) or None,
+        calls=tuple(calls),
+        tokens=response.usage.input_tokens + response.usage.output_tokens,
+    )
+
+
+def _response_of(reply: Reply) -> ModelResponse:
+    """The journal's reply as the response the SDK first got."""
+    output: list[Any] = []
+    if reply.text:
+        text = ResponseOutputText(text=reply.text, type="output_text", annotations=[])
+        output.append(
+            ResponseOutputMessage(
+                id="__fake_id__",
+                content=[text],
+                role="assistant",
+                status="completed",
+                type="message",
+            )
+        )
+    for call in reply.calls:
+        output.append(
+            ResponseFunctionToolCall(
+                arguments=json.dumps(call.args),
+                call_id=call.id or "",
+                name=call.tool,
+                type="function_call",
+                status="completed",
+            )
+        )
+    usage = Usage(requests=1, input_tokens=reply.tokens, total_tokens=reply.tokens)
+    return ModelResponse(output=output, usage=usage, response_id=None)
+
+
+def _args_of(arguments: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return {"_unparsed": arguments}
+    return parsed if isinstance(parsed, dict) else {"_unparsed": arguments}
+
+
+def _call_id(item: Any) -> str:
+    raw = item.raw_item
+    found = raw.get("call_id") if isinstance(raw, Mapping) else getattr(raw, "call_id", None)
+    return str(found)
+
+
+def _text_of(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return pydantic_core.to_json(value).decode()
+    except Exception:
+        return str(value)

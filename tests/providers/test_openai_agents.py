@@ -1,0 +1,195 @@
+"""OpenAI Agents SDK agents under `RunnerAgent`, on SQLite and PostgreSQL: the SDK's own
+Runner and its chat-completions model over HTTP to the local server, crashed and resumed.
+
+A resumed run replays the SDK's loop from the start, fed the journal's responses and tool
+outcomes: the model is asked only for what the journal lacks, a journaled tool never runs
+again, and the requests it sends are an uncrashed run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent as SdkAgent
+from agents import OpenAIChatCompletionsModel, function_tool
+from openai import AsyncOpenAI
+
+from runner import Runner
+from runner.core.calls import invoke
+from runner.integrations.openai_agents import RunnerAgent
+from tests.integration.support import Crash, crash
+from tests.providers.conftest import KEY
+from tests.providers.fake_servers import FakeServer, openai_completion, serving
+
+TASK = "What is (2 + 3) * 7?"
+
+_clients: list[AsyncOpenAI] = []
+
+
+def chat_model(url: str) -> OpenAIChatCompletionsModel:
+    """The SDK's chat-completions model over its own client, pointed at the local server."""
+    client = AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY)
+    _clients.append(client)
+    return OpenAIChatCompletionsModel("gpt-4.1-mini", client)
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _clients:
+        invoke(_clients.pop().close, (), {}, None)
+
+
+def script(server: FakeServer) -> None:
+    server.reply(openai_completion("Adding.", calls=[("call_1", "add", '{"a": 2, "b": 3}')]))
+    server.reply(openai_completion(calls=[("call_2", "multiply", '{"a": 5, "b": 7}')]))
+    server.reply(openai_completion("35"))
+
+
+class Calculator:
+    """An Agents SDK agent with two tools, counting their calls; `multiply` can be told to
+    die mid-call (as SIGKILL would) and is idempotent only when told."""
+
+    def __init__(
+        self, url: str, *, crash_in: str | None = None, idempotent: bool = True, **budgets: Any
+    ) -> None:
+        self.calls: list[str] = []
+        self.crash_in = crash_in
+
+        @function_tool
+        def add(a: float, b: float) -> float:
+            """Add two numbers."""
+            return self.call("add", a + b)
+
+        @function_tool
+        def multiply(a: float, b: float) -> float:
+            """Multiply two numbers."""
+            return self.call("multiply", a * b)
+
+        agent = SdkAgent(
+            name="calculator", instructions="Use the tools.", tools=[add, multiply],
+            model=chat_model(url),
+        )  # fmt: skip
+        named = {"add", "multiply"} if idempotent else {"add"}
+        self.agent = RunnerAgent(agent, idempotent=named, **{"max_steps": 5, **budgets})
+
+    def call(self, name: str, result: float) -> float:
+        self.calls.append(name)
+        if name == self.crash_in:
+            raise Crash
+        return result
+
+
+def test_a_durable_run_journals_each_request_and_call(db_url: str, server: FakeServer) -> None:
+    script(server)
+    calculator = Calculator(server.url)
+    with Runner(db_url) as runner:
+        result = runner.run(calculator.agent, TASK, id="sdk-final")
+        rows = runner.journal("sdk-final")
+    assert (result.stop_reason, result.output, result.steps) == ("final", "35", 3)
+    assert result.tokens == 3 * 120
+    assert calculator.calls == ["add", "multiply"]
+    assert [(row.kind, row.tool, row.idempotency_key) for row in rows] == [
+        ("task", None, None),
+        ("action", "add", "sdk-final-1"),
+        ("observation", "add", "sdk-final-1"),
+        ("action", "multiply", "sdk-final-2"),
+        ("observation", "multiply", "sdk-final-2"),
+        ("final", None, None),
+    ]
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
+def test_a_crash_mid_tool_resumes_without_asking_or_running_twice(
+    db_url: str, idempotent: bool
+) -> None:
+    with serving() as clean:
+        script(clean)
+        with Runner(db_url) as runner:
+            runner.run(Calculator(clean.url).agent, TASK, id="clean")
+    with serving() as crashed:
+        script(crashed)
+        dying = Calculator(crashed.url, crash_in="multiply", idempotent=idempotent)
+        with Runner(db_url) as runner:
+            with pytest.raises(Crash):
+                runner.run(dying.agent, TASK, id="crashed")
+            assert len(crashed.requests) == 2  # it died inside multiply
+            crash(runner.engine, "crashed")
+        calculator = Calculator(crashed.url, idempotent=idempotent)
+        with Runner(db_url) as runner:
+            result = runner.resume("crashed", agent=calculator.agent)
+            rows = runner.journal("crashed")
+        assert len(crashed.requests) == 3  # no response asked for twice
+    multiply = [row for row in rows if row.kind == "observation" and row.tool == "multiply"]
+    assert [(row.attempt, row.is_error) for row in multiply] == [(2, not idempotent)]
+    assert (result.stop_reason, result.output) == ("final", "35")
+    if idempotent:
+        assert calculator.calls == ["multiply"]  # add's outcome was journaled
+        for got, want in zip(crashed.requests, clean.requests, strict=True):
+            assert got.json == want.json
+    else:
+        assert calculator.calls == []
+        sent = crashed.requests[2].json["messages"][-1]
+        assert sent["role"] == "tool" and sent["content"].startswith("OutcomeUnknown")
+
+
+def test_a_resume_whose_agent_changed_stops_as_diverged(db_url: str) -> None:
+    with serving() as server:
+        script(server)
+        dying = Calculator(server.url, crash_in="multiply")
+        with Runner(db_url) as runner:
+            with pytest.raises(Crash):
+                runner.run(dying.agent, TASK, id="changed")
+            crash(runner.engine, "changed")
+        bare = RunnerAgent(SdkAgent(name="bare", model=chat_model(server.url)))
+        with Runner(db_url) as runner:
+            result = runner.resume("changed", agent=bare)
+    assert result.stop_reason == "diverged"
+    assert "diverged from the journal" in (result.error or "")
+
+
+def test_max_steps_stops_an_sdk_run(db_url: str, server: FakeServer) -> None:
+    script(server)
+    with Runner(db_url) as runner:
+        result = runner.run(Calculator(server.url, max_steps=2).agent, TASK, id="capped")
+    assert (result.stop_reason, result.steps) == ("max_steps", 2)
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
+def test_a_tool_that_needs_approval_parks_the_run_until_a_person_answers(
+    db_url: str, server: FakeServer, approve: bool
+) -> None:
+    server.reply(openai_completion(calls=[("call_1", "refund", '{"order": "A-1"}')]))
+    server.reply(openai_completion("Done."))
+    refunds: list[str] = []
+
+    @function_tool(needs_approval=True)
+    def refund(order: str) -> str:
+        """Refund an order."""
+        refunds.append(order)
+        return f"refunded {order}"
+
+    shop = SdkAgent(name="shop", tools=[refund], model=chat_model(server.url))
+    agent = RunnerAgent(shop)
+    with Runner(db_url) as runner:
+        parked = runner.run(agent, "Refund order A-1", id="gated")
+        assert parked.status == "waiting" and refunds == []
+        wait = runner.waiting_for("gated")
+        assert wait is not None and (wait.tool, wait.args) == ("refund", {"order": "A-1"})
+        if approve:
+            runner.approve("gated", call=wait.call)
+        else:
+            runner.deny("gated", call=wait.call, reason="over the limit")
+        result = runner.resume("gated", agent=agent)
+    assert (result.stop_reason, result.output) == ("final", "Done.")
+    assert refunds == (["A-1"] if approve else [])
+    sent = server.requests[1].json["messages"][-1]
+    assert sent["role"] == "tool"
+    assert sent["content"] == ("refunded A-1" if approve else "Denied: over the limit")
+    assert len(server.requests) == 2
