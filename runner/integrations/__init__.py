@@ -2,9 +2,9 @@
 
 `runner.integrations.pydantic_ai.RunnerAgent` wraps a Pydantic AI `Agent` (`pydantic_ai`),
 `runner.integrations.openai_agents.RunnerAgent` an OpenAI Agents SDK `Agent`
-(`openai_agents`). The framework keeps its own loop; each model request and tool call it makes goes through the
-run's journal (runner.core.foreign). Each framework is an optional extra, imported only
-when its module is.
+(`openai_agents`). The framework keeps its own loop; each model request and tool call it
+makes goes through the run's journal (runner.core.foreign). Each framework is an optional
+extra, imported only when its module is.
 
 It may import: `runner.core` and the shared leaves.
 """
