@@ -153,6 +153,117 @@ def test_each_run_hears_its_own_cancel_and_a_step_of_several_goes_in_whole(
     writer.close()
 
 
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_the_shared_statement_renews_only_the_leases_a_third_spent(engine: Engine) -> None:
+    """PostgreSQL's one statement for several runs renews each run's lease as a run's own
+    write does: once a third of it is spent, and not before (a lease far from its end is
+    left as it is, and a longer one is never cut back to the write's)."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from runner.store.schema import runs as runs_table
+
+    writer = Writer(engine)
+    runs = journals(engine, writer, 3)
+    far = datetime.now(UTC) + timedelta(hours=1)
+    near = datetime.now(UTC) + timedelta(seconds=5)  # 55 s of the 60 s lease spent
+    with engine.begin() as connection:
+        for run_id, at in (("r0", far), ("r1", near), ("r2", near)):
+            connection.execute(
+                update(runs_table).where(runs_table.c.id == run_id).values(lease_expires_at=at)
+            )
+    group = writer.group
+    assert group is not None
+    before = (group.transactions, group.writes)
+    written = datetime.now(UTC)
+    outcomes = together(writer, engine, {j.run_id: lambda j=j: j.append(action(j)) for j in runs})
+    assert outcomes == {"r0": None, "r1": None, "r2": None}
+    assert (group.transactions - before[0], group.writes - before[1]) == (1, 3)  # shared
+    expiry = {j.run_id: store.find_run(engine, j.run_id).lease_expires_at for j in runs}
+    assert expiry["r0"] == far
+    for run_id in ("r1", "r2"):
+        renewed = expiry[run_id]
+        assert renewed is not None and renewed >= written + timedelta(seconds=59), run_id
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_the_shared_statement_and_the_heartbeat_lock_runs_in_one_order(
+    db_url: str, engine: Engine
+) -> None:
+    """A forced race: another transaction holds the middle run's row (r08 of 16); the
+    shared statement of the 16 runs' writes starts, then a heartbeat renewing the same 16
+    leases, both waiting for a lock. Let go, they finish one after the other: both lock
+    in id order, so neither holds a row the other wants while it waits (in opposite orders
+    each would hold one side of r08, and PostgreSQL would abort one: the heartbeat, whose
+    session is set to detect a deadlock first)."""
+    from sqlalchemy import text
+
+    from runner.store import lease_renewals
+
+    writer = Writer(engine)
+    runs = journals(engine, writer, 16)  # r0..r15: r10..r15 sort between r1 and r2
+    ordered = sorted(j.run_id for j in runs)
+    middle = ordered[8]
+    epochs = {j.run_id: store.find_run(engine, j.run_id).lease_epoch for j in runs}
+    beats = open_engine(db_url)
+
+    @event.listens_for(beats, "connect")
+    def quick_to_detect(dbapi_connection: Any, _record: Any) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        dbapi_connection.execute("SET deadlock_timeout = '20ms'")
+        dbapi_connection.autocommit = autocommit
+
+    def waiting_for_locks() -> int:
+        with engine.connect() as connection:
+            return int(
+                connection.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()"
+                    )
+                ).scalar_one()
+            )
+
+    outcomes: dict[str, Any] = {}
+
+    def write() -> None:
+        writes = {j.run_id: lambda j=j: j.append(action(j)) for j in runs}
+        outcomes.update(together(writer, engine, writes))
+
+    def beat() -> None:
+        try:
+            outcomes["heartbeat"] = lease_renewals.renew_leases(beats, epochs, 60)
+        except Exception as exc:
+            outcomes["heartbeat"] = exc
+
+    blocker = engine.connect()
+    try:
+        with blocker.begin():
+            blocker.execute(text("SELECT id FROM runs WHERE id = :id FOR UPDATE"), {"id": middle})
+            writing = threading.Thread(target=write)
+            writing.start()
+            wait_until(lambda: waiting_for_locks() == 1, what="the shared statement to wait")
+            beating = threading.Thread(target=beat)
+            beating.start()
+            wait_until(lambda: waiting_for_locks() == 2, what="the heartbeat to wait too")
+        writing.join(60)
+        beating.join(60)
+    finally:
+        blocker.close()
+        beats.dispose()
+        writer.close()
+    assert outcomes.pop("heartbeat") == {run_id: False for run_id in ordered}
+    assert outcomes == {run_id: None for run_id in ordered}
+    assert writer.group is not None and writer.group.transactions >= 1
+
+
 def test_a_write_alone_is_its_own_transaction(engine: Engine) -> None:
     writer = Writer(engine)
     (journal,) = journals(engine, writer, 1)
