@@ -9,7 +9,7 @@ alone) is followed by one SSE connection per run (httpx, in this process). A wri
 appends `--rate` entries a second to every run, as a worker's commits would, for
 `--seconds`; then nothing is written for `--idle-seconds`. Each database is measured twice
 in the same run: `watcher`, as runner follows (one watcher per server wakes the followers:
-runner.store.follows), and `polling`, the server's followers polling each on its own every
+runner.sql.follows), and `polling`, the server's followers polling each on its own every
 EVENT_POLL_SECONDS as before the watcher (its stores' `follow` answering None), the
 baseline (`--no-polling` leaves it out). Reported:
 
@@ -18,7 +18,7 @@ baseline (`--no-polling` leaves it out). Reported:
 - the server's CPU (its user + system time over the phase, as a share of one core) and its
   resident memory at the end of the phase;
 - the statements the server's followers sent to the database a second (counted in the
-  server by a SQLAlchemy event on every engine and on runner.store.reads' plain reads), per
+  server by a SQLAlchemy event on every engine and on runner.sql.reads' plain reads), per
   follower and second; and apart, the watcher's own: on PostgreSQL the marks' renewals
   (3 statements each), on SQLite the poller's `PRAGMA data_version` probes and position
   queries (on its own connection).
@@ -47,10 +47,10 @@ from runner.core.clock import utc_now
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.service.events import EVENT_POLL_SECONDS
-from runner.store import leases
-from runner.store import runs as store
-from runner.store.database import open_engine
-from runner.store.schema import entries
+from runner.sql import leases
+from runner.sql import runs as store
+from runner.sql.database import open_engine
+from runner.sql.schema import entries
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -65,7 +65,8 @@ def serve(url: str, port: int, counts: str) -> None:
     from sqlalchemy.engine import Engine
     from sqlalchemy.pool import Pool
 
-    from runner.store import follows, reads, sql_store
+    from runner.sql import follows, reads
+    from runner.sql import store as sql_store
     from runner.ui import make_app
 
     if os.environ.get("RUNNER_BENCH_POLLING"):
@@ -88,7 +89,7 @@ def serve(url: str, port: int, counts: str) -> None:
             probes += getattr(watcher, "probes", 0) + getattr(watcher, "queries", 0)
         return marks, probes
 
-    # Statements: SQLAlchemy's, and the plain reads (runner.store.reads) on the driver's
+    # Statements: SQLAlchemy's, and the plain reads (runner.sql.reads) on the driver's
     # cursor beneath it; checkouts: each ends with the pool's reset (a rollback) as well.
     sent = [0, 0]
 

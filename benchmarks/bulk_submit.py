@@ -30,7 +30,7 @@ import common
 import fakes
 
 from runner import Runner
-from runner.store import leases
+from runner.sql import leases
 
 CLAIMS = 50
 

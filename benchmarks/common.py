@@ -27,8 +27,8 @@ import sqlalchemy
 from sqlalchemy import Column, Engine, MetaData, Table, create_engine, text
 from sqlalchemy.engine import make_url
 
-from runner.store.database import open_engine, upgrade
-from runner.store.schema import entries
+from runner.sql.database import open_engine, upgrade
+from runner.sql.schema import entries
 
 POSTGRES_URL = os.environ.get(
     "RUNNER_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

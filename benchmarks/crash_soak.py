@@ -44,8 +44,8 @@ import fakes
 from sqlalchemy import func, select
 
 from runner import Runner
-from runner.store.database import open_engine
-from runner.store.schema import runs
+from runner.sql.database import open_engine
+from runner.sql.schema import runs
 
 HERE = Path(__file__).resolve().parent
 RUNNER = Path(sys.executable).parent / "runner"

@@ -33,8 +33,8 @@ import psycopg
 from sqlalchemy import Engine, text
 
 from runner.core.deltas import Delta
-from runner.store import deltas as table
-from runner.store.database import open_engine, upgrade
+from runner.sql import deltas as table
+from runner.sql.database import open_engine, upgrade
 from runner.store.delta_writer import Put
 
 CHANNEL = "runner_deltas"

@@ -42,8 +42,8 @@ from sqlalchemy import create_engine, func, insert, select, text
 from sqlalchemy.pool import NullPool
 
 from runner import Runner
-from runner.store.database import open_engine
-from runner.store.schema import entries, runs
+from runner.sql.database import open_engine
+from runner.sql.schema import entries, runs
 
 RUNNER = Path(sys.executable).parent / "runner"
 SAMPLE_SECONDS = 0.01

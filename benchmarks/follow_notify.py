@@ -40,12 +40,12 @@ from runner.core.actions import ActionKind
 from runner.core.budgets import Budgets
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
-from runner.store import leases
-from runner.store import runs as store
-from runner.store.backend import backend_for
-from runner.store.database import open_engine
-from runner.store.driver import Prepared
-from runner.store.follows import mark
+from runner.sql import leases
+from runner.sql import runs as store
+from runner.sql.backend import backend_for
+from runner.sql.database import open_engine
+from runner.sql.driver import Prepared
+from runner.sql.follows import mark
 
 SETTINGS = ("before", "unfollowed", "followed")
 
@@ -74,7 +74,7 @@ def throughput(engine: Engine, made: list[tuple[str, int]], start: dict[str, int
     def work(k: int) -> None:
         run_id, epoch = made[k]
         n = start[run_id]
-        # As a worker sends it (runner.store.driver): the statement's text on the driver's
+        # As a worker sends it (runner.sql.driver): the statement's text on the driver's
         # cursor, in autocommit, so it is its own transaction (one round trip).
         pooled = engine.raw_connection()
         try:

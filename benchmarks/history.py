@@ -42,8 +42,8 @@ from sqlalchemy.engine import make_url
 from runner import Agent, tool
 from runner.cli import main
 from runner.service.runner import Runner
-from runner.store.database import open_engine, upgrade
-from runner.store.schema import entries, runs
+from runner.sql.database import open_engine, upgrade
+from runner.sql.schema import entries, runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "README.md"

@@ -39,8 +39,8 @@ import fakes
 from sqlalchemy import func, select
 
 from runner import Runner
-from runner.store.database import open_engine
-from runner.store.schema import entries, runs
+from runner.sql.database import open_engine
+from runner.sql.schema import entries, runs
 
 HERE = Path(__file__).resolve().parent
 RUNNER = Path(sys.executable).parent / "runner"

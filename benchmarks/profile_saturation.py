@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 
 from runner import Runner
 from runner.service.worker import Worker
-from runner.store.schema import entries
+from runner.sql.schema import entries
 
 
 def main() -> None:

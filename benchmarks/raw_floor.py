@@ -46,7 +46,7 @@ from sqlalchemy import Engine, Table
 
 from runner.core.counters import Counters
 from runner.core.journal import Entry, MemoryJournal, Stop
-from runner.store.backend import BUSY_TIMEOUT_MS
+from runner.sql.backend import BUSY_TIMEOUT_MS
 
 
 def driver_rows(engine: Engine, table: Table, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -39,11 +39,11 @@ from runner.core.clock import utc_now
 from runner.core.counters import Counters
 from runner.core.ids import new_run_id
 from runner.core.journal import Entry, EntryKind
-from runner.store import leases
-from runner.store import runs as store
-from runner.store.database import open_engine
+from runner.sql import leases
+from runner.sql import runs as store
+from runner.sql.database import open_engine
+from runner.sql.schema import entries
 from runner.store.owner import owner_name
-from runner.store.schema import entries
 
 # A process of this host that does not exist: its lease is free at once.
 DEAD_OWNER = owner_name(999999, "1")

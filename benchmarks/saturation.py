@@ -46,7 +46,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from runner import Runner
-from runner.store.schema import entries, runs
+from runner.sql.schema import entries, runs
 
 PGBENCH_SCRIPT = (
     "INSERT INTO saturation_ceiling (client, body) VALUES (:client_id, repeat('x', 200));\n"
@@ -56,7 +56,7 @@ PGBENCH_SCRIPT = (
 def serve_one_commit_per_write(url: str, concurrency: int, barrier: Any, out: Any) -> None:
     """A worker process as `workers.serve`, its journal writes each a commit of their own
     (SQLite's group commit turned off: the code before it, for the side-by-side figure)."""
-    from runner.store import writer
+    from runner.sql import writer
 
     keep = writer.Writer.__init__
 

@@ -51,8 +51,8 @@ from runner.core.ids import new_run_id
 from runner.core.journal import Entry
 from runner.core.loop import drive
 from runner.core.tools import as_tools
-from runner.store import fencing, leases
-from runner.store import runs as store
+from runner.sql import fencing, leases
+from runner.sql import runs as store
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 SQLITE = {

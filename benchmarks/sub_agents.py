@@ -35,8 +35,8 @@ import common
 from sqlalchemy import func, select
 
 from runner import Agent, Runner
-from runner.store.database import connect
-from runner.store.schema import runs
+from runner.sql.database import connect
+from runner.sql.schema import runs
 from runner.testing import FunctionModel, tool_results, turns
 
 RUNNER = Path(sys.executable).parent / "runner"

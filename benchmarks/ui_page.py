@@ -27,10 +27,10 @@ from runner.core.clock import utc_now
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
-from runner.store import leases
-from runner.store import runs as store
-from runner.store.database import open_engine
-from runner.store.schema import entries, runs
+from runner.sql import leases
+from runner.sql import runs as store
+from runner.sql.database import open_engine
+from runner.sql.schema import entries, runs
 from runner.ui import make_app
 
 

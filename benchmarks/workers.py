@@ -37,8 +37,8 @@ from sqlalchemy import func, insert, select
 
 from runner import Runner
 from runner.service.worker import Worker
-from runner.store.database import open_engine
-from runner.store.schema import entries, runs
+from runner.sql.database import open_engine
+from runner.sql.schema import entries, runs
 
 SPAWN = multiprocessing.get_context("spawn")
 

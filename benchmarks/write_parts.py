@@ -34,8 +34,8 @@ from runner.core.actions import ActionKind
 from runner.core.counters import Counters
 from runner.core.ids import new_run_id
 from runner.core.journal import Entry, EntryKind
-from runner.store import fencing, leases
-from runner.store import runs as store
+from runner.sql import fencing, leases
+from runner.sql import runs as store
 from runner.store.rules import Claim
 
 PARTS = ("Append.of", "statement alone", "Writer.commit", "SqlJournal.append")
@@ -84,7 +84,7 @@ def built(runner: Runner, claim: Claim, seq: int) -> fencing.Append:
 
 def statement_alone(runner: Runner, writes: int) -> float:
     """As runner sends it: SQLite, BEGIN IMMEDIATE, the statement, COMMIT; PostgreSQL, the
-    statement alone in autocommit, its own transaction (runner.store.driver)."""
+    statement alone in autocommit, its own transaction (runner.sql.driver)."""
     appends = prebuilt(runner, claimed(runner), writes)
     sqlite = runner.engine.dialect.name == "sqlite"
     with runner.store.writer.turn() as connection:

@@ -8,8 +8,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from runner.store.database import open_engine
-from runner.store.schema import metadata
+from runner.sql.database import open_engine
+from runner.sql.schema import metadata
 
 config = context.config
 if config.config_file_name is not None and not config.attributes.get("connection"):

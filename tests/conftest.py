@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from runner.store.database import open_engine, upgrade
+from runner.sql.database import open_engine, upgrade
 
 POSTGRES_URL = os.environ.get(
     "RUNNER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -5,7 +5,7 @@ Two nullable columns on `queues`, added last:
   finished longer ago than this;
 - `keep_runs`: only the newest this many finished runs of the queue are kept.
 NULL: no such rule. The row named `*` holds the default of every queue whose own row does
-not set the rule. Workers apply the rules in small batches (runner.store.retention); runs
+not set the rule. Workers apply the rules in small batches (runner.sql.retention); runs
 that are not finished, or whose tree still has a run that is not, are never deleted.
 
 Plain ALTER TABLE on both databases; no view reads `queues`.

@@ -8,10 +8,10 @@
   and one on `deltas` (transition tables: one query a statement, whatever its rows), and a
   row-level AFTER UPDATE OF status trigger on `runs` (the run finishing or waiting). An
   unfollowed run's write pays the trigger's one probe of `follows`, and no NOTIFY
-  (PostgreSQL serialises notifying commits: runner.store.follows says why it matters).
+  (PostgreSQL serialises notifying commits: runner.sql.follows says why it matters).
 
 SQLite has no notifications: the table exists (one schema for both) and stays empty; a
-process follows runs there by polling (runner.store.follows). No foreign key to `runs`,
+process follows runs there by polling (runner.sql.follows). No foreign key to `runs`,
 as for `deltas`: a mark lives a minute, and `runner prune` need not wait for it. The
 reader role of revision 0004 may SELECT the table.
 

@@ -42,7 +42,7 @@ POINTS = frozenset(
         "before_message_sent",
         "after_message_sent",
         # SQLite's group commit: a transaction holding the writes of two runs or more, its
-        # statements run, its COMMIT not yet (runner.store.group_commit).
+        # statements run, its COMMIT not yet (runner.sql.group_commit).
         "before_group_commit",
         # A model call's reservation from its provider limit committed, the call not made:
         # a crash here must leak nothing past the lease (runner.core.limits).

@@ -4,7 +4,7 @@ A message waits in the run's inbox until the worker executing the run reaches it
 boundary; it is then journaled as a `message` entry (a user turn: the model is shown
 `{"role": "user", "content": body}`) before the model is asked for that step. Each message
 carries an idempotency key, unique per run: the same key sent twice is one message. This
-module knows no SQL: the store keeps the inbox (runner.store.messages), the loop reads the
+module knows no SQL: the store keeps the inbox (runner.sql.messages), the loop reads the
 entries back on resume.
 """
 

@@ -12,7 +12,7 @@ tokens, cost) to each of its ancestors' `below` counters (in a durable run, in t
 transaction as the entry). Before each model call a run checks its own budgets against its
 own spend plus what was charged below it, and each ancestor's budgets against the
 ancestor's (`over_budget`). In a durable run a child's model call also reserves a step and
-its estimate of tokens from every ancestor's budget first (runner.store.tree_budget): no
+its estimate of tokens from every ancestor's budget first (runner.sql.tree_budget): no
 call starts once an ancestor's spend and the calls in flight below it leave no room
 (`crowded`), so concurrent children go over an ancestor's budget only by the last call that
 found room and the estimation error of those in flight beside it. A child's budgets are at

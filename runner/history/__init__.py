@@ -9,7 +9,7 @@ PostgreSQL's plans read as the planner's tree by `plan_tree`),
 them (`views`: `run_summary`, `tool_calls`); docs/reference/schema.md documents them for the
 users who query them directly.
 
-It may import: `runner.core`, `runner.store` and the shared leaves.
+It may import: `runner.core`, `runner.store`, `runner.sql` and the shared leaves.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from runner.history.moments import parse_moment
 from runner.history.query import QueryResult, read_only_query
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
 from runner.history.values import plain
-from runner.store import plain_connection
-from runner.store import runs as store
-from runner.store.database import connect
+from runner.sql import plain_connection
+from runner.sql import runs as store
+from runner.sql.database import connect
 
 
 class History:

@@ -16,10 +16,10 @@ from runner.core.status import RunStatus
 from runner.core.utf8 import utf8_safe
 from runner.errors import RunnerError
 from runner.history.values import plain
-from runner.store.backend import backend_for
-from runner.store.retention import tree_finished
-from runner.store.runs import decode
-from runner.store.schema import UtcDateTime, entries, runs
+from runner.sql.backend import backend_for
+from runner.sql.retention import tree_finished
+from runner.sql.runs import decode
+from runner.sql.schema import UtcDateTime, entries, runs
 
 # -- export (`runner export`) ----------------------------------------------------------------
 

@@ -7,7 +7,7 @@ views (`run_summary`, `tool_calls`) where they answer the question, else the `en
 table; any engine works, and the page gives a read-only one.
 
 A run's state (stalled or not) is judged at the database's clock, as `runner list` and
-`show` judge it (runner.store.run_states.clock_now): never the web host's.
+`show` judge it (runner.sql.run_states.clock_now): never the web host's.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from sqlalchemy import Engine, and_, or_, select
 
 from runner.core.journal import Entry
 from runner.history.views import run_summary, tool_calls
-from runner.store import reads
+from runner.sql import reads
+from runner.sql.run_states import clock_now, observe, read_tree
+from runner.sql.runs import RunRow, entry_of, find_run, plain, plain_reading, reading
+from runner.sql.schema import entries, runs
 from runner.store.liveness import state_of
-from runner.store.run_states import clock_now, observe
-from runner.store.run_trees import RunTree, read_tree
-from runner.store.runs import RunRow, entry_of, find_run, plain, plain_reading, reading
-from runner.store.schema import entries, runs
+from runner.store.run_trees import RunTree
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,8 @@ from runner.history.reader import (
     timed_out,
     value_too_large,
 )
-from runner.store.database import open_engine
-from runner.store.urls import redact_url
+from runner.sql.database import open_engine
+from runner.sql.urls import redact_url
 
 # As created by migration 0004.
 READER_ROLE = "runner_reader"

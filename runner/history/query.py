@@ -17,9 +17,9 @@ from runner.defaults import DEFAULT_QUERY_TIMEOUT
 from runner.errors import DatabaseRefused
 from runner.history import postgres_reader, sqlite_reader
 from runner.history.reader import QueryResult, Reader
-from runner.store.backend import backend_for
-from runner.store.database import resolve_url
-from runner.store.urls import encode_password, not_a_url
+from runner.sql.backend import backend_for
+from runner.sql.database import resolve_url
+from runner.sql.urls import encode_password, not_a_url
 
 # Seconds a query may run unless told otherwise (`--timeout`); 0 or None: no limit.
 DEFAULT_TIMEOUT = DEFAULT_QUERY_TIMEOUT

@@ -31,8 +31,8 @@ from runner.history.reader import (
     timed_out,
     value_too_large,
 )
-from runner.store.database import damaged
-from runner.store.urls import encode_password
+from runner.sql.database import damaged
+from runner.sql.urls import encode_password
 
 # The actions a read needs. Everything else (ATTACH and DETACH, which VACUUM and VACUUM
 # INTO also begin with, every INSERT, UPDATE, DELETE, CREATE, DROP and ALTER, temporary

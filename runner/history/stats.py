@@ -17,8 +17,8 @@ from sqlalchemy import ColumnElement, Engine, func, select
 
 from runner.core.status import RunStatus
 from runner.history.views import run_summary
-from runner.store.backend import backend_for
-from runner.store.schema import runs
+from runner.sql.backend import backend_for
+from runner.sql.schema import runs
 
 By = Literal["release", "agent", "day", "schedule", "root"]
 # A rise is flagged only when chance alone would produce it less than 5% of the time.

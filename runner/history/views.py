@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import JSON, Boolean, Float, Integer, String, Text, column, table
 
-from runner.store.schema import Timestamp
+from runner.sql.schema import Timestamp
 
 run_summary = table(
     "run_summary",

@@ -11,6 +11,6 @@ runs and the database comes from here too (`overview`, `values`, `database`, and
 `documents`: the JSON every face gives of runs and events): the faces never reach into the
 store.
 
-It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store` and the shared
-leaves.
+It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
+`runner.sql` and the shared leaves.
 """

@@ -4,7 +4,7 @@ reach into the store; these are the store's answers, handed up."""
 
 from __future__ import annotations
 
-from runner.store.database import failure_message, open_read_only, resolve_url, upgrade_database
-from runner.store.urls import redact_url
+from runner.sql.database import failure_message, open_read_only, resolve_url, upgrade_database
+from runner.sql.urls import redact_url
 
 __all__ = ["failure_message", "open_read_only", "redact_url", "resolve_url", "upgrade_database"]

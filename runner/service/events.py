@@ -4,7 +4,7 @@ Every journal entry is an event, and its position is the entry's sequence (`seq`
 positions only grow, and an entry never changes once committed, so a reader that asks for
 everything after the last position it saw gets no duplicate and no gap, from any process
 and after any crash of the worker or of the reader. A follower does not poll: it registers
-with its store's one watcher of this process (runner.store.follows: a LISTEN on PostgreSQL,
+with its store's one watcher of this process (runner.sql.follows: a LISTEN on PostgreSQL,
 whose triggers NOTIFY the writes of followed runs only; on SQLite one probe of `PRAGMA
 data_version` every `poll_seconds` for the whole process) and sleeps until woken, then reads
 until a look finds nothing: the journal's range after its position and, when nothing new
@@ -318,7 +318,7 @@ class Following(RunnerBase):
         person). Resume after a reconnect with `after=` the last position seen: no entry
         is given twice or skipped. RunNotFound at once if there is no such run (`run_id`
         may be a prefix of its id). A follow waits on this process's one watcher of
-        followed runs (runner.store.follows); `poll_seconds` is how often SQLite's looks
+        followed runs (runner.sql.follows); `poll_seconds` is how often SQLite's looks
         (the most eager follower's), or how often a follow polls a store without one.
 
         With `deltas`, the stream also gives `DeltaEvent`s (`event.ephemeral`, kind

@@ -25,9 +25,9 @@ from runner.core.clock import utc_now
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.errors import CannotFork
+from runner.sql.run_changes import FORKED_EPOCH as FORKED_EPOCH  # re-exported
+from runner.sql.runs import RunRow, new_run
 from runner.store.protocol import RunStore
-from runner.store.run_changes import FORKED_EPOCH as FORKED_EPOCH  # re-exported
-from runner.store.runs import RunRow, new_run
 
 
 @dataclass(frozen=True)

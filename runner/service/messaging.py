@@ -1,7 +1,7 @@
 """Messages into a run while it goes: `Runner.send`.
 
 A message is checked against what the run's agent accepts (`Agent(accepts=...)`: free text
-by default), then put in the run's inbox once per idempotency key (runner.store.messages);
+by default), then put in the run's inbox once per idempotency key (runner.sql.messages);
 the worker executing the run journals it as a user turn before its next model call. A
 finished run takes a message only with `revive=True`: the message goes in its inbox, then the
 run is revived (runner.service.revival) and queued to read it.

@@ -1,6 +1,6 @@
 """What `runner list` and `runner show` show: read over a connection opened without
-SQLAlchemy (runner.store.plain_connection) where one opens, else through a `Runner`, with
-the same reads (runner.store.run_states over runner.store.reads) either way.
+SQLAlchemy (runner.sql.plain_connection) where one opens, else through a `Runner`, with
+the same reads (runner.sql.run_states over runner.sql.reads) either way.
 
 Which path reads is decided before anything is read: plain_connection declines what it
 cannot serve as the full path would (a missing file, a URL it does not read alike, a schema
@@ -20,11 +20,11 @@ from runner.core.journal import Entry
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
-from runner.store import plain_connection, reads
-from runner.store.reads import Reader
+from runner.sql import plain_connection, reads
+from runner.sql.reads import Reader
+from runner.sql.run_states import clock_now, observe, read_tree, result_of, runs, waits
 from runner.store.rows import RunRow
-from runner.store.run_states import clock_now, observe, result_of, runs, waits
-from runner.store.run_trees import RunTree, read_tree
+from runner.store.run_trees import RunTree
 
 T = TypeVar("T")
 

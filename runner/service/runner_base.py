@@ -22,18 +22,18 @@ from runner.core.status import RunStatus
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
 from runner.errors import AgentLoadError, RunnerError
 from runner.service import submissions
-from runner.store import run_states as listing
-from runner.store import runs as store
+from runner.sql import run_states as listing
+from runner.sql import runs as store
+from runner.sql.schema import DEFAULT_QUEUE
 from runner.store.protocol import RunStore
 from runner.store.rules import check_priority, check_queue
-from runner.store.schema import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from runner.store.heartbeat import Heartbeat
-    from runner.store.sql_store import SqlStore
-    from runner.store.writer import Writer
+    from runner.sql.heartbeat import Heartbeat
+    from runner.sql.store import SqlStore
+    from runner.sql.writer import Writer
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 # How often a process blocked on a waiting run (`wait=True`) looks at it, where the database
@@ -60,7 +60,7 @@ class RunnerBase:
         # A store this runner opens is closed with it; one it is given stays its giver's.
         self._owns_store = store is None
         if store is None:
-            from runner.store.sql_store import SqlStore
+            from runner.sql.store import SqlStore
 
             store = SqlStore(
                 url,
@@ -92,7 +92,7 @@ class RunnerBase:
         return self.store.owner
 
     def _sql(self) -> SqlStore:
-        from runner.store.sql_store import SqlStore
+        from runner.sql.store import SqlStore
 
         if not isinstance(self.store, SqlStore):
             raise RunnerError(f"this runner's store is {self.store.describe()}, not a database")

@@ -1,4 +1,4 @@
-"""Schedules: runs started on a cron schedule, one per tick (see runner.store.schedules).
+"""Schedules: runs started on a cron schedule, one per tick (see runner.sql.schedules).
 
 Workers fire the ticks (runner.service.worker); this part of the `Runner` adds, lists,
 pauses, resumes and removes schedules, and can fire the ticks due itself (`fire_schedules`,
@@ -14,10 +14,10 @@ from runner.core.agent import Agent, with_budgets
 from runner.errors import AgentLoadError, ScheduleExists
 from runner.service import submissions
 from runner.service.runner_base import RunnerBase
-from runner.store import schedules as store
+from runner.sql import schedules as store
+from runner.sql.schedules import Fired, ScheduleRow
+from runner.sql.schema import DEFAULT_QUEUE
 from runner.store.rules import check_priority, check_queue
-from runner.store.schedules import Fired, ScheduleRow
-from runner.store.schema import DEFAULT_QUEUE
 
 
 class Scheduling(RunnerBase):

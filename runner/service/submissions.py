@@ -22,10 +22,10 @@ from runner.core.ids import new_run_id
 from runner.errors import RunConflict, SubmissionRefused, SubmitInterrupted, first_line
 from runner.service.conflicts import conflict, differences
 from runner.service.delays import start_time
-from runner.store import runs as store
+from runner.sql import runs as store
+from runner.sql.schema import DEFAULT_QUEUE
 from runner.store.protocol import RunStore
 from runner.store.rules import check_priority, check_queue
-from runner.store.schema import DEFAULT_QUEUE
 
 BATCH_SIZE = 1000
 # What an item may say; anything else is refused (a typo should not pass unnoticed).

@@ -11,10 +11,10 @@ needing a person's answer gives its slot back at once and waits in the database.
 worker sleeps its poll interval, or on PostgreSQL until a NOTIFY says a run was queued.
 
 Between claims a worker also keeps two kinds of house: it fires the schedules' ticks that
-are due (runner.store.schedules: it wakes up for the next tick, and looks every 20 s at
+are due (runner.sql.schedules: it wakes up for the next tick, and looks every 20 s at
 most for schedules added elsewhere; a tick's run id makes a second run of it impossible)
 and, once a minute, deletes a few batches of the finished runs its queues' retention rules
-expire (runner.store.retention).
+expire (runner.sql.retention).
 
 The worker logs through the standard `logging` module, on the `runner.worker` logger: each
 record about a run carries its id (`record.run_id`) and every record the worker's name
@@ -55,9 +55,9 @@ from runner.errors import (
     first_line,
 )
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
-from runner.store import queues as queue_limits
-from runner.store.database import resolve_url
-from runner.store.pool_size import PoolChoice, choose_pool
+from runner.sql import queues as queue_limits
+from runner.sql.database import resolve_url
+from runner.sql.pool_size import PoolChoice, choose_pool
 from runner.store.protocol import Claim, RunStore
 from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS
 
@@ -89,7 +89,7 @@ CLAIM_GATHER_SHARE = 8
 SWEEP_SECONDS = 1.0
 
 # Schedules added (or resumed) by another process are found within this many seconds: well
-# inside a tick's on-time window (runner.store.schedules.ON_TIME_SECONDS), so none is late.
+# inside a tick's on-time window (runner.sql.schedules.ON_TIME_SECONDS), so none is late.
 SCHEDULES_LOOK = 20.0
 
 # Retention: a pass a minute (sooner while a pass finds its fill, RETENTION_FULL_PASS runs).

@@ -27,7 +27,7 @@ from runner.core.clock import Clock, utc_now
 from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind
 
-# -- the changes a batch applies, in order (runner.store.deltas writes them in SQL) --------
+# -- the changes a batch applies, in order (runner.sql.deltas writes them in SQL) --------
 
 # The longest a delta is kept: one model call's longest (the adapters' total_timeout, 600 s,
 # by default). Deltas of a call are deleted once its action is journaled, so only those a

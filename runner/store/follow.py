@@ -1,6 +1,6 @@
 """One follower's registration with its store's watcher of runs: woken when its run may
 have moved. The SQL store's watcher (`Followers`: a LISTEN on PostgreSQL, a poller on
-SQLite) is in runner.store.follows; a store without one returns no registration, and its
+SQLite) is in runner.sql.follows; a store without one returns no registration, and its
 followers poll."""
 
 from __future__ import annotations

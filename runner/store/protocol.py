@@ -1,7 +1,7 @@
 """What the service asks of a store: the operations on runs, as one typed protocol.
 
 The `Runner` and the worker drive runs through a `RunStore` and nothing else of the store:
-`SqlStore` (runner.store.sql_store) is the SQL of the other store modules behind it, for
+`SqlStore` (runner.sql.store) is the SQL of the other store modules behind it, for
 one database; `runner.testing.InMemoryStore` is a fake of it in memory, for fast tests of
 the logic above the store (claims, answers, queue limits, revival, forks). Each operation
 is one transaction in SQL: whole or absent, and fenced by the lease epoch where it says so.
@@ -143,7 +143,7 @@ class RunStore(Protocol):
         state: str | None = None,
         schedule: str | None = None,
     ) -> list[RunRow]:
-        """Runs, newest first, with their state at `now` (runner.store.run_states.runs)."""
+        """Runs, newest first, with their state at `now` (runner.sql.run_states.runs)."""
         ...
 
     def observe(self, rows: Sequence[RunRow], now: datetime) -> list[RunRow]:
@@ -152,7 +152,7 @@ class RunStore(Protocol):
 
     def tree_runs(self, root_id: str, limit: int) -> list[RunRow]:
         """The runs of the tree rooted at `root_id` (the root included), oldest first, at
-        most `limit` (runner.store.reads.tree_runs)."""
+        most `limit` (runner.sql.reads.tree_runs)."""
         ...
 
     def waits(self, rows: Sequence[RunRow]) -> dict[str, list[Wait]]:
@@ -170,7 +170,7 @@ class RunStore(Protocol):
         (their worker died holding them), each end delivered to its parent; the runs."""
         ...
 
-    # -- trees of runs (runner.store.children) ---------------------------------------------
+    # -- trees of runs (runner.sql.children) ---------------------------------------------
 
     def deliver_children(self, parent_id: str) -> bool:
         """Record the end of each finished child the parent waits for as its answer; the
@@ -213,7 +213,7 @@ class RunStore(Protocol):
         queues: Sequence[str] | None = None,
         executing: Collection[str] = (),
     ) -> list[Claim]:
-        """Take up to `limit` runnable runs in claim order (runner.store.leases.claim_some);
+        """Take up to `limit` runnable runs in claim order (runner.sql.leases.claim_some);
         never one of `executing` (the claimer's runs in flight) under a lapsed lease."""
         ...
 
@@ -249,7 +249,7 @@ class RunStore(Protocol):
     def send_message(self, run_id: str, key: str, body: str, *, finished_ok: bool = False) -> Sent:
         """Put a message in the run's inbox, once per key: the same key again finds the
         first (MessageRefused if its body differs); RunFinished for a finished run unless
-        `finished_ok` (see runner.store.messages.send)."""
+        `finished_ok` (see runner.sql.messages.send)."""
         ...
 
     def inbox(self, run_id: str) -> list[Sent]:
@@ -281,21 +281,21 @@ class RunStore(Protocol):
 
     def prune_expired(self, now: datetime) -> Expired:
         """Delete the finished runs their queues' rules expire at `now`, a small batch per
-        transaction (runner.store.retention)."""
+        transaction (runner.sql.retention)."""
         ...
 
     # -- schedules ---------------------------------------------------------------------------
 
     def fire_schedules(self, now: datetime) -> list[Fired]:
         """Handle every schedule's tick due at `now`: a run started or a skip recorded each,
-        exactly once whatever the number of callers (runner.store.schedules)."""
+        exactly once whatever the number of callers (runner.sql.schedules)."""
         ...
 
     def next_tick(self) -> datetime | None:
         """When the next tick of any schedule not paused comes (None: none)."""
         ...
 
-    # -- provider limits (runner.store.limits, runner.store.reservations) ----------------------
+    # -- provider limits (runner.sql.limits, runner.sql.reservations) ----------------------
 
     def set_limit(
         self,

@@ -1,9 +1,9 @@
 """Runs and journal entries as stored, built from plain mappings of column values.
 
 No SQLAlchemy here: a command that only reads (`runner list`) builds its rows from a DB-API
-cursor through `runner.store.reads`, the library from SQLAlchemy's rows, and both through these
+cursor through `runner.sql.reads`, the library from SQLAlchemy's rows, and both through these
 constructors. The mapping holds decoded values (aware UTC datetimes, JSON as Python
-values): SQLAlchemy's column types decode them on its path, `runner.store.reads` on the other.
+values): SQLAlchemy's column types decode them on its path, `runner.sql.reads` on the other.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ def aware(moment: datetime) -> datetime:
 
 
 # A run waiting for a call in flight to end (the concurrency) is woken by that call's settle
-# (runner.store.limit_line); it looks again this late only in case no settle comes (the call's
+# (runner.sql.limit_line); it looks again this late only in case no settle comes (the call's
 # worker died: its charge stops counting when its lease expires). A short recheck claimed
 # every waiting run again about once a second, each claim a new lease epoch and a log line.
 CONCURRENCY_RECHECK_SECONDS = 30.0

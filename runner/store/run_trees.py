@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
-from runner.store import reads
-from runner.store.reads import Reader
 from runner.store.rows import RunRow
-from runner.store.run_states import observe
 
 # At most this many runs of one tree are read (`runner show --tree`, the page): a tree
 # larger than that is drawn in part, its oldest runs first, and says so (`cut`).
@@ -81,10 +77,3 @@ def tree_of(rows: Sequence[RunRow], root_id: str, *, cut: bool = False) -> RunTr
 
     tree = grown(root)
     return RunTree(tree.row, tree.children, cut=cut)
-
-
-def read_tree(reader: Reader, run: RunRow, now: datetime, limit: int = TREE_LIMIT) -> RunTree:
-    """The whole tree `run` is in, drawn from its root, each run as it stands at `now`."""
-    root_id = run.root_id or run.id
-    rows = reads.tree_runs(reader, root_id, limit + 1)
-    return tree_of(observe(reader, rows[:limit], now), root_id, cut=len(rows) > limit)

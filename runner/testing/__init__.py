@@ -10,7 +10,7 @@ queue, revive and fork runs by the SQL store's rules with no database
 way every time. The manual's guide docs/guides/testing.md shows them.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
-`runner.service` and the shared leaves.
+`runner.sql`, `runner.service` and the shared leaves.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """People in the loop on an `InMemoryStore`: answers to waiting runs, and their timeouts.
 
-As runner.store.approvals does in SQL: an answer is recorded after the run's waits, only
+As runner.sql.approvals does in SQL: an answer is recorded after the run's waits, only
 while the run still waits for that call (under the store's lock, so exactly one answer wins
 any race), and the answer to the step's last open call queues the run; the calls still
 waiting past the approval_timeout are denied by the next claim, or by an answer that came
@@ -15,8 +15,8 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Answered, timed_out_reason
 from runner.errors import NotWaiting
-from runner.store import run_states
-from runner.store.approvals import (
+from runner.sql import run_states
+from runner.sql.approvals import (
     answer_entry,
     answer_words,
     check_answer,

@@ -11,11 +11,11 @@ from datetime import datetime, timedelta
 from runner.core.limits import COUNTED_SECONDS, Estimate, Reservation, estimated
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, LimitNotFound, RunParked
-from runner.store import limits as sql_limits
-from runner.store.limit_line import Waiter, woken
+from runner.sql import limits as sql_limits
+from runner.sql.limit_line import Waiter, woken
+from runner.sql.schema import COUNTER_MAX
 from runner.store.rows import LimitInfo
 from runner.store.rules import WAITER_GRACE_SECONDS, Charge, Room
-from runner.store.schema import COUNTER_MAX
 from runner.testing.memory_rows import MemoryRows, Row
 
 
@@ -88,7 +88,7 @@ class MemoryLimits(MemoryRows):
             ]
         return min(wakes, default=None)
 
-    # -- the rules, as runner.store.limits reads them -------------------------------------------
+    # -- the rules, as runner.sql.limits reads them -------------------------------------------
 
     def _charges(self, name: str, at: datetime) -> list[Charge]:
         since = at - timedelta(seconds=COUNTED_SECONDS)
@@ -111,7 +111,7 @@ class MemoryLimits(MemoryRows):
         )
 
     def _wake_line(self, name: str, limit: Row, at: datetime) -> None:
-        """Queue now the runs of `name`'s line whose calls fit (runner.store.limit_line)."""
+        """Queue now the runs of `name`'s line whose calls fit (runner.sql.limit_line)."""
         line = []
         for (limit_name, run_id), waiter in sorted(
             self.limit_waiters.items(), key=lambda item: (item[1]["since"], item[0][1])

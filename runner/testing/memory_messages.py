@@ -1,6 +1,6 @@
 """Messages sent to runs of an `InMemoryStore`: the inbox, and its delivery to the journal.
 
-As runner.store.messages does in SQL: a message is kept once per key (the same key again
+As runner.sql.messages does in SQL: a message is kept once per key (the same key again
 finds the first), a finished run takes one only when the sender revives it, the run's
 count of undelivered messages goes up by one, and a delivery (by the journal holding the
 run's epoch) journals every waiting message and marks it delivered in one step under the
@@ -14,7 +14,7 @@ from runner.core.journal import Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished
-from runner.store.messages import conflict_words, finished_words
+from runner.sql.messages import conflict_words, finished_words
 from runner.store.rows import RunRow
 from runner.testing.memory_rows import MemoryRows, Row
 

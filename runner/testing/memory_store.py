@@ -36,7 +36,11 @@ from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
 from runner.errors import AmbiguousRunId, RunnerError, RunNotFound
-from runner.store import liveness, run_states
+from runner.sql import run_states
+from runner.sql.run_changes import FORKED_EPOCH
+from runner.sql.runs import plain_text
+from runner.sql.schedules import Fired
+from runner.store import liveness
 from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.follow import Follow
 from runner.store.owner import is_dead, local_prefix
@@ -50,9 +54,6 @@ from runner.store.rules import (
     crash_loop_error,
     refuse_if_held,
 )
-from runner.store.run_changes import FORKED_EPOCH
-from runner.store.runs import plain_text
-from runner.store.schedules import Fired
 from runner.testing.memory_answers import MemoryAnswers
 from runner.testing.memory_deltas import MemoryDeltas
 from runner.testing.memory_journal import MemoryRunJournal
@@ -232,7 +233,7 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
         return finished
 
     def _cancelled(self, row: Row, run: RunRow, at: datetime) -> None:
-        """Finish `run`, which nobody executes, cancelled (runner.store.cancels): under a new
+        """Finish `run`, which nobody executes, cancelled (runner.sql.cancels): under a new
         epoch that fences out a holder that only seemed dead, its task journaled first if it
         never started."""
         epoch = run.lease_epoch + 1

@@ -8,7 +8,7 @@ stream closes. It opens with a comment and a `retry:` of RETRY_MILLISECONDS. Ask
 `?deltas=true`, the pieces of the model call in flight come too, as `delta` events with no
 `id:` (ephemeral: a reconnect gets those still stored, runner.service.events says which).
 The stream is `Runner.events(..., follow=True)`: while nothing new comes, it sends no
-statement (the server's one watcher of followed runs wakes it: runner.store.follows), and
+statement (the server's one watcher of followed runs wakes it: runner.sql.follows), and
 a comment line every PING_SECONDS keeps proxies from closing a quiet connection.
 """
 

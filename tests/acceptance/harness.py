@@ -19,8 +19,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from runner.store.database import open_engine
-from runner.store.schema import entries, runs
+from runner.sql.database import open_engine
+from runner.sql.schema import entries, runs
 from tests.conditions import GENEROUS, scaled, wait_until
 
 from .agents import GATE_VARIABLE, LEDGER_VARIABLE, SLEEP_VARIABLE

@@ -13,7 +13,7 @@ import pytest
 
 from runner.errors import DatabaseCorrupt
 from runner.service.worker import Worker
-from runner.store.database import open_engine, upgrade
+from runner.sql.database import open_engine, upgrade
 
 from .harness import cli, described, one_line_error
 

@@ -1,7 +1,7 @@
 """Acceptance: a `runner worker` SIGKILLed in the middle of a group commit, on both databases.
 
 Twenty runs go at once in one worker, so their journal writes share commits
-(runner.store.group_commit): on SQLite transactions, on PostgreSQL single statements. The
+(runner.sql.group_commit): on SQLite transactions, on PostgreSQL single statements. The
 fault point `before_group_commit` kills the process inside such a commit: on SQLite every
 statement of several runs' writes run, the COMMIT not yet; on PostgreSQL the one statement
 of several runs' entries ready, not yet sent. Then:

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from sqlalchemy import func, insert, select
 
 from runner.cli import main
-from runner.store.database import open_engine
-from runner.store.schema import entries, runs
+from runner.sql.database import open_engine
+from runner.sql.schema import entries, runs
 
 RUNNER = Path(sys.executable).parent / "runner"
 BASE = datetime(2026, 10, 5, 8, 0, tzinfo=UTC)

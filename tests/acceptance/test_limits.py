@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, select
 
-from runner.store.schema import limit_reservations
+from runner.sql.schema import limit_reservations
 from tests.conditions import wait_until
 
 from .harness import cli, described, one_line_error

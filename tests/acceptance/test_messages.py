@@ -40,8 +40,8 @@ AGENT = f"{Path(__file__).with_name('message_agents.py')}:listener"
 def messages_of(db_url: str, run_id: str) -> list[dict[str, object]]:
     from sqlalchemy import select
 
-    from runner.store.database import open_engine
-    from runner.store.schema import messages
+    from runner.sql.database import open_engine
+    from runner.sql.schema import messages
 
     engine = open_engine(db_url)
     try:

@@ -37,8 +37,8 @@ from sqlalchemy.engine import make_url
 
 from runner.core.journal import EntryKind
 from runner.service.runner import Runner
-from runner.store.database import open_engine, upgrade
-from runner.store.runs import load_entries
+from runner.sql.database import open_engine, upgrade
+from runner.sql.runs import load_entries
 from tests.conditions import wait_until
 
 RUNNER = Path(sys.executable).parent / "runner"

@@ -14,7 +14,7 @@ from runner.cli import main
 from runner.errors import QueryFailed
 from runner.history import read_only_query
 from runner.history.reader import MAX_RESULT_BYTES, MAX_VALUE_BYTES
-from runner.store.database import open_engine
+from runner.sql.database import open_engine
 
 
 def sql(url: str, *args: str) -> tuple[int, str, str]:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from runner.cli import main
-from runner.store.database import open_engine
+from runner.sql.database import open_engine
 
 RUNNER = Path(sys.executable).parent / "runner"
 

@@ -22,8 +22,8 @@ from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
 from runner.cli import main
-from runner.store.database import downgrade, open_engine, upgrade
-from runner.store.schema import runs
+from runner.sql.database import downgrade, open_engine, upgrade
+from runner.sql.schema import runs
 
 RUNNER = Path(sys.executable).parent / "runner"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, select
 
-from runner.store.schema import runs, tree_reservations
+from runner.sql.schema import runs, tree_reservations
 from tests.conditions import wait_until
 
 from .harness import cli, described

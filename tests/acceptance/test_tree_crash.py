@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 
 from runner.core.tree import child_run_id
-from runner.store.database import connect
-from runner.store.schema import entries, runs
+from runner.sql.database import connect
+from runner.sql.schema import entries, runs
 
 from .harness import KILLED, cli, cli_env, described
 

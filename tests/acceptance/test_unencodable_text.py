@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 from runner import Agent, Runner, ask_human
 from runner.cli import main
 from runner.cli.logs import JsonFormatter
-from runner.store.database import open_engine
+from runner.sql.database import open_engine
 from runner.ui import make_app
 
 ANSWER = "ans\ud800wer"

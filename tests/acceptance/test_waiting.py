@@ -24,9 +24,9 @@ from sqlalchemy import text, update
 
 from runner.cli import main
 from runner.core.status import RunStatus
-from runner.store.database import open_engine
-from runner.store.runs import load_entries
-from runner.store.schema import runs
+from runner.sql.database import open_engine
+from runner.sql.runs import load_entries
+from runner.sql.schema import runs
 
 from .harness import one_line_error
 from .test_workers import AGENT, RUNNER, Cluster, wait_for

@@ -30,8 +30,8 @@ from runner import Agent
 from runner.core.journal import EntryKind
 from runner.core.status import RunStatus
 from runner.service.runner import Runner
-from runner.store.database import open_engine, upgrade
-from runner.store.runs import RunRow, load_entries
+from runner.sql.database import open_engine, upgrade
+from runner.sql.runs import RunRow, load_entries
 from tests.conditions import scaled, wait_until
 
 RUNNER = Path(sys.executable).parent / "runner"

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import update
 
 from runner import Agent, Runner, tool
+from runner.sql.schema import entries, runs
 from runner.store.owner import this_process
-from runner.store.schema import entries, runs
 
 from .agents import solver_agent
 from .support import DEAD_OWNER

@@ -14,10 +14,10 @@ from runner.core.budgets import Budgets
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
-from runner.store import fencing, leases
-from runner.store import runs as store
+from runner.sql import fencing, leases
+from runner.sql import runs as store
+from runner.sql.schema import runs
 from runner.store.owner import owner_name
-from runner.store.schema import runs
 
 Transcript = list[dict[str, Any]]
 Model = Callable[[Transcript], Any]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from runner.store.database import open_engine
-from runner.store.sql_store import SqlStore
+from runner.sql.database import open_engine
+from runner.sql.store import SqlStore
 
 pytestmark = pytest.mark.postgres
 

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import event
 
 from runner import Runner
-from runner.store import leases
+from runner.sql import leases
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"

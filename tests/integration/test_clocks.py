@@ -10,10 +10,10 @@ from sqlalchemy import text
 
 from runner import Runner
 from runner.core.clock import STEADY, SYSTEM, ManualClock, utc_now
-from runner.store import leases
-from runner.store import runs as store
-from runner.store.backend import DatabaseClock, backend_for
-from runner.store.database import open_engine
+from runner.sql import leases
+from runner.sql import runs as store
+from runner.sql.backend import DatabaseClock, backend_for
+from runner.sql.database import open_engine
 
 SKEW = 60.0  # seconds this "machine" is ahead of the database server
 

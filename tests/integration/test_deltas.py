@@ -11,7 +11,7 @@ from typing import Any
 
 from runner import Agent, DeltaEvent, Event, ModelFatal, Runner
 from runner.core.deltas import Delta, current_stream
-from runner.store import deltas as table
+from runner.sql import deltas as table
 from runner.store.delta_writer import DELTA_KEEP_SECONDS, Put
 from tests.conditions import wait_until
 

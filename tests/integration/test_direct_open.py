@@ -18,10 +18,10 @@ from sqlalchemy.exc import DBAPIError
 from runner import Runner
 from runner.cli import main
 from runner.service import overview
-from runner.store import plain_connection as direct
-from runner.store import runs as store
-from runner.store.database import failure_message, open_engine
-from runner.store.reads import _pyformat, schema_at_head
+from runner.sql import plain_connection as direct
+from runner.sql import runs as store
+from runner.sql.database import failure_message, open_engine
+from runner.sql.reads import _pyformat, schema_at_head
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ from runner.core.counters import Counters
 from runner.core.journal import Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
-from runner.store import driver, fencing, leases
-from runner.store import runs as store
+from runner.sql import driver, fencing, leases
+from runner.sql import runs as store
+from runner.sql.journal import SqlJournal
+from runner.sql.schema import entries
 from runner.store.rules import Claim
-from runner.store.schema import entries
-from runner.store.sql_journal import SqlJournal
 
 from .support import entry_rows, observation, task_entry, tool_action
 

@@ -26,7 +26,7 @@ from runner.core.clock import ManualClock
 from runner.core.counters import Counters
 from runner.core.journal import EntryKind
 from runner.core.status import RunStatus
-from runner.store import leases
+from runner.sql import leases
 from runner.testing import FunctionModel
 
 from .agents import SOLVER_REF

@@ -22,11 +22,11 @@ from runner.core.clock import ManualClock, utc_now
 from runner.core.counters import Counters
 from runner.errors import LeaseLost
 from runner.service.worker import Worker
-from runner.store import backend, leases, pool_size, writer
-from runner.store import runs as store
-from runner.store.database import ensure_schema, open_engine
-from runner.store.heartbeat import Heartbeat
-from runner.store.sql_journal import SqlJournal
+from runner.sql import backend, leases, pool_size, writer
+from runner.sql import runs as store
+from runner.sql.database import ensure_schema, open_engine
+from runner.sql.heartbeat import Heartbeat
+from runner.sql.journal import SqlJournal
 
 from .agents import RENDEZVOUS_REF
 from .support import entry_rows, task_entry, tool_action, wander

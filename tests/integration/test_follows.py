@@ -21,11 +21,11 @@ from sqlalchemy.pool import Pool
 
 from runner import Event, Runner
 from runner.core.status import RunStatus
-from runner.store import reads
-from runner.store.backend import backend_for
+from runner.sql import reads
+from runner.sql.backend import backend_for
+from runner.sql.follows import Followers, _Poller, mark
+from runner.sql.schema import entries, follows
 from runner.store.follow import Follow
-from runner.store.follows import Followers, _Poller, mark
-from runner.store.schema import entries, follows
 from tests.conditions import scaled, wait_until
 
 from .agents import shop

@@ -14,7 +14,7 @@ from runner import CannotFork, RunConflict, Runner
 from runner.core.agent import load_agent
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
-from runner.store.schema import entries, runs
+from runner.sql.schema import entries, runs
 
 from .ledgered_steps import (
     CALLS_BY_STEP,

@@ -1,4 +1,4 @@
-"""Group commit (runner.store.group_commit), on both databases: the writes of runs in flight
+"""Group commit (runner.sql.group_commit), on both databases: the writes of runs in flight
 in one process share a transaction (SQLite) or one statement (PostgreSQL); each run goes on
 only once that has committed; fencing holds per run; a failed write fails exactly the runs
 whose entries it held.
@@ -24,11 +24,11 @@ from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import EntryRefused, LeaseLost
-from runner.store import cancels, leases
-from runner.store import runs as store
-from runner.store.database import open_engine, upgrade
-from runner.store.sql_journal import SqlJournal
-from runner.store.writer import Writer
+from runner.sql import cancels, leases
+from runner.sql import runs as store
+from runner.sql.database import open_engine, upgrade
+from runner.sql.journal import SqlJournal
+from runner.sql.writer import Writer
 from tests.conditions import wait_until
 
 from .support import Transcript, entry_rows, observations, task_entry, tool_action
@@ -164,7 +164,7 @@ def test_the_shared_statement_renews_only_the_leases_a_third_spent(engine: Engin
 
     from sqlalchemy import update
 
-    from runner.store.schema import runs as runs_table
+    from runner.sql.schema import runs as runs_table
 
     writer = Writer(engine)
     runs = journals(engine, writer, 3)
@@ -204,7 +204,7 @@ def test_the_shared_statement_and_the_heartbeat_lock_runs_in_one_order(
     session is set to detect a deadlock first)."""
     from sqlalchemy import text
 
-    from runner.store import lease_renewals
+    from runner.sql import lease_renewals
 
     writer = Writer(engine)
     runs = journals(engine, writer, 16)  # r0..r15: r10..r15 sort between r1 and r2

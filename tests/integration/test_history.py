@@ -34,9 +34,9 @@ from runner.history import (
     stop_reason_stats,
 )
 from runner.service.runner import Runner
-from runner.store import runs as store
-from runner.store.database import open_engine, upgrade
-from runner.store.schema import entries, runs
+from runner.sql import runs as store
+from runner.sql.database import open_engine, upgrade
+from runner.sql.schema import entries, runs
 from tests.conditions import wait_until
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

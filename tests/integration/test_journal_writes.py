@@ -13,9 +13,9 @@ from sqlalchemy import create_engine, text
 from runner import Agent, Runner, tool
 from runner.core.counters import Counters
 from runner.errors import EntryRefused
-from runner.store import leases
-from runner.store import runs as store
-from runner.store.sql_journal import SqlJournal
+from runner.sql import leases
+from runner.sql import runs as store
+from runner.sql.journal import SqlJournal
 
 from .support import Transcript, entry_rows, observations, task_entry, tool_action
 

@@ -18,11 +18,11 @@ from runner import Agent, LeaseHeld, LeaseLost, Runner, StopReason
 from runner.core.clock import ManualClock, utc_now
 from runner.core.counters import Counters
 from runner.core.journal import Stop
-from runner.store import lease_renewals, leases
-from runner.store import runs as store
+from runner.sql import lease_renewals, leases
+from runner.sql import runs as store
+from runner.sql.journal import SqlJournal
+from runner.sql.schema import runs
 from runner.store.owner import owner_name, this_process
-from runner.store.schema import runs
-from runner.store.sql_journal import SqlJournal
 from runner.testing import FunctionModel
 
 from .support import (

@@ -21,10 +21,10 @@ from runner.core.limits import Reservation
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound, RunParked
 from runner.service.worker import Worker
-from runner.store import leases
+from runner.sql import leases
+from runner.sql.schema import limit_reservations, runs
+from runner.sql.store import SqlStore
 from runner.store.rules import Claim
-from runner.store.schema import limit_reservations, runs
-from runner.store.sql_store import SqlStore
 from tests.conditions import wait_until
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")

@@ -16,7 +16,7 @@ from runner.core.clock import ManualClock
 from runner.core.counters import Counters
 from runner.core.status import RunStatus
 from runner.history import read_only_query
-from runner.store import lease_renewals, leases
+from runner.sql import lease_renewals, leases
 from runner.store.liveness import stall_reason
 
 from .operating_agents import ref

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from runner import LeaseHeld, Runner
-from runner.store import leases
-from runner.store import runs as store
+from runner.sql import leases
+from runner.sql import runs as store
 from runner.store.owner import is_dead, this_process
 
 

@@ -16,7 +16,7 @@ from runner import NOT_APPLIED, Agent, LeaseLost, ReplayMismatch, Runner, run_ag
 from runner.cli.run_output import render_run
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
-from runner.store import leases
+from runner.sql import leases
 from runner.testing import FunctionModel
 
 from .support import Crash, Transcript, crash, died_with, fields

@@ -15,7 +15,7 @@ from runner import Agent, NotWaiting, Runner, WrongAnswer, ask_human, current_ca
 from runner.core.clock import ManualClock
 from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Asks
-from runner.store import leases
+from runner.sql import leases
 from runner.testing import FunctionModel
 
 from .support import Crash, Transcript, crash, entry_rows

@@ -17,12 +17,12 @@ from sqlalchemy import create_engine, func, select, text
 
 from runner import Runner
 from runner.cli import main
-from runner.store import plain_connection as direct
-from runner.store import reads
-from runner.store import runs as store
-from runner.store.reads import Reader
+from runner.sql import plain_connection as direct
+from runner.sql import reads
+from runner.sql import runs as store
+from runner.sql.reads import Reader
+from runner.sql.schema import entries, runs
 from runner.store.rows import RunRow, entry_of
-from runner.store.schema import entries, runs
 
 from .listed_runs import IDS, fill
 
@@ -146,7 +146,7 @@ def test_last_entries_and_the_last_entry_read_as_before(filled: str, plain: Read
 def test_the_library_and_the_plain_connection_list_every_state_alike(
     filled: str, plain: Reader
 ) -> None:
-    from runner.store import run_states as listing
+    from runner.sql import run_states as listing
 
     with Runner(filled) as runner:
         for state in (None, "queued", "running", "stalled", "waiting", "finished"):

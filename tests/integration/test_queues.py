@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from runner import Runner
-from runner.store import leases
+from runner.sql import leases
 from runner.store.rules import Claim
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
@@ -89,7 +89,7 @@ def test_a_batch_failing_midway_leaves_earlier_batches_and_nothing_of_itself(
     whole, the first stays, and the error says exactly what was submitted."""
     from runner.errors import SubmitInterrupted
     from runner.service import submissions
-    from runner.store import runs as store
+    from runner.sql import runs as store
 
     real = store.existing_runs
 

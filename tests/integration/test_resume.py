@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from runner import NOT_APPLIED, Agent, Runner, ToolCall, current_call, run_agent, tool
 from runner.core.budgets import Budgets
 from runner.core.counters import Counters
-from runner.store import leases
+from runner.sql import leases
 from runner.testing import FunctionModel
 
 from .support import (

@@ -17,9 +17,9 @@ from sqlalchemy import func, select
 from runner import Runner
 from runner.core.status import RunStatus
 from runner.history import prune_runs
-from runner.store import retention
-from runner.store.runs import insert_run, new_run
-from runner.store.schema import entries, runs
+from runner.sql import retention
+from runner.sql.runs import insert_run, new_run
+from runner.sql.schema import entries, runs
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"

@@ -16,7 +16,7 @@ from runner.core.counters import Counters
 from runner.core.journal import EntryKind
 from runner.core.status import RunStatus
 from runner.history import History
-from runner.store.schema import runs
+from runner.sql.schema import runs
 from runner.testing import FunctionModel
 
 from .support import Crash, crash, died_with, entry_rows, observation, tool_action

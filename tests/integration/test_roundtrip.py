@@ -17,9 +17,9 @@ from runner.core.clock import utc_now
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
-from runner.store import fencing, leases
-from runner.store import runs as store
-from runner.store.database import open_engine
+from runner.sql import fencing, leases
+from runner.sql import runs as store
+from runner.sql.database import open_engine
 from runner.store.owner import this_process
 
 text = st.text(alphabet=st.characters(codec=None), max_size=40)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import runner.store.schedules as schedule_sql
+import runner.sql.schedules as schedule_sql
 from runner import Runner
 from runner.core.clock import ManualClock
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, inspect
 
-from runner.store.schema import metadata
+from runner.sql.schema import metadata
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "schema.md"
 _SECTION = re.compile(r"^## (Table|View) `(\w+)`", re.M)

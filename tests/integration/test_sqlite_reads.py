@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from runner import Agent, Runner
-from runner.store import runs as store
+from runner.sql import runs as store
 
 
 def answer(transcript: list[dict[str, object]]) -> dict[str, object]:

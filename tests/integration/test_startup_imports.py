@@ -26,7 +26,7 @@ except SystemExit as exit:
     assert not exit.code, exit.code
 heavy = ("alembic", "runner.core.loop", "runner.models.openai_chat",
          "runner.models.anthropic_messages", "runner.service.replay", "runner.service.fork",
-         "runner.store.sql_journal", "opentelemetry", "psycopg")
+         "runner.sql.journal", "opentelemetry", "psycopg")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 """
@@ -93,9 +93,9 @@ try:
     main(sys.argv[1:], prog_name="runner")
 except SystemExit as exit:
     assert not exit.code, exit.code
-heavy = ("sqlalchemy", "alembic", "runner.service.runner", "runner.store.runs",
-         "runner.store.schema", "runner.store.database", "runner.store.backend",
-         "runner.store.approvals", "runner.core.loop", "runner.core.tree", "rich")
+heavy = ("sqlalchemy", "alembic", "runner.service.runner", "runner.sql.runs",
+         "runner.sql.schema", "runner.sql.database", "runner.sql.backend",
+         "runner.sql.approvals", "runner.core.loop", "runner.core.tree", "rich")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 print("psycopg" in sys.modules, file=sys.stderr)
@@ -128,9 +128,9 @@ def test_runner_list_and_show_load_no_sqlalchemy(db_url: str, args: list[str]) -
 
 
 PLAIN_MODULES = [
-    "runner.store.plain_connection",
-    "runner.store.run_states",
-    "runner.store.reads",
+    "runner.sql.plain_connection",
+    "runner.sql.run_states",
+    "runner.sql.reads",
     "runner.store.rows",
 ]
 

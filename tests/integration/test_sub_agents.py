@@ -15,7 +15,7 @@ from runner import Agent, ModelFatal, Runner, ask_human
 from runner.core.status import RunStatus
 from runner.core.tree import child_run_id
 from runner.core.waiting import Answer, Asks
-from runner.store.schema import entries, runs
+from runner.sql.schema import entries, runs
 from runner.testing import FunctionModel, ScriptedModel, call, final, tool_results, turns
 
 Transcript = list[dict[str, Any]]
@@ -49,7 +49,7 @@ def team(tokens: int = 10, **budgets: Any) -> Agent:
 
 
 def tree_rows(url: str, root_id: str) -> list[Any]:
-    from runner.store.database import connect
+    from runner.sql.database import connect
 
     engine = connect(url)
     try:
@@ -194,7 +194,7 @@ def test_grandchildren_nest_to_max_depth(db_url: str) -> None:
 
 
 def test_the_journal_keeps_each_child_call_as_a_wait_and_its_answer(db_url: str) -> None:
-    from runner.store.database import connect
+    from runner.sql.database import connect
 
     with Runner(db_url) as runner:
         runner.run(team(), "t", id="lead-9")
@@ -242,7 +242,7 @@ def test_a_worker_runs_the_children_and_the_parent_again_with_slots_to_spare(db_
 def test_a_child_given_up_for_crash_loop_is_swept_to_its_parent(db_url: str) -> None:
     from sqlalchemy import update
 
-    from runner.store.database import connect
+    from runner.sql.database import connect
 
     asking = Agent(
         ScriptedModel([call("ask_human", question="ok?"), final("yes")]), {"ask_human": ask_human}

@@ -1,5 +1,5 @@
 """A tree's budget held before each model call, on SQLite and PostgreSQL: a child's call
-reserves a step and its estimate from every ancestor's budget first (runner.store.tree_budget),
+reserves a step and its estimate from every ancestor's budget first (runner.sql.tree_budget),
 so no call starts once an ancestor's committed spend, or its spend and the calls in flight
 below it, reach its budget; a hold ends with the entry that records its call, or with the
 lease that made it once another worker takes the run over."""
@@ -19,9 +19,9 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import TreeStopped
 from runner.errors import RunParked
-from runner.store import leases
+from runner.sql import leases
+from runner.sql.schema import runs, tree_reservations
 from runner.store.rules import Claim
-from runner.store.schema import runs, tree_reservations
 from runner.testing import FunctionModel, call, final, turns
 from tests.conditions import wait_until
 

@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from runner import Agent, Runner, ask_human
 from runner.core.status import RunStatus
-from runner.store.database import connect
+from runner.sql.database import connect
 from runner.testing import ScriptedModel, call, final
 from tests.conditions import wait_until
 

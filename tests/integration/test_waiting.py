@@ -30,9 +30,9 @@ from runner import (
 from runner.core.clock import ManualClock
 from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Asks
-from runner.store import leases
+from runner.sql import leases
+from runner.sql.schema import entries, runs
 from runner.store.rules import Claim
-from runner.store.schema import entries, runs
 from runner.testing import FunctionModel
 
 from .support import Crash, Transcript, crash, entry_rows

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import text
 
 from runner import Runner
-from runner.store.database import open_engine
-from runner.store.wakeup import Wakeup
+from runner.sql.database import open_engine
+from runner.sql.wakeup import Wakeup
 
 from .agents import shop
 

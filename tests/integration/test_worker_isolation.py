@@ -21,9 +21,9 @@ from sqlalchemy import Engine, text, update
 
 from runner.core.agent import load_agent
 from runner.service.worker import Worker
-from runner.store import leases
-from runner.store import runs as store
-from runner.store.schema import runs
+from runner.sql import leases
+from runner.sql import runs as store
+from runner.sql.schema import runs
 
 from .agents import GATED_REF
 from .support import DEAD_OWNER, died_with

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from runner import Runner, Worker
 from runner.cli import main
-from runner.store.schema import runs
+from runner.sql.schema import runs
 
 LEAD = f"{Path(__file__).resolve().parents[2] / 'examples' / 'research.py'}:lead"
 

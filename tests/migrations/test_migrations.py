@@ -25,7 +25,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Column, Engine, Integer, MetaData, Table, inspect, text
 
 from runner import Agent, Runner, SchemaOutOfDate
-from runner.store.database import (
+from runner.sql.database import (
     alembic_config,
     current_revision,
     downgrade,
@@ -35,7 +35,7 @@ from runner.store.database import (
     open_engine,
     upgrade,
 )
-from runner.store.schema import SCHEMA_REVISION, metadata
+from runner.sql.schema import SCHEMA_REVISION, metadata
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER_TABLES = {"runs", "entries"}
@@ -353,7 +353,7 @@ def test_runner_db_upgrade_works_from_an_installed_wheel(tmp_path: Path) -> None
     work = tmp_path / "elsewhere"  # not the repository: nothing found by accident
     work.mkdir()
     where = subprocess.run(
-        [str(python), "-c", "import runner.store.database as d; print(d.migrations_folder())"],
+        [str(python), "-c", "import runner.sql.database as d; print(d.migrations_folder())"],
         cwd=work,
         env=_environment(),
         capture_output=True,

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from runner.store.database import downgrade, open_engine, upgrade
+from runner.sql.database import downgrade, open_engine, upgrade
 
 pytestmark = pytest.mark.postgres
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from runner.store.database import downgrade, open_engine, upgrade
+from runner.sql.database import downgrade, open_engine, upgrade
 
 _INSERT = (
     "INSERT INTO runs (id, task, budgets, status, stop_reason, wrapped_up, steps, tokens, cost,"

@@ -17,13 +17,7 @@ from sqlalchemy.engine import make_url
 
 from runner import Runner, SchemaOutOfDate, SchemaTooNew
 from runner.cli import main
-from runner.store.database import (
-    current_revision,
-    ensure_schema,
-    head_revision,
-    open_engine,
-    upgrade,
-)
+from runner.sql.database import current_revision, ensure_schema, head_revision, open_engine, upgrade
 
 RUNNER = Path(sys.executable).parent / "runner"
 FUTURE = "0099_from_a_newer_runner"

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from runner.store.database import open_engine, upgrade
+from runner.sql.database import open_engine, upgrade
 
 from .seed import Seeded, seed
 

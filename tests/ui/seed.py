@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import Runner
-from runner.store import leases
+from runner.sql import leases
 
 from .agents import HOSTILE
 

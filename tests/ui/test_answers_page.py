@@ -16,7 +16,7 @@ from sqlalchemy import update
 from starlette.testclient import TestClient
 
 from runner import Agent, Runner, ask_human, tool
-from runner.store.schema import runs
+from runner.sql.schema import runs
 from runner.ui import make_app
 
 from .agents import HOSTILE

@@ -17,9 +17,9 @@ from starlette.testclient import TestClient
 
 from runner import Runner
 from runner.cli import main
-from runner.store import runs as store
-from runner.store.database import open_engine, upgrade
-from runner.store.schema import runs
+from runner.sql import runs as store
+from runner.sql.database import open_engine, upgrade
+from runner.sql.schema import runs
 from runner.ui import make_app
 
 from .conftest import POSTGRES_URL, REQUIRE_POSTGRES

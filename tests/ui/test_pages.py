@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.testclient import TestClient
 
 from runner import Runner
-from runner.store.urls import redact_url
+from runner.sql.urls import redact_url
 from runner.ui import make_app, pages
 from runner.ui.security import TOKEN_COOKIE
 

@@ -106,6 +106,7 @@ def test_the_declared_layers_form_no_circle() -> None:
     assert set(rules) >= {
         "runner.core",
         "runner.store",
+        "runner.sql",
         "runner.service",
         "runner.history",
         "runner.models",

@@ -1,4 +1,4 @@
-"""Provider limits on the in-memory store (the SQL store's rule, runner.store.reservations
+"""Provider limits on the in-memory store (the SQL store's rule, runner.sql.reservations
 .Room): a model call reserves before and settles with its reported usage after; a run with
 no room parks (queued with a wake-up time, no lease) and journals how long it waited; a
 429's Retry-After holds back every run of the limit; the line is first come, first served.

@@ -23,7 +23,7 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
-from runner.store.runs import RunRow
+from runner.sql.runs import RunRow
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 

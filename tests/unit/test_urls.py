@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.engine import make_url
 
-from runner.store.urls import encode_password, password_span, redact_url
+from runner.sql.urls import encode_password, password_span, redact_url
 
 HIDDEN_FORMS = [
     # (URL, what it must show, the secrets that must not show)

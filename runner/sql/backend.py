@@ -1,0 +1,637 @@
+"""Every difference between SQLite and PostgreSQL, in one object chosen from the URL.
+
+The rest of the store writes portable SQLAlchemy; where the two databases truly differ
+(how an engine is set up, how a write transaction begins, the fenced journal write, plain
+and snapshot reads, whose clock leases are measured on, how migrations are serialised,
+which errors mean a damaged database, how idle workers are woken) it asks
+`backend_for(...)`. `runner sql`'s read-only connections, a whole idea each, are
+`runner.history.sqlite_reader` and `postgres_reader`, picked by `runner.history.query`.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from sqlalchemy import (
+    Engine,
+    Insert,
+    bindparam,
+    case,
+    create_engine,
+    event,
+    insert,
+    select,
+    union_all,
+    update,
+)
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
+
+from runner.core.clock import STEADY, SYSTEM, Clock, SteadyClock
+from runner.defaults import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported
+from runner.errors import DatabaseRefused
+from runner.sql.reads import database_now, plain
+from runner.sql.schema import ENTRY_COLUMNS, entries, runs
+
+# `synchronous=FULL` is the default: a commit that survives only a process crash, not a
+# power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.
+SYNCHRONOUS_MODES = ("full", "normal")
+WAL_SWITCH_RETRY_SECONDS = 0.005
+# A pooled PostgreSQL connection idle longer than this is pinged before it is used again.
+PING_AFTER_IDLE_SECONDS = 1.0
+# Ask for a DEFERRED transaction (a plain read) with execution_options(sqlite_deferred=True).
+DEFERRED = "sqlite_deferred"
+
+# The advisory lock key of runner's migrations on PostgreSQL: "runner" in ASCII.
+MIGRATION_LOCK = 0x72756E6E6572
+
+# psycopg's pq.TransactionStatus.IDLE: no transaction open (not imported: SQLite's users
+# never load psycopg).
+_IDLE = 0
+
+# The channel on which a run queued (submitted, answered, given back) is announced.
+WAKE_CHANNEL = "runner_wake"
+# The channel on which a followed run's write is announced, the run's id as the payload
+# (sent by the triggers of revision 0017; see runner.sql.follows).
+FOLLOW_CHANNEL = "runner_follow"
+
+
+class Listening(Protocol):
+    """A connection of its own that hears a channel's notifications (PostgreSQL LISTEN)."""
+
+    def wait(self, timeout: float) -> list[str]:
+        """Block until something is announced or `timeout` seconds pass: the payloads heard
+        (every one pending, in order), none if the time passed."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Backend:
+    """What one database needs done its own way. Subclasses hold the two real ones."""
+
+    name: str
+    title: str  # the database's name for people
+    # Whether `runner` may migrate a brand-new, empty database by itself on first use.
+    migrates_fresh_files = False
+    # Whether a fenced journal write also renews the lease (once a third of it is spent).
+    writes_renew_lease = False
+    # Whether idle workers can be woken when a run is queued (else they only poll).
+    notifies = False
+    # Whether several runs' journal entries can go in one statement (fenced_insert_runs).
+    writes_runs_together = False
+
+    def create_engine(
+        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+    ) -> Engine:
+        """An engine for `url`; with `idle_transactions`, the server (if it has sessions of
+        its own) ends one left idle inside a transaction that many seconds."""
+        raise NotImplementedError
+
+    def read_only_engine(self, url: URL) -> Engine:
+        """An engine whose connections the database itself keeps read-only (the page's)."""
+        raise NotImplementedError
+
+    def fenced_insert(self, rows: int = 1) -> Insert:
+        """INSERT entries only while the run's epoch is this worker's, in ONE statement.
+
+        It returns a row per entry written (with the run's cancel flag and its count of
+        undelivered messages, read for free, so the loop needs no query of its own to notice
+        a cancel or a message) and none when fenced out.
+        The entry's values are bound by column name (`name_<i>` for entry i when `rows` is
+        more than 1: the calls of a step of several), the fence's as `fence_*`.
+        """
+        raise NotImplementedError
+
+    def fenced_insert_runs(self) -> str | None:
+        """The entries of several runs in ONE statement, each row fenced by its own run's
+        epoch (a group commit of one statement): its SQL for the driver, or None where the
+        backend has none (SQLite shares a transaction instead: runner.sql.group_commit).
+
+        Bound by column, each an array of the rows' values in ENTRY_COLUMNS order (and
+        `fence_expiry`, `fence_renew_after`: each row's run's lease renewal), so one text,
+        prepared once by the server, serves any number of rows. It returns a row (run_id,
+        seq, cancel flag, undelivered messages) per entry written: a run with none was
+        fenced out.
+        """
+        return None
+
+    def begin_write(
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
+    ) -> bool:
+        """Begin a journal write on the driver's own cursor (see runner.driver): `execute`
+        runs a statement there.
+
+        True when it switched the driver connection to autocommit (a write of
+        `one_statement`, which is then its own transaction): `end_write` switches it back.
+        """
+        return False
+
+    def end_write(self, dbapi_connection: Any) -> None:
+        """Undo what `begin_write` switched, once the write has ended."""
+
+    def read_options(self) -> dict[str, Any]:
+        """Execution options for a connection that only reads."""
+        return {}
+
+    def is_corrupt(self, exc: BaseException) -> bool:
+        """Whether `exc` (a driver's error, or SQLAlchemy's around one) says the database is
+        damaged: an error that no retry mends, unlike a server that is away for a while."""
+        return False
+
+    def lock_migrations(self, connection: Connection) -> None:
+        """Hold, until `connection`'s transaction ends, the lock that serialises migrations.
+
+        SQLite needs none: the migration's transaction is BEGIN IMMEDIATE, one at a time.
+        """
+
+    def snapshot_options(self) -> dict[str, Any]:
+        """Execution options for a transaction whose reads all see one snapshot."""
+        return {}
+
+    def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
+        """The clock leases are measured on: one that every worker of this database shares.
+        On SQLite, this machine's, steadied (a step of its wall clock would make every live
+        lease look expired at once): see SteadyClock."""
+        return STEADY if base is SYSTEM else SteadyClock(base)
+
+    def wake_workers(self, connection: Connection) -> None:
+        """Announce, when `connection`'s transaction commits, that a run became runnable."""
+
+    def listen(self, engine: Engine, channel: str = WAKE_CHANNEL) -> Listening | None:
+        """A new connection that hears `channel`'s announcements (by default, the runs
+        queued); None where there are none to hear (workers and followers poll)."""
+        return None
+
+    def refresh_statistics(self, connection: Connection) -> None:
+        """Tell the planner how many runs there are now (after a bulk submit)."""
+
+
+def _entry_values(row: int | None = None) -> list[Any]:
+    suffix = "" if row is None else f"_{row}"
+    return [bindparam(name + suffix, type_=entries.c[name].type) for name in ENTRY_COLUMNS]
+
+
+def _values_from(source: Any, rows: int, where: Any = None) -> Any:
+    """The entries' values SELECTed from `source`: one SELECT, or one per entry (UNION ALL)."""
+
+    def one(row: int | None) -> Any:
+        chosen = select(*_entry_values(row)).select_from(source)
+        return chosen if where is None else chosen.where(where)
+
+    return one(None) if rows == 1 else union_all(*(one(i) for i in range(rows)))
+
+
+def _fence() -> Any:
+    return (runs.c.id == bindparam("fence_run")) & (runs.c.lease_epoch == bindparam("fence_epoch"))
+
+
+class SqliteBackend(Backend):
+    """The embedded default: WAL, `synchronous=FULL`, a busy timeout, BEGIN IMMEDIATE."""
+
+    name = "sqlite"
+    title = "SQLite"
+    migrates_fresh_files = True
+
+    def create_engine(
+        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+    ) -> Engine:
+        # idle_transactions: one process at a time writes a SQLite file, under its lock.
+        synchronous = str(url.query.get("synchronous", "full")).lower()
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise DatabaseRefused(
+                f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}"
+            )
+        url = url.difference_update_query(["synchronous"])
+        if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+            folder = Path(url.database).parent
+            if not folder.is_dir():
+                raise DatabaseRefused(f"no such folder for the SQLite file: {folder}")
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000}, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take transaction control from the sqlite3 module, so BEGIN IMMEDIATE is ours.
+            dbapi_connection.isolation_level = None
+            _enable_wal(dbapi_connection)
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def on_begin(connection: Connection) -> None:
+            # IMMEDIATE takes the write lock up front: two writers never deadlock upgrading a
+            # read lock, and a claim or a fenced write sees the latest committed state.
+            deferred = connection.get_execution_options().get(DEFERRED, False)
+            connection.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+        return engine
+
+    def read_only_engine(self, url: URL) -> Engine:
+        # The file opened with mode=ro (an SQLite URI): no statement on these connections
+        # can write, whatever it says. Every transaction is a plain BEGIN (BEGIN IMMEDIATE
+        # asks for the write lock, which a read-only connection cannot take).
+        database = url.database
+        if not database or database == ":memory:":
+            raise DatabaseRefused("a read-only connection needs a SQLite file, not memory")
+        path = Path(database).resolve()
+        if not path.is_file():
+            raise DatabaseRefused(f"no SQLite database at {path}")
+        readonly = url.set(database=f"file:{quote(str(path))}").update_query_dict(
+            {"mode": "ro", "uri": "true"}
+        )
+        return self.create_engine(readonly, {}).execution_options(**{DEFERRED: True})
+
+    def fenced_insert(self, rows: int = 1) -> Insert:
+        # SELECT ... FROM runs WHERE <fence> rather than WHERE EXISTS (<fence>): the same one
+        # row or none, but SQLite runs it with RETURNING for about 10 us less a write.
+        source = _values_from(runs, rows, where=_fence())
+        run = runs.c.id == bindparam("fence_run")
+        flag = select(runs.c.cancel_requested).where(run)
+        inbox = select(runs.c.undelivered_messages).where(run)
+        return (
+            insert(entries)
+            .from_select(ENTRY_COLUMNS, source)
+            .returning(entries.c.seq, flag.scalar_subquery(), inbox.scalar_subquery())
+        )
+
+    def begin_write(
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
+    ) -> bool:
+        # As the engine's `begin` hook does, without its trip through Connection.execute.
+        execute("BEGIN IMMEDIATE")
+        return False
+
+    def is_corrupt(self, exc: BaseException) -> bool:
+        # SQLITE_NOTADB: not a database file at all; SQLITE_CORRUPT (and its extended
+        # codes): "database disk image is malformed".
+        name = str(getattr(getattr(exc, "orig", None) or exc, "sqlite_errorname", ""))
+        return name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT")
+
+    def read_options(self) -> dict[str, Any]:
+        # A plain (DEFERRED) BEGIN: a reader never takes the write lock that every
+        # BEGIN IMMEDIATE of the journal and the claims wait on.
+        return {DEFERRED: True}
+
+    def snapshot_options(self) -> dict[str, Any]:
+        return {DEFERRED: True}  # a read transaction in WAL mode is one snapshot
+
+    # clock: every process using a SQLite file runs on this machine, on its clock.
+    # wake_workers, listen: SQLite has no notifications; its workers poll.
+
+
+# libpq's settings for a network that breaks (a URL's own query wins): give up a connect
+# after 10 s, notice a silent peer by keepalives within about 30 s of quiet, and drop a
+# connection whose sent data goes unacknowledged for 15 s, so that a worker cut off from
+# its database errs and retries (jittered) instead of hanging on a dead socket.
+_NETWORK_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 15,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 15_000,
+}
+
+
+def _array_types() -> dict[str, str]:
+    """Each entries column's type as an array's element type, without a length: a value
+    too long is refused by the INSERT (as fenced_insert's is), never cut by a cast."""
+    from sqlalchemy.dialects.postgresql.base import PGDialect
+
+    dialect = PGDialect()  # type: ignore[no-untyped-call]
+    return {
+        column.name: re.sub(r"\(\d+\)", "", column.type.compile(dialect=dialect))
+        for column in entries.columns
+    }
+
+
+def _fenced_insert_runs_sql() -> str:
+    # fenced_insert's statement, for the rows of several runs: each run's row is locked and
+    # its lease renewed (once a third of it is spent) only while its epoch is the one its
+    # rows carry, and only the rows of runs so fenced go in. The runs' rows are locked in id
+    # order (`locked`: sorted, then FOR UPDATE) so that this statement and another that
+    # locks several runs' rows at once take them in one order, and cannot deadlock.
+    types = _array_types()
+    columns = ", ".join(ENTRY_COLUMNS)
+    arrays = ", ".join(f"%({name})s::{types[name]}[]" for name in ENTRY_COLUMNS)
+    return f"""\
+WITH batch AS (
+    SELECT * FROM unnest({arrays},
+        %(fence_expiry)s::timestamptz[], %(fence_renew_after)s::timestamptz[])
+        AS b({columns}, fence_expiry, fence_renew_after)
+), locked AS (
+    SELECT id FROM runs WHERE id IN (SELECT run_id FROM batch) ORDER BY id FOR UPDATE
+), fences AS (
+    SELECT run_id, lease_epoch, max(fence_expiry) AS fence_expiry,
+        max(fence_renew_after) AS fence_renew_after
+    FROM batch GROUP BY run_id, lease_epoch
+), fenced AS (
+    UPDATE runs SET lease_expires_at = CASE
+        WHEN runs.lease_expires_at IS NULL OR runs.lease_expires_at < fences.fence_renew_after
+        THEN fences.fence_expiry ELSE runs.lease_expires_at END
+    FROM fences
+    WHERE runs.id = fences.run_id AND runs.lease_epoch = fences.lease_epoch
+        AND runs.id IN (SELECT id FROM locked)
+    RETURNING runs.id, runs.cancel_requested, runs.undelivered_messages
+)
+INSERT INTO entries ({columns})
+SELECT {columns} FROM batch WHERE run_id IN (SELECT id FROM fenced)
+RETURNING run_id, seq,
+    (SELECT cancel_requested FROM fenced WHERE fenced.id = entries.run_id),
+    (SELECT undelivered_messages FROM fenced WHERE fenced.id = entries.run_id)"""
+
+
+_FENCED_INSERT_RUNS = _fenced_insert_runs_sql()
+
+
+class PostgresBackend(Backend):
+    """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
+
+    name = "postgresql"
+    writes_renew_lease = True
+    writes_runs_together = True
+    title = "PostgreSQL"
+    notifies = True
+
+    def create_engine(
+        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+    ) -> Engine:
+        # What a URL does not say about a broken network, runner does: without these, a
+        # worker cut off from its database waits minutes on a connect (the kernel's SYN
+        # retries) or on a write whose packets go unanswered (its retransmissions, ~15
+        # min), long after its lease ended, and comes back only when the kernel gives up.
+        network = {k: v for k, v in _NETWORK_DEFAULTS.items() if k not in url.query}
+        connect_args = {**network, **kwargs.pop("connect_args", {})}
+        if idle_transactions is not None and "options" not in url.query:
+            # A writer cut off in the middle of a transaction leaves its server session
+            # idle in it, holding the run rows it locked: no other worker could take those
+            # runs over until the network healed. runner's own transactions are never idle
+            # for more than milliseconds; sent in the startup packet, it costs nothing.
+            milliseconds = max(1000, int(idle_transactions * 1000))
+            connect_args["options"] = f"-c idle_in_transaction_session_timeout={milliseconds}"
+        engine = create_engine(url, connect_args=connect_args, **kwargs)
+        _ping_after_idle(engine)
+        return engine
+
+    def read_only_engine(self, url: URL) -> Engine:
+        engine = self.create_engine(url, {})
+
+        @event.listens_for(engine, "connect")
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Every transaction of the session is READ ONLY: the server refuses any write.
+            autocommit = dbapi_connection.autocommit
+            dbapi_connection.autocommit = True
+            dbapi_connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            dbapi_connection.autocommit = autocommit
+
+        return engine
+
+    def fenced_insert(self, rows: int = 1) -> Insert:
+        # Renew the lease and lock the run row in the same statement: a claimer's UPDATE
+        # waits for this commit, and this INSERT inserts nothing once the epoch moved.
+        # The lease is renewed once a third of it is spent (the heartbeat's pace), else set
+        # to itself: an UPDATE that changes no indexed column is HOT, so a long run does not
+        # add index entries (about 1 KB a step) to the runs table with every write.
+        expiry = runs.c.lease_expires_at
+        due = expiry.is_(None) | (expiry < bindparam("fence_renew_after", type_=expiry.type))
+        renewed = case((due, bindparam("fence_expiry", type_=expiry.type)), else_=expiry)
+        fenced = (
+            update(runs)
+            .where(_fence())
+            .values(lease_expires_at=renewed)
+            .returning(runs.c.cancel_requested, runs.c.undelivered_messages)
+            .cte("fenced")
+        )
+        source = _values_from(fenced, rows)
+        return (
+            insert(entries)
+            .from_select(ENTRY_COLUMNS, source)
+            .add_cte(fenced)
+            .returning(
+                entries.c.seq,
+                select(fenced.c.cancel_requested).scalar_subquery(),
+                select(fenced.c.undelivered_messages).scalar_subquery(),
+            )
+        )
+
+    def fenced_insert_runs(self) -> str:
+        return _FENCED_INSERT_RUNS
+
+    def begin_write(
+        self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
+    ) -> bool:
+        # psycopg begins a transaction with a BEGIN of its own, a round trip, and COMMIT is
+        # another: one statement (a fenced insert is one CTE) needs neither in autocommit,
+        # where it is its own transaction, committed (and durable) when it returns. Only
+        # between transactions: a write inside an open one joins it, as before.
+        if not one_statement or dbapi_connection.autocommit:
+            return False
+        if dbapi_connection.info.transaction_status != _IDLE:
+            return False
+        dbapi_connection.autocommit = True
+        return True
+
+    def end_write(self, dbapi_connection: Any) -> None:
+        if not dbapi_connection.closed:  # a lost connection is discarded anyway
+            dbapi_connection.autocommit = False
+
+    def snapshot_options(self) -> dict[str, Any]:
+        return {"isolation_level": "REPEATABLE READ"}
+
+    def is_corrupt(self, exc: BaseException) -> bool:
+        # data_corrupted, index_corrupted: the server found damaged pages.
+        sqlstate = getattr(getattr(exc, "orig", None) or exc, "sqlstate", None)
+        return sqlstate in ("XX001", "XX002")
+
+    def lock_migrations(self, connection: Connection) -> None:
+        # Two upgrades of a fresh database at once both CREATE TABLE alembic_version, and
+        # the loser failed on a duplicate key in pg_type. Advisory locks belong to one
+        # database, so upgrades of different databases (on one server) still run at once.
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+
+    def clock(self, engine: Engine, base: Clock = SYSTEM) -> Clock:
+        clock = DatabaseClock(engine, base)
+        clock.time()  # measured now, while the caller is connecting anyway
+        return clock
+
+    def wake_workers(self, connection: Connection) -> None:
+        # NOTIFY inside the transaction: PostgreSQL delivers it at commit, and not at all on
+        # a rollback, so a listener never hears of a run it cannot see yet.
+        connection.exec_driver_sql(f"NOTIFY {WAKE_CHANNEL}")
+
+    def listen(self, engine: Engine, channel: str = WAKE_CHANNEL) -> Listening:
+        import psycopg
+
+        # The engine's own connect arguments, on a connection outside its pool: a LISTEN
+        # lasts as long as the session, so it must not go back to the pool to be reused.
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+        try:
+            connection.execute(f"LISTEN {channel}")
+        except BaseException:
+            connection.close()
+            raise
+        return _PostgresListening(connection)
+
+    def refresh_statistics(self, connection: Connection) -> None:
+        # Thousands of runs just inserted into a table the planner last saw (nearly) empty:
+        # it then estimates one queued run, and sorts them all on every claim instead of
+        # reading the claim index in order (6 ms against 0.1 ms with 2,000 queued), until
+        # autovacuum's ANALYZE comes round. A role that does not own `runs` gets a warning.
+        connection.exec_driver_sql("ANALYZE runs")
+
+
+class _PostgresListening:
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    def wait(self, timeout: float) -> list[str]:
+        heard = [n.payload for n in self.connection.notifies(timeout=timeout, stop_after=1)]
+        if heard:  # and those already arrived with it, without waiting again
+            heard += [n.payload for n in self.connection.notifies(timeout=0)]
+        return heard
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    """Ping a pooled connection before use only if it sat idle for a while.
+
+    A run checks a connection out for each journal write, a few milliseconds after the last
+    one came back: pinging each (SQLAlchemy's pool_pre_ping) would add a round trip to every
+    write. A connection idle for longer, which a server restart or an idle timeout may have
+    closed, is pinged and replaced if dead; one that broke in the last second fails its
+    statement, and the journal's write tries again on a new connection.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def idle_from(_dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool discards this connection and checks out another (a new one).
+            raise DisconnectionError(f"a pooled connection was dead: {exc}") from exc
+
+
+_BACKENDS: dict[str, Backend] = {"sqlite": SqliteBackend(), "postgresql": PostgresBackend()}
+
+
+def backend_for(dialect: str) -> Backend:
+    """The backend of a dialect name (`engine.dialect.name`, `url.get_backend_name()`)."""
+    try:
+        return _BACKENDS[dialect]
+    except KeyError:
+        raise DatabaseRefused(
+            f"runner stores runs in SQLite or PostgreSQL, not {dialect}"
+        ) from None
+
+
+def _enable_wal(dbapi_connection: Any) -> None:
+    """Switch the file to WAL, waiting out other connections doing the same.
+
+    On a brand-new file several connections may race to leave rollback mode; SQLite
+    answers the losers "database is locked" at once, without its busy handler (waiting
+    could deadlock), so the wait happens here, bounded like the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            (mode,) = dbapi_connection.execute("PRAGMA journal_mode").fetchone()
+            if mode != "wal":
+                dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(WAL_SWITCH_RETRY_SECONDS)
+
+
+class DatabaseClock:
+    """The database server's clock, read through this machine's monotonic clock.
+
+    Leases are compared across machines, so they must be measured on one clock: the
+    server's. Asking it on every write would cost a round trip, so the server's time is
+    measured once and again every `refresh` seconds, and carried forward in between by this
+    machine's monotonic clock, which no step of the wall clock moves: a machine whose clock
+    is a minute ahead still writes the server's time, and so does one whose clock jumps 35 s
+    forward (NTP, a VM resumed) between two measures. Its leases and claims cannot take a
+    live holder's run. A failed refresh keeps the last measure (the database is away for a
+    moment; the writes that follow will say so).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        base: Clock = SYSTEM,
+        *,
+        refresh: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.base = base
+        self.refresh = refresh
+        self.monotonic = monotonic
+        self._offset: float | None = None  # server time minus monotonic time
+        self._wall_offset: float | None = None  # server time minus the base clock's
+        self._measured_at = 0.0  # monotonic
+        self._lock = threading.Lock()
+
+    def time(self) -> float:
+        now = self.monotonic()
+        if self._offset is None or now - self._measured_at > self.refresh:
+            self._measure(now)
+        assert self._offset is not None
+        return self.monotonic() + self._offset
+
+    def sleep(self, seconds: float) -> None:
+        self.base.sleep(seconds)
+
+    @property
+    def offset(self) -> float | None:
+        """Seconds the server's clock was ahead of this machine's at the last measure (None
+        until measured)."""
+        return self._wall_offset
+
+    def _measure(self, now: float) -> None:
+        # Once there is an offset, one thread measures and the others go on with the last
+        # one: a thread may ask the time while it holds a pooled connection, and threads
+        # queued here holding theirs could leave a small pool none to measure with.
+        if not self._lock.acquire(blocking=self._offset is None):
+            return
+        try:
+            if self._offset is not None and now - self._measured_at <= self.refresh:
+                return  # another thread measured meanwhile
+            try:
+                with self.engine.connect() as connection, plain(connection) as reader:
+                    before = self.monotonic()
+                    wall = self.base.time()
+                    server = database_now(reader)
+                    after = self.monotonic()
+            except SQLAlchemyError:
+                if self._offset is None:
+                    raise
+                return
+            middle = (before + after) / 2
+            self._wall_offset = server.timestamp() - wall
+            self._offset = server.timestamp() - middle
+            self._measured_at = after
+        finally:
+            self._lock.release()

@@ -1,0 +1,196 @@
+"""The journal's writes on the driver's own cursor: SQL rendered once, run at the driver's cost.
+
+`Connection.execute`, even `exec_driver_sql`, builds an execution context and a result for
+every statement: about 40 us a statement here, as much as the driver's own work for a
+journal row, twice a step. The journal's writes skip that:
+
+- Each statement is rendered once per dialect (`Prepared`, from a Core statement): its SQL
+  text, the order of its binds, and their types' bind processors, so a row is byte for
+  byte what `Connection.execute` writes.
+- A write (`Write`) runs on the DBAPI cursor. When the engine has listeners for its
+  statements or commits, or `echo` is on, it takes the path SQLAlchemy itself takes for the
+  statements it runs outside an execution context (`Connection._cursor_execute`,
+  `_commit_impl`), so they still hear every statement and commit
+  (tests/integration/test_write_path.py counts them) and the log shows them; otherwise the
+  statement goes straight to the driver. Either way a driver's error is handled by
+  SQLAlchemy (`_handle_dbapi_exception`): raised as its IntegrityError, OperationalError,
+  ..., and a lost connection invalidated, so the next use reconnects. Those are private
+  methods of SQLAlchemy's Connection, stable since 1.4; tests/integration/test_driver_writes.py
+  fails loudly if one goes.
+- How a write transaction begins is the backend's (`begin_write`): BEGIN IMMEDIATE on
+  SQLite; on PostgreSQL a write of one statement runs in autocommit, its own transaction,
+  which saves the BEGIN and COMMIT round trips of psycopg's implicit transaction.
+
+The SQLAlchemy Connection is never inside a transaction of its own meanwhile: a write
+begins, and ends, on the driver connection beneath it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from runner.sql.backend import backend_for
+
+Parameters = tuple[Any, ...] | dict[str, Any]
+# Where a driver connection's cursor for the journal's writes is kept (its pool record's info).
+_CURSOR = "runner.driver.cursor"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A statement as its driver takes it, rendered once per dialect."""
+
+    sql: str
+    order: Callable[[dict[str, Any]], tuple[Any, ...]] | None  # positional drivers (SQLite)
+    convert: tuple[tuple[str, Callable[[Any], Any]], ...]  # (bind name, its type's processor)
+    names: tuple[str, ...] | None = None  # a positional driver's binds, in their order
+
+    @classmethod
+    def of(cls, statement: ClauseElement, dialect: Dialect) -> Prepared:
+        compiled = statement.compile(dialect=dialect)
+        assert isinstance(compiled, SQLCompiler)
+        order = None
+        names: tuple[str, ...] | None = None
+        if compiled.positional:
+            assert compiled.positiontup is not None
+            names = tuple(compiled.positiontup)
+            # itemgetter of one name returns the value itself, not a 1-tuple
+            order = itemgetter(*names) if len(names) > 1 else lambda v: tuple(v[n] for n in names)
+        convert = []
+        for name, bind in compiled.binds.items():
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                convert.append((name, process))
+        return cls(sql=compiled.string, order=order, convert=tuple(convert), names=names)
+
+    def parameters(self, values: dict[str, Any]) -> Parameters:
+        """`values` keyed by bind name, as the driver takes them (converted in place)."""
+        for name, process in self.convert:
+            values[name] = process(values[name])
+        return values if self.order is None else self.order(values)
+
+
+_PREPARED: WeakKeyDictionary[Dialect, dict[Hashable, Prepared]] = WeakKeyDictionary()
+
+
+def prepared(dialect: Dialect, key: Hashable, build: Callable[[], ClauseElement]) -> Prepared:
+    """The statement `build()` makes, rendered for `dialect` the first time `key` is asked.
+
+    Kept per dialect, not per connection: the text outlives a reconnect (the drivers keep
+    their own per-connection statement caches: sqlite3's, psycopg's server-side prepares).
+    """
+    by_key = _PREPARED.get(dialect)
+    if by_key is None:  # two threads may both render: the same text, no harm
+        by_key = _PREPARED[dialect] = {}
+    found = by_key.get(key)
+    if found is None:
+        found = by_key[key] = Prepared.of(build(), dialect)
+    return found
+
+
+class Write:
+    """One write transaction on a connection's driver connection, as a `with` block:
+    committed when the block ends, rolled back if it raises. `one_statement`: the block
+    runs exactly one statement (which the backend may then run as its own transaction)."""
+
+    def __init__(self, connection: Connection, *, one_statement: bool = False) -> None:
+        self.connection = connection
+        self.one_statement = one_statement
+        pooled = connection.connection  # reconnects if invalidated
+        dbapi_connection = pooled.dbapi_connection
+        assert dbapi_connection is not None
+        self.dbapi_connection = dbapi_connection
+        # One cursor per driver connection, kept in the pool's record of it (cleared when
+        # the connection is replaced): making a psycopg cursor costs about 4 us a write.
+        self.info = pooled.info
+        cursor = self.info.get(_CURSOR)
+        if cursor is None or cursor.connection is not dbapi_connection:
+            cursor = self.info[_CURSOR] = dbapi_connection.cursor()
+        self.cursor = cursor
+        # Whether anything listens to or logs the statements (the engine's events, `echo`):
+        # then each goes through SQLAlchemy's own path, which tells them; else straight to
+        # the driver, errors still handled (wrapped, a lost connection invalidated) by it.
+        self.watched = bool(
+            connection._echo
+            or connection.dialect._has_events
+            or connection.dispatch.before_cursor_execute
+            or connection.dispatch.after_cursor_execute
+        )
+        self.switched = False
+
+    def __enter__(self) -> Write:
+        try:
+            backend = backend_for(self.connection.dialect.name)
+            self.switched = backend.begin_write(
+                self.execute, self.dbapi_connection, self.one_statement
+            )
+        except BaseException:
+            self._drop_cursor()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        connection = self.connection
+        failed = kind is not None
+        try:
+            if failed:
+                # After a driver's error SQLAlchemy has rolled back already (or invalidated
+                # a lost connection, which this then leaves alone); a LeaseLost still needs it.
+                connection._rollback_impl()
+            else:
+                self._commit()
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            if self.switched:
+                backend_for(connection.dialect.name).end_write(self.dbapi_connection)
+            if failed:  # SQLAlchemy may have closed it: the next write makes a new one
+                self._drop_cursor()
+
+    def _drop_cursor(self) -> None:
+        self.info.pop(_CURSOR, None)
+        with contextlib.suppress(Exception):  # a lost connection's cursor may not close
+            self.cursor.close()
+
+    def execute(self, sql: str, parameters: Parameters = ()) -> None:
+        if self.watched:
+            self.connection._cursor_execute(self.cursor, sql, parameters)
+            return
+        try:
+            self.cursor.execute(sql, parameters)
+        except BaseException as exc:
+            self.connection._handle_dbapi_exception(exc, sql, parameters, self.cursor, None)
+
+    def rows(self, sql: str, parameters: Parameters) -> Sequence[Any]:
+        """Run a statement; the rows it returns (all of them: a statement with RETURNING is
+        done only once they are read)."""
+        self.execute(sql, parameters)
+        rows: Sequence[Any] = self.cursor.fetchall()
+        return rows
+
+    def count(self, sql: str, parameters: Parameters) -> int:
+        """Run a statement; how many rows it changed."""
+        self.execute(sql, parameters)
+        changed: int = self.cursor.rowcount
+        return changed
+
+    def _commit(self) -> None:
+        connection = self.connection
+        if self.watched or connection.dispatch.commit:
+            connection._commit_impl()  # tells the listeners (the write-path test counts)
+            return
+        try:
+            self.dbapi_connection.commit()  # autocommit: nothing left to commit, no trip
+        except BaseException as exc:
+            connection._handle_dbapi_exception(exc, None, None, None, None)

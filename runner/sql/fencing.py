@@ -1,0 +1,499 @@
+"""The journal's writes: one fenced statement per entry, one transaction per write.
+
+The write path is the floor: a journal write is one INSERT that succeeds only while the
+run's lease epoch is this worker's (the statement itself is each backend's: on PostgreSQL a
+data-modifying CTE that also renews the lease and takes the run's row lock), committed in
+one transaction, with the run's stop in the same transaction when the entry ends the run,
+or its move to `waiting` when the entry is a call waiting for a person. The calls of a step
+of several are one fenced INSERT of all their rows.
+
+The statements run on the driver's own cursor (`runner.driver`), their rows built and
+converted before the transaction begins. On PostgreSQL a write of one statement (an entry
+or a step's calls, with no stop and no wait) is its own transaction, in autocommit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import Connection, Engine, Update, bindparam, null, select, update
+from sqlalchemy.engine import Dialect
+
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.counters import Counters
+from runner.core.journal import Entry, Stop
+from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
+from runner.core.tree import Ancestor, Spend
+from runner.errors import LeaseLost
+from runner.sql import children, driver
+from runner.sql.backend import backend_for
+from runner.sql.driver import Parameters, Prepared, prepared
+from runner.sql.runs import amount, counter, encode, entry_values, plain_text
+from runner.sql.schema import ENTRY_COLUMNS, entries, runs
+
+# The most entries one statement writes: a model asking for hundreds of calls at once must
+# not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements
+# are ever rendered.
+ROWS_PER_STATEMENT = 64
+
+# The run's columns a finish sets from values, each bound as `set_<column>`.
+_FINISHED = (
+    "status",
+    "stop_reason",
+    "output",
+    "output_format",
+    "error",
+    "wrapped_up",
+    "steps",
+    "tokens",
+    "cost",
+    "updated_at",
+    "finished_at",
+)
+# A parked run's row also holds its counters as of the park: what the runs below it check
+# its budgets against (its own spend; `below_*` is theirs).
+_PARKED = ("status", "waiting_since", "wait_expires_at", "updated_at", "steps", "tokens", "cost")
+
+
+def _fenced_insert(dialect: Dialect, rows: int) -> Prepared:
+    """The fenced insert of `rows` entries (a step's calls go in one statement)."""
+    return prepared(
+        dialect, ("fenced_insert", rows), lambda: backend_for(dialect.name).fenced_insert(rows)
+    )
+
+
+@dataclass(frozen=True)
+class _Positional:
+    """A one-entry fenced insert whose binds are the entry's columns in order, then the
+    fence's (SQLite's, as rendered): its parameters made from `store.entry_values` with no
+    dict on the way, the same values `Prepared.parameters` would give (test_driver_writes)."""
+
+    sql: str
+    convert: tuple[tuple[int, Callable[[Any], Any]], ...]  # (column index, processor)
+    fence: tuple[str, ...]  # the fence's bind names after the entry's
+
+    @classmethod
+    def of(cls, statement: Prepared) -> _Positional | None:
+        names = statement.names
+        width = len(ENTRY_COLUMNS)
+        if names is None or list(names[:width]) != ENTRY_COLUMNS:
+            return None
+        processed = dict(statement.convert)
+        if any(name in processed for name in names[width:]):
+            return None  # a fence value that needs converting: take the general path
+        index = {name: i for i, name in enumerate(ENTRY_COLUMNS)}
+        convert = tuple((index[name], process) for name, process in statement.convert)
+        return cls(sql=statement.sql, convert=convert, fence=tuple(names[width:]))
+
+    def parameters(self, row: tuple[Any, ...], fence: dict[str, Any]) -> tuple[Any, ...]:
+        values = list(row)
+        for i, process in self.convert:
+            values[i] = process(values[i])
+        values.extend([fence[name] for name in self.fence])
+        return tuple(values)
+
+
+_POSITIONAL: WeakKeyDictionary[Dialect, _Positional | None] = WeakKeyDictionary()
+
+
+def _positional(dialect: Dialect) -> _Positional | None:
+    """The one-entry insert's positional fast path for `dialect`, if its driver has one."""
+    try:
+        return _POSITIONAL[dialect]
+    except KeyError:
+        found = _POSITIONAL[dialect] = _Positional.of(_fenced_insert(dialect, 1))
+        return found
+
+
+def _fenced_update(columns: tuple[str, ...]) -> Update:
+    """UPDATE the run's `columns` (bound as `set_<column>`) while its epoch is this
+    worker's, letting its lease go."""
+    values: dict[Any, Any] = {
+        runs.c[name]: bindparam(f"set_{name}", type_=runs.c[name].type) for name in columns
+    }
+    values.update({runs.c.lease_owner: null(), runs.c.lease_expires_at: null()})
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("fence_run"), runs.c.lease_epoch == bindparam("fence_epoch"))
+        .values(values)
+    )
+
+
+class Heard(NamedTuple):
+    """What a journal write reads back of its run, for free: whether a cancel was asked,
+    and how many messages sent to it are not in its journal yet."""
+
+    cancel: bool
+    messages: int
+
+
+@dataclass(frozen=True)
+class Parking:
+    """A run leaving its worker to wait for a person: the lease goes, the epoch stays."""
+
+    timeout: float | None  # approval_timeout: seconds until an unanswered wait is denied
+    # The child runs its sub-agents' calls start, inserted in the same transaction (rows of
+    # `children.child_row`); a step with one has no approval_timeout (a child's end is
+    # delivered, never timed out).
+    children: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass
+class TreeCharge:
+    """What a write of a child run charges to the runs above it (`above`, nearest first),
+    and, once written, what each of them has spent against its budgets (`ancestors`)."""
+
+    above: tuple[str, ...]
+    spent: Spend
+    ancestors: list[Ancestor] = field(default_factory=list)
+
+
+def append_entry(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entry: Entry,
+    stop: Stop | None,
+    lease_seconds: float,
+    clock: Clock = SYSTEM,
+    parking: Parking | None = None,
+) -> Heard:
+    """One transaction: the entry (fenced by the epoch), and the run's end if `stop`, or its
+    move to `waiting` if `parking` (unless a cancel was requested: then the run finishes,
+    `cancelled`, in the same transaction, since nobody would be left to honour it).
+
+    Returns what the write heard of the run (its cancel flag, its undelivered messages).
+    LeaseLost if fenced out.
+    """
+    return append_entries(
+        bind, run_id, epoch, seq, (entry,), stop, lease_seconds, clock, parking=parking
+    )
+
+
+def append_entries(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entries: Sequence[Entry],
+    stop: Stop | None,
+    lease_seconds: float,
+    clock: Clock = SYSTEM,
+    parking: Parking | None = None,
+    charge: TreeCharge | None = None,
+) -> Heard:
+    """One transaction: the entries from `seq` on, in ONE fenced statement (all or none
+    are written), and the run's end if `stop` (or its move to `waiting`, see append_entry).
+    With `charge`, what the entries spent is charged to the runs above (children.py).
+
+    Returns what the write heard of the run (see append_entry). LeaseLost if fenced out.
+    """
+    append = Append.of(
+        bind.dialect, run_id, epoch, seq, entries, stop, lease_seconds, clock, parking, charge
+    )
+    # No connection of its own: one from the pool, for this write alone.
+    connection = bind if isinstance(bind, Connection) else bind.connect()
+    try:
+        with driver.Write(connection, one_statement=append.one_statement) as write:
+            return append.run(write)
+    finally:
+        if connection is not bind:
+            connection.close()
+
+
+@dataclass(frozen=True)
+class Append:
+    """One journal write, its statements and their parameters built and converted before any
+    transaction begins: the write lock (SQLite's whole file, PostgreSQL's run row) is held
+    for the statements alone. `run` may be tried again in a new transaction (a group commit
+    whose transaction another run's write failed: runner.sql.group_commit)."""
+
+    run_id: str
+    inserts: tuple[tuple[str, Parameters], ...]
+    finish: tuple[str, Parameters] | None  # the run's end, if the write ends it
+    cancelled: tuple[str, Parameters] | None  # a parked run's end, if a cancel was asked
+    park: tuple[str, Parameters] | None  # the run's move to `waiting`
+    children: tuple[tuple[str, Parameters], ...]  # the child runs created with the park
+    charge: TreeCharge | None  # a child's spend charged up its tree
+    charge_statement: tuple[str, Parameters] | None
+    # A write of entries alone (no end, no park, no charge) on a backend that can write
+    # several runs' entries in one statement: the rows' values (ENTRY_COLUMNS order), for
+    # `write_together`; and the fence they are written under.
+    together: tuple[tuple[Any, ...], ...] | None = None
+    fence: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        dialect: Dialect,
+        run_id: str,
+        epoch: int,
+        seq: int,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        lease_seconds: float,
+        clock: Clock = SYSTEM,
+        parking: Parking | None = None,
+        charge: TreeCharge | None = None,
+    ) -> Append:
+        at = utc_now(clock)
+        fence = _fence(dialect, run_id, epoch, at, lease_seconds)
+        positional = _positional(dialect) if len(entries) == 1 else None
+        inserts: list[tuple[str, Parameters]]
+        together: tuple[tuple[Any, ...], ...] | None = None
+        if positional is not None:  # the common case on SQLite: one entry, no dict on the way
+            row = entry_values(run_id, seq, epoch, entries[0], at)
+            inserts = [(positional.sql, positional.parameters(row, fence))]
+        elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
+            statement = _fenced_insert(dialect, len(entries))
+            rows = tuple(
+                entry_values(run_id, seq + i, epoch, entry, at) for i, entry in enumerate(entries)
+            )
+            values = _rows(rows, fence)
+            inserts = [(statement.sql, statement.parameters(values))]
+            if stop is None and parking is None and not (charge and charge.spent and charge.above):
+                together = rows  # may share a statement with other runs' (write_together)
+        else:
+            inserts = []
+            for start in range(0, len(entries), ROWS_PER_STATEMENT):
+                chunk = entries[start : start + ROWS_PER_STATEMENT]
+                statement = _fenced_insert(dialect, len(chunk))
+                rows = tuple(
+                    entry_values(run_id, seq + start + i, epoch, entry, at)
+                    for i, entry in enumerate(chunk)
+                )
+                values = _rows(rows, fence)
+                inserts.append((statement.sql, statement.parameters(values)))
+        counters = entries[-1].counters
+        finish = cancelled = park = None
+        made: list[tuple[str, Parameters]] = []
+        if stop is not None:
+            finish = _finish_parameters(dialect, stop, counters, fence, at)
+        elif parking is not None:
+            stopped = Stop(StopReason.CANCELLED)
+            cancelled = _finish_parameters(dialect, stopped, counters, fence, at)
+            park = _park_parameters(dialect, parking, fence, at, counters)
+            child = children.insert_child(dialect)
+            made = [
+                (child.sql, child.parameters(children.child_values(new)))
+                for new in parking.children
+            ]
+        charged = None
+        if charge is not None and not (charge.spent and charge.above):
+            charge = None
+        if charge is not None:
+            statement = children.charge_statement(dialect, len(charge.above))
+            values = children.charge_values(charge.above, charge.spent)
+            charged = (statement.sql, statement.parameters(values))
+        if together is not None and not backend_for(dialect.name).writes_runs_together:
+            together = None
+        return cls(
+            run_id,
+            tuple(inserts),
+            finish,
+            cancelled,
+            park,
+            tuple(made),
+            charge,
+            charged,
+            together,
+            fence,
+        )
+
+    @property
+    def one_statement(self) -> bool:
+        return (
+            len(self.inserts) == 1
+            and self.finish is None
+            and self.park is None
+            and self.charge is None
+        )
+
+    def run(self, write: driver.Write) -> Heard:
+        """The write's statements in `write`'s transaction; what it heard of the run."""
+        run_id = self.run_id
+        heard = Heard(False, 0)
+        for sql, parameters in self.inserts:
+            written = write.rows(sql, parameters)
+            # The fence holds for every row or for none: the first returned row says which.
+            if not written:
+                raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+            heard = Heard(bool(written[0][1]), written[0][2])
+        if self.charge is not None and self.charge_statement is not None:
+            returned = write.rows(*self.charge_statement)
+            self.charge.ancestors = children.charged(returned, self.charge.above)
+        if self.finish is not None:
+            _finish(write, run_id, self.finish)
+        elif self.cancelled is not None and heard.cancel:
+            _finish(write, run_id, self.cancelled)
+        elif self.park is not None:
+            if write.count(*self.park) != 1:
+                raise LeaseLost(f"run {run_id} was taken over by another worker: not parking it")
+            for sql, parameters in self.children:
+                write.execute(sql, parameters)
+        return heard
+
+
+def _fence(
+    dialect: Dialect, run_id: str, epoch: int, at: datetime, lease_seconds: float
+) -> dict[str, Any]:
+    fence: dict[str, Any] = {"fence_run": run_id, "fence_epoch": epoch}
+    if backend_for(dialect.name).writes_renew_lease:  # else the statement has no use for them
+        fence["fence_expiry"] = at + timedelta(seconds=lease_seconds)
+        fence["fence_renew_after"] = at + timedelta(seconds=lease_seconds * 2 / 3)
+    return fence
+
+
+def _rows(rows: Sequence[tuple[Any, ...]], fence: dict[str, Any]) -> dict[str, Any]:
+    """The values of one fenced insert: the entries' (`name_<i>` for several) and the fence's."""
+    if len(rows) == 1:
+        values = dict(zip(ENTRY_COLUMNS, rows[0], strict=True))
+    else:
+        values = {
+            f"{name}_{i}": value
+            for i, row in enumerate(rows)
+            for name, value in zip(ENTRY_COLUMNS, row, strict=True)
+        }
+    values.update(fence)
+    return values
+
+
+def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard | None]:
+    """The entries of several runs' writes (each `together`) in ONE statement, each run
+    fenced by its own epoch: what each write heard of its run, or None for a run fenced out
+    (none of its rows went in).
+
+    One statement is one transaction (autocommit, `driver.Write(one_statement=True)`): it
+    commits every fenced run's rows or none. A statement error (one run's duplicate entry,
+    a value refused) fails them all: the caller then writes each alone.
+    """
+    rows: list[tuple[Any, ...]] = []
+    expiry: list[Any] = []
+    renew_after: list[Any] = []
+    for append in appends:
+        assert append.together is not None
+        rows += append.together
+        expiry += [append.fence["fence_expiry"]] * len(append.together)
+        renew_after += [append.fence["fence_renew_after"]] * len(append.together)
+    values: dict[str, Any] = dict(
+        zip(ENTRY_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)
+    )
+    values["fence_expiry"], values["fence_renew_after"] = expiry, renew_after
+    dialect = write.connection.dialect
+    for name, process in _array_processors(dialect):
+        values[name] = [process(value) for value in values[name]]
+    sql = backend_for(dialect.name).fenced_insert_runs()
+    assert sql is not None
+    returned = write.rows(sql, values)
+    heard = {row[0]: Heard(bool(row[2]), row[3]) for row in returned}
+    return [heard.get(append.run_id) for append in appends]
+
+
+_PROCESSORS: WeakKeyDictionary[Dialect, tuple[tuple[str, Callable[[Any], Any]], ...]] = (
+    WeakKeyDictionary()
+)
+
+
+def _array_processors(dialect: Dialect) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """The entries columns whose values the driver takes converted (JSON's), and how."""
+    found = _PROCESSORS.get(dialect)
+    if found is None:
+        processors = []
+        for column in entries.columns:
+            process = column.type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                processors.append((column.name, process))
+        found = _PROCESSORS[dialect] = tuple(processors)
+    return found
+
+
+def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> Heard | None:
+    """After a write whose answer was lost: what it would have heard if entry `seq` is
+    there, written under `epoch`, else None."""
+    with connection.begin():
+        row = connection.execute(
+            select(entries.c.lease_epoch, runs.c.cancel_requested, runs.c.undelivered_messages)
+            .join(runs, runs.c.id == entries.c.run_id)
+            .where(entries.c.run_id == run_id, entries.c.seq == seq)
+        ).first()
+    if row is None or row.lease_epoch != epoch:
+        return None
+    return Heard(bool(row.cancel_requested), row.undelivered_messages)
+
+
+def finish_run(
+    bind: Engine | Connection,
+    run_id: str,
+    epoch: int,
+    stop: Stop,
+    counters: Counters,
+    clock: Clock = SYSTEM,
+) -> None:
+    at = utc_now(clock)
+    fence = {"fence_run": run_id, "fence_epoch": epoch}
+    finish = _finish_parameters(bind.dialect, stop, counters, fence, at)
+    with _connected(bind) as connection, driver.Write(connection, one_statement=True) as write:
+        _finish(write, run_id, finish)
+
+
+@contextmanager
+def _connected(bind: Engine | Connection) -> Iterator[Connection]:
+    """`bind` itself if it is a connection (a journal passes its own), else one from its pool."""
+    if isinstance(bind, Connection):
+        yield bind
+    else:
+        with bind.connect() as connection:
+            yield connection
+
+
+def _park_parameters(
+    dialect: Dialect, parking: Parking, fence: dict[str, Any], at: datetime, counters: Counters
+) -> tuple[str, Parameters]:
+    timeout = None if parking.children else parking.timeout
+    expires = None if timeout is None else at + timedelta(seconds=timeout)
+    statement = prepared(dialect, "park", lambda: _fenced_update(_PARKED))
+    values = {
+        **fence,
+        "set_status": str(RunStatus.WAITING),
+        "set_waiting_since": at,
+        "set_wait_expires_at": expires,
+        "set_updated_at": at,
+        "set_steps": counter(counters.steps),
+        "set_tokens": counter(counters.tokens),
+        "set_cost": amount(counters.cost),
+    }
+    return statement.sql, statement.parameters(values)
+
+
+def _finish_parameters(
+    dialect: Dialect, stop: Stop, counters: Counters, fence: dict[str, Any], at: datetime
+) -> tuple[str, Parameters]:
+    output, fmt = encode(stop.output)
+    statement = prepared(dialect, "finish", lambda: _fenced_update(_FINISHED))
+    values = {
+        **fence,
+        "set_status": str(RunStatus.FINISHED),
+        "set_stop_reason": str(stop.reason),
+        "set_output": output,
+        "set_output_format": fmt,
+        "set_error": plain_text(stop.error),
+        "set_wrapped_up": stop.wrapped_up,
+        "set_steps": counter(counters.steps),
+        "set_tokens": counter(counters.tokens),
+        "set_cost": amount(counters.cost),
+        "set_updated_at": at,
+        "set_finished_at": at,
+    }
+    return statement.sql, statement.parameters(values)
+
+
+def _finish(write: driver.Write, run_id: str, finish: tuple[str, Parameters]) -> None:
+    if write.count(*finish) != 1:
+        raise LeaseLost(f"run {run_id} was taken over by another worker: not finishing it")

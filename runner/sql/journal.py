@@ -1,0 +1,387 @@
+"""The durable journal: the loop's writes as fenced SQL transactions, and its lease.
+
+A run holds no database connection of its own, so a worker's runs waiting for their models
+hold none (a thousand of them share a handful): a runner's writes share the one connection
+it keeps for writing (`writer.Writer`), and the writes of its runs in flight share commits
+(on SQLite transactions, on PostgreSQL statements), each run going on once the one holding
+its entry has committed (`group_commit`). The calls of a step of
+several record their observations from their own threads as they end: a run's writes take
+its lock, one at a time. The lease is renewed by the runner's one heartbeat
+(runner.heartbeat), beside every other lease the process holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import NoReturn
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+
+from runner.core.backoff import Backoff
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.counters import Counters
+from runner.core.faults import fault
+from runner.core.journal import Entry, EntryKind, Stop
+from runner.core.limits import Estimate, estimated
+from runner.core.stop_reasons import StopReason
+from runner.core.tree import ChildRun, Place, Spend, TreeStop, TreeStopped, ancestors_stop
+from runner.errors import EntryRefused, LeaseLost, RunParked, describe
+from runner.sql import children, fencing, messages, tree_budget
+from runner.sql import runs as store
+from runner.sql.backend import backend_for
+from runner.sql.children import child_row
+from runner.sql.failures import refused, transient
+from runner.sql.heartbeat import Heartbeat
+from runner.sql.writer import Writer, writing
+from runner.store.rules import Claim
+
+# Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
+# own thread for the outcomes of a step of several calls.
+Observer = Callable[[str, Entry], None]
+
+# Each kind's fault points around the commit of a write that begins with it.
+_FAULTS = {kind: (f"before_{kind}_commit", f"after_{kind}_commit") for kind in EntryKind}
+
+# A write that failed on a lost connection is tried again after these waits (doubling,
+# jittered): the cap is what a run may lag behind its database's return.
+WRITE_RETRY_FIRST = 0.05
+WRITE_RETRY_CAP = 1.0
+
+
+class SqlJournal:
+    """One run's journal while this worker holds its lease (epoch)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        claim: Claim,
+        *,
+        lease_seconds: float,
+        observer: Observer | None = None,
+        clock: Clock = SYSTEM,
+        heartbeat_seconds: float | None = None,
+        heartbeat: Heartbeat | None = None,
+        writer: Writer | None = None,
+    ) -> None:
+        self.engine = engine
+        # The runner's writer, shared by all its journals; else one of this journal's own
+        # that keeps no connection between writes.
+        self.writer = writer or Writer(engine, keep=False)
+        self.clock = clock
+        # The runner's heartbeat, shared by all its leases; else one of this journal's own
+        # (real seconds between beats: a third of the lease unless a test wants it faster).
+        self._own_heartbeat = heartbeat is None
+        self.heartbeat = heartbeat or Heartbeat(
+            engine,
+            lease_seconds=lease_seconds,
+            interval=heartbeat_seconds or lease_seconds / 3,
+            clock=clock,
+        )
+        self._run_id = claim.run.id
+        self.epoch = claim.epoch
+        self.lease_seconds = lease_seconds
+        self.observer = observer
+        # A run claimed with nothing recorded (most claims of a busy queue) has nothing to
+        # read: the claim counted its entries in its own transaction.
+        journal = store.load_entries(engine, self._run_id) if claim.next_seq else []
+        self._recorded = [entry for entry, _ in journal]
+        # Per step, the epoch since which its call may have been tried, and by how many
+        # claims already: its action's writer tried it once; after a person's answer (the
+        # last such entry of the step), no process has yet.
+        self._call_epochs: dict[int, tuple[int, int]] = {}
+        # One tuple per (epoch, tries), not per step: a long journal has a few epochs.
+        shared: dict[tuple[int, int], tuple[int, int]] = {}
+        for entry, epoch in journal:
+            if entry.kind is EntryKind.ACTION:
+                self._call_epochs[entry.step] = shared.setdefault((epoch, 1), (epoch, 1))
+            elif entry.kind is EntryKind.ANSWER:
+                self._call_epochs[entry.step] = shared.setdefault((epoch, 0), (epoch, 0))
+        # approval_timeout: how long a call of this run may wait for a person.
+        self._parking = fencing.Parking(claim.run.budgets.get("approval_timeout"))
+        self._run = claim.run
+        # A child run: the runs above it (nearest first), charged what it spends as it
+        # spends it, whose budgets (and cancels) it checks before each model call.
+        self._ancestors = children.ancestors(engine, claim.run) if claim.run.parent_id else []
+        self._above = tuple(ancestor.run_id for ancestor in self._ancestors)
+        self._spent = self._recorded[-1].counters if self._recorded else Counters()
+        self.seq = len(self._recorded)
+        # Every write reports the run's cancel flag: the loop's check before each model call
+        # costs no query of its own.
+        self._cancel = claim.run.cancel_requested
+        # Messages sent to the run and not in its journal yet: the claim read the count,
+        # every write reads it again (runner.sql.messages delivers them).
+        self._messages = claim.run.undelivered_messages
+        self._writing = threading.Lock()
+        self.lost = threading.Event()
+        # When the lease was last surely renewed: a write that failed on a lost connection is
+        # tried again only while the lease lasts.
+        self._renewed_at = clock.time()
+        # Whether a write renews the lease itself (PostgreSQL's fenced statement does).
+        self._renews_lease = backend_for(engine.dialect.name).writes_renew_lease
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    def recorded(self) -> Sequence[Entry]:
+        return self._recorded
+
+    def append(self, entry: Entry, stop: Stop | None = None) -> None:
+        self.append_many((entry,), stop)
+
+    # A sub-agent's call starts a child run, created with the wait that parks this one.
+    parks_children = True
+
+    def place(self) -> Place:
+        run = self._run
+        below = Spend(run.below_steps, run.below_tokens, run.below_cost)
+        return Place(depth=len(self._ancestors), below=below)
+
+    def tree_stop(self) -> TreeStop | None:
+        return ancestors_stop(self._ancestors)
+
+    def hold_tree(self, step: int, estimate: Estimate) -> tree_budget.Held | None:
+        """Hold step `step`'s model call (a step and `estimate` tokens) against the budgets
+        of the runs above (runner.sql.tree_budget): TreeStopped if one is spent or
+        cancelled, RunParked (the run queued again) if calls in flight hold them. A root
+        holds nothing: the runs below it are parked while it calls."""
+        if not self._above:
+            return None
+        with self._writing:
+            self._check_lease()
+            with self.writer.turn() as connection, connection.begin():
+                decided = tree_budget.reserve(
+                    connection,
+                    self._run,
+                    self.epoch,
+                    self._above,
+                    step,
+                    estimated(estimate),
+                    self.clock,
+                )
+        if isinstance(decided, tree_budget.Held):
+            return decided
+        if isinstance(decided, TreeStop):
+            raise TreeStopped(decided)
+        raise RunParked(
+            f"run {self._run_id} waits for its tree's calls in flight until "
+            f"{decided:%H:%M:%S.%f} UTC",
+            run_id=self._run_id,
+            limit=None,
+            until=decided.timestamp(),
+        )
+
+    def release_tree(self, hold: tree_budget.Held) -> None:
+        with self.writer.turn() as connection, connection.begin():
+            tree_budget.release(connection, hold)
+
+    def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
+        with self._writing:
+            self._check_lease()
+            fault("before_wait_commit")
+            # The run is `waiting` once this commits: the lease is gone, so no heartbeat
+            # renews it, and a crash from here on leaves a run that waits, not one to take over.
+            # A step's waits (one per call that needs an answer) go in this one commit, with
+            # the child runs its sub-agents' calls start.
+            parking = self._parking
+            if children:
+                at = utc_now(self.clock)
+                rows = tuple(child_row(child, self._run, at) for child in children)
+                parking = replace(parking, children=rows)
+            cancelled = self._write(tuple(entries), None, parking).cancel
+            self.seq += len(entries)
+            fault("after_wait_commit")
+            if self.observer is not None:
+                for entry in entries:
+                    self.observer(self._run_id, entry)
+        return not cancelled
+
+    def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        with self._writing:
+            self._check_lease()
+            before, after = _FAULTS[entries[0].kind]
+            fault(before)
+            self._cancel, self._messages = self._write(entries, stop)
+            self.seq += len(entries)
+            # Committed before the tool runs: a crash now leaves a pending call, never a lost
+            # one (for a step of several calls, every call is pending at once).
+            fault(after)
+            if self.observer is not None:
+                for entry in entries:
+                    self.observer(self._run_id, entry)
+
+    def _write(
+        self,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        parking: fencing.Parking | None = None,
+    ) -> fencing.Heard:
+        """Commit the entries; on a lost connection, try again while the lease lasts.
+
+        A tool's result is worth keeping: dropping it on a short outage would turn a call
+        that ran into OutcomeUnknown. A value the database refuses (not a blip: retrying
+        cannot fix it) ends the run with the reason recorded, instead of leaving it to be
+        taken over, asked the same question, and refused again until crash_loop.
+        """
+        backoff = None  # made at the first failure: most writes never need one
+        retried = False
+        charge = None
+        if self._above:  # a child's spend, charged up its tree in the same transaction
+            spent = Spend.added(self._spent, entries[-1].counters)
+            charge = fencing.TreeCharge(self._above, spent)
+        while True:
+            try:
+                heard = self._commit(entries, stop, parking, retried, charge)
+            except (LeaseLost, IntegrityError):
+                raise
+            except Exception as exc:
+                if refused(exc):
+                    self._give_up(entries[0], exc)
+                if backoff is None:
+                    backoff = Backoff(WRITE_RETRY_FIRST, WRITE_RETRY_CAP, jitter=True)
+                if not transient(exc) or not self._lease_has(backoff.current * 2 + 1):
+                    raise
+                # The pool has discarded the broken connection: the next try checks out
+                # another (a new one if need be), after a wait outside any lock.
+                self.clock.sleep(backoff.next())
+                retried = True
+                continue
+            if self._renews_lease:
+                # The write renewed the lease if a third of it was spent.
+                self._renewed_at = max(self._renewed_at, self.clock.time() - self.lease_seconds / 3)
+            self._spent = entries[-1].counters
+            if charge is not None and charge.ancestors:
+                self._ancestors = charge.ancestors
+            return heard
+
+    def _commit(
+        self,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        parking: fencing.Parking | None,
+        retried: bool,
+        charge: fencing.TreeCharge | None = None,
+    ) -> fencing.Heard:
+        """One try, through the writer (writer.Writer: in a group commit)."""
+        append = fencing.Append.of(
+            self.engine.dialect,
+            self._run_id,
+            self.epoch,
+            self.seq,
+            entries,
+            stop,
+            self.lease_seconds,
+            self.clock,
+            parking,
+            charge,
+        )
+        try:
+            return self.writer.commit(append)
+        except IntegrityError:
+            if not retried:
+                raise
+            # A retry of a write whose commit did happen (only its answer was lost): its
+            # entries went in together, so the first one tells.
+            with self.writer.turn() as connection:
+                written = fencing.entry_written(connection, self._run_id, self.seq, self.epoch)
+            if written is None:
+                raise
+            return written
+
+    def _lease_has(self, seconds: float) -> bool:
+        """Whether the lease surely lasts `seconds` more (with a margin for clock error)."""
+        until = self._renewed_at + self.lease_seconds * 0.9
+        return self.clock.time() + seconds < until
+
+    def _give_up(self, entry: Entry, exc: BaseException) -> NoReturn:
+        what = (
+            "the model's output" if entry.kind is not EntryKind.OBSERVATION else "a tool's result"
+        )
+        error = f"{what} at step {entry.step} could not be journaled: {describe(exc)}"
+        # On a connection of its own: the refused statement's may be unusable.
+        with writing(self.engine), self.engine.connect() as connection:
+            fencing.finish_run(
+                connection,
+                self._run_id,
+                self.epoch,
+                Stop(StopReason.MODEL_ERROR, error=error),
+                entry.counters,
+                self.clock,
+            )
+        raise EntryRefused(f"run {self._run_id} stopped: {error}") from None
+
+    def messages(self, step: int, counters: Counters) -> Sequence[Entry]:
+        if not self._messages:
+            return ()  # the last write heard of none: no query
+        with self._writing:
+            self._check_lease()
+            fault("before_message_commit")
+            with self.writer.turn() as connection:
+                delivered = messages.deliver(
+                    connection, self._run_id, self.epoch, self.seq, step, counters, self.clock
+                )
+            self.seq += len(delivered)
+            self._messages = 0
+            # Journaled and marked delivered in one commit: a crash from here on leaves them
+            # in the journal, for the next worker to replay, and never in the inbox again.
+            fault("after_message_commit")
+            if self.observer is not None:
+                for entry in delivered:
+                    self.observer(self._run_id, entry)
+        return delivered
+
+    def finish(self, stop: Stop, counters: Counters) -> None:
+        with self._writing:
+            self._check_lease()
+            with self.writer.turn() as connection:
+                fencing.finish_run(connection, self._run_id, self.epoch, stop, counters, self.clock)
+
+    def cancel_requested(self) -> bool:
+        self._check_lease()
+        return self._cancel
+
+    def attempt(self, action: Entry) -> int:
+        # Every claim bumps the epoch; each claim since the action was written is one more
+        # attempt at its tool call (the first was made by the worker that wrote it). After a
+        # person's answer, counted from the answer: the first claim since makes attempt 1.
+        since, tried = self._call_epochs.get(action.step, (self.epoch, 1))
+        if tried == 0:
+            return max(1, self.epoch - since)
+        return max(2, self.epoch - since + tried)
+
+    def _check_lease(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLost(f"run {self._run_id} was taken over by another worker")
+
+    # -- the lease ------------------------------------------------------------------------
+
+    def __enter__(self) -> SqlJournal:
+        self.heartbeat.hold(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.heartbeat.drop(self)
+        if self._own_heartbeat:
+            self.heartbeat.close()
+
+    def renewed(self, started: float) -> None:
+        """Told by the heartbeat: a beat that started at `started` renewed the lease."""
+        self._renewed_at = max(self._renewed_at, started)
+
+    def cancel_asked(self) -> None:
+        """Told by the heartbeat: the run was asked to cancel (a model call in flight sees
+        it through cancel_requested and gives up)."""
+        self._cancel = True
+
+    def taken_over(self) -> None:
+        """Told by the heartbeat: another worker holds the run; the next write refuses."""
+        self.lost.set()
+
+    def beat(self) -> bool:
+        """Renew the lease once, now; False (and the journal marked lost) once another worker
+        took the run. A database error keeps the lease as it was: it has slack for a blip."""
+        self.heartbeat.beat([self])
+        return not self.lost.is_set()

@@ -1,0 +1,269 @@
+"""Leases: which worker executes a run, fenced by an epoch that every claim bumps.
+
+A worker claims a run with one atomic UPDATE (under BEGIN IMMEDIATE on SQLite, with
+FOR UPDATE SKIP LOCKED on PostgreSQL for the queue) and gives it back at once on a graceful
+stop. Which run a claim takes next is `runner.sql.runnable`; the heartbeat's renewal of
+the leases held is `runner.sql.lease_renewals`. An expired lease is how a crashed
+worker's run is found. A waiting run is not claimable until a person answers it, or until
+its approval_timeout passes: then the claim itself records the timeout as the answer, in
+its own transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Row, bindparam, func, select, update
+
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.status import RunStatus
+from runner.core.stop_reasons import StopReason
+from runner.errors import RunNotFound
+from runner.sql import approvals
+from runner.sql import queues as queue_limits
+from runner.sql.backend import backend_for
+from runner.sql.runnable import Ahead, journal_length, next_claimable
+from runner.sql.runs import RunRow, lock_run, plain_text, stopped_values
+from runner.sql.schema import entries, runs
+from runner.store.rules import Claim, crash_loop_error, refuse_if_held
+
+
+def claim_run(
+    engine: Engine,
+    run_id: str,
+    *,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    steal: bool = False,
+    clock: Clock = SYSTEM,
+) -> Claim:
+    """Take the lease of one run (`runner resume`): refuse while a live worker holds it."""
+    with engine.begin() as connection:
+        row = lock_run(connection, run_id)
+        if row is None:
+            raise RunNotFound(f"no run with id {run_id}")
+        run = RunRow.of(row)
+        at = utc_now(clock)
+        refuse_if_held(run, at, steal=steal)
+        if run.status is RunStatus.FINISHED:
+            return Claim(run, run.lease_epoch, 0, crash_loop=False)
+        if run.status is RunStatus.WAITING:
+            if run.wait_expires_at is None or run.wait_expires_at > at:
+                return Claim(run, run.lease_epoch, 0, crash_loop=False)  # still waits
+            row = _timed_out(connection, run, at)
+        return _take(connection, row, owner, lease_seconds, max_resumes, at)
+
+
+def _timed_out(connection: Connection, run: RunRow, at: datetime) -> Row[Any]:
+    """Deny the call of a run whose wait expired, and give back its row, now queued."""
+    approvals.time_out(connection, run, at)
+    return connection.execute(select(runs).where(runs.c.id == run.id)).one()
+
+
+def _take(
+    connection: Connection,
+    row: Row[Any],
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    at: datetime,
+) -> Claim:
+    """Bump the epoch and take the lease, in the caller's transaction (row already locked).
+
+    One UPDATE ... RETURNING (both backends have it) gives back the row as taken. A run
+    nobody held counts its journal in that UPDATE; a takeover counts it first, to know
+    whether the last holder made progress.
+    """
+    run = RunRow.of(row)
+    m = row._mapping
+    takeover = m["lease_owner"] is not None  # the last holder never let go: it crashed
+    resumes, stalled = m["resumes"], m["stalled_resumes"]
+    recorded: Any = _RECORDED_HERE
+    if takeover:
+        recorded = journal_length(connection, run.id)
+        resumes += 1
+        stalled = stalled + 1 if recorded == m["progress_seq"] else 0
+    epoch = m["lease_epoch"] + 1
+    deadline = m["deadline"]
+    max_seconds = run.budgets.get("max_seconds")
+    if deadline is None and max_seconds is not None:
+        deadline = at + timedelta(seconds=float(max_seconds))
+    values: dict[str, Any] = {
+        "status": RunStatus.RUNNING,
+        "lease_owner": owner,
+        "lease_epoch": epoch,
+        "lease_expires_at": at + timedelta(seconds=lease_seconds),
+        "leased_at": at,
+        "last_seen_at": at,
+        "resumes": resumes,
+        "stalled_resumes": stalled,
+        "progress_seq": recorded,
+        "deadline": deadline,
+        "updated_at": at,
+    }
+    crash_loop = stalled > max_resumes
+    if crash_loop:  # rare: a statement of its own shape, built here
+        values.update(
+            stopped_values(connection, run.id, StopReason.CRASH_LOOP, at),
+            error=crash_loop_error(run.id, stalled, max_resumes),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        statement = update(runs).where(runs.c.id == run.id).values(**values)
+        fresh = connection.execute(statement.returning(*runs.c), {"run_id": run.id}).one()
+    else:
+        counted = recorded is _RECORDED_HERE
+        if counted:
+            del values["progress_seq"]
+        bound = {f"new_{name}": value for name, value in values.items()}
+        fresh = connection.execute(_take_statement(counted), {"run_id": run.id, **bound}).one()
+    return Claim(
+        RunRow.of(fresh),
+        epoch,
+        fresh._mapping["progress_seq"],
+        crash_loop=crash_loop,
+        stalled=stalled,
+    )
+
+
+# The journal's length, counted inside the UPDATE that takes a run (bound by "run_id").
+_RECORDED_HERE = (
+    select(func.count())
+    .select_from(entries)
+    .where(entries.c.run_id == bindparam("run_id"))
+    .scalar_subquery()
+)
+
+# The columns a claim sets, each bound as "new_<column>" in `_take_statement`.
+_TAKEN = (
+    "status",
+    "lease_owner",
+    "lease_epoch",
+    "lease_expires_at",
+    "leased_at",
+    "last_seen_at",
+    "resumes",
+    "stalled_resumes",
+    "progress_seq",
+    "deadline",
+    "updated_at",
+)
+
+
+@functools.cache
+def _take_statement(counted: bool) -> Any:
+    """The UPDATE ... RETURNING of a claim, built once for each shape (building one costs
+    more than running it): `counted`, the journal's length is counted in it."""
+    values: dict[str, Any] = {name: bindparam(f"new_{name}") for name in _TAKEN}
+    if counted:
+        values["progress_seq"] = _RECORDED_HERE
+    return update(runs).where(runs.c.id == bindparam("run_id")).values(values).returning(*runs.c)
+
+
+def claim_some(
+    engine: Engine,
+    *,
+    limit: int,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    skip_agents: Collection[str] = (),
+    suspects: bool = True,
+    queues: Sequence[str] | None = None,
+    executing: Collection[str] = (),
+    clock: Clock = SYSTEM,
+) -> list[Claim]:
+    """Take up to `limit` runnable runs in one transaction, in claim order: queued (and not
+    delayed past now), running under a lease that expired, or waiting past its
+    approval_timeout (the timeout is recorded as its answer in this transaction). The
+    highest priority goes first, then the oldest. One transaction for many claims is what
+    lets one worker fill a thousand slots in seconds.
+
+    `queues` limits the claims to those queues (None: every queue). A queue's limit is never
+    exceeded: a queue whose live runs reach it is passed over, checked again under the
+    queue's lock for each run found (`runner.queues.Slots`), counting the runs this same
+    transaction took before. `skip_agents` leaves alone the runs of agents this worker
+    cannot load right now.
+
+    A suspect, a run whose last worker died before it wrote anything, is taken only alone
+    and only by an idle worker (`suspects=True`): the batch stops before a suspect it
+    cannot take, and ends with one it took. If a suspect kills this worker too, the runs
+    beside it would die without progress and be counted against them. Taking nothing,
+    rather than the next run, lets busy workers drain so an idle one takes the suspect
+    instead of it waiting behind the whole queue.
+
+    `executing`: the runs the claimer is executing now. One whose lease lapsed (its
+    heartbeat held up past a whole lease, as on a loaded machine) is not taken over by the
+    worker still running it, which would run it twice; another worker may.
+    """
+    at = utc_now(clock)
+    claims: list[Claim] = []
+    with engine.begin() as connection:
+        full = queue_limits.full_queues(connection, at, queues)
+        slots = queue_limits.Slots(connection, at)
+        refused: list[str] = []  # queues found with no room under their lock, this batch
+        spent: set[int] = set()  # the ways of being runnable found empty, this batch
+        kept: list[str] = []  # runs found under a lapsed lease that the claimer executes
+        ahead = Ahead(limit)  # the queued runs read (and locked) ahead, for the whole batch
+        while len(claims) < limit:
+            found = next_claimable(
+                connection,
+                at,
+                skip_agents,
+                queues,
+                full,
+                refused,
+                spent,
+                slots,
+                suspects=suspects and not claims,
+                executing=executing,
+                kept=kept,
+                ahead=ahead,
+            )
+            if found is None:
+                break
+            row, holds_slot, suspect = found
+            ahead.took(row)
+            queue = row._mapping["queue"]
+            if row._mapping["status"] == RunStatus.WAITING:
+                row = _timed_out(connection, RunRow.of(row), at)
+            claim = _take(connection, row, owner, lease_seconds, max_resumes, at)
+            slots.took(queue, holds_slot)
+            claims.append(claim)
+            if suspect:
+                break  # it runs alone
+    return claims
+
+
+def release_run(
+    engine: Engine,
+    run_id: str,
+    epoch: int,
+    error: str | None = None,
+    clock: Clock = SYSTEM,
+) -> None:
+    """Give an unfinished run back to the queue at once (graceful shutdown, or an agent
+    that would not load: `error` says why, for `runner show`)."""
+    extra: dict[str, Any] = {} if error is None else {"error": plain_text(error)}
+    with engine.begin() as connection:
+        if error is None:  # a run given back by a worker stopping: wake another for it
+            backend_for(connection.dialect.name).wake_workers(connection)
+        connection.execute(
+            update(runs)
+            .where(
+                runs.c.id == run_id,
+                runs.c.lease_epoch == epoch,
+                runs.c.status == RunStatus.RUNNING,
+            )
+            .values(
+                status=RunStatus.QUEUED,
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=utc_now(clock),
+                **extra,
+            )
+        )

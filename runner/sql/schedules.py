@@ -1,0 +1,274 @@
+"""Schedules: runs started on a cron schedule, exactly one run per tick.
+
+A schedule is a row of `schedules`. Its `next_tick_at` is the first tick not yet handled; a
+worker that finds it due (`fire_due`, at each look of its loop) handles it in one
+transaction with the schedule's row locked (FOR UPDATE SKIP LOCKED on PostgreSQL; BEGIN
+IMMEDIATE on SQLite): it inserts the tick's run, or records why the tick was skipped, and
+moves `next_tick_at` past now. The run's id derives from the schedule and the tick
+(`NAME-YYYYMMDDTHHMM`, the tick in UTC), so the primary key of `runs` makes a second run
+of one tick impossible, whatever the number of workers, hosts or crashes.
+
+Ticks come from `cronsim` (a cron parser kept by the Healthchecks.io author), read in the
+schedule's time zone, with Debian cron's rules for the hours a DST change skips or repeats.
+Time is a parameter: every function here takes `now` (the database's clock in a worker, a
+simulated one in tests).
+
+A late tick is one found due after a later tick came due too, or more than ON_TIME_SECONDS
+after its time (no worker was up at the tick). `catch_up` says what to do then: `last`
+runs the latest tick due once (the missed ones before it are skipped); `skip` runs none of
+them and waits for the next tick. `overlap` says what to do with a tick that comes while
+the previous tick's run is unfinished: `skip` it, or `allow` a second run beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from runner.core.status import RunStatus
+from runner.errors import ScheduleNotFound
+from runner.sql.backend import backend_for
+from runner.sql.runs import new_run, reading
+from runner.sql.schema import runs, schedules
+from runner.store.rows import Fired as Fired  # re-exported
+from runner.store.rows import ScheduleRow as ScheduleRow  # re-exported
+
+# A name short enough that NAME-YYYYMMDDTHHMM fits a run id (32 characters).
+SCHEDULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,17}")
+CATCH_UP = ("last", "skip")
+OVERLAP = ("skip", "allow")
+CatchUp = Literal["last", "skip"]
+Overlap = Literal["skip", "allow"]
+# A tick found due later than this after its time was missed: no worker was up at the tick.
+ON_TIME_SECONDS = 60.0
+# Most schedules one look fires (each in its own short transaction); the rest at the next.
+FIRES_PER_LOOK = 20
+
+
+# -- checks and ticks -------------------------------------------------------------------------
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or not SCHEDULE_NAME.fullmatch(name):
+        raise ValueError(
+            f"schedule name {name!r} must be 1 to 18 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def check_cron(expression: object) -> str:
+    """The expression, or ValueError: five fields (minute hour day month weekday)."""
+    if not isinstance(expression, str) or len(expression.split()) != 5:
+        raise ValueError(
+            f"cron {expression!r} must have five fields: minute hour day-of-month month "
+            'day-of-week (as "0 * * * *")'
+        )
+    try:
+        CronSim(expression, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        raise ValueError(f"cron {expression!r}: {exc}") from None
+    return " ".join(expression.split())
+
+
+def check_timezone(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"time zone {name!r} must be an IANA name such as Europe/Paris")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {name!r} (an IANA name such as Europe/Paris)"
+        ) from None
+    return name
+
+
+def check_choice(kind: str, value: object, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"{kind} must be one of {', '.join(choices)}, not {value!r}")
+    return str(value)
+
+
+def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
+    """The first tick strictly after `after`, in UTC."""
+    local = after.astimezone(ZoneInfo(timezone))
+    return next(CronSim(cron, local)).astimezone(UTC)
+
+
+def last_tick(cron: str, timezone: str, at: datetime) -> datetime:
+    """The latest tick at or before `at`, in UTC."""
+    # Reversed, cronsim gives a time with microseconds its own whole second first if it
+    # is a tick, then earlier ones: the end of `at`'s second is never past `at`'s tick.
+    local = at.astimezone(ZoneInfo(timezone)).replace(microsecond=999_999)
+    return next(CronSim(cron, local, reverse=True)).astimezone(UTC)
+
+
+def tick_run_id(name: str, tick: datetime) -> str:
+    """The id of the run of `name`'s tick: the same in every worker, so a run per tick."""
+    return f"{name}-{tick.astimezone(UTC):%Y%m%dT%H%M}"
+
+
+# -- the schedules as stored ----------------------------------------------------------------
+
+
+def add_schedule(engine: Engine, row: Mapping[str, Any]) -> bool:
+    """Insert a schedule; False, nothing written, if the name is taken."""
+    try:
+        with engine.begin() as connection:
+            connection.execute(insert(schedules).values(**row))
+    except IntegrityError:
+        return False
+    return True
+
+
+def list_schedules(engine: Engine) -> list[ScheduleRow]:
+    with reading(engine) as connection:
+        found = connection.execute(select(schedules).order_by(schedules.c.name))
+        return [ScheduleRow.of(row) for row in found]
+
+
+def get_schedule(engine: Engine, name: str) -> ScheduleRow:
+    with reading(engine) as connection:
+        row = connection.execute(select(schedules).where(schedules.c.name == name)).first()
+    if row is None:
+        raise ScheduleNotFound(f"no schedule named {name!r} (runner schedule list)")
+    return ScheduleRow.of(row)
+
+
+def set_paused(engine: Engine, name: str, paused: bool, now: datetime) -> ScheduleRow:
+    """Pause or resume a schedule. Resumed, it fires from the first tick after now: the
+    ticks of its pause are not caught up."""
+    with engine.begin() as connection:
+        row = connection.execute(
+            select(schedules).where(schedules.c.name == name).with_for_update()
+        ).first()
+        if row is None:
+            raise ScheduleNotFound(f"no schedule named {name!r} (runner schedule list)")
+        schedule = ScheduleRow.of(row)
+        values: dict[str, Any] = {"paused": paused, "updated_at": now}
+        if schedule.paused and not paused:
+            values["next_tick_at"] = next_tick(schedule.cron, schedule.timezone, now)
+        connection.execute(update(schedules).where(schedules.c.name == name).values(**values))
+    return get_schedule(engine, name)
+
+
+def remove_schedule(engine: Engine, name: str) -> None:
+    """Delete a schedule; its runs stay (and finish)."""
+    with engine.begin() as connection:
+        gone = connection.execute(delete(schedules).where(schedules.c.name == name)).rowcount
+    if not gone:
+        raise ScheduleNotFound(f"no schedule named {name!r} (runner schedule list)")
+
+
+# -- firing ---------------------------------------------------------------------------------
+
+
+def next_due(engine: Engine) -> datetime | None:
+    """When the next tick of any schedule not paused comes (None: no schedule)."""
+    with reading(engine) as connection:
+        found: datetime | None = connection.execute(
+            select(func.min(schedules.c.next_tick_at)).where(schedules.c.paused.is_(False))
+        ).scalar()
+    return found
+
+
+def fire_due(engine: Engine, now: datetime, recorded_at: datetime | None = None) -> list[Fired]:
+    """Handle every tick due at `now`: a run started or a skip recorded per schedule due.
+    `recorded_at` (default `now`) is when the runs were created, on the store's clock (the
+    ticks may be fired on another: a test's, or `runner schedule fire --at`).
+
+    One cheap read finds the schedules due (by `ix_schedules_due`); each is then handled in
+    a transaction of its own, its row locked and read again there: a schedule another
+    worker is handling, or has just handled, is passed over.
+    """
+    with reading(engine) as connection:
+        names = list(
+            connection.execute(
+                select(schedules.c.name)
+                .where(schedules.c.paused.is_(False), schedules.c.next_tick_at <= now)
+                .order_by(schedules.c.next_tick_at)
+                .limit(FIRES_PER_LOOK)
+            ).scalars()
+        )
+    fired: list[Fired] = []
+    for name in names:
+        done = _fire(engine, name, now, recorded_at or now)
+        if done is not None:
+            fired.append(done)
+    return fired
+
+
+def _fire(engine: Engine, name: str, now: datetime, recorded_at: datetime) -> Fired | None:
+    with engine.begin() as connection:
+        row = connection.execute(
+            select(schedules)
+            .where(
+                schedules.c.name == name,
+                schedules.c.paused.is_(False),
+                schedules.c.next_tick_at <= now,
+            )
+            .with_for_update(skip_locked=True)
+        ).first()
+        if row is None:
+            return None  # another worker holds it, or handled it first
+        schedule = ScheduleRow.of(row)
+        tick = last_tick(schedule.cron, schedule.timezone, now)
+        late = tick > schedule.next_tick_at or (now - tick).total_seconds() > ON_TIME_SECONDS
+        tick_id = tick_run_id(schedule.name, tick)
+        skipped: str | None = None
+        if late and schedule.catch_up == "skip":
+            skipped = "late"
+        elif schedule.overlap == "skip" and _still_going(connection, schedule.last_run_id):
+            skipped = "overlap"
+        elif _exists(connection, tick_id):
+            skipped = "exists"  # a schedule of this name, removed and added again
+        run_id = None if skipped is not None else tick_id
+        if run_id is not None:
+            _start_run(connection, schedule, run_id, recorded_at)
+        connection.execute(
+            update(schedules)
+            .where(schedules.c.name == name)
+            .values(
+                next_tick_at=next_tick(schedule.cron, schedule.timezone, now),
+                last_tick_at=tick,
+                last_run_id=run_id if run_id is not None else schedule.last_run_id,
+                last_skip=skipped,
+                updated_at=recorded_at,
+            )
+        )
+        return Fired(name, tick, run_id, skipped)
+
+
+def _still_going(connection: Connection, run_id: str | None) -> bool:
+    if run_id is None:
+        return False
+    status = connection.execute(select(runs.c.status).where(runs.c.id == run_id)).scalar()
+    return status is not None and status != RunStatus.FINISHED
+
+
+def _exists(connection: Connection, run_id: str) -> bool:
+    return connection.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is not None
+
+
+def _start_run(connection: Connection, schedule: ScheduleRow, run_id: str, now: datetime) -> None:
+    row = new_run(
+        run_id=run_id,
+        agent=schedule.agent,
+        agent_name=schedule.agent_name,
+        release=schedule.release,
+        task=schedule.task,
+        budgets=schedule.budgets,
+        at=now,
+        queue=schedule.queue,
+        priority=schedule.priority,
+    )
+    connection.execute(insert(runs).values(**row, schedule=schedule.name))
+    # Delivered at commit: idle workers claim the run at once (PostgreSQL's NOTIFY).
+    backend_for(connection.dialect.name).wake_workers(connection)

@@ -1,0 +1,172 @@
+"""A tree's budget held before each model call of a child run, the way provider limits are.
+
+Charging spend up the tree as it is written (runner.sql.children) is not enough on its own:
+children running at once each check their ancestors' spend as of their own last write, so
+a crossing committed by one is unseen by the others, and each of them makes its next call.
+So before its model call a child reserves from every ancestor's budget: one transaction,
+serialised with every other reservation of the same tree (PostgreSQL: an advisory lock on
+the root; SQLite: BEGIN IMMEDIATE), reads each ancestor's committed spend (its own and what
+was charged below it) and the calls in flight below it (the rows of `tree_reservations`: one
+step and the call's estimate of tokens each), and
+
+- stops the run, if an ancestor is cancelled or its committed spend leaves no room already
+  (the same rule as a run's own budget, `over_budget`);
+- parks it, if the spend and the calls in flight leave no room: they may yet settle for less
+  than their estimates, so it is queued again to look in TREE_RECHECK_SECONDS, its lease let
+  go (RunParked);
+- or holds the call's step and estimate against every ancestor, and lets it go.
+
+A row needs no settle of its own: it counts while its run is `running` under the lease that
+reserved it and its journal has not recorded the call's step. The entry that records the
+model's output charges the real usage up the tree in the same transaction, so the estimate
+gives way to the usage at once, never both and never neither. A worker that dies holding a
+row leaves it counting until its run is taken over (then the old lease can write nothing:
+its call's spend will never be charged) or finishes; its replacement reserves afresh. So a
+tree goes over its budget only by the last call that found room and the estimation error
+of the calls in flight beside it. Cost is not reserved (an estimate of it would need the
+price): it is checked as spent, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, exists, select, text, update
+
+from runner.core.clock import Clock, utc_now
+from runner.core.status import RunStatus
+from runner.core.tree import Spend, TreeStop, ancestors_stop, crowded
+from runner.errors import LeaseLost
+from runner.sql.children import ancestor_of
+from runner.sql.schema import COUNTER_MAX, entries, runs, tree_reservations
+from runner.store.rows import RunRow
+
+# A run whose ancestors' budgets are held by calls in flight looks again this soon: when a
+# call ends is not known ahead.
+TREE_RECHECK_SECONDS = 0.5
+# Rows that no longer count are deleted by the reservations of their tree; those a tree left
+# behind at its end, by any reservation once this old.
+STALE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Held:
+    """A call's hold on its ancestors' budgets (its row of `tree_reservations`)."""
+
+    id: str
+
+
+def counting() -> Any:
+    """A row of `tree_reservations` still holds its ancestors' budgets: its run is running
+    under the lease that reserved it, and its journal has not recorded the call's step."""
+    t = tree_reservations.c
+    held = exists().where(
+        runs.c.id == t.run_id,
+        runs.c.lease_epoch == t.lease_epoch,
+        runs.c.status == RunStatus.RUNNING,
+    )
+    recorded = exists().where(entries.c.run_id == t.run_id, entries.c.steps >= t.step)
+    return held & ~recorded
+
+
+def reserve(
+    connection: Connection,
+    run: RunRow,
+    epoch: int,
+    above: Sequence[str],
+    step: int,
+    tokens: int,
+    clock: Clock,
+) -> Held | TreeStop | datetime:
+    """Hold step `step`'s model call of `run` against the budgets of the runs `above` it
+    (nearest first), in the caller's transaction: its hold, why the run must stop, or the
+    time it is parked until (see the module's doc)."""
+    root = run.root_id or above[-1]
+    _lock_tree(connection, root)
+    at = utc_now(clock)
+    t = tree_reservations.c
+    connection.execute(
+        delete(tree_reservations).where(t.root_id == root, (t.run_id == run.id) | ~counting())
+    )
+    connection.execute(
+        delete(tree_reservations).where(
+            t.reserved_at < at - timedelta(seconds=STALE_SECONDS), ~counting()
+        )
+    )
+    # The calls in flight first, then the spend: a write committed between the two reads
+    # (its entry ends its row's hold, its charge adds its usage) is counted twice, never
+    # missed.
+    held: dict[str, Spend] = {}
+    for row in connection.execute(select(t.above, t.tokens).where(t.root_id == root)):
+        for run_id in _ids(row.above):
+            held[run_id] = held.get(run_id, Spend()) + Spend(1, int(row.tokens), 0.0)
+    found = {
+        row.id: ancestor_of(RunRow.of(row))
+        for row in connection.execute(select(runs).where(runs.c.id.in_(list(above))))
+    }
+    ancestors = [found[run_id] for run_id in above if run_id in found]
+    stop = ancestors_stop(ancestors)
+    if stop is not None:
+        return stop
+    if crowded(ancestors, held) is not None:
+        until = at + timedelta(seconds=TREE_RECHECK_SECONDS)
+        parked = connection.execute(
+            update(runs)
+            .where(
+                runs.c.id == run.id, runs.c.lease_epoch == epoch, runs.c.status == RunStatus.RUNNING
+            )
+            .values(
+                status=RunStatus.QUEUED,
+                lease_owner=None,
+                lease_expires_at=None,
+                not_before=until,
+                updated_at=at,
+            )
+        ).rowcount
+        if not parked:
+            raise LeaseLost(f"run {run.id} was taken over by another worker")
+        return until
+    hold = Held(uuid.uuid4().hex)
+    connection.execute(
+        tree_reservations.insert().values(
+            id=hold.id,
+            root_id=root,
+            run_id=run.id,
+            lease_epoch=epoch,
+            step=step,
+            above=list(above),
+            tokens=min(max(tokens, 0), COUNTER_MAX),
+            reserved_at=at,
+        )
+    )
+    return hold
+
+
+def release(connection: Connection, hold: Held) -> None:
+    """The call made no entry (it failed, or the run stopped or parked before it): its hold
+    goes at once."""
+    connection.execute(delete(tree_reservations).where(tree_reservations.c.id == hold.id))
+
+
+def _lock_tree(connection: Connection, root: str) -> None:
+    """Take the tree's turn to reserve, until the transaction ends (SQLite's BEGIN
+    IMMEDIATE already holds the whole file's). PostgreSQL's advisory lock takes no row lock,
+    so it orders nothing against the journal's writes and the heartbeat's."""
+    if connection.dialect.name != "postgresql":
+        return
+    digest = hashlib.sha256(f"runner tree {root}".encode()).digest()[:8]
+    key = int.from_bytes(digest, "big", signed=True)
+    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
+def _ids(value: Any) -> list[str]:
+    if isinstance(value, str):  # SQLite's driver gives JSON back as text
+        import json
+
+        value = json.loads(value)
+    return [str(run_id) for run_id in value]

@@ -1,0 +1,241 @@
+"""Where a process's writes go: SQLite's in-process write lock, and the journal's `Writer`.
+
+On SQLite a write transaction holds the file's one write lock. Threads of one process that
+meet it wait in SQLite's busy handler, which sleeps (1, 2, 5 ... 100 ms) and leaves the file
+idle between writers; so every write of a process takes a lock per database file first
+(`writing`), and a thousand threads queue on it in Python, handed over the moment a commit
+ends. Since the process's writes to a file take turns anyway, the journal's share one
+connection, kept for the runner's life (`Writer`), instead of each checking one out of the
+pool and giving it back; and the writes that queue for the lock meanwhile share the next
+transaction, one fsync for them all (`group_commit`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.pool import QueuePool
+
+from runner.sql import driver
+from runner.sql.backend import backend_for
+from runner.sql.fencing import Heard, write_together
+from runner.sql.group_commit import Group, Write
+
+# The most entries one shared statement writes on PostgreSQL (its rows are bound as arrays,
+# one text for any number): a bound on the run rows one statement holds locked.
+ROWS_TOGETHER = 256
+# How many connections a PostgreSQL writer keeps: shared statements in flight at once.
+WRITE_CONNECTIONS = 2
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+_BY_ENGINE: WeakKeyDictionary[Engine, threading.Lock | None] = WeakKeyDictionary()
+
+
+def _lock_of(engine: Engine) -> threading.Lock | None:
+    try:
+        return _BY_ENGINE[engine]
+    except KeyError:
+        pass
+    lock = None
+    if engine.dialect.name == "sqlite":
+        database = engine.url.database or ""
+        # One lock per file, whichever engine (or spelling of the path) writes to it.
+        key = database if database in ("", ":memory:") else os.path.realpath(database)
+        with _LOCKS_GUARD:
+            lock = _LOCKS.setdefault(key, threading.Lock())
+    _BY_ENGINE[engine] = lock
+    return lock
+
+
+@contextlib.contextmanager
+def writing(engine: Engine) -> Iterator[None]:
+    """Hold this process's turn to write to `engine`'s database (SQLite; PostgreSQL has
+    row locks and needs none). Take it before checking out the connection that writes."""
+    lock = _lock_of(engine)
+    if lock is None:
+        yield
+        return
+    with lock:
+        yield
+
+
+# -- the journal's writer ------------------------------------------------------------------
+
+
+class Writer:
+    """Where a runner's journal writes go: a connection to write on, with the process's turn
+    to write to the database held.
+
+    On SQLite the process's writes take turns on the file's lock, so they can share one
+    connection: it is kept, checked out of the pool at the first write and given back at
+    `close` (the `Runner` closes its writer with itself), where a checkout and return per
+    write cost it about 12 us, 25 of CPU after an fsync. Not when the pool is too small to
+    spare it: a reader waiting for the one connection the writer keeps would wait for ever.
+    On PostgreSQL, whose row locks let writers run side by side, and with `keep=False`, each
+    write has a connection from the pool for itself alone.
+    """
+
+    def __init__(self, engine: Engine, *, keep: bool = True) -> None:
+        self.engine = engine
+        self._lock = _lock_of(engine)  # SQLite's file: the process's turn to write to it
+        # PostgreSQL writes several runs' entries in one statement: the connection kept for
+        # it is used by one statement at a time, under a lock of this writer's own.
+        groups = backend_for(engine.dialect.name).writes_runs_together
+        self._turn = self._lock if self._lock is not None or not groups else threading.Lock()
+        self._keep = keep and self._turn is not None and _can_spare(engine)
+        self._kept: Connection | None = None
+        # PostgreSQL: a few connections kept, so that a shared statement can be sent while
+        # another runs (one in flight at a time kept a worker of 40 runs waiting on it).
+        self._connections = _Kept(engine, _spare(engine)) if self._keep and groups else None
+        # The journal's writes of a kept connection share transactions (group_commit), or on
+        # PostgreSQL statements.
+        together = write_together if groups else None
+        self.group = Group(together, ROWS_TOGETHER) if self._keep else None
+
+    def commit(self, write: Write) -> Heard:
+        """Run a journal write in a transaction of its own, or on SQLite in the next group
+        commit; returns once it has committed, with what it heard of its run."""
+        if self.group is not None:
+            return self.group.commit(write, self.turn)
+        with (
+            self.turn() as connection,
+            driver.Write(connection, one_statement=write.one_statement) as transaction,
+        ):
+            return write.run(transaction)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[Connection]:
+        if not self._keep or self._turn is None:
+            with writing(self.engine), self.engine.connect() as connection:
+                yield connection
+            return
+        if self._connections is not None:
+            with self._connections.turn() as connection:
+                yield connection
+            return
+        with self._turn:
+            kept = self._kept
+            if kept is None or kept.closed:
+                kept = self._kept = self.engine.connect()
+            try:
+                yield kept
+            finally:
+                _reset(kept)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Every turn to write held: no journal write of this writer begins (tests queue
+        writes behind it, to decide what shares a commit)."""
+        if self._connections is not None:
+            with self._connections.held():
+                yield
+            return
+        assert self._turn is not None
+        with self._turn:
+            yield
+
+    @property
+    def keeps(self) -> bool:
+        """Whether a connection is kept checked out for the writes."""
+        if self._connections is not None:
+            return self._connections.keeps
+        return self._kept is not None and not self._kept.closed
+
+    def close(self) -> None:
+        """Give the kept connection back to the pool (a later write takes it again)."""
+        if self._connections is not None:
+            self._connections.close()
+            return
+        if self._turn is None or self._kept is None:
+            return
+        with self._turn:
+            if self._kept is not None:
+                self._kept.close()
+                self._kept = None
+
+
+def _can_spare(engine: Engine) -> bool:
+    # A pool of one, or of a fixed few with no overflow, has no connection to spare.
+    return _spare(engine) >= 1
+
+
+def _spare(engine: Engine) -> int:
+    """How many connections the writer may keep (up to WRITE_CONNECTIONS): all but one of
+    the pool's, for the claims, the heartbeat and the reads."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):
+        return WRITE_CONNECTIONS
+    return min(WRITE_CONNECTIONS, pool.size() + max(pool._max_overflow, 0) - 1)
+
+
+class _Kept:
+    """The connections a PostgreSQL writer keeps for its shared statements, each used by
+    one statement at a time: checked out of the pool when first needed, given back at
+    `close`."""
+
+    def __init__(self, engine: Engine, count: int) -> None:
+        self.engine = engine
+        self.count = count
+        self._turns = threading.BoundedSemaphore(count)
+        self._guard = threading.Lock()  # guards the lists, held briefly
+        self._idle: list[Connection] = []
+        self._all: list[Connection] = []
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[Connection]:
+        with self._turns:
+            with self._guard:
+                kept = self._idle.pop() if self._idle else None
+            if kept is None or kept.closed:
+                kept = self.engine.connect()
+                with self._guard:
+                    self._all = [c for c in self._all if not c.closed] + [kept]
+            try:
+                yield kept
+            finally:
+                _reset(kept)
+                with self._guard:
+                    self._idle.append(kept)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        for _ in range(self.count):
+            self._turns.acquire()
+        try:
+            yield
+        finally:
+            for _ in range(self.count):
+                self._turns.release()
+
+    @property
+    def keeps(self) -> bool:
+        return any(not connection.closed for connection in self._all)
+
+    def close(self) -> None:
+        with self.held(), self._guard:
+            for connection in self._all:
+                connection.close()
+            self._all, self._idle = [], []
+
+
+def _reset(connection: Connection) -> None:
+    """What giving the connection back to the pool would do: end any transaction left open
+    (a write that failed half way), so the kept connection never holds the file's lock."""
+    if connection.invalidated or connection.closed:
+        return
+    if connection.in_transaction():
+        connection.rollback()
+    dbapi_connection = connection.connection.dbapi_connection
+    if dbapi_connection is None:
+        return
+    open_ = getattr(dbapi_connection, "in_transaction", None)  # sqlite3's
+    if open_ is None:  # psycopg's: a transaction status other than idle
+        open_ = dbapi_connection.info.transaction_status != 0
+    if open_:
+        dbapi_connection.rollback()
