@@ -111,6 +111,7 @@ def drive(
     tool_runs = ToolRuns(
         tools, journal, rules, model_call.remaining, spans, budgets.max_parallel_tools
     )
+    tool_runs.stop_requested = model_call.stop_requested
     # In memory a sub-agent's call runs its child inline, under this run.
     if not getattr(journal, "parks_children", False):
         tool_runs.parent = InlineParent(

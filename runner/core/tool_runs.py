@@ -9,9 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runner.core.actions import Action, ActionKind
-from runner.core.calls import CallTimedOut, Together, described, invoke
+from runner.core.calls import CallTimedOut, Together, Watch, described, invoke
 from runner.core.counters import Counters
 from runner.core.faults import fault
+from runner.core.interrupts import CallInterrupted
 from runner.core.journal import Entry, EntryKind, Journal
 from runner.core.spans import Spans
 from runner.core.steps import observation_entry
@@ -26,6 +27,7 @@ from runner.core.tools import (
 )
 from runner.core.tree_inline import InlineParent
 from runner.core.waiting import Answer, observation_of
+from runner.errors import RunPaused
 
 Outcome = tuple[str, bool, int]  # (content, is_error, attempt)
 
@@ -55,6 +57,9 @@ class ToolRuns:
         self.writing = threading.Lock()
         # In memory: the run a sub-agent's child runs under, inline (runner.core.tree_inline).
         self.parent: InlineParent | None = None
+        # Why a call in flight must be given up ("cancelled", "paused"), asked while an
+        # interruptible tool's call runs: the model call's own check.
+        self.stop_requested: Watch | None = None
 
     def close(self) -> None:
         self.together.close()
@@ -190,11 +195,23 @@ class ToolRuns:
         if tool.mark_start and not self.mark_start(entry, attempt):
             return "Interrupted: the run was given back before the call started", True
         token = set_current_call(ToolCall(self.journal.run_id, entry.step, attempt, key))
+        watch = self.stop_requested if tool.interruptible else None
         try:
             with self.spans.tool_call(entry.step, name, key, attempt):
-                observation = str(invoke(tool.fn, (), kwargs, limit))
+                observation = str(invoke(tool.fn, (), kwargs, limit, watch=watch))
             fault("after_tool_return")
             return observation, False
+        except CallInterrupted as exc:
+            if exc.reason == "paused":
+                # Left pending, as a crash would leave it: the resume settles it.
+                raise RunPaused(
+                    f"run {self.journal.run_id} paused during its {name} call"
+                ) from None
+            return (
+                f"Cancelled: the run was cancelled while {name} ran (key {key}); the call "
+                "was given up and may or may not have taken effect",
+                True,
+            )
         except CallTimedOut:
             if by_deadline:
                 return f"TimeoutError: {name} was still running at the run's deadline", True

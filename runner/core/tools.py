@@ -61,6 +61,11 @@ class Tool:
     # JSON): journaled once per run, and a resume that finds it changed stops the run with
     # `tools_changed` (runner.core.listings). None for the tools a run's own code defines.
     listing: Any = field(default=None, hash=False, compare=False)
+    # A call given up as soon as its run is cancelled (the model is told so) or paused by a
+    # graceful stop (the call stays pending, settled on resume as after a crash), as a model
+    # call is. For async tools whose work can be cancelled (an MCP request); a plain tool
+    # runs to its end, and the run stops after it.
+    interruptible: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.approval, bool) and not callable(self.approval):

@@ -111,6 +111,8 @@ def _tool(
         timeout=timeout,
         schema=schema,
         approval=needs_approval(mcp_name, settlement, approval),
+        # A cancel or a graceful stop gives the request up (the SDK tells the server).
+        interruptible=True,
         # What the server says of the tool, not how it is reached: a server moved to another
         # path or port with the same tools is the same listing.
         listing={

@@ -204,3 +204,49 @@ def test_a_worker_killed_inside_an_mcp_call_is_taken_over_by_another(
                 process.send_signal(signal.SIGTERM)
                 process.communicate(timeout=scaled(60))
         end_orphans(ledger)
+
+
+def test_a_graceful_stop_gives_an_mcp_call_up_and_the_next_worker_settles_it(
+    db_url: str, ledger: Path, tmp_path: Path
+) -> None:
+    case = CASES[0]  # read-only: the call given up runs again on resume, with its key
+    env = environment(db_url, ledger, case, None)
+    run_id = "stopped-lookup"
+    submitted = subprocess.run(
+        [str(RUNNER), "submit", f"{AGENTS}:agent", "sell tea", "--id", run_id],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120), check=False,
+    )  # fmt: skip
+    assert submitted.returncode == 0, described(submitted)
+    worker = ["worker", "--poll", "0.1"]
+    first = start(*worker, env=env, cwd=tmp_path)
+    second = None
+    try:
+        wait_for(
+            lambda: len(ledger_lines(ledger)) == 1 or first.poll() is not None,
+            what="the worker's lookup call to reach the server",
+        )
+        # SIGTERM: the worker stops gracefully. The call is held by the server (until the
+        # release file exists, which it never does here): the stop must not wait for it.
+        first.send_signal(signal.SIGTERM)
+        _, err = first.communicate(timeout=scaled(60))
+        assert first.returncode == 0, err
+        assert f"run {run_id} released for another worker" in err, err
+        assert run_row(db_url, run_id)["lease_owner"] is None
+        assert [row["kind"] for row in journal(db_url, run_id)] == ["task", "tools", "action"]
+
+        second = start(*worker, env=env, cwd=tmp_path)
+        wait_for(
+            lambda: run_row(db_url, run_id)["status"] == "finished" or second.poll() is not None,
+            what="the second worker to finish the run",
+        )
+        row = run_row(db_url, run_id)
+        assert (row["stop_reason"], row["output"]) == ("final", case.answer)
+        calls = [(c["key"], c["attempt"]) for c in ledger_lines(ledger)]
+        assert calls == [(f"{run_id}-1", 1), (f"{run_id}-1", 2)]
+    finally:
+        Path(env["MCP_RELEASE"]).touch()
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=scaled(60))
+        end_orphans(ledger)

@@ -4,6 +4,7 @@ annotation gives, the key in `_meta`, results and error results as observations.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from runner import Agent, run_agent
 from runner.mcp import KEY_META, MCPToolError, mcp_tools
 from runner.testing import ScriptedModel, call, final, tool_results
+from tests.conditions import wait_until
 
 from .conftest import ledger_lines
 
@@ -132,3 +134,20 @@ def test_destructive_tools_can_wait_for_a_persons_approval(
     assert [(line["tool"], line["key"]) for line in ledger_lines(ledger)] == [
         ("charge", "approve-me-1")
     ]
+
+
+def test_a_cancel_reaches_an_mcp_call_in_flight(server: dict[str, Any], ledger: Path) -> None:
+    Path(f"{ledger}.hold-charge").touch()  # the call would wait for ever
+    cancel = threading.Event()
+
+    def cancel_once_called() -> None:
+        wait_until(lambda: len(ledger_lines(ledger)) == 1, what="the call to reach the server")
+        cancel.set()
+
+    threading.Thread(target=cancel_once_called, daemon=True).start()
+    model = ScriptedModel([call("charge", amount=5), lambda t: final("unreached")])
+    result = run_agent(model, mcp_tools(**server), "charge", cancel=cancel)
+    assert result.stop_reason == "cancelled"
+    (observation,) = tool_results(result.transcript)
+    assert observation["is_error"]
+    assert observation["content"].startswith("Cancelled: the run was cancelled while charge ran")
