@@ -170,6 +170,38 @@ def test_a_timeout_denies_every_call_still_open(db_url: str) -> None:
     ]
 
 
+def test_a_timeout_with_no_answer_in_denies_every_call_of_the_step(db_url: str) -> None:
+    """Two calls of one step wait (an approval and a reply), neither answered: at the
+    timeout both are denied, whether a claim or a late answer finds it."""
+    for late_answer in (False, True):
+        clock = ManualClock()
+        desk = Desk()
+        run_id = f"p5-{int(late_answer)}"
+        with Runner(db_url, clock=clock) as runner:
+            runner.run(desk.agent, "help", id=run_id, approval_timeout=60)
+            clock.advance(61)
+            if late_answer:
+                with pytest.raises(NotWaiting, match="waited too long"):
+                    runner.approve(run_id, call=f"{run_id}-1.2")
+            (claimed,) = leases.claim_some(
+                runner.engine, limit=1, owner=OWNER, lease_seconds=30, max_resumes=3, clock=clock
+            )
+            done = runner.execute(claimed, desk.agent)
+            answered = rows(
+                runner,
+                f"SELECT idempotency_key, answer FROM approvals WHERE run_id = '{run_id}' "
+                "ORDER BY 1",
+            )
+        assert done.output == (
+            "order 1042: paid 250 | Denied: no answer within 60s | Denied: no answer within 60s"
+        ), late_answer
+        assert answered == [
+            {"idempotency_key": f"{run_id}-1.2", "answer": "timed_out"},
+            {"idempotency_key": f"{run_id}-1.3", "answer": "timed_out"},
+        ], late_answer
+        assert [name for name, _, _ in desk.ran] == ["lookup"]
+
+
 def test_a_cancel_between_answers_finishes_the_run_with_nothing_run(db_url: str) -> None:
     desk = Desk()
     with Runner(db_url) as runner:
