@@ -16,7 +16,8 @@ from runner.core.stop_reasons import StopReason
 from runner.service import documents
 
 if TYPE_CHECKING:
-    from runner.service.events import DeltaEvent
+    from runner.service.events import DeltaEvent, Event, EventStream
+    from runner.service.tree_events import TreeStream
 
 
 @click.command()
@@ -34,9 +35,15 @@ if TYPE_CHECKING:
     metavar="N",
     help="Only the entries after position N (positions start at 0; --json gives each one's).",
 )
+@click.option(
+    "--tree",
+    is_flag=True,
+    help="Also the entries of every run below it (its sub-agents' child runs, theirs, ...), "
+    "each line naming its run; --after is a position of run ID's own journal.",
+)
 @db_option
 @json_option
-def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) -> None:
+def tail(run_id: str, follow: bool, after: int, tree: bool, url: str | None, as_json: bool) -> None:
     """Print run ID's journal entries after position N, as `runner show` prints them, then
     how the run stands (its stop line); with --follow, each new entry as it is committed,
     from any process, until the run stops or waits for a person.
@@ -46,18 +53,25 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
     is an `"event": "delta"` object with no position of its own (`after`: the last
     position before it; `step`, `ordinal`, `part`, `call`, `tool`, `text`).
 
-    --json prints one object a line: each entry with its `position` (resume with
-    `--after POSITION`), then an `"event": "end"` object with the run as `show --json`
-    gives it. Exit codes as for `runner run`: 0 for a final answer, 3 for any other stop,
-    4 for a run that waits for a person; 0 for a run not stopped yet (without --follow).
+    --json prints one object a line: each entry with its `run_id` and `position` (resume
+    with `--after POSITION`), then an `"event": "end"` object with the run as `show --json`
+    gives it. With --tree, a follow goes on until every run of the tree has finished (or
+    none is queued or running and one waits for a person). A run waiting for its sub-agents'
+    child runs waits for no person: a follow goes on. Exit codes as for `runner run`: 0 for
+    a final answer, 3 for any other stop, 4 for a run that waits for a person; 0 for a run
+    not stopped yet (without --follow), or one that waits for its child runs.
     """
     # Imported here: the durable runner loads SQLAlchemy, which `runner --help` does without.
     from runner.service.events import DeltaEvent
     from runner.service.runner import Runner
 
     with Runner(url) as runner:
-        stream = runner.events(run_id, after=after, follow=follow, until_waiting=True, deltas=True)
-        streamed = _Streamed()
+        stream: TreeStream[Event | DeltaEvent] | EventStream[Event | DeltaEvent] = (
+            runner.tree_events(run_id, after=after, follow=follow, until_waiting=True, deltas=True)
+            if tree
+            else runner.events(run_id, after=after, follow=follow, until_waiting=True, deltas=True)
+        )
+        streamed = _Streamed(named=tree)
         try:
             for event in stream:
                 if as_json:
@@ -70,15 +84,12 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
                 else:
                     streamed.end()
                     if said := run_output.event_lines(event):  # some entries show nothing
-                        output.line(said)
+                        output.line(_named(event.run_id, said) if tree else said)
             streamed.end()
         except KeyboardInterrupt:
             streamed.end()
-            output.line(
-                f"interrupted: `runner tail {stream.run_id} --follow --after {stream.position}` "
-                "goes on from here",
-                err=True,
-            )
+            again = f"runner tail {stream.run_id} --follow --after {stream.position}"
+            output.line(f"interrupted: `{again}` goes on from here", err=True)
             sys.exit(EXIT_INTERRUPTED)
         result = runner.get(stream.run_id)
         row = runner.row(stream.run_id)
@@ -87,25 +98,46 @@ def tail(run_id: str, follow: bool, after: int, url: str | None, as_json: bool) 
         output.print_json(end | documents.run_json(result, row))
     else:
         output.line(run_output.ending_lines(result, row))
-        if result.status is RunStatus.WAITING:
+        if _waits_for_a_person(result):
             run_output.waiting(result)
+        elif result.status is RunStatus.WAITING:
+            output.line(
+                f"run {result.run_id} waits for its child runs, which workers run: "
+                f"`runner tail {result.run_id} --follow --tree` follows them",
+                err=True,
+            )
     sys.exit(_exit_code(result))
+
+
+def _waits_for_a_person(result: AgentResult) -> bool:
+    """A waiting run that needs an approval or a reply, not its child runs' ends alone."""
+    if result.status is not RunStatus.WAITING:
+        return False
+    waits = result.waits or ([result.waiting] if result.waiting else [])
+    return not waits or any(str(wait.asks) != "child" for wait in waits)
+
+
+def _named(run_id: str, said: str) -> str:
+    """An entry's lines, each led by its run's id (`runner tail --tree`)."""
+    return "\n".join(f"[{run_id}] {line}" for line in said.splitlines())
 
 
 class _Streamed:
     """The model call in flight, as it streams: one line a step and part (its text, or a
     tool call's arguments), written piece by piece, ended before anything else is written."""
 
-    def __init__(self) -> None:
-        self.open: tuple[int, str, int] | None = None
+    def __init__(self, *, named: bool = False) -> None:
+        self.named = named  # each line led by its run's id (a tree's runs stream at once)
+        self.open: tuple[str, int, str, int] | None = None
 
     def show(self, event: DeltaEvent) -> None:
         delta = event.delta
-        now = (delta.step, delta.part, delta.call)
+        now = (event.run_id, delta.step, delta.part, delta.call)
         if self.open != now or delta.ordinal == 0:  # another part, or the call began again
             self.end()
             label = "streams" if delta.part == "text" else f"streams {delta.tool or 'a call'}"
-            output.partial(f"step {delta.step} {label}: ")
+            run = f"[{event.run_id}] " if self.named else ""
+            output.partial(f"{run}step {delta.step} {label}: ")
             self.open = now
         output.partial(output.printable(delta.text))
 
@@ -116,7 +148,7 @@ class _Streamed:
 
 
 def _exit_code(result: AgentResult) -> int:
-    if result.status is RunStatus.WAITING:
+    if _waits_for_a_person(result):
         return EXIT_WAITING
     if result.stop_reason is None or result.stop_reason == StopReason.FINAL:
         return EXIT_FINAL

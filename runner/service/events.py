@@ -37,9 +37,11 @@ from typing import ClassVar, Generic, Literal, TypeVar, overload
 from runner.core.deltas import Delta
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
+from runner.core.waiting import Asks
 from runner.service.runner_base import RunnerBase
 from runner.store.follow import Follow
 from runner.store.protocol import RunStore
+from runner.store.rows import RunRow
 
 # How often SQLite's watcher looks for a follower (or a follower polls a store without one).
 EVENT_POLL_SECONDS = 0.25
@@ -169,8 +171,11 @@ class EventStream(Generic[E]):
         # Nothing new: has the run stopped? The status is read before the journal again,
         # so an entry committed before the run finished (or began to wait) is still read.
         self._status_read = now
-        status = self.store.get_run(self.run_id).status
-        if status is RunStatus.FINISHED or (self.until_waiting and status is RunStatus.WAITING):
+        row = self.store.get_run(self.run_id)
+        status = row.status
+        if status is RunStatus.FINISHED or (
+            self.until_waiting and waits_for_a_person(self.store, row)
+        ):
             events = self._entries()
             return _merged(pieces, events), not events
         return pieces, False
@@ -257,6 +262,15 @@ class EventStream(Generic[E]):
         finally:
             if watched is not None:
                 watched.close()
+
+
+def waits_for_a_person(store: RunStore, row: RunRow) -> bool:
+    """Whether a run waits for a person (an approval, a reply): not a parent waiting for
+    its children alone, which workers run and whose ends answer it."""
+    if row.status is not RunStatus.WAITING:
+        return False
+    waits = store.waits([row]).get(row.id, [])
+    return not waits or any(wait.asks is not Asks.CHILD for wait in waits)
 
 
 def _merged(pieces: list[Delta | Event], events: list[Delta | Event]) -> list[Delta | Event]:

@@ -23,10 +23,19 @@ from runner.service.runner_base import ANSWER_POLL_SECONDS as ANSWER_POLL_SECOND
 from runner.service.runner_base import RUN_ID_PATTERN as RUN_ID_PATTERN
 from runner.service.scheduling import Scheduling
 from runner.service.submitting import Submitting
+from runner.service.tree_events import FollowingTrees
 
 
 class Runner(
-    Submitting, Resuming, Answering, Messaging, Inspecting, Following, Scheduling, Limiting
+    Submitting,
+    Resuming,
+    Answering,
+    Messaging,
+    Inspecting,
+    Following,
+    FollowingTrees,
+    Scheduling,
+    Limiting,
 ):
     """Start, resume, inspect and cancel durable runs in one database.
 

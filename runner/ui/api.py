@@ -272,9 +272,12 @@ async def events(request: Request) -> Response:
         after = api_input.position(request.query_params.get("after"), "after")
     start = -1 if after is None else after
     deltas = _flag(request, "deltas")
+    tree = _flag(request, "tree")
 
     def follow(runner: Runner) -> api_events.Stream:
         run_id = _whole_id(runner, given)
+        if tree:  # the runs below too, each entry naming its run
+            return runner.tree_events(run_id, after=start, follow=True, deltas=deltas)
         if deltas:
             return runner.events(run_id, after=start, follow=True, deltas=True)
         return runner.events(run_id, after=start, follow=True)

@@ -7,6 +7,9 @@ sent, one `end` event (no `id:`) carries the run as `GET /api/runs/{id}` gives i
 stream closes. It opens with a comment and a `retry:` of RETRY_MILLISECONDS. Asked with
 `?deltas=true`, the pieces of the model call in flight come too, as `delta` events with no
 `id:` (ephemeral: a reconnect gets those still stored, runner.service.events says which).
+Asked with `?tree=true`, the entries of every run below it come too, each naming its
+`run_id`, with no `id:` (a position is one run's: a reconnect reads the tree again, `after`
+counting for the run asked for alone); the stream ends when every run of the tree has.
 The stream is `Runner.events(..., follow=True)`: while nothing new comes, it sends no
 statement (the server's one watcher of followed runs wakes it: runner.sql.follows), and
 a comment line every PING_SECONDS keeps proxies from closing a quiet connection.
@@ -24,13 +27,14 @@ from starlette.concurrency import run_in_threadpool
 from runner.service.documents import delta_json, event_json, run_json
 from runner.service.events import DeltaEvent, Event, EventStream
 from runner.service.runner import Runner
+from runner.service.tree_events import TreeStream
 
 PING_SECONDS = 15
 # How long a disconnected EventSource waits before it reconnects (with Last-Event-ID).
 RETRY_MILLISECONDS = 1000
 
 
-Stream = EventStream[Event] | EventStream[Event | DeltaEvent]
+Stream = EventStream[Event] | EventStream[Event | DeltaEvent] | TreeStream[Event | DeltaEvent]
 
 
 def response(stream: Stream, runner: Runner) -> EventSourceResponse:
@@ -53,6 +57,11 @@ async def _events(stream: Stream, runner: Runner) -> AsyncIterator[ServerSentEve
             if isinstance(event, DeltaEvent):
                 # No id: a delta is not durable, and Last-Event-ID must stay an entry's.
                 yield ServerSentEvent(data=_json(delta_json(event)), event="delta")
+            elif isinstance(stream, TreeStream):
+                # No id: a position is one run's, and Last-Event-ID could resume one run of
+                # the tree alone; a reconnect reads the tree again (run_id and position say
+                # which entries the client has).
+                yield ServerSentEvent(data=_json(event_json(event)), event="entry")
             else:
                 yield ServerSentEvent(
                     data=_json(event_json(event)), id=str(event.position), event="entry"

@@ -238,7 +238,10 @@ def openapi() -> dict[str, Any]:
                     "summary": "The run's journal as Server-Sent Events, followed to its end.",
                     "description": "Each entry is an `entry` event whose `id:` is its position "
                     "(0, 1, ...); then one `end` event with the run, and the stream closes. "
-                    "Resume with `Last-Event-ID` (or `?after=`): only the entries after it.",
+                    "Resume with `Last-Event-ID` (or `?after=`): only the entries after it. "
+                    "`?deltas=true`: the model call in flight's pieces too (`delta` events). "
+                    "`?tree=true`: the entries of every run below it too, each naming its "
+                    "`run_id`, with no `id:`; the stream ends when every run of the tree has.",
                     "parameters": [
                         _RUN_ID,
                         {
@@ -246,6 +249,8 @@ def openapi() -> dict[str, Any]:
                             "in": "query",
                             "schema": {"type": "integer", "minimum": -1},
                         },
+                        {"name": "deltas", "in": "query", "schema": {"type": "boolean"}},
+                        {"name": "tree", "in": "query", "schema": {"type": "boolean"}},
                         {
                             "name": "Last-Event-ID",
                             "in": "header",
