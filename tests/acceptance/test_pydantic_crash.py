@@ -1,13 +1,14 @@
-"""A Pydantic AI agent under `RunnerAgent`, its `runner` process SIGKILLed at each fault point
-of a framework run, then resumed, on SQLite and PostgreSQL.
+"""A Pydantic AI agent and an OpenAI Agents SDK agent under their `RunnerAgent`s, the `runner`
+process SIGKILLed at each fault point of a framework run, then resumed, on SQLite and
+PostgreSQL.
 
-The agent (tests/acceptance/pydantic_agents.py) is pydantic-ai's own OpenAI model class over
-HTTP to a chat-completions server in this process, which answers by where the conversation
-stands (how many tool results it holds), so a request asked twice gets the same reply. The
-server's log says which model responses were requested; the agent's ledgers, outside
-runner's database, say which tool effects happened. After every crash and resume: no model
-response requested again once it was journaled, deposit's effect once per key, notify never
-run twice for one key, and the answer an uncrashed run gives.
+The agents (tests/acceptance/frameworks/) talk through their frameworks' own OpenAI model
+classes over HTTP to a chat-completions server in this process, which answers by where the
+conversation stands (how many tool results it holds), so a request asked twice gets the same
+reply. The server's log says which model responses were requested; the agents' ledgers,
+outside runner's database, say which tool effects happened. After every crash and resume: no
+model response requested again once it was journaled, deposit's effect once per key, notify
+never run twice for one key, and the answer an uncrashed run gives.
 """
 
 from __future__ import annotations
@@ -22,12 +23,23 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("pydantic_ai")
+pytest.importorskip("agents")
 
 from tests.providers.fake_servers import FakeServer, Reply, Request, openai_completion
 
 from .harness import KILLED, check_journal, cli, cli_env, described, journal
 
-AGENTS = Path(__file__).with_name("pydantic_agents.py")
+# In a folder of their own: the SDK's package is `agents`, which agents.py here would shadow.
+FRAMEWORKS = Path(__file__).with_name("frameworks")
+FILES = {"pydantic": FRAMEWORKS / "pydantic_agents.py", "sdk": FRAMEWORKS / "sdk_agents.py"}
+
+
+@pytest.fixture(params=sorted(FILES))
+def agents(request: pytest.FixtureRequest) -> Path:
+    """The file of the agents under test: one framework's."""
+    return FILES[str(request.param)]
+
+
 ANSWER = "Done: balance 50."
 
 
@@ -126,10 +138,10 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[case.fault for case in CASES])
 def test_a_pydantic_run_killed_at_a_fault_point_resumes_without_repeating_anything(
-    case: Case, db_url: str, ledger: Path, chat: ChatServer
+    case: Case, db_url: str, ledger: Path, chat: ChatServer, agents: Path
 ) -> None:
     run_id = "pyd-crash"
-    ref = f"{AGENTS}:ledgered"
+    ref = f"{agents}:ledgered"
     killed = runner(
         "run", ref, "Deposit 5, then notify.", "--id", run_id,
         db_url=db_url, ledger=ledger, chat=chat, fault=case.fault,
@@ -164,10 +176,10 @@ def test_a_pydantic_run_killed_at_a_fault_point_resumes_without_repeating_anythi
 
 
 def test_a_pydantic_run_parked_for_an_approval_loses_nothing_to_a_kill(
-    db_url: str, ledger: Path, chat: ChatServer
+    db_url: str, ledger: Path, chat: ChatServer, agents: Path
 ) -> None:
     run_id = "pyd-gated"
-    ref = f"{AGENTS}:gated"
+    ref = f"{agents}:gated"
     # Killed just after the wait was committed: the run waits, holding no worker.
     killed = runner(
         "run", ref, "Deposit 5, then notify.", "--id", run_id,
