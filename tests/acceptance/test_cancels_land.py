@@ -16,8 +16,8 @@ from typing import Any
 from sqlalchemy import select, update
 
 from runner import Runner
-from runner.store.database import connect
-from runner.store.schema import entries, runs
+from runner.sql.database import connect
+from runner.sql.schema import entries, runs
 from tests.conditions import scaled, wait_until
 
 from .harness import KILLED, RUNNER, cli, cli_env, described
