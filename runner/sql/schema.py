@@ -1,7 +1,7 @@
 """The schema, declared once: Alembic's target metadata and the store's tables.
 
 The schema is a public interface (users query it with plain SQL), so columns are named
-plainly and every status value is explained here and in the README.
+plainly and every status value is explained here and in docs/reference/schema.md.
 """
 
 from __future__ import annotations

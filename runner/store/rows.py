@@ -178,7 +178,7 @@ def entry_of(row: Columns) -> Entry:
 
 @dataclass(frozen=True)
 class ScheduleRow:
-    """A schedule as stored (see the README's table `schedules`)."""
+    """A schedule as stored (see the table `schedules` in docs/reference/schema.md)."""
 
     name: str
     agent: str
