@@ -301,3 +301,54 @@ def test_a_delegated_agent_runs_as_a_child_run_inside_the_trees_budget(db_url: s
     )
     assert child.budgets["max_steps"] == 3  # its own, under what its parent had left
     assert child.budgets["max_tokens"] <= 10_000
+
+
+def test_a_repeated_call_stops_the_run_before_it_runs_again(
+    db_url: str, server: FakeServer
+) -> None:
+    for _ in range(3):
+        server.reply(openai_completion(calls=[("call_x", "add", '{"a": 2, "b": 3}')]))
+    calculator = Calculator(server.url, max_repeats=1)
+    with Runner(db_url) as runner:
+        result = runner.run(calculator.agent, TASK, id="repeats")
+        rows = runner.journal("repeats")
+    assert (result.stop_reason, result.steps) == ("repeated_call", 2)
+    assert calculator.calls == ["add"]  # the repeat was refused, never run
+    assert [row.kind for row in rows if row.step == 2] == ["refused"]
+
+
+def test_failing_tools_stop_the_run_with_tool_errors(db_url: str, server: FakeServer) -> None:
+    for n in range(4):
+        server.reply(openai_completion(calls=[(f"call_{n}", "divide", f'{{"a": {n}}}')]))
+    shop = PydanticAgent(openai_model(server.url), retries=5)
+
+    @shop.tool_plain
+    def divide(a: int) -> float:
+        """Divide by zero."""
+        return a / 0
+
+    with Runner(db_url) as runner:
+        result = runner.run(RunnerAgent(shop, max_consecutive_errors=1), TASK, id="errors")
+        rows = runner.journal("errors")
+    assert (result.stop_reason, result.steps) == ("tool_errors", 2)
+    seen = [row.content for row in rows if row.kind == "observation"]
+    assert seen == ["ZeroDivisionError: division by zero"] * 2
+    shown = server.requests[1].json["messages"][-1]
+    assert "ZeroDivisionError: division by zero" in shown["content"]
+
+
+def test_a_cancel_stops_the_run_before_its_next_request(db_url: str, server: FakeServer) -> None:
+    script(server)
+    shop = PydanticAgent(openai_model(server.url))
+
+    @shop.tool_plain
+    def add(a: float, b: float) -> float:
+        """Add two numbers, and cancel the run (as `runner cancel` would, meanwhile)."""
+        with Runner(db_url) as other:
+            other.cancel("cancelled")
+        return a + b
+
+    with Runner(db_url) as runner:
+        result = runner.run(RunnerAgent(shop), TASK, id="cancelled")
+    assert (result.stop_reason, result.steps) == ("cancelled", 1)
+    assert len(server.requests) == 1
