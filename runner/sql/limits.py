@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.limits import COUNTED_SECONDS
+from runner.core.limits import COUNTED_SECONDS, UNSETTLED_GRACE_SECONDS, counted_from
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.sql.runs import reading, store_named
@@ -103,15 +103,23 @@ def held_by_live_lease(at: Any) -> Any:
 def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
     """The calls charged to `name` over the minute up to `at`, oldest first."""
     r = limit_reservations.c
+    since = at - timedelta(seconds=COUNTED_SECONDS)
     found = connection.execute(
-        select(r.tokens, r.reserved_at, r.settled, held_by_live_lease(at).label("live"))
-        .where(r.limit_name == name, r.reserved_at > at - timedelta(seconds=COUNTED_SECONDS))
-        .order_by(r.reserved_at)
+        select(r.tokens, r.reserved_at, r.settled, r.settled_at)
+        .add_columns(held_by_live_lease(at).label("live"))
+        .where(
+            r.limit_name == name,
+            r.reserved_at > since - timedelta(seconds=UNSETTLED_GRACE_SECONDS),
+        )
     )
-    return [
-        Charge(int(row.tokens), aware(row.reserved_at), not row.settled and bool(row.live))
-        for row in found
-    ]
+    charged = []
+    for row in found:
+        settled_at = None if row.settled_at is None else aware(row.settled_at)
+        start = counted_from(aware(row.reserved_at), bool(row.settled), settled_at)
+        if start > since:
+            in_flight = not row.settled and bool(row.live)
+            charged.append(Charge(int(row.tokens), start, in_flight))
+    return sorted(charged, key=lambda charge: charge.reserved_at)
 
 
 def live_waiter(at: Any) -> Any:

@@ -194,6 +194,8 @@ class Charge:
     """A call charged to a limit in the last minute."""
 
     tokens: int
+    # When its minute starts: its settle, or its reservation plus a grace while it is not
+    # settled (runner.core.limits.counted_from): it ages out a minute and a guard later.
     reserved_at: datetime
     # Not settled yet, under a live lease: a call in flight (its tokens are the estimate,
     # as are those of a call not settled whose lease is gone, counted but not in flight).

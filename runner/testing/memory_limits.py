@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from runner.core.limits import COUNTED_SECONDS, Estimate, Reservation, estimated
+from runner.core.limits import COUNTED_SECONDS, Estimate, Reservation, counted_from, estimated
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, LimitNotFound, RunParked
 from runner.sql import limits as sql_limits
@@ -94,10 +94,11 @@ class MemoryLimits(MemoryRows):
         since = at - timedelta(seconds=COUNTED_SECONDS)
         found = []
         for row in self.reservations.values():
-            if row["limit_name"] != name or not row["reserved_at"] > since:
+            start = counted_from(row["reserved_at"], row["settled"], row.get("settled_at"))
+            if row["limit_name"] != name or not start > since:
                 continue
             live = self._lease_live(row["run_id"], row["lease_epoch"], at)
-            found.append(Charge(row["tokens"], row["reserved_at"], not row["settled"] and live))
+            found.append(Charge(row["tokens"], start, not row["settled"] and live))
         return sorted(found, key=lambda charge: charge.reserved_at)
 
     def _lease_live(self, run_id: str, epoch: int, at: datetime) -> bool:
@@ -214,12 +215,13 @@ class MemoryRunLimits:
             return
         store = self.store
         with store._lock:
+            at = store._now()
             row = store.reservations.get(reservation.id)
             if row is not None:
-                row.update(tokens=min(max(tokens, 0), COUNTER_MAX), settled=True)
+                row.update(tokens=min(max(tokens, 0), COUNTER_MAX), settled=True, settled_at=at)
             limit = store.provider_limits.get(reservation.limit)
             if limit is not None and limit["concurrency"] is not None:
-                store._wake_line(reservation.limit, limit, store._now())
+                store._wake_line(reservation.limit, limit, at)
 
     def back_off(self, limit: str, seconds: float) -> None:
         with self.store._lock:

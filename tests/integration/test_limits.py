@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 
 from runner import Runner
 from runner.core.clock import ManualClock
-from runner.core.limits import Reservation
+from runner.core.limits import UNSETTLED_GRACE_SECONDS, Reservation
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound, RunParked
 from runner.service.worker import Worker
@@ -182,11 +182,11 @@ def test_the_line_is_first_come_first_served(db_url: str) -> None:
             taken = claimed(runner, run_id)
             with pytest.raises(RunParked):
                 runner.store.run_limits(run_id, taken.epoch).reserve("m", 600)
-        # The minute passes: the filler's charge ages out (moved back, as the clock would).
+        # The minute passes: the filler's charge ages out (moved back, as the clock would; a
+        # call not settled counts for a grace longer).
         with runner.engine.begin() as connection:
-            connection.execute(
-                update(limit_reservations).values(reserved_at=runner.now() - timedelta(seconds=62))
-            )
+            back = timedelta(seconds=62 + UNSETTLED_GRACE_SECONDS)
+            connection.execute(update(limit_reservations).values(reserved_at=runner.now() - back))
         # The later one comes back first, but 600 + the early one's 600 do not fit.
         taken = claimed(runner, late)
         with pytest.raises(RunParked):
