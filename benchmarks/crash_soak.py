@@ -46,7 +46,7 @@ from sqlalchemy import func, select
 
 from runner import Runner
 from runner.sql.database import open_engine
-from runner.sql.schema import runs
+from runner.sql.schema import limit_reservations, runs
 
 HERE = Path(__file__).resolve().parent
 RUNNER = Path(sys.executable).parent / "runner"
@@ -241,8 +241,15 @@ def scenario_f(url: str, label: str, options: Any) -> dict[str, Any]:
             finished = connection.execute(
                 select(func.count()).select_from(runs).where(runs.c.status == "finished")
             ).scalar_one()
+            held = [
+                [row.run_id, row.lease_epoch, row.tokens, row.settled,
+                 row.reserved_at.timestamp(), row.settled_at and row.settled_at.timestamp()]
+                for row in connection.execute(select(limit_reservations))
+            ]  # fmt: skip
     finally:
         engine.dispose()
+    if options.diagnose:
+        print(json.dumps({"accepted": accepted, "reservations": held}), file=sys.stderr)
     return {
         "label": label,
         "seconds": round(seconds, 1),
@@ -265,6 +272,7 @@ def main() -> None:
     p.add_argument("--f-seconds", type=float, default=150.0, help="F's length, seconds")
     p.add_argument("--f-runs", type=int, default=60, help="F's runs queued (a backlog)")
     p.add_argument("--tokens-per-minute", type=int, default=6000)
+    p.add_argument("--diagnose", action="store_true", help="F: print what was charged (stderr)")
     options = p.parse_args()
     pg = common.postgres_url_or_none(options)
     results: dict[str, Any] = {}
