@@ -17,6 +17,7 @@ from runner.service import documents
 
 if TYPE_CHECKING:
     from runner.service.events import DeltaEvent, Event, EventStream
+    from runner.service.runner import Runner
     from runner.service.tree_events import TreeStream
 
 
@@ -93,6 +94,9 @@ def tail(run_id: str, follow: bool, after: int, tree: bool, url: str | None, as_
             sys.exit(EXIT_INTERRUPTED)
         result = runner.get(stream.run_id)
         row = runner.row(stream.run_id)
+        # A run waiting for its children alone: the runs below that wait for a person are
+        # what the tree waits for (their answers, and the exit code, are theirs).
+        below = [] if _waits_for_a_person(result) else _waiting_below(runner, stream.run_id, result)
     if as_json:
         end = {"event": "end", "position": stream.position}
         output.print_json(end | documents.run_json(result, row))
@@ -100,13 +104,30 @@ def tail(run_id: str, follow: bool, after: int, tree: bool, url: str | None, as_
         output.line(run_output.ending_lines(result, row))
         if _waits_for_a_person(result):
             run_output.waiting(result)
-        elif result.status is RunStatus.WAITING:
+        for waiting in below:
+            run_output.waiting(waiting)
+        if result.status is RunStatus.WAITING and not below and not _waits_for_a_person(result):
             output.line(
                 f"run {result.run_id} waits for its child runs, which workers run: "
                 f"`runner tail {result.run_id} --follow --tree` follows them",
                 err=True,
             )
-    sys.exit(_exit_code(result))
+    sys.exit(EXIT_WAITING if below else _exit_code(result))
+
+
+def _waiting_below(runner: Runner, run_id: str, result: AgentResult) -> list[AgentResult]:
+    """The runs below a run waiting for its children that wait for a person."""
+    if result.status is not RunStatus.WAITING:
+        return []
+    tree = runner.tree(run_id).find(run_id)
+    if tree is None:
+        return []
+    waiting = [
+        runner.get(below.row.id)
+        for below in tree.walk()
+        if below.row.id != run_id and below.row.status is RunStatus.WAITING
+    ]
+    return [each for each in waiting if _waits_for_a_person(each)]
 
 
 def _waits_for_a_person(result: AgentResult) -> bool:

@@ -82,3 +82,19 @@ def test_a_tree_follow_gives_every_runs_entries_each_naming_its_run(db_url: str)
     assert len(entries) == sum(len(journal) for journal in journals.values())
     assert not any(line.startswith("id:") for b in blocks for line in b.splitlines())
     assert "event: end" in blocks[-1]
+
+
+def test_a_tree_follow_ends_where_a_run_below_waits_for_a_person(db_url: str) -> None:
+    """The root waits for its child, the child for an approval: the tree can go no further
+    without a person; tail --follow --tree ends there, exit 4, with the child's commands."""
+    lead = f"{Path(__file__).resolve().with_name('tree_wait_agents.py')}:lead"
+    with Runner(db_url) as runner:
+        runner.submit(lead, "pay", id="payer")
+    Worker(db_url, once=True, poll=0.05).serve()
+    with Runner(db_url) as runner:
+        (child,) = {tree.row.id for tree in runner.tree("payer").walk()} - {"payer"}
+        assert runner.row(child).status == "waiting"
+    for args in (["--follow", "--tree"], []):
+        done = CliRunner().invoke(main, ["tail", "payer", *args, "--db", db_url])
+        assert done.exit_code == 4, (args, done.output)
+        assert f"runner approve {child} --call" in done.stderr, done.stderr
