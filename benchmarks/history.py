@@ -4,7 +4,7 @@ Fills a fresh database with --runs runs and about --entries journal entries (bul
 three agents, four releases, sixty days, the usual stop reasons, the last release with more
 max_steps), plus one run of --resume-entries entries written through the real journal and
 interrupted by a simulated crash. Then it times `runner stats`, `runner list`, the queries
-of the README (`runner sql`), the resume of the long run, `runner export` of the
+of docs/guides/history.md (`runner sql`), the resume of the long run, `runner export` of the
 whole history in a child process (wall time and peak memory), and last `runner prune` of
 the runs that finished more than 30 days ago.
 
@@ -46,7 +46,7 @@ from runner.sql.database import open_engine, upgrade
 from runner.sql.schema import entries, runs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "README.md"
+DOCS = ROOT / "docs" / "guides" / "history.md"
 AGENTS = ("support", "research", "coder")
 RELEASES = ("1.0", "1.1", "1.2", "2.0")
 # Stop reasons by release: the last release regresses (more max_steps and repeated_call).
@@ -311,9 +311,9 @@ def time_command(args: list[str], repeat: int) -> tuple[float, float]:
 
 
 def docs_queries() -> list[tuple[str, str]]:
-    """The SQL blocks of the README, each with the title of its section."""
+    """The SQL blocks of the history guide, each with the title of its section."""
     found = []
-    for section in DOCS.read_text().split("\n### ")[1:]:
+    for section in DOCS.read_text().split("\n## ")[1:]:
         title = section.splitlines()[0]
         found += [(title, sql.strip()) for sql in re.findall(r"```sql\n(.*?)```", section, re.S)]
     return found
