@@ -264,6 +264,24 @@ def test_the_shared_statement_and_the_heartbeat_lock_runs_in_one_order(
     assert writer.group is not None and writer.group.transactions >= 1
 
 
+def test_a_delivery_of_messages_by_a_worker_that_lost_the_run_is_fenced(db_url: str) -> None:
+    """A worker whose run was taken over (it has not heard yet) goes to journal the message
+    its last write heard of: refused (LeaseLost), nothing written, the message left for
+    the worker that holds the run now."""
+    with Runner(db_url) as runner:
+        engine = runner.engine
+        (journal,) = journals(engine, Writer(engine), 1)
+        runner.send("r0", "change of plan", key="m1")
+        journal.append(action(journal))  # its write hears of the message
+        leases.claim_run(engine, "r0", owner="w:2:1", lease_seconds=60, max_resumes=3, steal=True)
+        before = kinds(engine, "r0")
+        with pytest.raises(LeaseLost):
+            journal.messages(2, Counters(steps=1))
+        assert kinds(engine, "r0") == before == ["task", "action"]
+        assert [m.key for m in runner.inbox("r0")] == ["m1"]  # still unread
+        journal.writer.close()
+
+
 def test_a_write_alone_is_its_own_transaction(engine: Engine) -> None:
     writer = Writer(engine)
     (journal,) = journals(engine, writer, 1)

@@ -107,3 +107,80 @@ def test_a_child_stops_when_a_run_above_is_cancelled_though_no_cancel_reached_it
     # It reads the runs above as of its own last write: it may take one more step, no more.
     assert len(ran) <= 2
     assert outcome[0].stop_reason == "cancelled"
+
+
+def test_an_ancestors_spend_counts_its_own_calls_beside_its_childrens(db_url: str) -> None:
+    """The root spends 90 of its 100 tokens itself, then starts two children at once.
+    `fast` calls for 4 tokens a call until the tree is over its budget (90 + 12); `slow`
+    makes one call of 0, and its tool waits for `fast` to finish. Its next call finds the
+    tree's budget spent by the root's own 90 and fast's 12, and is not made (with the
+    root's own spend left out, the tree had 12 of 100 spent, and slow called again)."""
+    from runner.testing import FunctionModel, turns
+    from tests.conditions import wait_until
+
+    slow_calls: list[int] = []
+
+    def small(model: FunctionModel) -> FunctionModel:
+        model.max_tokens = 1  # type: ignore[attr-defined]  # estimates near the usage
+        return model
+
+    def fast_moves(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        if turns(transcript) == 0:
+            wait_until(lambda: slow_calls, what="the slow child's first call")
+        return {**call("noop", n=turns(transcript)), "usage": 4}
+
+    def slow_moves(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        slow_calls.append(turns(transcript))
+        return {**(call("hold") if turns(transcript) == 0 else final("slow")), "usage": 0}
+
+    def fast_finished() -> bool:
+        with Runner(url) as watcher:
+            kids = {kid.agent_name: kid for kid in watcher.store.child_runs("own")}
+        return kids["fast"].status is RunStatus.FINISHED
+
+    def hold() -> str:
+        wait_until(fast_finished, what="the fast child to spend the tree's budget")
+        return "held"
+
+    def lead(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        if turns(transcript) == 0:
+            both = [{"name": n, "args": {"task": "go"}} for n in ("fast", "slow")]
+            return {"type": "tool", "calls": both, "usage": 90}
+        return {**final("done"), "usage": 0}
+
+    url = db_url
+    fast = Agent(small(FunctionModel(fast_moves)), {"noop": lambda n: "ok"}, name="fast")
+    slow = Agent(small(FunctionModel(slow_moves)), {"hold": hold}, name="slow")
+    tools = {"fast": fast.as_tool("fast"), "slow": slow.as_tool("slow")}
+    root = Agent(FunctionModel(lead), tools, name="lead", max_tokens=100, max_steps=60)
+    with Runner(db_url) as runner:
+        runner.run(root, "t", id="own")
+        row = runner.row("own")
+    assert row.tokens == 90
+    assert slow_calls == [0], "the slow child called its model with the tree's budget spent"
+    assert row.tokens + row.below_tokens <= 100 + 4
+
+
+def test_a_parents_max_steps_counts_its_sub_agents_steps_up_to_the_boundary(
+    db_url: str,
+) -> None:
+    """max_steps=4: the root's step 1 hands work to a child, which may take the 3 steps
+    left and takes them all; then the tree has taken its 4 and the root stops there, its
+    answer step not taken (not a step more for the root, nor for the child)."""
+    from runner.testing import FunctionModel, turns
+
+    def worker(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**call("noop", n=turns(transcript)), "usage": 1}
+
+    def lead(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        move = call("kid", task="go") if turns(transcript) == 0 else final("done")
+        return {**move, "usage": 1}
+
+    kid = Agent(FunctionModel(worker), {"noop": lambda n: "ok"}, name="kid")
+    root = Agent(FunctionModel(lead), {"kid": kid.as_tool("kid")}, name="lead", max_steps=4)
+    with Runner(db_url) as runner:
+        result = runner.run(root, "t", id="steps")
+        row = runner.row("steps")
+        (child,) = runner.store.child_runs("steps")
+    assert (child.steps, child.stop_reason) == (3, "max_steps")
+    assert (result.stop_reason, row.steps, row.below_steps) == ("max_steps", 1, 3)
