@@ -28,6 +28,7 @@ pytest.importorskip("agents")
 from tests.providers.fake_servers import FakeServer, Reply, Request, openai_completion
 
 from .harness import KILLED, check_journal, cli, cli_env, described, journal
+from .test_workers import Cluster, wait_for
 
 # In a folder of their own: the SDK's package is `agents`, which agents.py here would shadow.
 FRAMEWORKS = Path(__file__).with_name("frameworks")
@@ -207,3 +208,25 @@ def test_a_pydantic_run_parked_for_an_approval_loses_nothing_to_a_kill(
         "answer",
         "observation",
     ]
+
+
+def test_a_worker_killed_inside_a_tool_leaves_the_run_to_another_that_finishes_it(
+    cluster: Cluster, chat: ChatServer, agents: Path
+) -> None:
+    """`runner worker` SIGKILLed inside deposit (its effect done, not journaled); a second
+    worker takes the run over from the journal and finishes it."""
+    served = {"RUNNER_TEST_OPENAI_URL": chat.url}
+    victim = cluster.start(env={**served, "RUNNER_FAULT": "during_tool@1"})
+    run_id = cluster.runner.submit(f"{agents}:ledgered", "Deposit 5, then notify.", id="wk-1")
+    wait_for(lambda: not victim.alive() or None, 60, victim.log)
+    assert victim.proc.returncode == KILLED, victim.log()
+
+    cluster.start(env=served)
+    rows = cluster.wait_finished([run_id])
+    assert (rows[run_id].stop_reason, rows[run_id].output) == ("final", ANSWER)
+    assert rows[run_id].resumes == 1
+    assert [attempt for _, attempt in calls(cluster.ledger, "deposit")] == [1, 2]
+    assert effects(cluster.ledger) == [(f"{run_id}-1", 50)]  # deposited once
+    assert calls(cluster.ledger, "notify") == [(f"{run_id}-2", 1)]
+    assert set(chat.asked().values()) == {1}  # no response requested twice
+    check_journal(journal(cluster.url, run_id))
