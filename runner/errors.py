@@ -196,6 +196,11 @@ class MissingExtra(RunnerError):
     """An optional dependency is not installed: the message names the extra to install."""
 
 
+class MCPUnavailable(RunnerError):
+    """An MCP server could not be started or reached, or its session broke: the message
+    names the server and the cause."""
+
+
 class ModelFatal(RunnerError):
     """A model call failed in a way no retry can fix (a bad key, a rejected request).
 

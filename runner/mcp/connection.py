@@ -20,6 +20,9 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from runner.errors import MCPUnavailable
+from runner.mcp.results import MCPToolError
+
 if TYPE_CHECKING:
     from mcp import Client
     from mcp_types import CallToolResult, RequestParamsMeta
@@ -72,8 +75,20 @@ class Connection:
         _SESSIONS.add(self)
 
     def list_tools(self) -> list[Any]:
-        """Every tool the server lists (all pages), as the SDK's Tool models."""
-        return self.run(self._list(), LIST_SECONDS)
+        """Every tool the server lists (all pages), as the SDK's Tool models; MCPUnavailable
+        if the server cannot be started or reached."""
+        try:
+            return self.run(self._list(), LIST_SECONDS)
+        except MCPUnavailable:
+            raise
+        except TimeoutError:
+            raise MCPUnavailable(
+                f"the MCP server {self.server.label} listed no tools within {LIST_SECONDS:g}s"
+            ) from None
+        except Exception as exc:
+            raise MCPUnavailable(
+                f"the MCP server {self.server.label} could not be reached: {cause(exc)}"
+            ) from None
 
     async def call(
         self, name: str, arguments: dict[str, Any], meta: dict[str, Any]
@@ -117,18 +132,42 @@ class Connection:
             raise
 
     async def _call(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> Any:
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
         client = await self._open()
         try:
             return await client.call_tool(name, arguments, meta=cast("RequestParamsMeta", meta))
         except asyncio.CancelledError:
             raise  # a call given up (time limit, cancel): the session itself is sound
-        except BaseException:
+        except MCPError as exc:
+            if exc.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                # The server refused the request (unknown tool, bad arguments): an answer,
+                # over a sound session, that the model reads as the call's error.
+                raise MCPToolError(str(exc)) from None
+            await self._close()
+            raise MCPUnavailable(
+                f"the MCP server {self.server.label} failed during the call: {cause(exc)}"
+            ) from None
+        except Exception as exc:
             # No result at all: the server crashed or the connection dropped. The next call
             # opens a new session (and starts a stdio server again).
             await self._close()
-            raise
+            raise MCPUnavailable(
+                f"the MCP server {self.server.label} failed during the call: {cause(exc)}"
+            ) from None
 
     async def _open(self) -> Client:
+        try:
+            return await self._opened()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise MCPUnavailable(
+                f"the MCP server {self.server.label} could not be reached: {cause(exc)}"
+            ) from None
+
+    async def _opened(self) -> Client:
         if self._session is None or (
             self._session.done() and self._session.exception() is not None
         ):
@@ -201,6 +240,14 @@ class Connection:
                 self._loop, self._pid = loop, os.getpid()
                 self._session = self._closing = None
             return self._loop
+
+
+def cause(exc: BaseException) -> str:
+    """What went wrong, in words: the first error inside the SDK's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # Every connection of this process, closed at exit (a weak set: tools no one holds any more

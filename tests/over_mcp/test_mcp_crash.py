@@ -149,6 +149,8 @@ def test_a_server_killed_mid_call_is_a_tool_error_and_the_next_call_starts_it_ag
     (result,) = results
     killed, again = tool_results(result.transcript)
     assert killed["is_error"], killed
+    assert killed["content"].startswith("MCPUnavailable: the MCP server "), killed
+    assert "failed during the call" in killed["content"], killed
     assert (again["is_error"], again["content"]) == (False, "milk costs 5")
     second_server = ledger_lines(ledger)[1]["pid"]
     assert second_server != first_server

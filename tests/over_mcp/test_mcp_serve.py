@@ -20,6 +20,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from runner.errors import MCPUnavailable
+from runner.mcp import mcp_tools
 from tests.acceptance.harness import RUNNER
 from tests.conditions import wait_until
 
@@ -219,3 +221,15 @@ def test_serving_http_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "is not HOST:PORT" in bad.stderr
+
+
+def test_mcp_tools_reach_runner_mcp_serve_with_its_token_in_headers(http_serve: str) -> None:
+    tools = mcp_tools(
+        url=http_serve, headers={"Authorization": f"Bearer {TOKEN}"}, approval="destructive"
+    )
+    # runner's own tools, settled by the annotations runner gives them.
+    assert tools["get_run"].idempotent and not tools["get_run"].approval
+    assert not tools["submit_run"].idempotent and not tools["submit_run"].approval
+    assert tools["cancel_run"].approval  # destructive: asks a person first
+    with pytest.raises(MCPUnavailable, match=f"the MCP server {http_serve} could not be reached"):
+        mcp_tools(url=http_serve)  # no token

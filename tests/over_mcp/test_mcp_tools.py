@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from runner import Agent, run_agent
+from runner.errors import MCPUnavailable
 from runner.mcp import KEY_META, MCPToolError, mcp_tools
 from runner.testing import ScriptedModel, call, final, tool_results
 from tests.conditions import wait_until
@@ -86,11 +87,15 @@ def test_mcp_tools_sit_beside_plain_ones_in_an_agent(server: dict[str, Any]) -> 
     assert sorted(agent.tools) == ["double", "mcp_charge", "mcp_lookup", "mcp_put", "mcp_refund"]
 
 
-def test_a_bad_server_is_a_clear_error() -> None:
+def test_a_bad_server_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="command"):
         mcp_tools()
     with pytest.raises(ValueError, match="url"):
         mcp_tools(url="ftp://example")
+    missing = str(tmp_path / "no-such-server")
+    with pytest.raises(MCPUnavailable, match=f"the MCP server {missing} could not be reached: "
+                       "FileNotFoundError"):  # fmt: skip
+        mcp_tools([missing])
 
 
 def test_a_call_past_its_time_limit_is_given_up_and_the_session_goes_on(
