@@ -389,3 +389,20 @@ def test_a_step_of_several_calls_waits_for_each_answer_and_the_last_queues_it() 
     assert ran == ["lookup"]
     answers = [(e.idempotency_key, e.answer) for e in runner.journal("p1") if e.kind == "answer"]
     assert answers == [("p1-1.3", Answer.REPLIED), ("p1-1.2", Answer.TIMED_OUT)]
+
+
+def test_a_timeout_with_no_answer_in_denies_every_call_of_the_step() -> None:
+    """Both open calls of the step, not only the first: the in-memory store's own copy of
+    the rule (tests/integration/test_parallel_waiting.py holds the SQL store to it)."""
+    agent, ran = desk()
+    runner, store, clock = memory_runner()
+    runner.run(agent, "help", id="p9", approval_timeout=60)
+    clock.advance(61)
+    claimed = claim(store)
+    assert claimed is not None and claimed.run.id == "p9"
+    done = runner.execute(claimed, agent)
+    denied = "Denied: no answer within 60s"
+    assert done.output == f"order 1042 | {denied} | {denied}"
+    assert ran == ["lookup"]
+    answers = [(e.idempotency_key, e.answer) for e in runner.journal("p9") if e.kind == "answer"]
+    assert sorted(answers) == [("p9-1.2", Answer.TIMED_OUT), ("p9-1.3", Answer.TIMED_OUT)]
