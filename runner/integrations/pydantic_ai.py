@@ -346,7 +346,17 @@ def _reply_of(response: pm.ModelResponse, params: ModelRequestParameters) -> Rep
         calls=tuple(calls),
         output_call=output_call,
         tokens=usage.input_tokens + usage.output_tokens,
+        cost=_cost_of(response),
     )
+
+
+def _cost_of(response: pm.ModelResponse) -> float:
+    """What the response cost in USD, by Pydantic AI's price table (genai-prices): 0 for a
+    model it does not price (then `max_cost` cannot stop the run)."""
+    try:
+        return float(response.cost().total_price)
+    except Exception:
+        return 0.0
 
 
 def _response_of(reply: Reply, request_context: ModelRequestContext) -> pm.ModelResponse:

@@ -94,6 +94,8 @@ def test_a_durable_run_journals_each_request_and_call(db_url: str, server: FakeS
         rows = runner.journal("pydantic-final")
     assert (result.stop_reason, result.output, result.steps) == ("final", "35", 3)
     assert result.tokens == 3 * 120
+    # Priced by Pydantic AI's table: 100 in at $0.4/M and 20 out at $1.6/M, three times.
+    assert result.cost == pytest.approx(3 * (100 * 0.4 + 20 * 1.6) / 1e6)
     assert calculator.calls == ["add", "multiply"]
     assert len(server.requests) == 3
     kinds = [(row.kind, row.step, row.tool, row.idempotency_key) for row in rows]
@@ -193,6 +195,7 @@ Budgeted = Callable[..., Any]
     [
         ({"max_steps": 2}, "max_steps", 2),
         ({"max_tokens": 200}, "token_budget", 2),
+        ({"max_cost": 0.0001}, "cost_budget", 2),
     ],
 )
 def test_runner_budgets_stop_a_pydantic_run(
