@@ -38,9 +38,21 @@ _SHOWN_BELOW = 10**9
 
 
 class _ReadableRange(click.types._NumberRangeBase):  # type: ignore[type-arg]
-    """A range whose help names only the bounds a person needs."""
+    """A range whose help names only the bounds a person needs (a value past a large bound
+    is refused naming the whole range)."""
+
+    _converting = False  # while a value is checked: its refusal names every bound
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        self._converting = True
+        try:
+            return super().convert(value, param, ctx)
+        finally:
+            self._converting = False
 
     def _describe_range(self) -> str:
+        if self._converting:
+            return str(super()._describe_range())
         low = self.min if self.min is not None and abs(self.min) < _SHOWN_BELOW else None
         high = self.max if self.max is not None and abs(self.max) < _SHOWN_BELOW else None
         if low is None and high is None:

@@ -56,3 +56,9 @@ def test_the_top_level_help_cuts_no_summary() -> None:
     commands = shown.split("Commands:", 1)[1]
     assert not any(line.rstrip().endswith("...") for line in commands.splitlines()), commands
     assert "with its idempotency" in " ".join(commands.split())
+
+
+def test_a_value_past_a_hidden_bound_is_refused_naming_it() -> None:
+    done = CliRunner().invoke(main, ["submit", "x:y", "t", "--priority", "2147483648"])
+    assert done.exit_code == 2
+    assert "not in the range -2147483648<=x<=2147483647" in done.output
