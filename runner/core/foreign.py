@@ -100,6 +100,7 @@ class _Step:
     waits: dict[str, Entry] = field(default_factory=dict)
     answers: dict[str, Entry] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
+    messages: list[Entry] = field(default_factory=list)  # sent to the run (`runner send`)
     recorded: bool = False  # its action came from the journal (a previous process)
 
     def call(self, call_id: str) -> Entry | None:
@@ -178,6 +179,8 @@ class ForeignRun:
                 step.answers[key] = entry
             elif entry.kind is EntryKind.START:
                 step.started.add(key)
+            elif entry.kind is EntryKind.MESSAGE:
+                step.messages.append(entry)
 
     def begin(self) -> None:
         """The run's first entry (its task), unless recorded; `max_depth` for a child."""
@@ -198,7 +201,9 @@ class ForeignRun:
         self._close_step(returned, retry)
         self.step += 1
         step = self.steps.get(self.step)
-        if step is None or not step.recorded:
+        if step is None or not step.actions:
+            if step is not None:
+                step.recorded = False  # its messages only: its calls are made here
             return None
         first = step.actions[0]
         if first.kind is not EntryKind.ACTION:
@@ -217,6 +222,17 @@ class ForeignRun:
             )
         calls = tuple(Call(e.tool or "", e.args or {}, e.call_id) for e in step.actions)
         return Reply(text=first.content, calls=calls, tokens=first.tokens, cost=first.cost)
+
+    def heard(self) -> list[Any]:
+        """The messages sent to the run (`runner send`) that the model is shown before this
+        step's request: those the journal recorded here, then (past the record) those
+        waiting, journaled now in one write; the framework adds them as user turns."""
+        step = self.steps.setdefault(self.step, _Step())
+        if not step.actions:  # live: what was sent since
+            fresh = list(self.journal.messages(self.step, self.rules.counters))
+            self.entries.extend(fresh)
+            step.messages.extend(fresh)
+        return [entry.content for entry in step.messages]
 
     def ask(self, request: Callable[[], Any], reply_of: Callable[[Any], LiveReply]) -> Any:
         """The model's response to this step's request, asked now (the journal holds none):

@@ -228,6 +228,12 @@ class _Journaled(AbstractCapability[Any]):
     ) -> pm.ModelResponse:
         returned, retry = _returned(request_context.messages)
         recorded = await asyncio.to_thread(self.run.recorded_reply, returned, retry)
+        heard = await asyncio.to_thread(self.run.heard)
+        if heard and request_context.messages:
+            # As user turns of the request about to go, kept in the run's history after it.
+            last = request_context.messages[-1]
+            if isinstance(last, pm.ModelRequest):
+                last.parts = [*last.parts, *(pm.UserPromptPart(_said(m)) for m in heard)]
         if recorded is not None:
             return _response_of(recorded, request_context)
         loop = asyncio.get_running_loop()
@@ -375,6 +381,11 @@ def _response_of(reply: Reply, request_context: ModelRequestContext) -> pm.Model
         usage=RequestUsage(input_tokens=reply.tokens),
         model_name=request_context.model.model_name,
     )
+
+
+def _said(message: Any) -> str:
+    """A message sent to the run, as the user turn the model reads."""
+    return message if isinstance(message, str) else json.dumps(message)
 
 
 def _args_of(part: pm.ToolCallPart) -> dict[str, Any]:

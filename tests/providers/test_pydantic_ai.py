@@ -355,3 +355,32 @@ def test_a_cancel_stops_the_run_before_its_next_request(db_url: str, server: Fak
         result = runner.run(RunnerAgent(shop), TASK, id="cancelled")
     assert (result.stop_reason, result.steps) == ("cancelled", 1)
     assert len(server.requests) == 1
+
+
+def test_a_message_sent_to_a_pydantic_run_is_a_user_turn_before_its_next_request(
+    db_url: str, server: FakeServer
+) -> None:
+    server.reply(openai_completion(calls=[("call_1", "refund", '{"order": "A-1"}')]))
+    server.reply(openai_completion("Refunded A-1, briefly."))
+    shop = PydanticAgent(openai_model(server.url), name="shop")
+
+    @shop.tool_plain(requires_approval=True)
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    agent = RunnerAgent(shop)
+    with Runner(db_url) as runner:
+        runner.run(agent, "Refund order A-1", id="told")
+        runner.send("told", "Please be brief.")
+        runner.approve("told")
+        result = runner.resume("told", agent=agent)
+        rows = runner.journal("told")
+    assert result.output == "Refunded A-1, briefly."
+    sent = server.requests[1].json["messages"]
+    assert sent[-2]["role"] == "tool" and sent[-1] == {
+        "role": "user",
+        "content": "Please be brief.",
+    }
+    assert [(row.kind, row.step) for row in rows if row.kind == "message"] == [("message", 2)]
+    assert {"role": "user", "content": "Please be brief."} in result.transcript
