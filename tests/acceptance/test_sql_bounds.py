@@ -55,8 +55,15 @@ def test_postgres_refuses_every_function_off_the_allow_list(
     line = refused(postgres_database, query)
     assert line.startswith("Error: refused: runner sql is read-only"), line
     engine = open_engine(postgres_database)
-    with engine.connect() as connection:  # no advisory lock is left held by anyone
-        held = connection.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+    # No advisory lock is left held in this database (other databases on the server are
+    # other tests' and their migrations' locks, in parallel).
+    with engine.connect() as connection:
+        held = connection.execute(
+            text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+        )
         assert held.scalar_one() == 0
     engine.dispose()
 
