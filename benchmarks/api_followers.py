@@ -51,6 +51,7 @@ from runner.sql import leases
 from runner.sql import runs as store
 from runner.sql.database import open_engine
 from runner.sql.schema import entries
+from runner.store.rows import entry_row
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -195,7 +196,7 @@ def live_runs(url: str, count: int) -> list[tuple[str, int]]:
         claim = leases.claim_run(engine, run_id, owner="bench", lease_seconds=3600, max_resumes=3)
         task = Entry(EntryKind.TASK, 0, Counters(), content="follow me")
         with engine.begin() as connection:
-            connection.execute(insert(entries), [store.entry_row(run_id, 0, claim.epoch, task, at)])
+            connection.execute(insert(entries), [entry_row(run_id, 0, claim.epoch, task, at)])
         made.append((run_id, claim.epoch))
     engine.dispose()
     return made
@@ -220,9 +221,7 @@ def write(url: str, runs: list[tuple[str, int]], rate: float, seconds: float,
                 tokens=30,
             )  # fmt: skip
             with engine.begin() as connection:
-                connection.execute(
-                    insert(entries), [store.entry_row(run_id, n, epoch, entry, utc_now())]
-                )
+                connection.execute(insert(entries), [entry_row(run_id, n, epoch, entry, utc_now())])
             committed[(run_id, n)] = time.monotonic()
         rounds += 1
         pause = start + rounds * period - time.monotonic()

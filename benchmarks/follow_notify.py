@@ -46,6 +46,7 @@ from runner.sql.backend import backend_for
 from runner.sql.database import open_engine
 from runner.sql.driver import Prepared
 from runner.sql.follows import mark
+from runner.store.rows import entry_row
 
 SETTINGS = ("before", "unfollowed", "followed")
 
@@ -88,7 +89,7 @@ def throughput(engine: Engine, made: list[tuple[str, int]], start: dict[str, int
                     action_type=ActionKind.TOOL, tool="read", args={"path": f"docs/{n}.md"},
                     idempotency_key=f"{run_id}-{n}", tokens=30,
                 )  # fmt: skip
-                values = store.entry_row(run_id, n, epoch, entry, datetime.now(UTC)) | {
+                values = entry_row(run_id, n, epoch, entry, datetime.now(UTC)) | {
                     "fence_run": run_id, "fence_epoch": epoch,
                     "fence_renew_after": far - timedelta(hours=2), "fence_expiry": far,
                 }  # fmt: skip

@@ -44,6 +44,7 @@ from runner.sql import runs as store
 from runner.sql.database import open_engine
 from runner.sql.schema import entries
 from runner.store.owner import owner_name
+from runner.store.rows import entry_row
 
 # A process of this host that does not exist: its lease is free at once.
 DEAD_OWNER = owner_name(999999, "1")
@@ -99,7 +100,7 @@ def crashed_run(url: str, count: int) -> str:
     claim = leases.claim_run(engine, run_id, owner=DEAD_OWNER, lease_seconds=3600, max_resumes=3)
     at = utc_now()
     rows = [
-        store.entry_row(run_id, seq, claim.epoch, entry, at)  # the rows the store writes
+        entry_row(run_id, seq, claim.epoch, entry, at)  # the rows the store writes
         for seq, entry in enumerate(journal(run_id, count))
     ]
     with engine.begin() as connection:

@@ -53,6 +53,7 @@ from runner.core.loop import drive
 from runner.core.tools import as_tools
 from runner.sql import fencing, leases
 from runner.sql import runs as store
+from runner.store.rows import entry_values
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 SQLITE = {
@@ -193,7 +194,7 @@ def fenced_loop_floor(
     parameters = [
         statement.parameters(
             fencing._rows(
-                (store.entry_values(run_id, seq, claim.epoch, journal[seq % len(journal)], at),),
+                (entry_values(run_id, seq, claim.epoch, journal[seq % len(journal)], at),),
                 fence,
             )
         )

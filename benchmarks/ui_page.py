@@ -31,6 +31,7 @@ from runner.sql import leases
 from runner.sql import runs as store
 from runner.sql.database import open_engine
 from runner.sql.schema import entries, runs
+from runner.store.rows import entry_row
 from runner.ui import make_app
 
 
@@ -79,7 +80,7 @@ def long_run(url: str, steps: int) -> str:
     journal.append(
         Entry(EntryKind.FINAL, steps, done, content="read them all", action_type=ActionKind.FINAL)
     )
-    rows = [store.entry_row(run_id, seq, claim.epoch, e, at) for seq, e in enumerate(journal)]
+    rows = [entry_row(run_id, seq, claim.epoch, e, at) for seq, e in enumerate(journal)]
     with engine.begin() as connection:
         connection.execute(insert(entries), rows)
         connection.execute(

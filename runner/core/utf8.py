@@ -1,7 +1,7 @@
 """Text as UTF-8 can carry it.
 
 The journal keeps what a model or a tool said exactly, lone surrogates included (they are
-stored as JSON escapes, see `runner.sql.runs.encode`), because what the model is shown on
+stored as JSON escapes, see `runner.store.rows.encode`), because what the model is shown on
 a resume must be what it was shown before. No UTF-8 stream can carry a lone surrogate, so
 every face (the terminal, the page, an export file, logs, spans) writes each one as the
 escape `\\ud800` instead: text that is shown, never text that fails.

@@ -22,8 +22,9 @@ from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
 from runner.sql import plain_connection, reads
 from runner.sql.reads import Reader
-from runner.sql.run_states import clock_now, observe, read_tree, result_of, runs, waits
+from runner.sql.run_states import clock_now, observe, read_tree, runs, waits
 from runner.store.rows import RunRow
+from runner.store.rules import result_of
 from runner.store.run_trees import RunTree
 
 T = TypeVar("T")

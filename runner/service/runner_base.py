@@ -22,11 +22,10 @@ from runner.core.status import RunStatus
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
 from runner.errors import AgentLoadError, RunnerError
 from runner.service import submissions
-from runner.sql import run_states as listing
 from runner.sql import runs as store
 from runner.sql.schema import DEFAULT_QUEUE
 from runner.store.protocol import RunStore
-from runner.store.rules import check_priority, check_queue
+from runner.store.rules import check_priority, check_queue, result_of
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -130,7 +129,7 @@ class RunnerBase:
         """The run's result so far (stop_reason None while it has not stopped)."""
         run = self.store.find_run(run_id)
         journal = [entry for entry, _ in self.store.load_entries(run.id)]
-        return listing.result_of(run, journal, self.store.waits([run]).get(run.id, []))
+        return result_of(run, journal, self.store.waits([run]).get(run.id, []))
 
     def row(self, run_id: str) -> store.RunRow:
         """The run's row as stored (lease holder, timestamps, budgets), with its `state`

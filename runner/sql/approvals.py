@@ -13,10 +13,9 @@ waiting) and are refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NoReturn
 
 from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -25,16 +24,24 @@ from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.faults import fault
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
-from runner.core.waiting import Answer, Answered, Asks, Wait, timed_out_reason
-from runner.errors import NotWaiting, RunNotFound, WrongAnswer
+from runner.core.waiting import Answer, Answered, Wait, timed_out_reason
+from runner.errors import NotWaiting, RunNotFound
 from runner.sql import reads
 from runner.sql import run_states as listing
 from runner.sql.backend import backend_for
-from runner.sql.runs import RunRow, entry_of, entry_row, lock_run, plain, plain_reading
+from runner.sql.runs import RunRow, entry_of, lock_run, plain, plain_reading
 from runner.sql.schema import entries, runs
-
-# The width of entries.answered_by.
-BY_LIMIT = 200
+from runner.store.rows import entry_row
+from runner.store.rules import (
+    answer_entry,
+    answer_words,
+    check_answer,
+    check_fits,
+    chosen_wait,
+    unanswered,
+    wait_of,
+    why_not_waiting,
+)
 
 
 @dataclass(frozen=True)
@@ -51,7 +58,7 @@ def open_waits(connection: Connection, run_id: str) -> _Open | None:
     (`runner.sql.children` delivers a child's end to them too)."""
     with plain(connection) as reader:
         tail = reads.wait_rows(reader, run_id)
-    waits = listing.unanswered(tail)
+    waits = unanswered(tail)
     return _Open(waits, tail[-1][1]) if waits else None
 
 
@@ -97,7 +104,7 @@ def answer(
             found = open_waits(connection, run.id) if run.status is RunStatus.WAITING else None
             if found is None:
                 raise NotWaiting(_why_not_waiting(connection, run, call))
-            waits = [listing.wait_of(run, entry, when) for entry, when in found.waits]
+            waits = [wait_of(run, entry, when) for entry, when in found.waits]
             wait = chosen_wait(run, waits, call, lambda: _answer_to(connection, run, call))
             check_fits(run, wait, given)
             expired = wait.expires_at is not None and wait.expires_at <= at
@@ -123,17 +130,6 @@ def answer(
     # other calls of its step wait, a run still waiting for them).
     fault("after_answer_commit")
     return Answered(run.id, wait.call, given, by, at, text, still_waiting=still)
-
-
-def check_answer(given: Answer, text: str | None, by: str) -> None:
-    """ValueError for an answer no run could take (whatever it waits for)."""
-    if given is Answer.TIMED_OUT:
-        raise ValueError("a timeout is recorded by the runner, not given as an answer")
-    if given in (Answer.DENIED, Answer.REPLIED) and not (text or "").strip():
-        what = "a reason" if given is Answer.DENIED else "the reply's text"
-        raise ValueError(f"{what} must not be empty")
-    if len(by) > BY_LIMIT:
-        raise ValueError(f"who answers must be named in at most {BY_LIMIT} characters")
 
 
 def time_out(connection: Connection, run: RunRow, at: datetime) -> None:
@@ -166,21 +162,6 @@ def _record(
     connection.execute(insert(entries).values(entry_row(run.id, seq, run.lease_epoch, entry, at)))
 
 
-def answer_entry(wait: Entry, given: Answer, text: str | None, by: str | None) -> Entry:
-    """The journal entry of an answer to `wait`: its step, counters, tool and key, the
-    answer and who gave it (every store writes the same one)."""
-    return Entry(
-        EntryKind.ANSWER,
-        wait.step,
-        wait.counters,
-        content=text,
-        tool=wait.tool,
-        idempotency_key=wait.idempotency_key,
-        answer=given,
-        answered_by=by,
-    )
-
-
 def _requeue(connection: Connection, run: RunRow, at: datetime) -> None:
     """Queue the answered run; its deadline moves by the time it waited (max_seconds is
     active time). Conditional: only while it still waits, under the epoch it waited with."""
@@ -207,64 +188,6 @@ def _requeue(connection: Connection, run: RunRow, at: datetime) -> None:
     backend_for(connection.dialect.name).wake_workers(connection)
 
 
-def chosen_wait(
-    run: RunRow, waits: Sequence[Wait], call: str | None, answered: Callable[[], str]
-) -> Wait:
-    """The open wait an answer is for: the one `call` names, or the only one. `answered`
-    says how `call` was answered already, if it was ("" if not)."""
-    if call is None:
-        if len(waits) == 1:
-            return waits[0]
-        raise WrongAnswer(
-            f"run {run.id} waits for {len(waits)} calls: name the one you answer with "
-            f"--call ({_calls(waits)})"
-        )
-    for wait in waits:
-        if wait.call == call:
-            return wait
-    already = answered()
-    if already:
-        raise NotWaiting(f"run {run.id} waits for other calls: {already}")
-    return _wrong_call(run, waits, call)
-
-
-def _wrong_call(run: RunRow, waits: Sequence[Wait], call: str) -> NoReturn:
-    if len(waits) == 1:
-        raise WrongAnswer(
-            f"run {run.id} waits for call {waits[0].call} ({waits[0].question}), not for {call}"
-        )
-    raise WrongAnswer(f"run {run.id} waits for calls {_calls(waits)}, not for {call}")
-
-
-def _calls(waits: Sequence[Wait]) -> str:
-    return ", ".join(f"{wait.call} {wait.question}" for wait in waits)
-
-
-def check_fits(run: RunRow, wait: Wait, given: Answer, call: str | None = None) -> None:
-    """WrongAnswer unless `given` (for `call`, if named) answers what `run` waits for."""
-    if wait.asks is Asks.CHILD:
-        raise WrongAnswer(
-            f"run {run.id} waits for its sub-agent's run to end (call {wait.call}), not for "
-            "a person: its end is delivered by the runner"
-        )
-    if call is not None and call != wait.call:
-        raise WrongAnswer(
-            f"run {run.id} waits for call {wait.call} ({wait.question}), not for {call}"
-        )
-    if given is Answer.APPROVED and wait.asks is Asks.REPLY:
-        raise WrongAnswer(
-            f"run {run.id} waits for a reply to its question, not an approval: "
-            f"runner reply {run.id} --call {wait.call} TEXT "
-            f"(or runner deny {run.id} --call {wait.call} --reason TEXT)"
-        )
-    if given is Answer.REPLIED and wait.asks is Asks.APPROVAL:
-        raise WrongAnswer(
-            f"run {run.id} waits for approval of {wait.question}, not a reply: "
-            f"runner approve {run.id} --call {wait.call} "
-            f"or runner deny {run.id} --call {wait.call} --reason TEXT"
-        )
-
-
 def _answer_to(connection: Connection, run: RunRow, call: str | None) -> str:
     """Who last answered the run (the call `call`, if given) and when, in words; "" if none."""
     query = select(entries).where(entries.c.run_id == run.id, entries.c.kind == EntryKind.ANSWER)
@@ -274,26 +197,5 @@ def _answer_to(connection: Connection, run: RunRow, call: str | None) -> str:
     return "" if last is None else answer_words(entry_of(last), last.created_at)
 
 
-def answer_words(entry: Entry, at: datetime) -> str:
-    """An answer (entry, written at `at`) in words: `call K was already approved by ann ...`."""
-    by = f" by {entry.answered_by}" if entry.answered_by else ""
-    verb = str(entry.answer).replace("_", " ")
-    return f"call {entry.idempotency_key} was already {verb}{by} at {at:%Y-%m-%d %H:%M:%S} UTC"
-
-
 def _why_not_waiting(connection: Connection, run: RunRow, call: str | None) -> str:
     return why_not_waiting(run, _answer_to(connection, run, call))
-
-
-def why_not_waiting(run: RunRow, answered: str | tuple[Entry, datetime] | None) -> str:
-    """Why an answer to `run` is refused, given how it (or the call named) was answered
-    last: in words, or as the answer entry and when it was written."""
-    if isinstance(answered, tuple):
-        answered = answer_words(*answered)
-    answered = answered or ""
-    if run.status is RunStatus.FINISHED:
-        why = f"run {run.id} is finished ({run.stop_reason}): it waits for no answer"
-        return f"{why} ({answered})" if answered else why
-    if answered and run.status is not RunStatus.WAITING:
-        return f"run {run.id} is not waiting: {answered}"
-    return f"run {run.id} is not waiting for an answer (it is {run.status})"

@@ -38,7 +38,8 @@ from runner.core.clock import STEADY, SYSTEM, Clock, SteadyClock
 from runner.defaults import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported
 from runner.errors import DatabaseRefused
 from runner.sql.reads import database_now, plain
-from runner.sql.schema import ENTRY_COLUMNS, entries, runs
+from runner.sql.schema import entries, runs
+from runner.store.rows import ENTRY_COLUMNS
 
 # `synchronous=FULL` is the default: a commit that survives only a process crash, not a
 # power loss, could let an idempotency key be reused for a different call. NORMAL is opt-in.

@@ -24,8 +24,9 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunNotFound
 from runner.sql import reads
-from runner.sql.runs import RunRow, entry_row, lock_run, plain, stopped_values
+from runner.sql.runs import RunRow, lock_run, plain, stopped_values
 from runner.sql.schema import entries, runs
+from runner.store.rows import entry_row
 
 # Most lapsed cancels one look finishes (each in a transaction of its own); more wait a second.
 LAPSED_PER_LOOK = 100

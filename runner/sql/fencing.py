@@ -34,8 +34,8 @@ from runner.errors import LeaseLost
 from runner.sql import children, driver
 from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
-from runner.sql.runs import amount, counter, encode, entry_values, plain_text
-from runner.sql.schema import ENTRY_COLUMNS, entries, runs
+from runner.sql.schema import entries, runs
+from runner.store.rows import ENTRY_COLUMNS, amount, counter, encode, entry_values, plain_text
 
 # The most entries one statement writes: a model asking for hundreds of calls at once must
 # not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements

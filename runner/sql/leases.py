@@ -26,8 +26,9 @@ from runner.sql import approvals
 from runner.sql import queues as queue_limits
 from runner.sql.backend import backend_for
 from runner.sql.runnable import Ahead, journal_length, next_claimable
-from runner.sql.runs import RunRow, lock_run, plain_text, stopped_values
+from runner.sql.runs import RunRow, lock_run, stopped_values
 from runner.sql.schema import entries, runs
+from runner.store.rows import plain_text
 from runner.store.rules import Claim, crash_loop_error, refuse_if_held
 
 

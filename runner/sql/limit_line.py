@@ -16,7 +16,6 @@ woken past a run ahead of it. Both stores wake by `woken`; the SQL one NOTIFYs t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -27,30 +26,7 @@ from runner.sql.backend import backend_for
 from runner.sql.limits import charges, live_run
 from runner.sql.runs import reading
 from runner.sql.schema import limit_waiters, runs
-from runner.store.rules import Charge, Room, aware
-
-
-@dataclass(frozen=True)
-class Waiter:
-    """A run in a limit's line, in line order."""
-
-    run_id: str
-    tokens: int
-    parked: bool  # queued with a wake-up time still to come (else running, or due already)
-
-
-def woken(limit: Any, at: datetime, charged: Sequence[Charge], line: Sequence[Waiter]) -> list[str]:
-    """The parked runs of `line` to wake at `at`: each whose call fits the limit with the
-    runs before it in line counted as calls in flight, up to the first that does not."""
-    counted = list(charged)
-    found: list[str] = []
-    for waiter in line:
-        if not Room(limit, at, counted, [], waiter.tokens).fits():
-            break
-        counted.append(Charge(waiter.tokens, at, True))
-        if waiter.parked:
-            found.append(waiter.run_id)
-    return found
+from runner.store.rules import Waiter, aware, woken
 
 
 def first_parked(engine: Engine, queues: Sequence[str] | None, by: datetime) -> datetime | None:

@@ -14,7 +14,6 @@ nothing holds a slot past the lease.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,35 +24,15 @@ from runner.core.limits import COUNTED_SECONDS, UNSETTLED_GRACE_SECONDS, counted
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.sql.runs import reading, store_named
-from runner.sql.schema import COUNTER_MAX, limit_reservations, limit_waiters, limits, runs
+from runner.sql.schema import limit_reservations, limit_waiters, limits, runs
 from runner.store.rows import LimitInfo
-from runner.store.rules import WAITER_GRACE_SECONDS, Charge, aware, check_amount
-
-# Letters, digits and `_ . : - / @`: a provider and a model, as in `openai/gpt-4.1`.
-LIMIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,199}")
-# The columns are 32-bit integers on PostgreSQL (tokens 64-bit).
-_INT_MAX = 2**31 - 1
-
-
-def check_name(name: object) -> str:
-    if not isinstance(name, str) or not LIMIT_NAME.fullmatch(name):
-        raise ValueError(
-            f"limit {name!r} must be 1 to 200 letters, digits, '_', '.', ':', '/', '@' or '-', "
-            "starting with a letter or digit"
-        )
-    return name
-
-
-def limit_values(
-    tokens_per_minute: int | None, requests_per_minute: int | None, concurrency: int | None
-) -> dict[str, int | None]:
-    """A limit's three measures as its row's columns, each checked (ValueError if not a
-    whole number from 1 to what its column holds); both stores set a limit from these."""
-    return {
-        "tokens_per_minute": check_amount("tokens per minute", tokens_per_minute, COUNTER_MAX),
-        "requests_per_minute": check_amount("requests per minute", requests_per_minute, _INT_MAX),
-        "concurrency": check_amount("concurrency", concurrency, _INT_MAX),
-    }
+from runner.store.rules import (
+    WAITER_GRACE_SECONDS,
+    Charge,
+    aware,
+    check_name,
+    limit_values,
+)
 
 
 def set_limit(

@@ -25,8 +25,10 @@ from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished, RunNotFound
 from runner.sql import reads
-from runner.sql.runs import RunRow, entry_row, lock_run, plain
+from runner.sql.runs import RunRow, lock_run, plain
 from runner.sql.schema import entries, messages, runs
+from runner.store.rows import entry_row
+from runner.store.rules import conflict_words, finished_words
 
 
 def send(
@@ -110,22 +112,6 @@ def get_run_row(connection: Connection, run_id: str) -> RunRow:
     """The run with this id, read on `connection` (RunNotFound if there is none)."""
     with plain(connection) as reader:
         return reads.get_run(reader, run_id)
-
-
-def conflict_words(run: RunRow, key: str, number: int) -> str:
-    """Why a message is refused whose key names another message of the run."""
-    return (
-        f"key {key} was sent to run {run.id} with another message (message {number}): "
-        "a key names one message; send this one with a new key"
-    )
-
-
-def finished_words(run: RunRow) -> str:
-    """Why a message to a finished run is refused, and what to do instead."""
-    return (
-        f"run {run.id} is finished ({run.stop_reason}): no step of it would read a message; "
-        "send it with --revive to continue the run with it"
-    )
 
 
 def deliver(

@@ -39,8 +39,9 @@ from runner.errors import LeaseLost, RunParked
 from runner.sql.limit_line import wake_line
 from runner.sql.limits import charges, live_waiter
 from runner.sql.runs import reading
-from runner.sql.schema import COUNTER_MAX, limit_reservations, limit_waiters, limits, runs
+from runner.sql.schema import limit_reservations, limit_waiters, limits, runs
 from runner.sql.writer import Writer
+from runner.store.rows import COUNTER_MAX
 from runner.store.rules import Room, aware
 
 _IS_SET = select(limits.c.name).where(limits.c.name == bindparam("name"))

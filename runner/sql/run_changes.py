@@ -17,12 +17,10 @@ from sqlalchemy.exc import IntegrityError
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.journal import Entry
 from runner.errors import RunNotFound
-from runner.sql.runs import RunRow, entry_of, entry_row, lock_run
+from runner.sql.runs import RunRow, entry_of, lock_run
 from runner.sql.schema import entries, runs
 from runner.store.protocol import Decide
-
-# The epoch of the rows a fork was made with: every claim's epoch is 1 or more.
-FORKED_EPOCH = 0
+from runner.store.rows import FORKED_EPOCH, entry_row
 
 
 def change_budgets(engine: Engine, run_id: str, decide: Decide, clock: Clock = SYSTEM) -> RunRow:

@@ -12,8 +12,6 @@ interface). All of runner's SQL is in these modules.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,109 +29,12 @@ from runner.sql import reads
 from runner.sql.backend import backend_for
 from runner.sql.reads import plain as plain  # re-exported: the store's modules read so
 from runner.sql.reads import plain_reading as plain_reading
-from runner.sql.schema import COUNTER_MAX, DEFAULT_QUEUE, ENTRY_COLUMNS, runs
+from runner.sql.schema import DEFAULT_QUEUE, runs
 from runner.store.rows import RunRow as RunRow  # re-exported: rows are built without SQLAlchemy
 from runner.store.rows import decode as decode
 from runner.store.rows import entry_of as entry_of
 
 # -- values in and out ----------------------------------------------------------------------
-
-
-def encode(value: Any) -> tuple[str | None, str]:
-    """A content or output value as (text, format): strings as they are, the rest as JSON.
-
-    A string a database cannot hold (PostgreSQL's text takes no NUL; no UTF-8 encodes a
-    lone surrogate) is kept as JSON too: json.dumps escapes both into plain ASCII.
-    """
-    if value is None or (isinstance(value, str) and _storable(value)):
-        return value, "text"
-    try:
-        return json.dumps(value, allow_nan=False), "json"
-    except (TypeError, ValueError):
-        return json.dumps(str(value)), "json"
-
-
-def _storable(text: str) -> bool:
-    if "\x00" in text:
-        return False
-    if text.isascii():  # the common case, and free: CPython knows it without a scan
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def plain_text(text: str | None) -> str | None:
-    """A message (an error's text) as a text column can hold it: NUL and lone surrogates
-    written as escapes. Messages are for people; unlike content, they need not round-trip."""
-    if text is None or _storable(text):
-        return text
-    escaped = text.replace("\x00", "\\x00")
-    return escaped.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def counter(value: int) -> int:
-    """A count as a column holds it: seed 000 adds any usage, the columns stop at 2**63-1."""
-    return value if value <= COUNTER_MAX else COUNTER_MAX
-
-
-def amount(value: float) -> float:
-    """A cost as a column holds it (a sum of finite costs may overflow to infinity)."""
-    return value if value <= sys.float_info.max else sys.float_info.max
-
-
-# Each kind's role in the transcript (Entry.message's), without building the message.
-_ROLES = {
-    EntryKind.TASK: "user",
-    EntryKind.WRAP_UP: "user",
-    EntryKind.MESSAGE: "user",
-    EntryKind.FINAL: "assistant",
-    EntryKind.ACTION: "assistant",
-    EntryKind.OBSERVATION: "tool",
-}
-
-
-def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> dict[str, Any]:
-    """An entry's row of the entries table, by column name."""
-    return dict(zip(ENTRY_COLUMNS, entry_values(run_id, seq, epoch, entry, at), strict=True))
-
-
-def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> tuple[Any, ...]:
-    """`entry_row`'s values in the entries table's column order (ENTRY_COLUMNS): what a
-    positional driver takes, with no dict on the way (the journal's hot path)."""
-    content, fmt = encode(entry.content)
-    c = entry.counters
-    top = COUNTER_MAX
-    return (
-        run_id,
-        seq,
-        entry.step,
-        str(entry.kind),
-        _ROLES.get(entry.kind),
-        content,
-        fmt,
-        entry.action_type,
-        entry.tool,
-        entry.args,
-        entry.is_error,
-        plain_text(entry.error),
-        entry.idempotency_key,
-        entry.attempt,
-        entry.tokens if entry.tokens <= top else top,  # counter(), inline: 6 calls a step
-        amount(entry.cost),
-        c.steps if c.steps <= top else top,
-        c.tokens if c.tokens <= top else top,
-        amount(c.cost),
-        c.error_streak,
-        epoch,
-        at,
-        entry.waits_for,
-        entry.answer,
-        plain_text(entry.answered_by),
-        entry.call_id,
-    )
 
 
 @contextmanager

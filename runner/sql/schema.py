@@ -72,7 +72,6 @@ Timestamp = UtcDateTime()
 # Steps and tokens: 64-bit on both (SQLite's INTEGER already is; revision 0003 widened them
 # on PostgreSQL). The store saturates them at COUNTER_MAX, so no sum overflows a column.
 Counter = BigInteger().with_variant(Integer(), "sqlite")
-COUNTER_MAX = 2**63 - 1
 
 
 runs = Table(
@@ -396,7 +395,6 @@ messages = Table(
     comment="messages sent to runs, each journaled once as a user turn",
 )
 # The entries table's columns in order: how a journal row's values are laid out.
-ENTRY_COLUMNS = [column.name for column in entries.columns]
 
 # Provider limits shared by the fleet (revision 0010). A limit is a row of `limits`; every
 # model call of a run that draws from it holds a row of `limit_reservations` (its estimate

@@ -43,8 +43,8 @@ from runner.core.status import RunStatus
 from runner.core.tree import Spend, TreeStop, ancestors_stop, crowded
 from runner.errors import LeaseLost
 from runner.sql.children import ancestor_of
-from runner.sql.schema import COUNTER_MAX, entries, runs, tree_reservations
-from runner.store.rows import RunRow
+from runner.sql.schema import entries, runs, tree_reservations
+from runner.store.rows import COUNTER_MAX, RunRow
 
 # A run whose ancestors' budgets are held by calls in flight looks again this soon: when a
 # call ends is not known ahead.

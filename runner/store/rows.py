@@ -9,6 +9,7 @@ values): SQLAlchemy's column types decode them on its path, `runner.sql.reads` o
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -261,3 +262,115 @@ class LimitInfo:
         if self.requests_per_minute is None:
             return None
         return max(self.requests_per_minute - self.requests, 0)
+
+
+# -- values as the columns hold them (both stores write rows so) ------------------------------
+
+COUNTER_MAX = 2**63 - 1
+# The epoch of the rows a fork was made with: every claim's epoch is 1 or more.
+FORKED_EPOCH = 0
+# The entries table's columns in their order (runner.sql.schema declares the table;
+# tests/unit/test_rows.py holds the two to the same names).
+ENTRY_COLUMNS = [
+    "run_id", "seq", "step", "kind", "role", "content", "content_format", "action_type",
+    "tool", "args", "is_error", "error", "idempotency_key", "attempt", "usage_tokens",
+    "usage_cost", "steps", "tokens", "cost", "error_streak", "lease_epoch", "created_at",
+    "waits_for", "answer", "answered_by", "call_id",
+]  # fmt: skip
+
+
+def encode(value: Any) -> tuple[str | None, str]:
+    """A content or output value as (text, format): strings as they are, the rest as JSON.
+
+    A string a database cannot hold (PostgreSQL's text takes no NUL; no UTF-8 encodes a
+    lone surrogate) is kept as JSON too: json.dumps escapes both into plain ASCII.
+    """
+    if value is None or (isinstance(value, str) and _storable(value)):
+        return value, "text"
+    try:
+        return json.dumps(value, allow_nan=False), "json"
+    except (TypeError, ValueError):
+        return json.dumps(str(value)), "json"
+
+
+def _storable(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    if text.isascii():  # the common case, and free: CPython knows it without a scan
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def plain_text(text: str | None) -> str | None:
+    """A message (an error's text) as a text column can hold it: NUL and lone surrogates
+    written as escapes. Messages are for people; unlike content, they need not round-trip."""
+    if text is None or _storable(text):
+        return text
+    escaped = text.replace("\x00", "\\x00")
+    return escaped.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def counter(value: int) -> int:
+    """A count as a column holds it: seed 000 adds any usage, the columns stop at 2**63-1."""
+    return value if value <= COUNTER_MAX else COUNTER_MAX
+
+
+def amount(value: float) -> float:
+    """A cost as a column holds it (a sum of finite costs may overflow to infinity)."""
+    return value if value <= sys.float_info.max else sys.float_info.max
+
+
+# Each kind's role in the transcript (Entry.message's), without building the message.
+_ROLES = {
+    EntryKind.TASK: "user",
+    EntryKind.WRAP_UP: "user",
+    EntryKind.MESSAGE: "user",
+    EntryKind.FINAL: "assistant",
+    EntryKind.ACTION: "assistant",
+    EntryKind.OBSERVATION: "tool",
+}
+
+
+def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> dict[str, Any]:
+    """An entry's row of the entries table, by column name."""
+    return dict(zip(ENTRY_COLUMNS, entry_values(run_id, seq, epoch, entry, at), strict=True))
+
+
+def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> tuple[Any, ...]:
+    """`entry_row`'s values in the entries table's column order (ENTRY_COLUMNS): what a
+    positional driver takes, with no dict on the way (the journal's hot path)."""
+    content, fmt = encode(entry.content)
+    c = entry.counters
+    top = COUNTER_MAX
+    return (
+        run_id,
+        seq,
+        entry.step,
+        str(entry.kind),
+        _ROLES.get(entry.kind),
+        content,
+        fmt,
+        entry.action_type,
+        entry.tool,
+        entry.args,
+        entry.is_error,
+        plain_text(entry.error),
+        entry.idempotency_key,
+        entry.attempt,
+        entry.tokens if entry.tokens <= top else top,  # counter(), inline: 6 calls a step
+        amount(entry.cost),
+        c.steps if c.steps <= top else top,
+        c.tokens if c.tokens <= top else top,
+        amount(c.cost),
+        c.error_streak,
+        epoch,
+        at,
+        entry.waits_for,
+        entry.answer,
+        plain_text(entry.answered_by),
+        entry.call_id,
+    )

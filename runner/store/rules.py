@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind, transcript_of
 from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS
+from runner.core.result import AgentResult
 from runner.core.status import RunStatus
-from runner.errors import LeaseHeld
-from runner.store.rows import RunRow
+from runner.core.waiting import Answer, Asks, Wait
+from runner.errors import LeaseHeld, NotWaiting, WrongAnswer
+from runner.store.rows import COUNTER_MAX, RunRow
 
 # -- queues -----------------------------------------------------------------------------------
 
@@ -172,6 +177,190 @@ def refuse_if_held(run: RunRow, at: datetime, *, steal: bool) -> None:
         )
 
 
+# -- waits and answers ------------------------------------------------------------------------
+
+
+def unanswered(tail: Sequence[tuple[Entry, int, datetime]]) -> list[tuple[Entry, datetime]]:
+    """The waits of `tail` (the waits and answers a journal ends with: reads.wait_rows) that
+    have no answer yet, in call order, each with when it was written."""
+    answered = {entry.idempotency_key for entry, _, _ in tail if entry.kind is EntryKind.ANSWER}
+    return [
+        (entry, at)
+        for entry, _, at in tail
+        if entry.kind is EntryKind.WAIT and entry.idempotency_key not in answered
+    ]
+
+
+def wait_of(run: RunRow, entry: Entry, at: datetime) -> Wait:
+    """The wait that `entry` (a wait of the run's last step, written at `at`) opened."""
+    assert entry.tool is not None and entry.idempotency_key is not None
+    return Wait(
+        run_id=run.id,
+        step=entry.step,
+        call=entry.idempotency_key,
+        tool=entry.tool,
+        args=dict(entry.args or {}),
+        asks=Asks(str(entry.waits_for)),
+        question=str(entry.content),
+        since=run.waiting_since or at,
+        expires_at=run.wait_expires_at,
+    )
+
+
+def result_of(run: RunRow, journal: Sequence[Entry], waits: Sequence[Wait]) -> AgentResult:
+    """The run's result so far (stop_reason None while it has not stopped), from its row,
+    its journal and the calls it waits for."""
+    transcript = transcript_of(list(journal))
+    # A finished run stores its final counters; an unfinished one has them in its journal.
+    counters = Counters(run.steps, run.tokens, run.cost)
+    if run.status is not RunStatus.FINISHED and journal:
+        counters = journal[-1].counters
+    return AgentResult(
+        stop_reason=run.stop_reason,
+        output=run.output,
+        steps=counters.steps,
+        transcript=transcript,
+        tokens=counters.tokens,
+        cost=counters.cost,
+        error=run.error,
+        wrapped_up=run.wrapped_up,
+        run_id=run.id,
+        status=run.status,
+        waiting=waits[0] if waits else None,
+        waits=list(waits),
+    )
+
+
+# -- answers to waiting runs ------------------------------------------------------------------
+
+# The width of entries.answered_by.
+BY_LIMIT = 200
+
+
+def check_answer(given: Answer, text: str | None, by: str) -> None:
+    """ValueError for an answer no run could take (whatever it waits for)."""
+    if given is Answer.TIMED_OUT:
+        raise ValueError("a timeout is recorded by the runner, not given as an answer")
+    if given in (Answer.DENIED, Answer.REPLIED) and not (text or "").strip():
+        what = "a reason" if given is Answer.DENIED else "the reply's text"
+        raise ValueError(f"{what} must not be empty")
+    if len(by) > BY_LIMIT:
+        raise ValueError(f"who answers must be named in at most {BY_LIMIT} characters")
+
+
+def answer_entry(wait: Entry, given: Answer, text: str | None, by: str | None) -> Entry:
+    """The journal entry of an answer to `wait`: its step, counters, tool and key, the
+    answer and who gave it (every store writes the same one)."""
+    return Entry(
+        EntryKind.ANSWER,
+        wait.step,
+        wait.counters,
+        content=text,
+        tool=wait.tool,
+        idempotency_key=wait.idempotency_key,
+        answer=given,
+        answered_by=by,
+    )
+
+
+def chosen_wait(
+    run: RunRow, waits: Sequence[Wait], call: str | None, answered: Callable[[], str]
+) -> Wait:
+    """The open wait an answer is for: the one `call` names, or the only one. `answered`
+    says how `call` was answered already, if it was ("" if not)."""
+    if call is None:
+        if len(waits) == 1:
+            return waits[0]
+        raise WrongAnswer(
+            f"run {run.id} waits for {len(waits)} calls: name the one you answer with "
+            f"--call ({_calls(waits)})"
+        )
+    for wait in waits:
+        if wait.call == call:
+            return wait
+    already = answered()
+    if already:
+        raise NotWaiting(f"run {run.id} waits for other calls: {already}")
+    return _wrong_call(run, waits, call)
+
+
+def _wrong_call(run: RunRow, waits: Sequence[Wait], call: str) -> NoReturn:
+    if len(waits) == 1:
+        raise WrongAnswer(
+            f"run {run.id} waits for call {waits[0].call} ({waits[0].question}), not for {call}"
+        )
+    raise WrongAnswer(f"run {run.id} waits for calls {_calls(waits)}, not for {call}")
+
+
+def _calls(waits: Sequence[Wait]) -> str:
+    return ", ".join(f"{wait.call} {wait.question}" for wait in waits)
+
+
+def check_fits(run: RunRow, wait: Wait, given: Answer, call: str | None = None) -> None:
+    """WrongAnswer unless `given` (for `call`, if named) answers what `run` waits for."""
+    if wait.asks is Asks.CHILD:
+        raise WrongAnswer(
+            f"run {run.id} waits for its sub-agent's run to end (call {wait.call}), not for "
+            "a person: its end is delivered by the runner"
+        )
+    if call is not None and call != wait.call:
+        raise WrongAnswer(
+            f"run {run.id} waits for call {wait.call} ({wait.question}), not for {call}"
+        )
+    if given is Answer.APPROVED and wait.asks is Asks.REPLY:
+        raise WrongAnswer(
+            f"run {run.id} waits for a reply to its question, not an approval: "
+            f"runner reply {run.id} --call {wait.call} TEXT "
+            f"(or runner deny {run.id} --call {wait.call} --reason TEXT)"
+        )
+    if given is Answer.REPLIED and wait.asks is Asks.APPROVAL:
+        raise WrongAnswer(
+            f"run {run.id} waits for approval of {wait.question}, not a reply: "
+            f"runner approve {run.id} --call {wait.call} "
+            f"or runner deny {run.id} --call {wait.call} --reason TEXT"
+        )
+
+
+def answer_words(entry: Entry, at: datetime) -> str:
+    """An answer (entry, written at `at`) in words: `call K was already approved by ann ...`."""
+    by = f" by {entry.answered_by}" if entry.answered_by else ""
+    verb = str(entry.answer).replace("_", " ")
+    return f"call {entry.idempotency_key} was already {verb}{by} at {at:%Y-%m-%d %H:%M:%S} UTC"
+
+
+def why_not_waiting(run: RunRow, answered: str | tuple[Entry, datetime] | None) -> str:
+    """Why an answer to `run` is refused, given how it (or the call named) was answered
+    last: in words, or as the answer entry and when it was written."""
+    if isinstance(answered, tuple):
+        answered = answer_words(*answered)
+    answered = answered or ""
+    if run.status is RunStatus.FINISHED:
+        why = f"run {run.id} is finished ({run.stop_reason}): it waits for no answer"
+        return f"{why} ({answered})" if answered else why
+    if answered and run.status is not RunStatus.WAITING:
+        return f"run {run.id} is not waiting: {answered}"
+    return f"run {run.id} is not waiting for an answer (it is {run.status})"
+
+
+# -- messages sent to runs --------------------------------------------------------------------
+
+
+def conflict_words(run: RunRow, key: str, number: int) -> str:
+    """Why a message is refused whose key names another message of the run."""
+    return (
+        f"key {key} was sent to run {run.id} with another message (message {number}): "
+        "a key names one message; send this one with a new key"
+    )
+
+
+def finished_words(run: RunRow) -> str:
+    """Why a message to a finished run is refused, and what to do instead."""
+    return (
+        f"run {run.id} is finished ({run.stop_reason}): no step of it would read a message; "
+        "send it with --revive to continue the run with it"
+    )
+
+
 # -- provider limits -------------------------------------------------------------------------
 
 # A parked run keeps its place in line this long past its wake-up time: one that no worker
@@ -289,3 +478,55 @@ class Room:
             if freed >= excess:
                 return charge.reserved_at
         return self.at
+
+
+# Letters, digits and `_ . : - / @`: a provider and a model, as in `openai/gpt-4.1`.
+LIMIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,199}")
+
+
+# The columns are 32-bit integers on PostgreSQL (tokens 64-bit).
+_INT_MAX = 2**31 - 1
+
+
+def check_name(name: object) -> str:
+    if not isinstance(name, str) or not LIMIT_NAME.fullmatch(name):
+        raise ValueError(
+            f"limit {name!r} must be 1 to 200 letters, digits, '_', '.', ':', '/', '@' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def limit_values(
+    tokens_per_minute: int | None, requests_per_minute: int | None, concurrency: int | None
+) -> dict[str, int | None]:
+    """A limit's three measures as its row's columns, each checked (ValueError if not a
+    whole number from 1 to what its column holds); both stores set a limit from these."""
+    return {
+        "tokens_per_minute": check_amount("tokens per minute", tokens_per_minute, COUNTER_MAX),
+        "requests_per_minute": check_amount("requests per minute", requests_per_minute, _INT_MAX),
+        "concurrency": check_amount("concurrency", concurrency, _INT_MAX),
+    }
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A run in a limit's line, in line order."""
+
+    run_id: str
+    tokens: int
+    parked: bool  # queued with a wake-up time still to come (else running, or due already)
+
+
+def woken(limit: Any, at: datetime, charged: Sequence[Charge], line: Sequence[Waiter]) -> list[str]:
+    """The parked runs of `line` to wake at `at`: each whose call fits the limit with the
+    runs before it in line counted as calls in flight, up to the first that does not."""
+    counted = list(charged)
+    found: list[str] = []
+    for waiter in line:
+        if not Room(limit, at, counted, [], waiter.tokens).fits():
+            break
+        counted.append(Charge(waiter.tokens, at, True))
+        if waiter.parked:
+            found.append(waiter.run_id)
+    return found

@@ -10,7 +10,8 @@ queue, revive and fork runs by the SQL store's rules with no database
 way every time. The manual's guide docs/guides/testing.md shows them.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
-`runner.sql`, `runner.service` and the shared leaves.
+`runner.service` and the shared leaves (never `runner.sql`: the fake stands on the store's
+contract alone, and importing it loads no SQLAlchemy).
 """
 
 from __future__ import annotations

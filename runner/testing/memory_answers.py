@@ -15,16 +15,17 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Answered, timed_out_reason
 from runner.errors import NotWaiting
-from runner.sql import run_states
-from runner.sql.approvals import (
+from runner.store.rows import RunRow, entry_of
+from runner.store.rules import (
     answer_entry,
     answer_words,
     check_answer,
     check_fits,
     chosen_wait,
+    unanswered,
+    wait_of,
     why_not_waiting,
 )
-from runner.store.rows import RunRow, entry_of
 from runner.testing.memory_rows import MemoryRows, Row
 
 
@@ -46,10 +47,10 @@ class MemoryAnswers(MemoryRows):
             row = self._row(run_id)
             run = RunRow.of(row)
             tail = self._wait_rows(run.id) if run.status is RunStatus.WAITING else []
-            opened = run_states.unanswered(tail)
+            opened = unanswered(tail)
             if not opened:
                 raise NotWaiting(why_not_waiting(run, self._answered(run.id, call)))
-            waits = [run_states.wait_of(run, entry, when) for entry, when in opened]
+            waits = [wait_of(run, entry, when) for entry, when in opened]
             wait = chosen_wait(run, waits, call, lambda: self._answered_words(run.id, call))
             check_fits(run, wait, given)
             expired = wait.expires_at is not None and wait.expires_at <= at
@@ -94,7 +95,7 @@ class MemoryAnswers(MemoryRows):
         """Deny every call the run still waits for, and queue it."""
         seconds = float(RunRow.of(row).budgets.get("approval_timeout") or 0)
         reason = timed_out_reason(seconds)
-        for entry, _ in run_states.unanswered(self._wait_rows(row["id"])):
+        for entry, _ in unanswered(self._wait_rows(row["id"])):
             self._record(row, entry, Answer.TIMED_OUT, reason, None, at)
         self._requeue(row, at)
 

@@ -20,8 +20,8 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import ChildRun, Place, TreeStop
 from runner.errors import LeaseLost
-from runner.sql.runs import amount, counter, encode, plain_text
 from runner.store.protocol import Claim, Observer
+from runner.store.rows import amount, counter, encode, plain_text
 
 if TYPE_CHECKING:
     from runner.testing.memory_messages import MemoryMessages

@@ -11,11 +11,16 @@ from datetime import datetime, timedelta
 from runner.core.limits import COUNTED_SECONDS, Estimate, Reservation, counted_from, estimated
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, LimitNotFound, RunParked
-from runner.sql import limits as sql_limits
-from runner.sql.limit_line import Waiter, woken
-from runner.sql.schema import COUNTER_MAX
-from runner.store.rows import LimitInfo
-from runner.store.rules import WAITER_GRACE_SECONDS, Charge, Room
+from runner.store.rows import COUNTER_MAX, LimitInfo
+from runner.store.rules import (
+    WAITER_GRACE_SECONDS,
+    Charge,
+    Room,
+    Waiter,
+    check_name,
+    limit_values,
+    woken,
+)
 from runner.testing.memory_rows import MemoryRows, Row
 
 
@@ -30,14 +35,14 @@ class MemoryLimits(MemoryRows):
         requests_per_minute: int | None,
         concurrency: int | None = None,
     ) -> None:
-        sql_limits.check_name(name)
-        values = sql_limits.limit_values(tokens_per_minute, requests_per_minute, concurrency)
+        check_name(name)
+        values = limit_values(tokens_per_minute, requests_per_minute, concurrency)
         with self._lock:
             row = self.provider_limits.setdefault(name, {"name": name, "backoff_until": None})
             row.update(values, updated_at=self._now())
 
     def remove_limit(self, name: str) -> None:
-        sql_limits.check_name(name)
+        check_name(name)
         with self._lock:
             if self.provider_limits.pop(name, None) is None:
                 raise LimitNotFound(f"no limit named {name}")

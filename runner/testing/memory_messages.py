@@ -14,8 +14,8 @@ from runner.core.journal import Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished
-from runner.sql.messages import conflict_words, finished_words
 from runner.store.rows import RunRow
+from runner.store.rules import conflict_words, finished_words
 from runner.testing.memory_rows import MemoryRows, Row
 
 

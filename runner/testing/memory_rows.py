@@ -18,9 +18,8 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunnerError, RunNotFound
-from runner.sql.runs import entry_row
 from runner.store.owner import this_process
-from runner.store.rows import RunRow, entry_of
+from runner.store.rows import RunRow, entry_of, entry_row
 
 Row = dict[str, Any]
 

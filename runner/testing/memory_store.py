@@ -36,16 +36,12 @@ from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
 from runner.errors import AmbiguousRunId, RunnerError, RunNotFound
-from runner.sql import run_states
-from runner.sql.run_changes import FORKED_EPOCH
-from runner.sql.runs import plain_text
-from runner.sql.schedules import Fired
 from runner.store import liveness
 from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.follow import Follow
 from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
-from runner.store.rows import QueueInfo, RunRow, entry_of
+from runner.store.rows import FORKED_EPOCH, Fired, QueueInfo, RunRow, entry_of, plain_text
 from runner.store.rules import (
     Expired,
     Rules,
@@ -53,6 +49,8 @@ from runner.store.rules import (
     check_queue,
     crash_loop_error,
     refuse_if_held,
+    unanswered,
+    wait_of,
 )
 from runner.testing.memory_answers import MemoryAnswers
 from runner.testing.memory_deltas import MemoryDeltas
@@ -191,9 +189,9 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
             for run in rows:
                 if run.status is not RunStatus.WAITING:
                     continue
-                open_ = run_states.unanswered(self._wait_rows(run.id))
+                open_ = unanswered(self._wait_rows(run.id))
                 if open_:
-                    found[run.id] = [run_states.wait_of(run, entry, at) for entry, at in open_]
+                    found[run.id] = [wait_of(run, entry, at) for entry, at in open_]
         return found
 
     # -- trees of runs: the in-memory store runs a sub-agent's child inline, inside the

@@ -23,6 +23,7 @@ from runner.sql import driver, fencing, leases
 from runner.sql import runs as store
 from runner.sql.journal import SqlJournal
 from runner.sql.schema import entries
+from runner.store.rows import entry_row, entry_values
 from runner.store.rules import Claim
 
 from .support import entry_rows, observation, task_entry, tool_action
@@ -201,6 +202,6 @@ def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runn
         replace(task_entry("x"), content={"json": [1, "two"]}, cost=float("inf")),
     ]
     for seq, entry in enumerate(entries):
-        general = statement.parameters({**store.entry_row("r", seq, 3, entry, at), **fence})
-        fast = positional.parameters(store.entry_values("r", seq, 3, entry, at), fence)
+        general = statement.parameters({**entry_row("r", seq, 3, entry, at), **fence})
+        fast = positional.parameters(entry_values("r", seq, 3, entry, at), fence)
         assert fast == general, entry

@@ -21,6 +21,7 @@ from runner.sql import fencing, leases
 from runner.sql import runs as store
 from runner.sql.database import open_engine
 from runner.store.owner import this_process
+from runner.store.rows import entry_row
 
 text = st.text(alphabet=st.characters(codec=None), max_size=40)
 scalars = (
@@ -87,5 +88,5 @@ def test_an_entry_rows_role_is_its_transcript_messages_role() -> None:
         for action_type in (None, *ActionKind):
             entry = Entry(kind, 1, Counters(), action_type=action_type)
             message = entry.message()
-            row = store.entry_row("r", 0, 1, entry, utc_now())
+            row = entry_row("r", 0, 1, entry, utc_now())
             assert row["role"] == (message["role"] if message else None), (kind, action_type)

@@ -249,3 +249,21 @@ def test_a_table_on_a_pipe_loads_no_rich_console() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["ID  N", "a   1", "final", "[]"]
+
+
+def test_importing_runner_testing_loads_no_sqlalchemy() -> None:
+    # The in-memory store stands on the store's contract alone (runner/store/: protocol, rows,
+    # rules), never on runner.sql: a test of an agent on it loads no database library.
+    script = (
+        "import sys\n"
+        "import runner.testing\n"
+        "from runner.testing import InMemoryStore\n"
+        "InMemoryStore()\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy' "
+        "or m.startswith('runner.sql'))\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr

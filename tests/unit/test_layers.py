@@ -209,3 +209,29 @@ def test_each_package_docstring_names_every_module_in_it() -> None:
             if module.stem != "__init__" and module.stem not in named:
                 unnamed.append(f"{init.parent.name}/{module.name}")
     assert unnamed == []
+
+
+def sqlalchemy_imports(root: Path) -> list[str]:
+    """Every import of SQLAlchemy (or of a module under it) in the folder, lazy ones too."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name == "sqlalchemy" or name.startswith("sqlalchemy.") for name in names):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_the_store_contract_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    # runner/store/ is the contract both stores keep (protocol, rows, rules): all the SQL is
+    # in runner/sql/, so the in-memory store and the service's types need no database library.
+    assert sqlalchemy_imports(PACKAGE / "store") == []
+    planted = tmp_path / "store"
+    planted.mkdir()
+    (planted / "rows.py").write_text("def later():\n    from sqlalchemy.engine import Row\n")
+    assert sqlalchemy_imports(planted) == ["rows.py:2"]
