@@ -88,6 +88,15 @@ class Backend:
     notifies = False
     # Whether several runs' journal entries can go in one statement (fenced_insert_runs).
     writes_runs_together = False
+    # Whether the database takes one writer at a time per file, so a process's writers
+    # take turns on a lock of its own first (runner.sql.writer): SQLite.
+    one_writer_per_file = False
+    # Whether a tree's reservations take a lock of their own (an advisory lock): on SQLite,
+    # BEGIN IMMEDIATE already holds the whole file (runner.sql.tree_budget).
+    locks_trees = False
+    # Whether the server caps its connections, so a worker's pool leaves room under the cap
+    # (runner.sql.pool_size asks PostgreSQL how many are free).
+    caps_connections = False
 
     def create_engine(
         self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
@@ -200,6 +209,7 @@ class SqliteBackend(Backend):
     name = "sqlite"
     title = "SQLite"
     migrates_fresh_files = True
+    one_writer_per_file = True
 
     def create_engine(
         self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
@@ -359,6 +369,8 @@ class PostgresBackend(Backend):
     """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
 
     name = "postgresql"
+    locks_trees = True
+    caps_connections = True
     writes_renew_lease = True
     writes_runs_together = True
     title = "PostgreSQL"

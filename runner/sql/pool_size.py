@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from runner.errors import first_line
+from runner.sql.backend import backend_for
 from runner.sql.database import open_engine
 from runner.sql.failures import unavailable
 from runner.sql.urls import redact_url
@@ -50,7 +51,7 @@ def choose_pool(url: str, concurrency: int, cap: int | None = None) -> PoolChoic
     needed = concurrency + POOL_FLOOR
     engine = open_engine(url, pool=False)
     try:
-        if engine.dialect.name == "postgresql":
+        if backend_for(engine.dialect.name).caps_connections:
             try:
                 free, reason = _postgres_room(engine)
             except SQLAlchemyError as exc:

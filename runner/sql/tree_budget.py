@@ -42,6 +42,7 @@ from runner.core.clock import Clock, utc_now
 from runner.core.status import RunStatus
 from runner.core.tree import Spend, TreeStop, ancestors_stop, crowded
 from runner.errors import LeaseLost
+from runner.sql.backend import backend_for
 from runner.sql.children import ancestor_of
 from runner.sql.schema import entries, runs, tree_reservations
 from runner.store.rows import COUNTER_MAX, RunRow
@@ -157,7 +158,7 @@ def _lock_tree(connection: Connection, root: str) -> None:
     """Take the tree's turn to reserve, until the transaction ends (SQLite's BEGIN
     IMMEDIATE already holds the whole file's). PostgreSQL's advisory lock takes no row lock,
     so it orders nothing against the journal's writes and the heartbeat's."""
-    if connection.dialect.name != "postgresql":
+    if not backend_for(connection.dialect.name).locks_trees:
         return
     digest = hashlib.sha256(f"runner tree {root}".encode()).digest()[:8]
     key = int.from_bytes(digest, "big", signed=True)

@@ -43,7 +43,7 @@ def _lock_of(engine: Engine) -> threading.Lock | None:
     except KeyError:
         pass
     lock = None
-    if engine.dialect.name == "sqlite":
+    if backend_for(engine.dialect.name).one_writer_per_file:
         database = engine.url.database or ""
         # One lock per file, whichever engine (or spelling of the path) writes to it.
         key = database if database in ("", ":memory:") else os.path.realpath(database)
