@@ -1,4 +1,5 @@
-"""Schedules: runs started on a cron schedule, one per tick (see runner.sql.schedules).
+"""Schedules: runs started on a cron schedule, one per tick (see runner.store.cron), kept
+and fired by the store, through its protocol (runner.sql.schedules on a database).
 
 Workers fire the ticks (runner.service.worker); this part of the `Runner` adds, lists,
 pauses, resumes and removes schedules, and can fire the ticks due itself (`fire_schedules`,
@@ -11,12 +12,22 @@ from datetime import datetime
 from typing import Any
 
 from runner.core.agent import Agent, with_budgets
+from runner.defaults import DEFAULT_QUEUE
 from runner.errors import AgentLoadError, ScheduleExists
 from runner.service import submissions
 from runner.service.runner_base import RunnerBase
-from runner.sql import schedules as store
-from runner.sql.schedules import Fired, ScheduleRow
-from runner.sql.schema import DEFAULT_QUEUE
+from runner.store.cron import (
+    CATCH_UP,
+    OVERLAP,
+    CatchUp,
+    Overlap,
+    check_choice,
+    check_cron,
+    check_schedule_name,
+    check_timezone,
+    next_tick,
+)
+from runner.store.rows import Fired, ScheduleRow
 from runner.store.rules import check_priority, check_queue
 
 
@@ -33,8 +44,8 @@ class Scheduling(RunnerBase):
         timezone: str = "UTC",
         queue: str | None = None,
         priority: int | None = None,
-        catch_up: store.CatchUp = "last",
-        overlap: store.Overlap = "skip",
+        catch_up: CatchUp = "last",
+        overlap: Overlap = "skip",
         **budgets: Any,
     ) -> ScheduleRow:
         """Start a run of `agent` on `task` at every tick of `cron` (five fields, read in
@@ -45,11 +56,11 @@ class Scheduling(RunnerBase):
         tick runs). `overlap`: a tick while the previous tick's run is unfinished is
         skipped (`skip`) or runs beside it (`allow`).
         """
-        store.check_name(name)
-        cron = store.check_cron(cron)
-        store.check_timezone(timezone)
-        store.check_choice("catch_up", catch_up, store.CATCH_UP)
-        store.check_choice("overlap", overlap, store.OVERLAP)
+        check_schedule_name(name)
+        cron = check_cron(cron)
+        check_timezone(timezone)
+        check_choice("catch_up", catch_up, CATCH_UP)
+        check_choice("overlap", overlap, OVERLAP)
         submissions.check_task(task)
         loaded = self._agent(agent)
         ref = loaded.reference()
@@ -74,35 +85,35 @@ class Scheduling(RunnerBase):
             "catch_up": catch_up,
             "overlap": overlap,
             "paused": False,
-            "next_tick_at": store.next_tick(cron, timezone, now),
+            "next_tick_at": next_tick(cron, timezone, now),
             "created_at": now,
             "updated_at": now,
         }
-        if not store.add_schedule(self.engine, row):
+        if not self.store.add_schedule(row):
             raise ScheduleExists(
                 f"a schedule named {name!r} exists already (runner schedule rm {name} first)"
             )
-        return store.get_schedule(self.engine, name)
+        return self.store.schedule(name)
 
     def schedules(self) -> list[ScheduleRow]:
         """Every schedule, by name."""
-        return store.list_schedules(self.engine)
+        return self.store.schedules()
 
     def schedule(self, name: str) -> ScheduleRow:
-        return store.get_schedule(self.engine, name)
+        return self.store.schedule(name)
 
     def pause_schedule(self, name: str) -> ScheduleRow:
         """No tick of the schedule fires until it is resumed."""
-        return store.set_paused(self.engine, name, True, self.now())
+        return self.store.pause_schedule(name, True, self.now())
 
     def resume_schedule(self, name: str) -> ScheduleRow:
         """Fire the schedule again, from its first tick after now (the ticks of its pause
         are not caught up)."""
-        return store.set_paused(self.engine, name, False, self.now())
+        return self.store.pause_schedule(name, False, self.now())
 
     def remove_schedule(self, name: str) -> None:
         """Delete the schedule; the runs it started stay."""
-        store.remove_schedule(self.engine, name)
+        self.store.remove_schedule(name)
 
     def fire_schedules(self, now: datetime | None = None) -> list[Fired]:
         """Handle every tick due at `now` (default: the database's clock), as a worker does

@@ -57,7 +57,7 @@ from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.follow import Follow
 from runner.store.owner import this_process
 from runner.store.protocol import Claim, Decide, Observer
-from runner.store.rows import LimitInfo, QueueInfo, RunRow
+from runner.store.rows import LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Expired, Rules
 
 
@@ -324,6 +324,21 @@ class SqlStore:
         return retention.prune_expired(self.engine, now)
 
     # -- schedules ---------------------------------------------------------------------------
+
+    def add_schedule(self, row: Mapping[str, Any]) -> bool:
+        return schedules.add_schedule(self.engine, row)
+
+    def schedules(self) -> list[ScheduleRow]:
+        return schedules.list_schedules(self.engine)
+
+    def schedule(self, name: str) -> ScheduleRow:
+        return schedules.get_schedule(self.engine, name)
+
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> ScheduleRow:
+        return schedules.set_paused(self.engine, name, paused, now)
+
+    def remove_schedule(self, name: str) -> None:
+        schedules.remove_schedule(self.engine, name)
 
     def fire_schedules(self, now: datetime) -> list[Fired]:
         return schedules.fire_due(self.engine, now, utc_now(self._clock))

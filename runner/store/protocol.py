@@ -27,7 +27,7 @@ from runner.core.waiting import Answer, Answered, Wait
 from runner.errors import RunnerError
 from runner.store.delta_writer import RunDeltas
 from runner.store.follow import Follow
-from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow
+from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Claim as Claim  # re-exported: what a claim holds
 from runner.store.rules import Expired, Rules
 
@@ -285,6 +285,28 @@ class RunStore(Protocol):
         ...
 
     # -- schedules ---------------------------------------------------------------------------
+
+    def add_schedule(self, row: Mapping[str, Any]) -> bool:
+        """Keep a schedule (its columns, checked by runner.store.cron); False, nothing kept,
+        when its name is taken."""
+        ...
+
+    def schedules(self) -> list[ScheduleRow]:
+        """Every schedule, by name."""
+        ...
+
+    def schedule(self, name: str) -> ScheduleRow:
+        """The schedule `name`, or ScheduleNotFound."""
+        ...
+
+    def pause_schedule(self, name: str, paused: bool, now: datetime) -> ScheduleRow:
+        """Pause or resume it; resumed, it fires from its first tick after `now` (the ticks
+        of its pause are not caught up). ScheduleNotFound if there is none."""
+        ...
+
+    def remove_schedule(self, name: str) -> None:
+        """Forget the schedule (its runs stay), or ScheduleNotFound."""
+        ...
 
     def fire_schedules(self, now: datetime) -> list[Fired]:
         """Handle every schedule's tick due at `now`: a run started or a skip recorded each,
