@@ -259,7 +259,12 @@ class ForeignRun:
             live = reply_of(request())
             answered[:] = [live]
             reply = live[0]
-            return {"type": "final", "content": "", "usage": {"tokens": reply.tokens}}
+            # What traces and the provider limit read of it: the calls, or the text, and usage.
+            usage = {"tokens": reply.tokens, "cost": reply.cost}
+            if reply.calls:
+                calls = [{"name": c.tool, "args": c.args, "id": c.id} for c in reply.calls]
+                return {"type": "tool", "calls": calls, "text": reply.text, "usage": usage}
+            return {"type": "final", "content": reply.text or "", "usage": usage}
 
         self.model_call.model = model
         try:
