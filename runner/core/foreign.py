@@ -206,8 +206,13 @@ class ForeignRun:
                 step.recorded = False  # its messages only: its calls are made here
             return None
         first = step.actions[0]
+        if first.kind is EntryKind.FINAL and isinstance(first.content, str):
+            # The answer it ended on (`runner replay` goes this far): a reply with no call.
+            self.rules.counters = first.counters
+            self.pending_reply = (self.step, Reply(text=first.content, tokens=first.tokens))
+            return Reply(text=first.content, tokens=first.tokens, cost=first.cost)
         if first.kind is not EntryKind.ACTION:
-            # A final or refused step ended the run: a run resumed past it has diverged.
+            # A refused step ended the run: a run resumed past it has diverged.
             self._diverged(f"step {self.step} is recorded as {first.kind}, yet the agent asks on")
         action = _action_of_rows(step.actions)
         self.rules.count(self.step, action)
@@ -538,6 +543,14 @@ class ForeignRun:
         if self.pending_reply is not None and self.pending_reply[0] == self.step:
             tokens, cost = self.pending_reply[1].tokens, self.pending_reply[1].cost
             self.pending_reply = None
+        recorded = self.steps.get(self.step)
+        if (
+            recorded is not None
+            and recorded.actions
+            and recorded.actions[0].kind is EntryKind.FINAL
+        ):
+            final = recorded.actions[0]  # replayed to its recorded end
+            return Stop(StopReason.FINAL, output=final.content)
         checked = parse_action({"type": "final", "content": output})
         if checked.kind is not ActionKind.FINAL:
             checked = Action(ActionKind.FINAL, content=str(output))

@@ -254,12 +254,17 @@ def _declarations(agent: SdkAgent[Any], idempotent: set[str]) -> dict[str, Tool]
         seen.add(id(current))
         for tool in current.tools:
             if isinstance(tool, FunctionTool):
-                declared[tool.name] = Tool(tool.on_invoke_tool, idempotent=tool.name in idempotent)
+                declared[tool.name] = Tool(_declared, idempotent=tool.name in idempotent)
         agents += [h for h in current.handoffs if isinstance(h, SdkAgent)]
     unknown = sorted(idempotent - set(declared))
     if unknown:
         raise ValueError(f"idempotent names no function tool of the agent: {', '.join(unknown)}")
     return declared
+
+
+def _declared(**args: Any) -> Any:
+    """A declaration's stand-in function: the SDK parses and calls the tool itself."""
+    raise NotImplementedError("an Agents SDK tool is called through its FunctionTool")
 
 
 def _returned(given: Any) -> dict[str, Outcome]:

@@ -307,11 +307,17 @@ def _declarations(agent: PydanticAgent[Any, Any], idempotent: set[str]) -> dict[
             base = own if isinstance(own, Tool) else Tool(tool.function)
             if name in idempotent:
                 base = replace(base, idempotent=True)
-            declared[name] = base
+            # Only the declaration is runner's: Pydantic AI validates and calls the tool.
+            declared[name] = replace(base, fn=_declared)
     unknown = sorted(idempotent - set(declared))
     if unknown:
         raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
     return declared
+
+
+def _declared(**args: Any) -> Any:
+    """A declaration's stand-in function: Pydantic AI calls the tool itself."""
+    raise NotImplementedError("a Pydantic AI tool is called through its agent")
 
 
 def _returned(messages: list[pm.ModelMessage]) -> tuple[dict[str, Outcome], str | None]:

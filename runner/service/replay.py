@@ -149,7 +149,9 @@ def _loop_difference(
     tools = {name: _guarded(tool) for name, tool in agent.tools.items()}
     last = max((entry.step for entry in journal), default=0)
     try:
-        result = drive(_no_model, tools, run.task, budgets, _RecordOnly(run.id, journal))
+        # A framework's agent (runner.integrations) replays its own loop against the record.
+        loop = agent.loop or drive
+        result = loop(_no_model, tools, run.task, budgets, _RecordOnly(run.id, journal))
     except ReplayMismatch as exc:
         step = exc.step if exc.step is not None else last
         return step, _recorded(exc.recorded), exc.now or str(exc)

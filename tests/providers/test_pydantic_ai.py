@@ -384,3 +384,18 @@ def test_a_message_sent_to_a_pydantic_run_is_a_user_turn_before_its_next_request
     }
     assert [(row.kind, row.step) for row in rows if row.kind == "message"] == [("message", 2)]
     assert {"role": "user", "content": "Please be brief."} in result.transcript
+
+
+def test_runner_replay_rechecks_a_pydantic_run_against_todays_code(
+    db_url: str, server: FakeServer
+) -> None:
+    script(server)
+    with Runner(db_url) as runner:
+        runner.run(Calculator(server.url).agent, TASK, id="replayed")
+        same = runner.replay("replayed", agent=Calculator(server.url).agent)
+        changed = runner.replay(
+            "replayed", agent=RunnerAgent(PydanticAgent(openai_model(server.url)))
+        )
+    assert same.agrees, same
+    assert not changed.agrees
+    assert len(server.requests) == 3  # a replay asks no model
