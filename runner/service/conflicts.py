@@ -16,7 +16,7 @@ from runner.core.budget_changes import before_changes
 from runner.core.budgets import Budgets
 from runner.core.journal import Entry
 from runner.errors import RunConflict
-from runner.sql.runs import RunRow
+from runner.store.rows import RunRow
 
 _SHOWN = 40  # characters of a differing value quoted in the message
 

@@ -25,9 +25,9 @@ from runner.core.clock import utc_now
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.errors import CannotFork
-from runner.sql.runs import RunRow, new_run
 from runner.store.protocol import RunStore
 from runner.store.rows import FORKED_EPOCH as FORKED_EPOCH  # re-exported
+from runner.store.rows import RunRow, new_run
 
 
 @dataclass(frozen=True)

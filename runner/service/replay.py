@@ -30,7 +30,7 @@ from runner.core.tools import KEY_PARAMETER, Tool
 from runner.core.tree import ChildRun, Place, TreeStop
 from runner.errors import ReplayMismatch, RunnerError, RunWaiting
 from runner.models.adapter import Adapter
-from runner.sql.runs import RunRow
+from runner.store.rows import RunRow
 
 # Stops the loop decides from recorded entries: replaying must reach them again. Others
 # come from outside the code (the clock, a cancel, the model's errors, the workers).

@@ -19,12 +19,11 @@ from runner.core.ids import new_run_id
 from runner.core.journal import Entry
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
-from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
+from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, DEFAULT_QUEUE
 from runner.errors import AgentLoadError, RunnerError
 from runner.service import submissions
-from runner.sql import runs as store
-from runner.sql.schema import DEFAULT_QUEUE
 from runner.store.protocol import RunStore
+from runner.store.rows import RunRow, new_run
 from runner.store.rules import check_priority, check_queue, result_of
 
 if TYPE_CHECKING:
@@ -131,13 +130,13 @@ class RunnerBase:
         journal = [entry for entry, _ in self.store.load_entries(run.id)]
         return result_of(run, journal, self.store.waits([run]).get(run.id, []))
 
-    def row(self, run_id: str) -> store.RunRow:
+    def row(self, run_id: str) -> RunRow:
         """The run's row as stored (lease holder, timestamps, budgets), with its `state`
         (its status, or `stalled`: see runner.liveness) and, while it is unfinished, the
         counters of its journal so far."""
         return self._observed([self.store.find_run(run_id)])[0]
 
-    def _observed(self, rows: Sequence[store.RunRow]) -> Sequence[store.RunRow]:
+    def _observed(self, rows: Sequence[RunRow]) -> Sequence[RunRow]:
         return self.store.observe(rows, self.now())
 
     def _create(
@@ -158,7 +157,7 @@ class RunnerBase:
         # As in run_agent, a budget given as None is unlimited; one not given is the agent's.
         chosen = with_budgets(budgets, agent.budgets)
         run_id = self._new_id(run_id)
-        row = store.new_run(
+        row = new_run(
             run_id=run_id,
             agent=ref,
             agent_name=agent.name,
@@ -194,7 +193,7 @@ class RunnerBase:
         raise AgentLoadError(f"expected an Agent or a reference string, got {type(agent).__name__}")
 
     @staticmethod
-    def _stored_agent(run: store.RunRow) -> Agent:
+    def _stored_agent(run: RunRow) -> Agent:
         if run.agent is None:
             raise AgentLoadError(
                 f"run {run.id} was started from an Agent with no importable reference: "
@@ -209,7 +208,7 @@ class RunnerBase:
         *,
         poll: float | None = None,
         timeout: float | None = None,
-    ) -> store.RunRow:
+    ) -> RunRow:
         """Block while the run has `status`; on PostgreSQL a NOTIFY wakes this at once."""
         poll = ANSWER_POLL_SECONDS if poll is None else poll
         woken = threading.Event()

@@ -19,12 +19,12 @@ from runner.core.agent import with_budgets
 from runner.core.budget_changes import CHANGE_KINDS
 from runner.core.budgets import Budgets
 from runner.core.ids import new_run_id
+from runner.defaults import DEFAULT_QUEUE
 from runner.errors import RunConflict, SubmissionRefused, SubmitInterrupted, first_line
 from runner.service.conflicts import conflict, differences
 from runner.service.delays import start_time
-from runner.sql import runs as store
-from runner.sql.schema import DEFAULT_QUEUE
 from runner.store.protocol import RunStore
+from runner.store.rows import RunRow, new_run
 from runner.store.rules import check_priority, check_queue
 
 BATCH_SIZE = 1000
@@ -131,7 +131,7 @@ def _item(
     priority = fields.get("priority")
     given_id = fields.get("id")
     run_id = check_id(given_id) if given_id is not None else new_run_id()
-    row = store.new_run(
+    row = new_run(
         run_id=run_id,
         agent=ref,
         agent_name=agent_name,
@@ -148,7 +148,7 @@ def _item(
 
 
 def refuse_another(
-    existing: store.RunRow,
+    existing: RunRow,
     runs: RunStore,
     agent: str | None,
     agent_name: str | None,

@@ -55,11 +55,10 @@ from runner.errors import (
     first_line,
 )
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
-from runner.sql import queues as queue_limits
 from runner.sql.database import resolve_url
 from runner.sql.pool_size import PoolChoice, choose_pool
 from runner.store.protocol import Claim, RunStore
-from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS
+from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, chosen
 
 log = logging.getLogger("runner.worker")
 
@@ -121,7 +120,7 @@ class Worker:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         # The queues this worker claims from (None: every queue).
-        self.queues = queue_limits.chosen(queues)
+        self.queues = chosen(queues)
         # The pool, from the concurrency and what the database can spare (at most
         # `connections`): runs hold a connection only while they write.
         self.pool: PoolChoice | None = None

@@ -36,9 +36,9 @@ from runner.core.waiting import Answer, Asks
 from runner.sql import approvals
 from runner.sql.backend import backend_for
 from runner.sql.driver import Prepared, prepared
-from runner.sql.runs import lock_run, new_run
+from runner.sql.runs import lock_run
 from runner.sql.schema import entries, runs
-from runner.store.rows import RunRow, amount, counter, entry_row
+from runner.store.rows import RunRow, amount, counter, entry_row, new_run
 from runner.store.rules import PRIORITY_RANGE
 
 # A tree deeper than this is refused outright (max_depth is far smaller in practice): the

@@ -9,7 +9,7 @@ status is `running` under a lease that has not expired. A waiting run holds no s
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -151,13 +151,3 @@ def list_queues(engine: Engine, at: datetime) -> list[QueueInfo]:
             )
         )
     return listed
-
-
-def chosen(names: Collection[str] | None) -> list[str] | None:
-    """The queues a worker serves, each checked (None: every queue)."""
-    if names is None:
-        return None
-    picked = [check_queue(name) for name in names]
-    if not picked:
-        raise ValueError("a worker must serve at least one queue")
-    return picked

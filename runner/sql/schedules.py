@@ -32,11 +32,12 @@ from sqlalchemy.exc import IntegrityError
 from runner.core.status import RunStatus
 from runner.errors import ScheduleNotFound
 from runner.sql.backend import backend_for
-from runner.sql.runs import new_run, reading
+from runner.sql.runs import reading
 from runner.sql.schema import runs, schedules
 from runner.store.cron import last_tick, next_tick, tick_run_id
 from runner.store.rows import Fired as Fired  # re-exported
 from runner.store.rows import ScheduleRow as ScheduleRow  # re-exported
+from runner.store.rows import new_run
 
 # A tick found due later than this after its time was missed: no worker was up at the tick.
 ON_TIME_SECONDS = 60.0

@@ -374,3 +374,59 @@ def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) 
         plain_text(entry.answered_by),
         entry.call_id,
     )
+
+
+def new_run(
+    *,
+    run_id: str,
+    agent: str | None,
+    agent_name: str | None,
+    release: str | None,
+    task: str,
+    budgets: dict[str, Any],
+    at: datetime,
+    forked_from_id: str | None = None,
+    forked_at_step: int | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    not_before: datetime | None = None,
+    parent_id: str | None = None,
+    root_id: str | None = None,
+    parent_call_key: str | None = None,
+) -> dict[str, Any]:
+    """The row of a run just submitted (queued, nothing spent). A child run names its
+    parent, its tree's root and the key of the parent's call that started it; any other
+    run is a root, and its root_id is its own id."""
+    if (parent_id is None) != (root_id is None):
+        raise ValueError("a child run names both its parent and its root; a root neither")
+    return {
+        "id": run_id,
+        "agent": agent,
+        "agent_name": agent_name,
+        "release": release,
+        "task": task,
+        "budgets": budgets,
+        "status": RunStatus.QUEUED,
+        "wrapped_up": False,
+        "steps": 0,
+        "tokens": 0,
+        "cost": 0.0,
+        "resumes": 0,
+        "stalled_resumes": 0,
+        "progress_seq": 0,
+        "cancel_requested": False,
+        "lease_epoch": 0,
+        "created_at": at,
+        "updated_at": at,
+        "forked_from_id": forked_from_id,
+        "forked_at_step": forked_at_step,
+        "queue": queue,
+        "priority": priority,
+        "not_before": not_before,
+        "parent_id": parent_id,
+        "root_id": run_id if root_id is None else root_id,
+        "parent_call_key": parent_call_key,
+        "below_steps": 0,
+        "below_tokens": 0,
+        "below_cost": 0.0,
+    }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
@@ -64,6 +64,16 @@ def check_limit(limit: object) -> int | None:
     if limit > PRIORITY_RANGE[1]:
         raise ValueError(f"a queue's limit must be at most {PRIORITY_RANGE[1]}, got {limit}")
     return limit
+
+
+def chosen(names: Collection[str] | None) -> list[str] | None:
+    """The queues a worker serves, each checked (None: every queue)."""
+    if names is None:
+        return None
+    picked = [check_queue(name) for name in names]
+    if not picked:
+        raise ValueError("a worker must serve at least one queue")
+    return picked
 
 
 # -- retention --------------------------------------------------------------------------------

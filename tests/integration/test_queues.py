@@ -88,7 +88,6 @@ def test_a_batch_failing_midway_leaves_earlier_batches_and_nothing_of_itself(
     """Another process takes an id of the second batch after the check: that batch fails
     whole, the first stays, and the error says exactly what was submitted."""
     from runner.errors import SubmitInterrupted
-    from runner.service import submissions
     from runner.sql import runs as store
 
     real = store.existing_runs
@@ -99,7 +98,7 @@ def test_a_batch_failing_midway_leaves_earlier_batches_and_nothing_of_itself(
             other.submit(AGENT, "someone else's", id="taken")
         return found
 
-    monkeypatch.setattr(submissions.store, "existing_runs", checked_then_taken)
+    monkeypatch.setattr(store, "existing_runs", checked_then_taken)
     tasks: list[Any] = [f"task {i}" for i in range(1500)]
     tasks[1200] = {"task": "mine", "id": "taken"}
     with Runner(db_url) as runner:

@@ -18,8 +18,9 @@ from runner import Runner
 from runner.core.status import RunStatus
 from runner.history import prune_runs
 from runner.sql import retention
-from runner.sql.runs import insert_run, new_run
+from runner.sql.runs import insert_run
 from runner.sql.schema import entries, runs
+from runner.store.rows import new_run
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"

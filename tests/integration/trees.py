@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner import Agent, Runner
-from runner.sql.runs import new_run
+from runner.store.rows import new_run
 from runner.testing import ScriptedModel, call
 
 USAGE = {"tokens": 100, "cost": 0.25}

@@ -16,8 +16,7 @@ from runner.core.actions import ActionKind
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.sql.database import current_revision, downgrade, head_revision, open_engine, upgrade
-from runner.sql.runs import new_run
-from runner.store.rows import entry_row
+from runner.store.rows import entry_row, new_run
 from tests.integration.support import DEAD_OWNER
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -4,7 +4,7 @@ SQL store reads (tests/integration/test_run_trees.py), and no run read is ever l
 from __future__ import annotations
 
 from runner import Agent, Runner
-from runner.sql.runs import new_run
+from runner.store.rows import new_run
 from runner.store.run_trees import tree_of
 from runner.testing import ScriptedModel
 
