@@ -30,7 +30,7 @@ from runner.store.rules import (
     WAITER_GRACE_SECONDS,
     Charge,
     aware,
-    check_name,
+    check_limit_name,
     limit_values,
 )
 
@@ -46,7 +46,7 @@ def set_limit(
 ) -> None:
     """Store limit `name` (None for any of the three: not limited by it). Calls reserved
     already stay charged; the next reservations are checked against the new numbers."""
-    check_name(name)
+    check_limit_name(name)
     values: dict[str, Any] = limit_values(tokens_per_minute, requests_per_minute, concurrency)
     values["updated_at"] = utc_now(clock)
     store_named(engine, limits, name, values, f"limit {name}")
@@ -55,7 +55,7 @@ def set_limit(
 def remove_limit(engine: Engine, name: str) -> None:
     """Remove limit `name` with its reservations and its line (LimitNotFound if none):
     its runs' calls draw from nothing from now on."""
-    check_name(name)
+    check_limit_name(name)
     with engine.begin() as connection:
         # The children first: SQLite enforces no foreign key unless told to.
         connection.execute(delete(limit_waiters).where(limit_waiters.c.limit_name == name))

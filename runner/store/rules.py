@@ -498,7 +498,7 @@ LIMIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,199}")
 _INT_MAX = 2**31 - 1
 
 
-def check_name(name: object) -> str:
+def check_limit_name(name: object) -> str:
     if not isinstance(name, str) or not LIMIT_NAME.fullmatch(name):
         raise ValueError(
             f"limit {name!r} must be 1 to 200 letters, digits, '_', '.', ':', '/', '@' or '-', "

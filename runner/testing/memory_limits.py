@@ -17,7 +17,7 @@ from runner.store.rules import (
     Charge,
     Room,
     Waiter,
-    check_name,
+    check_limit_name,
     limit_values,
     woken,
 )
@@ -35,14 +35,14 @@ class MemoryLimits(MemoryRows):
         requests_per_minute: int | None,
         concurrency: int | None = None,
     ) -> None:
-        check_name(name)
+        check_limit_name(name)
         values = limit_values(tokens_per_minute, requests_per_minute, concurrency)
         with self._lock:
             row = self.provider_limits.setdefault(name, {"name": name, "backoff_until": None})
             row.update(values, updated_at=self._now())
 
     def remove_limit(self, name: str) -> None:
-        check_name(name)
+        check_limit_name(name)
         with self._lock:
             if self.provider_limits.pop(name, None) is None:
                 raise LimitNotFound(f"no limit named {name}")
