@@ -17,7 +17,7 @@ from tests.conditions import wait_until
 
 from .harness import cli, described
 
-AGENT = f"{Path(__file__).resolve().with_name('tree_agents.py')}:root"
+AGENT = f"{Path(__file__).resolve().with_name('tree_budget_agents.py')}:root"
 
 
 def test_a_worker_killed_holding_a_childs_call_blocks_nothing_past_its_lease(

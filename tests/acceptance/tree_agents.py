@@ -1,31 +1,62 @@
-"""Agents for the tree-budget acceptance test (self-contained: a worker loads this file by
-its path): `root` hands two tasks at once to `leaf` sub-agents, then answers; a leaf calls
-`work` twice, then answers. Every model call reports 100 tokens and states max_tokens=50."""
+"""The agents of the sub-agent crash tests (test_tree_crash.py): a lead that hands two
+tasks to two sub-agents at once, each of which calls a plain (non-idempotent) tool once,
+keeping a ledger of every call that really ran, then answers. Every model call reports 10
+tokens; the models answer from the transcript alone, so a resumed run goes on as it was."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
-from runner import Agent
-from runner.testing import FunctionModel, turns
+from runner import Agent, current_call
+from runner.core.faults import fault
+from runner.testing import FunctionModel, tool_results, turns
+
+LEDGER_VARIABLE = "RUNNER_TEST_LEDGER"  # as agents.py's: this file is loaded by path
+
+ANSWER = "papers done + web done"
 
 
-class Model(FunctionModel):
-    max_tokens = 50
+def _ledger(line: str) -> None:
+    with (Path(os.environ[LEDGER_VARIABLE]) / "tree.ledger").open("a") as ledger:
+        ledger.write(line + "\n")
+        ledger.flush()
+        os.fsync(ledger.fileno())
 
 
-def _leaf(transcript: list[dict[str, Any]]) -> dict[str, Any]:
-    if turns(transcript) < 2:
-        return {"type": "tool", "name": "work", "args": {"n": turns(transcript)}, "usage": 100}
-    return {"type": "final", "content": "leaf done", "usage": 100}
+def effect(note: str) -> str:
+    """A plain tool with an effect outside the run: neither idempotent nor reconcilable."""
+    call = current_call()
+    assert call is not None
+    _ledger(f"effect {call.run_id} {call.idempotency_key} {call.attempt}")
+    fault("during_tool")
+    return f"noted {note}"
 
 
-def _root(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+def _child(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    task = transcript[0]["content"]
     if turns(transcript) == 0:
-        calls = [{"name": "leaf", "args": {"task": task}} for task in ("a", "b")]
-        return {"type": "tool", "calls": calls, "usage": 100}
-    return {"type": "final", "content": "root done", "usage": 100}
+        return {"type": "tool", "name": "effect", "args": {"note": task}, "usage": 10}
+    return {"type": "final", "content": f"{task} done", "usage": 10}
 
 
-leaf = Agent(Model(_leaf), {"work": lambda n: f"worked {n}"}, name="leaf", max_steps=10)
-root = Agent(Model(_root), {"leaf": leaf.as_tool("leaf")}, name="root", max_steps=50)
+def _lead(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    if turns(transcript) == 0:
+        calls = [
+            {"name": "web", "args": {"task": "web"}},
+            {"name": "papers", "args": {"task": "papers"}},
+        ]
+        return {"type": "tool", "calls": calls, "usage": 10}
+    answers = sorted(str(message["content"]) for message in tool_results(transcript))
+    return {"type": "final", "content": " + ".join(answers), "usage": 10}
+
+
+web = Agent(FunctionModel(_child), {"effect": effect}, name="web")
+papers = Agent(FunctionModel(_child), {"effect": effect}, name="papers")
+lead = Agent(
+    FunctionModel(_lead),
+    {"web": web.as_tool("web"), "papers": papers.as_tool("papers")},
+    name="lead",
+    max_steps=20,
+)
