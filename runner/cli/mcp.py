@@ -48,8 +48,9 @@ def serve(address: str | None, token: str | None, url: str | None) -> None:
         ) from None
     from runner.mcp import http
     from runner.mcp.serve import make_server
+    from runner.service.loopback import is_loopback
 
-    if host is not None and not token and not http.is_loopback(host):
+    if host is not None and not token and not is_loopback(host):
         raise click.UsageError(
             f"--http {address}: {host} is not a loopback address: give --token "
             f"(or ${UI_TOKEN_VARIABLE})"

@@ -9,9 +9,10 @@ either way.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 from typing import TYPE_CHECKING, Any
+
+from runner.service.loopback import is_loopback
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -69,17 +70,6 @@ class Guard:
         ):
             return 401, "this server needs the header Authorization: Bearer TOKEN"
         return None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (a name or an address) is this machine's loopback."""
-    name = host.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def _host_name(header: str) -> str:

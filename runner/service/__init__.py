@@ -8,8 +8,8 @@ put together from its parts: what they share (`runner_base`), putting runs in th
 schedules (`scheduling`) and provider limits (`limiting`); the `worker` that serves the
 queue; and the operations on runs (`fork`, `replay`, `revival`, `submissions`, `conflicts`,
 `delays`). What the faces show of runs and the database comes from here too (`overview`,
-`values`, `database`, and `documents`: the JSON every face gives of runs and events): the
-faces never reach into the store.
+`values`, `database`, and `documents`: the JSON every face gives of runs and events), and
+whether a face's host is the machine's own (`loopback`): the faces never reach into the store.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
 `runner.sql` and the shared leaves.

@@ -21,7 +21,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from runner.errors import MissingExtra
-from runner.ui.loopback import is_loopback
+from runner.service.loopback import is_loopback
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette

@@ -18,8 +18,8 @@ from starlette.staticfiles import StaticFiles
 
 from runner.errors import AmbiguousRunId, DatabaseUnavailable, RunnerError, RunNotFound
 from runner.service.database import open_read_only, resolve_url
+from runner.service.loopback import is_loopback
 from runner.ui import api, pages
-from runner.ui.loopback import is_loopback
 from runner.ui.security import Guard, is_api
 from runner.ui.state import UiState
 

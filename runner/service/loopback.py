@@ -1,5 +1,6 @@
-"""Whether the page listens on this machine alone: a host that is its loopback needs no
-token. Needs none of the `ui` extra's libraries (the CLI checks it before loading them)."""
+"""Whether a face listens on this machine alone: a host that is its loopback needs no
+token (the page, the API and `runner mcp serve --http` all ask). Needs no extra's libraries:
+the CLI checks it before loading them."""
 
 from __future__ import annotations
 
