@@ -28,6 +28,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The Ctrl-C tests go first: in whole-suite runs they failed at the end of a pytest
+    # worker that had run some 1,400 tests before them (the child's SIGINT raised nothing),
+    # and passed whenever they ran early, alone or after the acceptance and integration
+    # layers. What the worker's state leaks into the child is not yet found.
+    items.sort(key=lambda item: "interrupts" not in item.keywords)
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="slow: opt in with --run-slow")

@@ -79,11 +79,20 @@ def cli(
     )
 
 
+def _as_from_a_shell() -> None:
+    """In the child before exec: SIGINT and SIGTERM as a shell leaves them (their default
+    action, unblocked), whatever the pytest worker's state."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 def start(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [str(RUNNER), *args],
         env=env,
         cwd=cwd,
+        preexec_fn=_as_from_a_shell,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

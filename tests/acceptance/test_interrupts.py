@@ -12,6 +12,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conditions import scaled
 
 from .agents import GATE_TIMEOUT
@@ -22,6 +24,7 @@ from .harness import TIMEOUT, agent_ref, cli, cli_env, described, journal, run_r
 PROMPTLY = GATE_TIMEOUT / 3
 
 
+@pytest.mark.interrupts
 def test_ctrl_c_in_a_step_of_parallel_calls_gives_the_run_back_at_once(
     db_url: str, ledger: Path
 ) -> None:

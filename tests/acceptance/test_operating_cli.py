@@ -144,6 +144,7 @@ def test_a_fork_of_a_sigkilled_run(db_url: str, ledger: Path) -> None:
     check_effects(ledger, journal(db_url, "parent"), "parent")
 
 
+@pytest.mark.interrupts
 def test_ctrl_c_releases_the_run_and_says_how_to_resume_it(db_url: str, ledger: Path) -> None:
     gate = ledger / "gate"
     process = start("run", agent_ref("ledgered"), "ctrl", "--id", "ctrl",
