@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Generic
 
@@ -40,6 +41,10 @@ from runner.store.rows import RunRow
 TREE_LIMIT = 10_000
 # How often an idle follow of a tree looks at its registrations' wake counts (no statement).
 WAIT_SLICE_SECONDS = 0.05
+# A follow that heard nothing looks again after this long anyway: a run that joined the tree
+# as it ended could finish before its follow mark reached the database (no NOTIFY then), and a
+# whole-suite run once saw a tree follow wait on past its tree's end.
+SAFETY_LOOK_SECONDS = 5.0
 
 
 class TreeStream(Generic[E]):
@@ -158,7 +163,8 @@ class TreeStream(Generic[E]):
         if self._polled or not self._follows:
             self._closed.wait(self.poll_seconds)
             return
-        while not self._woken(seen):
+        give_up = time.monotonic() + SAFETY_LOOK_SECONDS
+        while not self._woken(seen) and time.monotonic() < give_up:
             self._follows[0].wait(seen[0], WAIT_SLICE_SECONDS)
 
     def _unfollow(self) -> None:
@@ -198,7 +204,9 @@ class TreeStream(Generic[E]):
                 if self._polled or not self._follows:
                     await asyncio.sleep(self.poll_seconds)
                     continue
-                while not self._woken(seen):  # no thread held while the tree is idle
+                give_up = time.monotonic() + SAFETY_LOOK_SECONDS
+                # No thread held while the tree is idle.
+                while not self._woken(seen) and time.monotonic() < give_up:
                     await asyncio.sleep(WAIT_SLICE_SECONDS)
         finally:
             self._unfollow()
