@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from runner.core.actions import Action, ActionKind, Call, parse_action
 from runner.core.budgets import Budgets
-from runner.core.calls import described
+from runner.core.calls import described, invoke
 from runner.core.clock import SYSTEM, Clock
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind, Journal, Stop, transcript_of
@@ -619,6 +619,35 @@ class ForeignRun:
 
     def _limit_waited(self, reservation: Any) -> None:
         self._append(limit_wait_entry(self.rules.counters, reservation))
+
+
+def drive_foreign(
+    tools: Mapping[str, Tool],
+    task: str,
+    budgets: Budgets,
+    journal: Journal,
+    options: dict[str, Any],
+    loop: Callable[[ForeignRun, str], Any],
+    stop_for: Callable[[ForeignRun, Exception], StopReason | None],
+) -> AgentResult:
+    """runner.core.loop.drive's part for a framework's agent: its own `loop` (a coroutine
+    function of the run and the task), journaled. `stop_for` names the stop an exception of
+    the framework's means (None: not the framework's, raised on)."""
+    for unused in ("context", "deltas"):
+        options.pop(unused, None)
+    run = ForeignRun(tools, task, budgets, journal, **options)
+    try:
+        run.begin()
+        output = invoke(loop, (run, task), {}, None)
+        stop = run.end(output)
+    except Stopped as stopped:
+        stop = stopped.stop
+    except Exception as exc:
+        reason = stop_for(run, exc)
+        if reason is None:
+            raise
+        stop = run.fail(exc, reason)
+    return run.result(stop)
 
 
 def _no_model(_shown: Any) -> Any:

@@ -47,8 +47,7 @@ from openai.types.responses import (
 from runner.core.actions import Call
 from runner.core.agent import Agent
 from runner.core.budgets import Budgets
-from runner.core.calls import invoke
-from runner.core.foreign import ForeignRun, Outcome, Reply, Stopped
+from runner.core.foreign import ForeignRun, Outcome, Reply, drive_foreign
 from runner.core.journal import Journal
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
@@ -102,21 +101,7 @@ class RunnerAgent(Agent):
         **options: Any,
     ) -> AgentResult:
         """runner.core.loop.drive's part for an Agents SDK agent: its own loop, journaled."""
-        for unused in ("context", "deltas"):
-            options.pop(unused, None)
-        run = ForeignRun(tools, task, budgets, journal, **options)
-        try:
-            run.begin()
-            output = invoke(self._run, (run, task), {}, None)
-            stop = run.end(output)
-        except Stopped as stopped:
-            stop = stopped.stop
-        except MaxTurnsExceeded as exc:
-            stop = run.fail(exc, StopReason.MAX_STEPS)
-        except AgentsException as exc:
-            # Raised on a replayed response (a tool it calls is gone, say): the code changed.
-            stop = run.fail(exc, StopReason.DIVERGED if run.replaying else StopReason.MODEL_ERROR)
-        return run.result(stop)
+        return drive_foreign(tools, task, budgets, journal, options, self._run, _stop_for)
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
         provider = self.run_config.model_provider or MultiProvider()
@@ -160,6 +145,15 @@ class _FrameworkModel:
 
     def __call__(self, transcript: list[dict[str, Any]]) -> Any:
         raise ModelFatal("an Agents SDK agent's model is asked through its own loop")
+
+
+def _stop_for(run: ForeignRun, exc: Exception) -> StopReason | None:
+    if isinstance(exc, MaxTurnsExceeded):
+        return StopReason.MAX_STEPS
+    if isinstance(exc, AgentsException):
+        # Raised on a replayed response (a tool it calls is gone, say): the code changed.
+        return StopReason.DIVERGED if run.replaying else StopReason.MODEL_ERROR
+    return None
 
 
 class _Journaled:

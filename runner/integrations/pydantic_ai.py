@@ -56,8 +56,7 @@ from pydantic_ai.usage import RequestUsage
 from runner.core.actions import Call
 from runner.core.agent import Agent, SubAgent, with_budgets
 from runner.core.budgets import Budgets
-from runner.core.calls import invoke
-from runner.core.foreign import ForeignRun, Outcome, Reply, Stopped
+from runner.core.foreign import ForeignRun, Outcome, Reply, drive_foreign
 from runner.core.journal import Journal
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
@@ -169,22 +168,7 @@ class RunnerAgent(Agent):
         **options: Any,
     ) -> AgentResult:
         """runner.core.loop.drive's part for a Pydantic AI agent: its own loop, journaled."""
-        for unused in ("context", "deltas"):
-            options.pop(unused, None)
-        run = ForeignRun(tools, task, budgets, journal, **options)
-        try:
-            run.begin()
-            output = invoke(self._run, (run, task), {}, None)
-            stop = run.end(output)
-        except Stopped as stopped:
-            stop = stopped.stop
-        except UsageLimitExceeded as exc:
-            stop = run.fail(exc, _usage_reason(exc))
-        except UnexpectedModelBehavior as exc:
-            # Its tool or output retries ran out: the nearest of runner's is a streak of
-            # failed steps.
-            stop = run.fail(exc, StopReason.TOOL_ERRORS)
-        return run.result(stop)
+        return drive_foreign(tools, task, budgets, journal, options, self._run, _stop_for)
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
         try:
@@ -192,6 +176,16 @@ class RunnerAgent(Agent):
         except BaseExceptionGroup as group:  # a task group's: the first of ours inside
             raise _first_of(group) from None
         return pydantic_core.to_jsonable_python(result.output)
+
+
+def _stop_for(_run: ForeignRun, exc: Exception) -> StopReason | None:
+    if isinstance(exc, UsageLimitExceeded):
+        return _usage_reason(exc)
+    if isinstance(exc, UnexpectedModelBehavior):
+        # Its tool or output retries ran out: the nearest of runner's is a streak of failed
+        # steps.
+        return StopReason.TOOL_ERRORS
+    return None
 
 
 def wrap(agent: PydanticAgent[Any, Any]) -> RunnerAgent:
