@@ -14,7 +14,8 @@ left in flight is settled by its declaration (`idempotent={...}`: run again with
 `runner.current_call().idempotency_key`; else the model is told `OutcomeUnknown`), the agent's
 code is replayed from the start on resume and a divergence stops the run with `diverged`.
 A tool with `needs_approval` makes the run wait, holding no worker, for `runner approve` or
-`runner deny`; a denial's reason is what the model is shown. `run_config` is the SDK's
+`runner deny`; a denial's reason is what the model is shown. A message sent to the run (`runner
+send`) enters the SDK's input as a user turn before its next model request, journaled there. `run_config` is the SDK's
 `RunConfig` (its `model_provider` names the models); tracing to OpenAI is off unless it says.
 
 The SDK (`pip install "runner[openai-agents]"`) is imported when this module is.
@@ -164,6 +165,27 @@ class _Journaled:
         self.run = run
         self.provider = provider
         self.made: dict[int, SdkAgent[Any]] = {}
+        # The messages sent to the run (`runner send`), each with where it entered the
+        # conversation: after that many items of the SDK's input for the request it came
+        # before. The SDK rebuilds its input at every request from the run's items, so
+        # each request gets them again, in place.
+        self.said: list[tuple[int, list[Any]]] = []
+
+    def shown(self, given: Any) -> Any:
+        """The SDK's input for this step's request, with the messages sent to the run in
+        their places: those heard at earlier steps, then those this step hears (journaled,
+        or past the record delivered now: runner.core.foreign.ForeignRun.heard)."""
+        items = _items_of(given)
+        heard = self.run.heard()
+        if heard:
+            self.said.append((len(items), [{"role": "user", "content": _said(m)} for m in heard]))
+        if not self.said:
+            return given
+        shown = list(items)
+        for place, turns in reversed(self.said):
+            at = min(place, len(shown))
+            shown[at:at] = turns
+        return shown
 
     def agent(self, agent: SdkAgent[Any]) -> SdkAgent[Any]:
         made = self.made.get(id(agent))
@@ -171,7 +193,7 @@ class _Journaled:
             return made
         model = agent.model
         inner = model if isinstance(model, Model) else self.provider.get_model(model)
-        copy = agent.clone(model=_JournaledModel(inner, self.run))
+        copy = agent.clone(model=_JournaledModel(inner, self))
         self.made[id(agent)] = copy  # before the handoffs: they may lead back here
         copy.tools = [self.tool(tool) for tool in agent.tools]
         copy.handoffs = [
@@ -211,13 +233,20 @@ class _Journaled:
 class _JournaledModel(Model):
     """A model whose every response goes through the run's journal."""
 
-    def __init__(self, inner: Model, run: ForeignRun) -> None:
+    def __init__(self, inner: Model, journaled: _Journaled) -> None:
         self.inner = inner
-        self.run = run
+        self.journaled = journaled
+        self.run = journaled.run
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        given = kwargs.get("input", args[1] if len(args) > 1 else [])
+        positional = len(args) > 1  # `input` is get_response's second parameter
+        given = args[1] if positional else kwargs.get("input", [])
         recorded = await asyncio.to_thread(self.run.recorded_reply, _returned(given), None)
+        shown = await asyncio.to_thread(self.journaled.shown, given)
+        if positional:
+            args = (args[0], shown, *args[2:])
+        else:
+            kwargs["input"] = shown
         if recorded is not None:
             return _response_of(recorded)
         loop = asyncio.get_running_loop()
@@ -259,6 +288,18 @@ def _declarations(agent: SdkAgent[Any], idempotent: set[str]) -> dict[str, Tool]
 def _declared(**args: Any) -> Any:
     """A declaration's stand-in function: the SDK parses and calls the tool itself."""
     raise NotImplementedError("an Agents SDK tool is called through its FunctionTool")
+
+
+def _items_of(given: Any) -> list[Any]:
+    """The SDK's input as a list of items (a first request's may be the bare task)."""
+    if isinstance(given, str):
+        return [{"role": "user", "content": given}]
+    return list(given) if isinstance(given, list) else []
+
+
+def _said(message: Any) -> str:
+    """A message sent to the run, as the user turn the model reads."""
+    return message if isinstance(message, str) else json.dumps(message)
 
 
 def _returned(given: Any) -> dict[str, Outcome]:

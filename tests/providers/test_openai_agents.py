@@ -193,3 +193,45 @@ def test_a_tool_that_needs_approval_parks_the_run_until_a_person_answers(
     assert sent["role"] == "tool"
     assert sent["content"] == ("refunded A-1" if approve else "Denied: over the limit")
     assert len(server.requests) == 2
+
+
+def test_a_message_sent_to_an_sdk_run_is_one_user_turn_across_a_crash(
+    db_url: str, server: FakeServer
+) -> None:
+    """Sent while the run waits for an approval: heard before step 2's request, journaled
+    there once; a crash inside step 2's tool and a resume show it again in its place, once."""
+    server.reply(openai_completion(calls=[("call_1", "refund", '{"order": "A-1"}')]))
+    server.reply(openai_completion(calls=[("call_2", "note", '{"text": "brief"}')]))
+    server.reply(openai_completion("Refunded A-1, briefly."))
+    dying = [True]
+
+    @function_tool(needs_approval=True)
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    @function_tool
+    def note(text: str) -> str:
+        """Note something down."""
+        if dying.pop() if dying else False:
+            raise Crash
+        return "noted"
+
+    agent = RunnerAgent(SdkAgent(name="shop", tools=[refund, note], model=chat_model(server.url)))
+    with Runner(db_url) as runner:
+        runner.run(agent, "Refund order A-1", id="told")
+        runner.send("told", "Please be brief.")
+        runner.approve("told")
+        with pytest.raises(Crash):
+            runner.resume("told", agent=agent)
+        crash(runner.engine, "told")
+        result = runner.resume("told", agent=agent)
+        rows = runner.journal("told")
+        unread = runner.inbox("told")
+    assert (result.stop_reason, result.output) == ("final", "Refunded A-1, briefly.")
+    said = {"role": "user", "content": "Please be brief."}
+    step2, step3 = (request.json["messages"] for request in server.requests[1:])
+    assert step2[-2]["role"] == "tool" and step2[-1] == said
+    assert step3.count(said) == 1 and step3[: len(step2)] == step2  # in its place, once
+    assert [(row.kind, row.step) for row in rows if row.kind == "message"] == [("message", 2)]
+    assert unread == [] and len(server.requests) == 3
