@@ -14,9 +14,10 @@ left in flight is settled by its declaration (`idempotent={...}`: run again with
 `runner.current_call().idempotency_key`; else the model is told `OutcomeUnknown`), the agent's
 code is replayed from the start on resume and a divergence stops the run with `diverged`.
 A tool with `needs_approval` makes the run wait, holding no worker, for `runner approve` or
-`runner deny`; a denial's reason is what the model is shown. A message sent to the run (`runner
-send`) enters the SDK's input as a user turn before its next model request, journaled there. `run_config` is the SDK's
-`RunConfig` (its `model_provider` names the models); tracing to OpenAI is off unless it says.
+`runner deny`; a denial's reason is what the model is shown. A message sent to the run
+(`runner send`) enters the SDK's input as a user turn before its next model request, journaled
+there. `run_config` is the SDK's `RunConfig` (its `model_provider` names the models); tracing
+to OpenAI is off unless it says.
 
 The SDK (`pip install "runner[openai-agents]"`) is imported when this module is.
 """
