@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from runner.core.agent_loop import agent_loop as agent_loop
     from runner.core.ask import ask_human as ask_human
     from runner.core.budgets import Budgets as Budgets
+    from runner.core.compaction import Compaction as Compaction
     from runner.core.context import cut_observations as cut_observations
     from runner.core.context import last_steps as last_steps
     from runner.core.deltas import Delta as Delta
@@ -83,6 +84,7 @@ _HOMES = {
     "ask_human": "runner.core.ask",
     "Budgets": "runner.core.budgets",
     "StopReason": "runner.core.stop_reasons",
+    "Compaction": "runner.core.compaction",
     "cut_observations": "runner.core.context",
     "last_steps": "runner.core.context",
     "Runner": "runner.service.runner",

@@ -180,6 +180,12 @@ def _entry_lines(entry: Entry, width: int | None) -> list[str]:
         return [f"message   {_short(entry.content, width)}  (key {entry.idempotency_key})"]
     if entry.kind in (EntryKind.REVIVED, EntryKind.EXTENDED, EntryKind.LIMIT_WAIT):
         return [f"  == {entry.content}"]
+    if entry.kind is EntryKind.COMPACTION:  # what the model is shown from here on
+        steps = (entry.args or {}).get("steps", "?")
+        return [
+            f"  == compacted: the first {steps} steps summarised for the model "
+            f"({entry.tokens} tokens): {_short(entry.content, width)}"
+        ]
     if entry.kind is EntryKind.REFUSED:
         what = f"{entry.tool}(...)" if entry.tool else str(entry.action_type)
         return [f"  x> {what} refused by a stop rule"]
@@ -294,6 +300,8 @@ def progress_line(entry: Entry) -> str | None:
         return f"step {entry.step}  final  tokens {c.tokens}"
     if entry.kind is EntryKind.REFUSED:
         return f"step {entry.step}  {entry.action_type} refused by a budget  tokens {c.tokens}"
+    if entry.kind is EntryKind.COMPACTION:
+        return f"step {entry.step}  compacted  tokens {c.tokens}"
     return None
 
 

@@ -13,7 +13,8 @@ the in-memory journal (`journal`), what a resumed loop takes back from its journ
 (`resume_cursor`), waits for a person (`waiting`, `ask`), sub-agents as child runs and the
 one budget of their tree (`tree`; in memory, run inline: `tree_inline`), messages sent to a
 run (`messages`), the provider limits a model call reserves from and settles with
-(`limits`), what the model is shown (`context`), what the loop tells a tracer (`spans`), the
+(`limits`), what the model is shown (`context`; summaries of older steps: `compaction`, asked
+for and journaled by `compacting`), what the loop tells a tracer (`spans`), the
 result of a run (`result`) and where it stands (`status`). Small parts: time as a parameter
 (`clock`), the one backoff (`backoff`), run ids (`ids`), text as UTF-8 can carry it
 (`utf8`), named fault points for crash tests (`faults`), and seed 004's scripted contract

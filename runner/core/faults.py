@@ -50,6 +50,10 @@ POINTS = frozenset(
         # A child run's model call held against its tree's budget (committed), the call not
         # made: the hold must neither block the tree for ever nor let it overspend.
         "after_tree_hold",
+        # A summary of older steps (runner.core.compaction): its model call answered, its
+        # entry not yet committed; and committed, the step's model call not yet made.
+        "before_compaction_commit",
+        "after_compaction_commit",
     }
 )
 

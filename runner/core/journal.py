@@ -56,6 +56,11 @@ class EntryKind(StrEnum):
     # changed is stopped (`tools_changed`) instead of going on with other tools. Not in the
     # transcript.
     TOOLS = "tools"
+    # A summary of the run's older steps (runner.core.compaction), asked for before the
+    # model call of `step`: `content` holds it, `args` what it covers, `tokens` and `cost`
+    # what its model call spent (in the counters too). Not in the transcript; a resume, a
+    # replay and a fork show the model this summary instead of asking again.
+    COMPACTION = "compaction"
 
 
 @dataclass(frozen=True, slots=True)

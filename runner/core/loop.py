@@ -25,10 +25,20 @@ from runner.core.actions import Action, ActionKind, parse_action
 from runner.core.budget_changes import before_changes
 from runner.core.budgets import Budgets
 from runner.core.clock import SYSTEM, Clock
+from runner.core.compacting import Compacting
+from runner.core.compaction import Compacted, Compaction
 from runner.core.context import Context
 from runner.core.deltas import DeltaSink
 from runner.core.journal import Entry, EntryKind, Journal, Stop, step_messages
-from runner.core.limits import NO_LIMITS, Draw, Limits, Reservation, limit_wait_entry, max_tokens_of
+from runner.core.limits import (
+    NO_LIMITS,
+    Draw,
+    Limits,
+    Reservation,
+    limit_of,
+    limit_wait_entry,
+    max_tokens_of,
+)
 from runner.core.listings import listings_change, listings_entry, listings_of
 from runner.core.model_call import (
     Cancel,
@@ -96,6 +106,7 @@ def drive(
     draw = None
     if limit is not None:
         draw = Draw(limits, limit, max_tokens_of(model), waited=_journal_wait(journal, rules))
+    compacted = Compacted(context) if isinstance(context, Compaction) else None
     model_call = ModelCall(
         model,
         journal,
@@ -103,7 +114,7 @@ def drive(
         cancel=cancel,
         pause=pause,
         clock=clock,
-        context=context,
+        context=compacted.view if compacted is not None else context,
         spans=spans,
         deltas=deltas,
         draw=draw,
@@ -124,6 +135,25 @@ def drive(
             clock,
         )
     loop = _Loop(task, journal, Recorded(recorded, rules.change), rules, model_call, tool_runs)
+    if compacted is not None:
+        # Its own call (the run's model or the policy's), shown the request as it is.
+        policy = compacted.policy
+        summary_draw = draw
+        own = None if policy.model is None else limit_of(policy.model)
+        if draw is not None and own is not None:  # another model's own limit
+            summary_draw = Draw(limits, own, max_tokens_of(policy.model), waited=draw.waited)
+        summarise = ModelCall(
+            policy.model or model,
+            journal,
+            deadline=deadline,
+            cancel=cancel,
+            pause=pause,
+            clock=clock,
+            context=None,
+            spans=spans,
+            draw=summary_draw,
+        )
+        loop.compacting = Compacting(compacted, summarise)
     loop.depth = place.depth
     loop.below = place.below
     try:
@@ -155,6 +185,7 @@ class _Loop:
         # What its sub-agents spent before this process took the run up: charged once the
         # journal's steps are replayed (each was judged without what came after it).
         self.below = Place().below
+        self.compacting: Compacting | None = None  # with a Compaction context
 
     def run(self, spans: Spans) -> AgentResult:
         if self.replay.take(0, (EntryKind.TASK,)) is None:
@@ -208,6 +239,9 @@ class _Loop:
         """One step: the messages sent to the run, the action (replayed or asked for), the
         stop rules, then the tools."""
         self.hear(step)
+        compacted = self.compact(step)
+        if compacted is not None:
+            return compacted
         recorded = self.replay.take_action(step)
         if recorded:
             action = action_of(recorded)
@@ -238,6 +272,39 @@ class _Loop:
         if self.replay.done:
             for message in self.journal.messages(step, self.rules.counters):
                 self.show(message)
+
+    def compact(self, step: int) -> Stop | None:
+        """Take the summary journaled before this step's model call, or, past the record and
+        when one is due, ask for it and journal it (runner.core.compaction); the stop if
+        what it spent leaves no budget for the call."""
+        entry = self.replay.take_if(step, EntryKind.COMPACTION)
+        if entry is None:
+            compacting = self.compacting
+            if compacting is None or not self.replay.done:
+                return None
+            due = compacting.compacted.due(self.transcript)
+            if due is None:
+                return None
+            early = self.model_call.check(self.rules.counters.steps)
+            if early is not None:
+                return self.stop_now(early)
+            try:
+                entry = compacting.summarise(self.transcript, due, self.rules, step)
+            except TreeStopped as stopped:
+                return self.stop_now(stopped.stop.reason, error=stopped.stop.error)
+            except OutOfTime:
+                return self.stop_now(StopReason.TIME_BUDGET)
+            except CancelledInFlight:
+                return self.stop_now(StopReason.CANCELLED)
+            except ModelFailed as failure:
+                return self.stop_now(StopReason.MODEL_ERROR, error=f"compaction: {failure}")
+            self.journal.append(entry)
+            compacting.journaled()
+        if self.compacting is not None:
+            self.compacting.compacted.apply(entry.args, entry.content)
+        self.rules.counters = entry.counters
+        reason = self.rules.spent_out()
+        return None if reason is None else self.stop_now(reason)
 
     def next_action(self) -> Action | Stop:
         """The model's next action, unless the run must stop before it is asked."""

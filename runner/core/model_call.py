@@ -75,6 +75,9 @@ class ModelCall:
         self.context = context
         self.spans = spans
         self.deltas = deltas  # where a streaming model's pieces go (None: nowhere)
+        # The tree hold of the last call `ask` made, left for the entry that records its
+        # output to end (`release_tree` ends it sooner, for an entry at a step not its own).
+        self.held: object | None = None
 
     def check(self, steps: int) -> StopReason | None:
         """Why the run must stop before asking the model for step `steps + 1`, if it must.
@@ -112,7 +115,7 @@ class ModelCall:
             shown = self.shown(transcript)
         except Exception as exc:  # the same transcript would fail the same way again
             raise ModelFailed(f"context: {described(exc)}") from None
-        hold = self.hold_tree(shown, step)
+        hold = self.held = self.hold_tree(shown, step)
         try:
             return self.attempts(shown, budgets, step)
         except BaseException:

@@ -70,6 +70,16 @@ class StopRules:
         elif action.signature is not None:  # the common case, without a list
             self.calls[action.signature] += 1
 
+    def spent_out(self) -> StopReason | None:
+        """The token or cost budget spent past (by this run and the runs below it), if one
+        is: checked after a spend that is no step (a summary of older steps)."""
+        b, spent = self.budgets, self.spent()
+        if b.max_tokens is not None and spent.tokens > b.max_tokens:
+            return StopReason.TOKEN_BUDGET
+        if b.max_cost is not None and spent.cost > b.max_cost:
+            return StopReason.COST_BUDGET
+        return None
+
     def before_tools(self, action: Action) -> StopReason | None:
         """The stop rules before a tool runs, in seed 000's order."""
         b, c = self.budgets, self.counters

@@ -53,6 +53,10 @@ def prefix(parent: RunRow, journal: Sequence[Entry], at_step: int) -> Prefix:
         if step_end is None:
             raise CannotFork(_no_step(parent.id, journal, at_step))
         end = step_end
+        # A summary asked for before the next step's model call is of the copied steps
+        # alone: the fork reuses it instead of asking again.
+        while end < len(journal) and journal[end].kind is EntryKind.COMPACTION:
+            end += 1
     counters = journal[end - 1].counters if end else Counters()
     # The budgets then: the parent's now, with the changes recorded after the copy undone.
     budgets = before_changes(Budgets(**parent.budgets), journal[end:])
