@@ -88,7 +88,7 @@ CLAIM_GATHER_SHARE = 8
 SWEEP_SECONDS = 1.0
 
 # Schedules added (or resumed) by another process are found within this many seconds: well
-# inside a tick's on-time window (runner.sql.schedules.ON_TIME_SECONDS), so none is late.
+# inside a tick's on-time window (runner.store.cron.ON_TIME_SECONDS), so none is late.
 SCHEDULES_LOOK = 20.0
 
 # Retention: a pass a minute (sooner while a pass finds its fill, RETENTION_FULL_PASS runs).

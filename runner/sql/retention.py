@@ -18,8 +18,7 @@ meanwhile (queued again) is left alone. `runner prune` stays for one-off deletio
 
 from __future__ import annotations
 
-import contextlib
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, exists, select, text
@@ -35,6 +34,7 @@ from runner.store.rules import (
     check_keep_runs,
     check_keep_seconds,
     check_rules_name,
+    cutoff,
     effective,
 )
 
@@ -74,31 +74,26 @@ SELECT queue FROM found WHERE queue IS NOT NULL
 
 
 def _expired(queue: str, rules: Rules, now: datetime, connection: Connection) -> Any | None:
-    """The condition of a run of `queue` the rules delete (None: they delete nothing)."""
+    """The condition of a run of `queue` the rules delete (None: they delete nothing), by
+    the rule both stores keep (runner.store.rules' `cutoff`)."""
     finished = and_(runs.c.status == RunStatus.FINISHED, runs.c.queue == queue)
-    cutoffs = []
-    if rules.keep_seconds is not None:
-        # Longer ago than any time (OverflowError): nothing is that old.
-        with contextlib.suppress(OverflowError):
-            cutoffs.append(runs.c.finished_at < now - timedelta(seconds=rules.keep_seconds))
-    if rules.keep_runs is not None:
-        if rules.keep_runs == 0:
-            cutoffs.append(runs.c.finished_at.is_not(None))
-        else:
-            # The newest keep_runs finished runs stay: those finished before the oldest of
-            # them go (ties with it stay too: at least keep_runs are kept).
-            oldest_kept = connection.execute(
-                select(runs.c.finished_at)
-                .where(finished)
-                .order_by(runs.c.finished_at.desc())
-                .offset(rules.keep_runs - 1)
-                .limit(1)
-            ).scalar()
-            if oldest_kept is not None:
-                cutoffs.append(runs.c.finished_at < oldest_kept)
-    if not cutoffs:
+    oldest_kept = None
+    if rules.keep_runs:
+        oldest_kept = connection.execute(
+            select(runs.c.finished_at)
+            .where(finished)
+            .order_by(runs.c.finished_at.desc())
+            .offset(rules.keep_runs - 1)
+            .limit(1)
+        ).scalar()
+    chosen = cutoff(rules, now, oldest_kept)
+    if chosen is None:
         return None
-    condition = cutoffs[0] if len(cutoffs) == 1 else cutoffs[0] | cutoffs[1]
+    condition: ColumnElement[bool]
+    if chosen.everything:
+        condition = runs.c.finished_at.is_not(None)
+    else:
+        condition = runs.c.finished_at < chosen.before
     return and_(finished, condition, tree_finished())
 
 

@@ -13,11 +13,8 @@ schedule's time zone, with Debian cron's rules for the hours a DST change skips 
 Time is a parameter: every function here takes `now` (the database's clock in a worker, a
 simulated one in tests).
 
-A late tick is one found due after a later tick came due too, or more than ON_TIME_SECONDS
-after its time (no worker was up at the tick). `catch_up` says what to do then: `last`
-runs the latest tick due once (the missed ones before it are skipped); `skip` runs none of
-them and waits for the next tick. `overlap` says what to do with a tick that comes while
-the previous tick's run is unfinished: `skip` it, or `allow` a second run beside it.
+What a due tick comes to (late, `catch_up`, `overlap`) is decided by the rules both stores
+keep, runner.store.cron's `handle_due`; this module reads and writes the rows around it.
 """
 
 from __future__ import annotations
@@ -34,13 +31,10 @@ from runner.errors import ScheduleNotFound
 from runner.sql.backend import backend_for
 from runner.sql.runs import reading
 from runner.sql.schema import runs, schedules
-from runner.store.cron import last_tick, next_tick, tick_run_id
+from runner.store.cron import after_tick, handle_due, next_tick, tick_run
 from runner.store.rows import Fired as Fired  # re-exported
 from runner.store.rows import ScheduleRow as ScheduleRow  # re-exported
-from runner.store.rows import new_run
 
-# A tick found due later than this after its time was missed: no worker was up at the tick.
-ON_TIME_SECONDS = 60.0
 # Most schedules one look fires (each in its own short transaction); the rest at the next.
 FIRES_PER_LOOK = 20
 
@@ -152,56 +146,30 @@ def _fire(engine: Engine, name: str, now: datetime, recorded_at: datetime) -> Fi
         if row is None:
             return None  # another worker holds it, or handled it first
         schedule = ScheduleRow.of(row)
-        tick = last_tick(schedule.cron, schedule.timezone, now)
-        late = tick > schedule.next_tick_at or (now - tick).total_seconds() > ON_TIME_SECONDS
-        tick_id = tick_run_id(schedule.name, tick)
-        skipped: str | None = None
-        if late and schedule.catch_up == "skip":
-            skipped = "late"
-        elif schedule.overlap == "skip" and _still_going(connection, schedule.last_run_id):
-            skipped = "overlap"
-        elif _exists(connection, tick_id):
-            skipped = "exists"  # a schedule of this name, removed and added again
-        run_id = None if skipped is not None else tick_id
-        if run_id is not None:
-            _start_run(connection, schedule, run_id, recorded_at)
+        handled = handle_due(
+            schedule,
+            now,
+            still_going=lambda run_id: _still_going(connection, run_id),
+            exists=lambda run_id: _exists(connection, run_id),
+        )
+        if handled.run_id is not None:
+            connection.execute(
+                insert(runs).values(**tick_run(schedule, handled.run_id, recorded_at))
+            )
+            # Delivered at commit: idle workers claim the run at once (PostgreSQL's NOTIFY).
+            backend_for(connection.dialect.name).wake_workers(connection)
         connection.execute(
             update(schedules)
             .where(schedules.c.name == name)
-            .values(
-                next_tick_at=next_tick(schedule.cron, schedule.timezone, now),
-                last_tick_at=tick,
-                last_run_id=run_id if run_id is not None else schedule.last_run_id,
-                last_skip=skipped,
-                updated_at=recorded_at,
-            )
+            .values(**after_tick(schedule, handled, recorded_at))
         )
-        return Fired(name, tick, run_id, skipped)
+        return Fired(name, handled.tick, handled.run_id, handled.skipped)
 
 
-def _still_going(connection: Connection, run_id: str | None) -> bool:
-    if run_id is None:
-        return False
+def _still_going(connection: Connection, run_id: str) -> bool:
     status = connection.execute(select(runs.c.status).where(runs.c.id == run_id)).scalar()
     return status is not None and status != RunStatus.FINISHED
 
 
 def _exists(connection: Connection, run_id: str) -> bool:
     return connection.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is not None
-
-
-def _start_run(connection: Connection, schedule: ScheduleRow, run_id: str, now: datetime) -> None:
-    row = new_run(
-        run_id=run_id,
-        agent=schedule.agent,
-        agent_name=schedule.agent_name,
-        release=schedule.release,
-        task=schedule.task,
-        budgets=schedule.budgets,
-        at=now,
-        queue=schedule.queue,
-        priority=schedule.priority,
-    )
-    connection.execute(insert(runs).values(**row, schedule=schedule.name))
-    # Delivered at commit: idle workers claim the run at once (PostgreSQL's NOTIFY).
-    backend_for(connection.dialect.name).wake_workers(connection)

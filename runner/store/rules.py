@@ -11,6 +11,7 @@ parked run keeps its place in line, how an amount is checked. None of it reads a
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -140,6 +141,37 @@ def check_keep_runs(count: object) -> int | None:
     if count > MOST_RUNS:
         raise ValueError(f"keep_runs must be at most {MOST_RUNS}, got {count}")
     return count
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """Which finished runs of a queue its rules delete: every one (`everything`), or those
+    that finished before `before`."""
+
+    everything: bool = False
+    before: datetime | None = None
+
+    def deletes(self, finished_at: datetime) -> bool:
+        return self.everything or (self.before is not None and finished_at < self.before)
+
+
+def cutoff(rules: Rules, now: datetime, oldest_kept: datetime | None) -> Cutoff | None:
+    """What `rules` delete at `now` (None: nothing). A run goes when either rule says so:
+    it finished longer ago than `keep_seconds`, or it is not among the newest `keep_runs`
+    finished runs of its queue: those that finished before the oldest of them
+    (`oldest_kept`, which the store reads; None when the queue has fewer) go, and ties
+    with it stay, so at least `keep_runs` are kept. Either store deletes, besides, only a
+    run whose whole tree is finished."""
+    if rules.keep_runs == 0:
+        return Cutoff(everything=True)
+    befores = []
+    if rules.keep_seconds is not None:
+        # Longer ago than any time (OverflowError): nothing is that old.
+        with contextlib.suppress(OverflowError):
+            befores.append(now - timedelta(seconds=rules.keep_seconds))
+    if rules.keep_runs is not None and oldest_kept is not None:
+        befores.append(oldest_kept)
+    return Cutoff(before=max(befores)) if befores else None
 
 
 def effective(rules: dict[str, Rules], queue: str) -> Rules:

@@ -2,9 +2,10 @@
 
 `InMemoryStore` (`memory_store`, with its rows in `memory_rows`, its answers in
 `memory_answers`, its inboxes in `memory_messages`, its provider limits in `memory_limits`,
-its journal in `memory_journal` and its deltas in `memory_deltas`) is the store of durable
-runs in memory: `Runner(store=InMemoryStore())` and `Worker(store=...)` run, claim, answer,
-queue, revive and fork runs by the SQL store's rules with no database
+its journal in `memory_journal`, its deltas in `memory_deltas`, its schedules in
+`memory_schedules` and its retention in `memory_retention`) is the store of durable runs in
+memory: `Runner(store=InMemoryStore())` and `Worker(store=...)` run, claim, answer, queue,
+revive, fork, schedule and prune runs by the SQL store's rules with no database
 (`runner.store.protocol` is what both stores provide). `TestModel`, `FunctionModel` and
 `ScriptedModel` (`models`) need no provider: an agent's tests run in milliseconds, the same
 way every time. The manual's guide docs/guides/testing.md shows them.

@@ -8,8 +8,9 @@ cancel flags; revivals and forks. One lock stands for the database's transaction
 SQLite's BEGIN IMMEDIATE serialises them). Time is the store's clock (a `ManualClock`
 unless given another), so a lease or an approval_timeout expires when a test moves it.
 
-What it does not model: firing schedules (it keeps, lists, pauses and removes them) and
-retention, SQL itself (the views, `runner sql`, migrations), connections and pools, a lost
+Its schedules fire (runner.testing.memory_schedules) and its retention rules delete
+(runner.testing.memory_retention) by the rules the SQL store keeps. What it does not model:
+SQL itself (the views, `runner sql`, migrations), connections and pools, a lost
 connection's retries, PostgreSQL's NOTIFY across processes (its wake-ups reach this
 process's waiters), a heartbeat (a write renews its lease, as on PostgreSQL).
 `tests/integration/test_store_contract.py` runs the same scenarios here and on both
@@ -35,25 +36,20 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.status import STALLED, RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Wait
-from runner.errors import AmbiguousRunId, RunnerError, RunNotFound, ScheduleNotFound
+from runner.errors import AmbiguousRunId, RunnerError, RunNotFound
 from runner.store import liveness
-from runner.store.cron import next_tick
 from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.follow import Follow
 from runner.store.owner import is_dead, local_prefix
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.rows import (
     FORKED_EPOCH,
-    Fired,
     QueueInfo,
     RunRow,
-    ScheduleRow,
     entry_of,
     plain_text,
 )
 from runner.store.rules import (
-    Expired,
-    Rules,
     check_limit,
     check_queue,
     crash_loop_error,
@@ -66,10 +62,12 @@ from runner.testing.memory_deltas import MemoryDeltas
 from runner.testing.memory_journal import MemoryRunJournal
 from runner.testing.memory_limits import MemoryLimits
 from runner.testing.memory_messages import MemoryMessages
+from runner.testing.memory_retention import MemoryRetention
 from runner.testing.memory_rows import InMemoryStoreError, MemoryWakeups, Row, json_value
+from runner.testing.memory_schedules import MemorySchedules
 
 
-class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
+class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules, MemoryRetention):
     """Runs, journals and queue limits in this process's memory (see the module's doc).
 
     `clock` is what leases, delays and timeouts are measured on (default a `ManualClock`:
@@ -79,7 +77,6 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
     def __init__(self, *, clock: Clock | None = None, owner: str | None = None) -> None:
         super().__init__(clock=clock, owner=owner)
         self.deltas = MemoryDeltas()
-        self._schedules: dict[str, dict[str, Any]] = {}  # kept, never fired (see the doc)
         self._deltas = DeltaWriter(
             self.deltas.write, lambda: self.deltas.sweep(utc_now(self._clock)), self._clock
         )
@@ -537,59 +534,6 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits):
         return True
 
     # -- waking and writing ------------------------------------------------------------------
-
-    # -- retention: not modelled (SQL only: tests/integration/test_retention.py) -------------
-
-    def set_retention(self, name: str, rules: Rules) -> None:
-        raise InMemoryStoreError("retention is not modelled in memory")
-
-    def prune_expired(self, now: datetime) -> Expired:
-        return Expired()
-
-    # -- schedules: kept, listed, paused and removed; not fired (SQL only: test_schedules) ---
-
-    def add_schedule(self, row: Mapping[str, Any]) -> bool:
-        with self._lock:
-            if row["name"] in self._schedules:
-                return False
-            # The columns the table defaults (the last tick, its run) start empty, as there.
-            empty = dict.fromkeys(ScheduleRow.__dataclass_fields__)
-            self._schedules[row["name"]] = {**empty, **row}
-            return True
-
-    def schedules(self) -> list[ScheduleRow]:
-        with self._lock:
-            return [ScheduleRow.of(self._schedules[name]) for name in sorted(self._schedules)]
-
-    def schedule(self, name: str) -> ScheduleRow:
-        with self._lock:
-            return ScheduleRow.of(self._schedule_row(name))
-
-    def pause_schedule(self, name: str, paused: bool, now: datetime) -> ScheduleRow:
-        # As the SQL store does: resumed, it fires from its first tick after now.
-        with self._lock:
-            row = self._schedule_row(name)
-            if row["paused"] and not paused:
-                row["next_tick_at"] = next_tick(row["cron"], row["timezone"], now)
-            row.update(paused=paused, updated_at=now)
-            return ScheduleRow.of(row)
-
-    def remove_schedule(self, name: str) -> None:
-        with self._lock:
-            self._schedule_row(name)
-            del self._schedules[name]
-
-    def _schedule_row(self, name: str) -> dict[str, Any]:
-        row = self._schedules.get(name)
-        if row is None:
-            raise ScheduleNotFound(f"no schedule named {name!r} (runner schedule list)")
-        return row
-
-    def fire_schedules(self, now: datetime) -> list[Fired]:
-        return []
-
-    def next_tick(self) -> datetime | None:
-        return None
 
     def wakeups(
         self, event: threading.Event, log: Callable[[str], None] | None = None

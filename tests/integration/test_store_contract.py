@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -229,7 +230,58 @@ def reading_events(runner: Runner, clock: ManualClock, outcome: Outcome) -> None
     outcome.append([position for position, _ in runner.store.entries_after("ev", 0, 2)])
 
 
-SCENARIOS = [claiming, answering, reviving, serving, reading_events]
+def scheduling(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """Ticks fired on time, an overlap skipped, a late tick caught up once or skipped, a
+    pause, a schedule removed and added again (its tick's run exists)."""
+
+    def fired(at: float) -> list[Any]:
+        done = runner.fire_schedules(datetime.fromtimestamp(START + at, UTC))
+        return [(f.schedule, f.tick.timestamp() - START, f.run_id, f.skipped) for f in done]
+
+    runner.add_schedule("each", SOLVER_REF, "tick", cron="* * * * *")
+    runner.add_schedule("late", SOLVER_REF, "tick", cron="* * * * *", catch_up="skip")
+    runner.add_schedule("both", SOLVER_REF, "tick", cron="* * * * *", overlap="allow")
+    outcome.append(runner.store.next_tick() == runner.schedule("each").next_tick_at)
+    outcome.append(fired(1))  # nothing due yet
+    outcome.append(fired(61))  # each fires; its run still queued
+    outcome.append(fired(121))  # each and late: overlap skipped; both: a second run
+    outcome.append(fired(400))  # every tick late: late skips, each runs the last once
+    runner.pause_schedule("both")
+    outcome.append(fired(470))
+    runner.resume_schedule("both")
+    runner.remove_schedule("each")
+    runner.add_schedule("each", SOLVER_REF, "tick", cron="* * * * *", overlap="allow")
+    clock.advance(1)
+    outcome.append(fired(400))  # no tick due: a resumed schedule starts after now
+    outcome.append([(s.name, s.paused, s.last_run_id, s.last_skip) for s in runner.schedules()])
+    outcome.append(sorted((r.id, str(r.status), r.queue) for r in runner.list(limit=50)))
+
+
+def retaining(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """Rules by age and by count, the default `*`, a queue's own rule over it, a run not
+    finished kept, bad rules refused."""
+    for queue in ("default", "kept", "aged"):
+        for i in range(4):
+            runner.submit(SOLVER_REF, f"{queue} {i}", id=f"{queue}{i}", queue=queue)
+            runner.resume(f"{queue}{i}")
+            clock.advance(10)
+    runner.submit(SOLVER_REF, "open", id="open", queue="aged")
+    runner.set_retention("*", keep_runs=2)
+    runner.set_retention("kept", keep_runs=3)
+    runner.set_retention("aged", keep=25)
+    refused(outcome, lambda: runner.set_retention("kept", keep_runs=-1))
+    refused(outcome, lambda: runner.set_retention("bad name!", keep=1))
+    pruned = runner.prune_expired()
+    outcome.append((pruned.runs, sorted(pruned.queues.items())))
+    outcome.append(sorted(r.id for r in runner.list(limit=50)))
+    runner.set_retention("*", keep_runs=0)
+    pruned = runner.prune_expired()
+    outcome.append((pruned.runs, sorted(pruned.queues.items())))
+    outcome.append(sorted(r.id for r in runner.list(limit=50)))
+    refused(outcome, lambda: runner.row("default0"))
+
+
+SCENARIOS = [claiming, answering, reviving, serving, reading_events, scheduling, retaining]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
