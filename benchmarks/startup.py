@@ -15,8 +15,8 @@ wall time less the bare interpreter's, and the CPU time as a ratio to the bare i
 where rich draws the table and the styles. The goals are under 150 ms for `--help` and under 250 ms
 for `list` (issue 13), and at most 3.3x and 4.3x the interpreter's CPU (issue 28). With
 PostgreSQL at hand (`--postgres URL`, the local server by default; `--no-postgres` skips
-it), `runner list` of a scratch PostgreSQL database holding as many runs takes its turn too
-(the baseline lists the same database).
+it), `runner list` and `runner show` of a scratch PostgreSQL database holding as many runs
+take their turns too (the baseline lists the same database).
 
 `--baseline` names another installation's bin folder (a checkout of an earlier commit with
 its own `.venv`): its `runner --help`, `list` and `show` (on a database it made itself)
@@ -150,6 +150,9 @@ def main() -> None:
             served = stack.enter_context(common.scratch_postgres(postgres))
             fill(sys.executable, served, options.runs)
             commands["runner list (PostgreSQL)"] = [str(RUNNER), "list", "--db", served]
+            commands["runner show (PostgreSQL)"] = [
+                str(RUNNER), "show", "run-0", "--db", served,
+            ]  # fmt: skip
             if options.baseline is not None:
                 commands["runner list (PostgreSQL) (baseline)"] = [
                     str(Path(options.baseline) / "runner"), "list", "--db", served,

@@ -1,8 +1,9 @@
 """A connection for reading opened without SQLAlchemy: the common case only.
 
 `runner list` spends most of its start-up importing SQLAlchemy, so it first asks
-`open_reader` for a plain driver connection: sqlite3 on an existing file, or psycopg for a
-`postgresql://` (`postgres://`, `postgresql+psycopg://`) URL, on a schema at head. Anything
+`open_reader` for a plain driver connection: sqlite3 on an existing file, or libpq itself
+(runner.sql.libpq; psycopg where libpq cannot be loaded) for a `postgresql://`
+(`postgres://`, `postgresql+psycopg://`) URL, on a schema at head. Anything
 else gives None and the command takes the full path (`Runner`), which creates, migrates,
 refuses or explains exactly as it always has: a file that does not exist, a URL this module
 does not read the same way SQLAlchemy would, a schema not at SCHEMA_REVISION, and any
@@ -24,6 +25,7 @@ from urllib.parse import parse_qsl, unquote
 
 from runner.defaults import BUSY_TIMEOUT_MS
 from runner.errors import DatabaseRefused
+from runner.sql import libpq
 from runner.sql.reads import Reader, schema_at_head
 from runner.sql.urls import encode_password, resolve_url
 
@@ -131,6 +133,13 @@ def _postgres(parts: dict[str, Any], options: dict[str, str]) -> Reader | None:
             return None  # the full path says what is wrong with it
         arguments["port"] = int(parts["port"])
     arguments.update(options)
+    try:
+        # libpq alone first: importing psycopg is most of these commands' start-up.
+        plain = libpq.connect(arguments)
+    except libpq.Error:
+        return None  # the full path says why, in its words
+    if plain is not None:
+        return _at_head(Reader(plain))
     try:
         import psycopg
     except ImportError:

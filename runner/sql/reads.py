@@ -29,6 +29,7 @@ from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.errors import AmbiguousRunId, RunNotFound
+from runner.sql import libpq
 from runner.store.rows import RunRow, entry_of
 
 if TYPE_CHECKING:  # SQLAlchemy is never imported here: `runner list` reads without it
@@ -116,6 +117,8 @@ class Reader:
         """The driver's errors (not SQLAlchemy's: none wraps them here)."""
         if self.sqlite:
             return (sqlite3.Error,)
+        if isinstance(self.connection, libpq.Connection):
+            return (libpq.Error,)
         return (sys.modules["psycopg"].Error,)  # loaded: the connection is psycopg's
 
     def rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from runner import Runner
 from runner.cli import main
 from runner.service import overview
+from runner.sql import libpq
 from runner.sql import plain_connection as direct
 from runner.sql import runs as store
 from runner.sql.database import failure_message, open_engine
@@ -175,8 +176,8 @@ def test_a_driver_error_while_reading_is_reported_once_not_read_again(
         expected = f"Error: {failure_message(db_url, full.value)}\n"
         assert "entries" in expected
         # SQLAlchemy's SQLite dialect connects through sqlite3.dbapi2, runner's own path
-        # through sqlite3: every way in is counted.
-        for module in (sqlite3, sqlite3.dbapi2, psycopg):
+        # through sqlite3 (and libpq itself on PostgreSQL): every way in is counted.
+        for module in (sqlite3, sqlite3.dbapi2, psycopg, libpq):
             counted(module)
         for read in (lambda: overview.shown(db_url, "q1"), lambda: overview.listed(db_url)):
             connects.clear()
