@@ -11,6 +11,10 @@ queue; and the operations on runs (`fork`, `replay`, `revival`, `submissions`, `
 `values`, `database`, and `documents`: the JSON every face gives of runs and events), and
 whether a face's host is the machine's own (`loopback`): the faces never reach into the store.
 
+It reaches storage through the store's protocol (`runner.store.protocol`); the one module
+that names the SQL store, to open one and for the plain reads of `runner list`, is its door
+`database` (tests/unit/test_layers.py holds it).
+
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
 `runner.sql` and the shared leaves.
 """

@@ -20,7 +20,7 @@ from runner.core.journal import Entry
 from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, DEFAULT_QUEUE
-from runner.errors import AgentLoadError, RunnerError
+from runner.errors import AgentLoadError
 from runner.service import submissions
 from runner.store.protocol import RunStore
 from runner.store.rows import RunRow, new_run
@@ -29,9 +29,7 @@ from runner.store.rules import check_priority, check_queue, result_of
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from runner.sql.heartbeat import Heartbeat
-    from runner.sql.store import SqlStore
-    from runner.sql.writer import Writer
+    from runner.service.database import Heartbeat, SqlStore, Writer
 
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 # How often a process blocked on a waiting run (`wait=True`) looks at it, where the database
@@ -58,9 +56,9 @@ class RunnerBase:
         # A store this runner opens is closed with it; one it is given stays its giver's.
         self._owns_store = store is None
         if store is None:
-            from runner.sql.store import SqlStore
+            from runner.service.database import open_store
 
-            store = SqlStore(
+            store = open_store(
                 url,
                 connections=connections,
                 clock=clock,
@@ -90,11 +88,9 @@ class RunnerBase:
         return self.store.owner
 
     def _sql(self) -> SqlStore:
-        from runner.sql.store import SqlStore
+        from runner.service.database import sql_store
 
-        if not isinstance(self.store, SqlStore):
-            raise RunnerError(f"this runner's store is {self.store.describe()}, not a database")
-        return self.store
+        return sql_store(self.store)
 
     @property
     def url(self) -> str:

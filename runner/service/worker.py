@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from runner.core.agent import Agent, load_agent
 from runner.core.backoff import Backoff
@@ -54,11 +55,13 @@ from runner.errors import (
     RunPaused,
     first_line,
 )
+from runner.service.database import pool_for
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
-from runner.sql.database import resolve_url
-from runner.sql.pool_size import PoolChoice, choose_pool
 from runner.store.protocol import Claim, RunStore
 from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, chosen
+
+if TYPE_CHECKING:
+    from runner.service.database import PoolChoice
 
 log = logging.getLogger("runner.worker")
 
@@ -125,7 +128,7 @@ class Worker:
         # `connections`): runs hold a connection only while they write.
         self.pool: PoolChoice | None = None
         if store is None:
-            self.pool = choose_pool(resolve_url(url), concurrency, cap=connections)
+            self.pool = pool_for(url, concurrency, cap=connections)
         self.runner = Runner(
             url,
             lease_seconds=lease_seconds,

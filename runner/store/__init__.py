@@ -5,8 +5,8 @@ The protocol the service reaches storage through (`protocol`), the rows it hands
 (`rows`), the rules both stores keep, each written once (`rules`: queues, retention, leases,
 provider limits; a schedule's own, `cron`), a follower's registration (`follow`), the thread
 that writes a process's deltas in batches (`delta_writer`), which process owns a lease
-(`owner`) and whether a run's worker lives (`liveness`), and a tree arranged from its rows
-(`run_trees`).
+(`owner`) and whether a run's worker lives (`liveness`), a tree arranged from its rows
+(`run_trees`), and what `runner list` and `show` show (`overview`).
 
 It may import: `runner.core` and the shared leaves.
 """

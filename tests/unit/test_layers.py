@@ -235,3 +235,42 @@ def test_the_store_contract_imports_no_sqlalchemy(tmp_path: Path) -> None:
     planted.mkdir()
     (planted / "rows.py").write_text("def later():\n    from sqlalchemy.engine import Row\n")
     assert sqlalchemy_imports(planted) == ["rows.py:2"]
+
+
+# The service reaches storage through runner.store.protocol's RunStore; the one module of
+# it that names the SQL store (opening one, the worker's pool, the plain reads of `runner
+# list`) is its door, runner.service.database.
+SERVICE_DOOR_TO_SQL = "runner.service.database"
+
+
+def sql_imports_of_the_service(root: Path, package: str) -> list[str]:
+    """Every import of the SQL layer by a module of the service but its door."""
+    found = modules(root, package)
+    service, sql = f"{package}.service", f"{package}.sql"
+    door = SERVICE_DOOR_TO_SQL.replace("runner", package, 1)
+    return [
+        f"{name}:{line} imports {target}"
+        for name, path in sorted(found.items())
+        if name.startswith(f"{service}.") and name != door
+        for target, line in every_import(path, name, found)
+        if target == sql or target.startswith(f"{sql}.")
+    ]
+
+
+def test_the_service_reaches_the_sql_store_through_one_door(tmp_path: Path) -> None:
+    assert sql_imports_of_the_service(PACKAGE, "runner") == []
+    # A planted import, inside a function, of the SQL store elsewhere in the service.
+    _tree(
+        tmp_path / "runner",
+        {
+            "__init__.py": "",
+            "sql/__init__.py": "",
+            "sql/store.py": "",
+            "service/__init__.py": "",
+            "service/database.py": "from runner.sql.store import *\n",
+            "service/worker.py": "def later():\n    import runner.sql.store\n",
+        },
+    )
+    assert sql_imports_of_the_service(tmp_path / "runner", "runner") == [
+        "runner.service.worker:2 imports runner.sql.store"
+    ]
