@@ -230,3 +230,13 @@ def first_line(exc: BaseException) -> str:
     """The first line of an error's message (a driver's own message, under SQLAlchemy's)."""
     text = str(getattr(exc, "orig", None) or exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class PayloadError(RunnerError):
+    """A stored payload cannot be read back: a codec it was written with is not configured
+    here, its blob is missing, or it does not decode to what was written."""
+
+
+class KeyMissing(PayloadError):
+    """A payload was encrypted with a key this process's key ring does not hold, or with
+    a key of that id that is not the key it holds: the message names the key id."""

@@ -54,6 +54,10 @@ POINTS = frozenset(
         # entry not yet committed; and committed, the step's model call not yet made.
         "before_compaction_commit",
         "after_compaction_commit",
+        # Payloads: an offloaded payload's blob written (durably), the row that names it
+        # not yet; a key rotation's batch re-encrypted, not yet committed.
+        "after_blob_write",
+        "before_rotation_commit",
     }
 )
 

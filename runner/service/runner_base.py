@@ -22,6 +22,7 @@ from runner.core.status import RunStatus
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, DEFAULT_QUEUE
 from runner.errors import AgentLoadError
 from runner.service import submissions
+from runner.store.payloads import Codec
 from runner.store.protocol import RunStore
 from runner.store.rows import RunRow, new_run
 from runner.store.rules import check_priority, check_queue, result_of
@@ -52,6 +53,7 @@ class RunnerBase:
         tracer_provider: Any = None,
         connections: int | None = None,
         store: RunStore | None = None,
+        codecs: Sequence[Codec] | None = None,
     ) -> None:
         # A store this runner opens is closed with it; one it is given stays its giver's.
         self._owns_store = store is None
@@ -64,8 +66,9 @@ class RunnerBase:
                 clock=clock,
                 lease_seconds=lease_seconds,
                 heartbeat_seconds=heartbeat_seconds,
+                codecs=codecs,
             )
-        elif url is not None or connections is not None or clock is not None:
+        elif url is not None or connections is not None or clock is not None or codecs:
             raise ValueError("a runner given a store takes its database and clock from it")
         self.store = store
         self.lease_seconds = lease_seconds

@@ -57,6 +57,7 @@ from runner.errors import (
 )
 from runner.service.database import pool_for
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
+from runner.store.payloads import Codec
 from runner.store.protocol import Claim, RunStore
 from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, chosen
 
@@ -115,6 +116,7 @@ class Worker:
         connections: int | None = None,
         store: RunStore | None = None,
         schedule_clock: Clock | None = None,
+        codecs: Sequence[Codec] | None = None,
     ) -> None:
         """A worker of the database at `url`, or of `store` (say, runner.testing's
         InMemoryStore, for tests with no database). `schedule_clock`: the time schedules'
@@ -136,6 +138,7 @@ class Worker:
             observer=self._progressed,
             connections=None if self.pool is None else self.pool.size,
             store=store,
+            codecs=codecs,
         )
         self.store = self.runner.store
         self.schedule_clock = schedule_clock or self.store.clock

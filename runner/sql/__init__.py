@@ -20,7 +20,8 @@ them and parking a run that must wait (`reservations`), waking the runs in a lim
 when a call ends (`limit_line`), wake-ups (`wakeup`), the one watcher that wakes a
 process's followers of runs (`follows`), the pieces of model responses in flight
 (`deltas`), and cancelled runs whose holder is gone finished (`cancels`). It knows no
-policy of the loop, no command line and no page.
+policy of the loop, no command line and no page. Also: the codecs each engine writes
+payloads through (`payloads`).
 
 It may import: `runner.core`, `runner.store` and the shared leaves.
 """

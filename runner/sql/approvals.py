@@ -29,6 +29,7 @@ from runner.errors import NotWaiting, RunNotFound
 from runner.sql import reads
 from runner.sql import run_states as listing
 from runner.sql.backend import backend_for
+from runner.sql.payloads import payloads_of
 from runner.sql.runs import RunRow, entry_of, lock_run, plain, plain_reading
 from runner.sql.schema import entries, runs
 from runner.store.rows import entry_row
@@ -159,7 +160,11 @@ def _record(
 ) -> None:
     entry = answer_entry(wait, given, text, by)
     # Written under the wait's epoch: no claim has been made since the run began to wait.
-    connection.execute(insert(entries).values(entry_row(run.id, seq, run.lease_epoch, entry, at)))
+    connection.execute(
+        insert(entries).values(
+            entry_row(run.id, seq, run.lease_epoch, entry, at, payloads_of(connection))
+        )
+    )
 
 
 def _requeue(connection: Connection, run: RunRow, at: datetime) -> None:

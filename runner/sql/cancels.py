@@ -24,6 +24,7 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunNotFound
 from runner.sql import reads
+from runner.sql.payloads import payloads_of
 from runner.sql.runs import RunRow, lock_run, plain, stopped_values
 from runner.sql.schema import entries, runs
 from runner.store.rows import entry_row
@@ -98,7 +99,9 @@ def _finished(connection: Connection, run: RunRow, at: datetime) -> dict[str, An
         started = reads.last_entry(reader, run.id) is not None
     if not started:
         task = Entry(EntryKind.TASK, 0, Counters(), content=run.task)
-        connection.execute(insert(entries).values(entry_row(run.id, 0, epoch, task, at)))
+        connection.execute(
+            insert(entries).values(entry_row(run.id, 0, epoch, task, at, payloads_of(connection)))
+        )
     return {
         **stopped_values(connection, run.id, StopReason.CANCELLED, at),
         "lease_owner": None,

@@ -36,8 +36,10 @@ from runner.core.waiting import Answer, Asks
 from runner.sql import approvals
 from runner.sql.backend import backend_for
 from runner.sql.driver import Prepared, prepared
+from runner.sql.payloads import payloads_of
 from runner.sql.runs import lock_run
 from runner.sql.schema import entries, runs
+from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import RunRow, amount, counter, entry_row, new_run
 from runner.store.rules import PRIORITY_RANGE
 
@@ -49,7 +51,9 @@ DEEPEST = 64
 # -- creating children -------------------------------------------------------------------
 
 
-def child_row(child: ChildRun, parent: RunRow, at: datetime) -> dict[str, Any]:
+def child_row(
+    child: ChildRun, parent: RunRow, at: datetime, payloads: Payloads = PLAIN
+) -> dict[str, Any]:
     """The row of a child run: queued in its parent's queue, one priority above it, its
     deadline set now."""
     row = new_run(
@@ -68,6 +72,7 @@ def child_row(child: ChildRun, parent: RunRow, at: datetime) -> dict[str, Any]:
         parent_id=parent.id,
         root_id=parent.root_id or parent.id,
         parent_call_key=child.call_key,
+        payloads=payloads,
     )
     seconds = child.budgets.get("max_seconds")
     if seconds is not None:
@@ -206,7 +211,9 @@ def deliver(engine: Engine, parent_id: str, clock: Clock = SYSTEM) -> bool:
             )
             connection.execute(
                 insert(runs.metadata.tables["entries"]).values(
-                    entry_row(parent.id, seq, parent.lease_epoch, entry, at)
+                    entry_row(
+                        parent.id, seq, parent.lease_epoch, entry, at, payloads_of(connection)
+                    )
                 )
             )
             seq += 1

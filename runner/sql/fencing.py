@@ -34,8 +34,10 @@ from runner.errors import LeaseLost
 from runner.sql import children, driver
 from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
+from runner.sql.payloads import payloads_of
 from runner.sql.schema import entries, runs
-from runner.store.rows import ENTRY_COLUMNS, amount, counter, encode, entry_values, plain_text
+from runner.store.payloads import PLAIN, Payloads
+from runner.store.rows import ENTRY_COLUMNS, amount, counter, entry_values, plain_text, sealed
 
 # The most entries one statement writes: a model asking for hundreds of calls at once must
 # not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements
@@ -196,7 +198,17 @@ def append_entries(
     Returns what the write heard of the run (see append_entry). LeaseLost if fenced out.
     """
     append = Append.of(
-        bind.dialect, run_id, epoch, seq, entries, stop, lease_seconds, clock, parking, charge
+        bind.dialect,
+        run_id,
+        epoch,
+        seq,
+        entries,
+        stop,
+        lease_seconds,
+        clock,
+        parking,
+        charge,
+        payloads_of(bind),
     )
     # No connection of its own: one from the pool, for this write alone.
     connection = bind if isinstance(bind, Connection) else bind.connect()
@@ -242,6 +254,7 @@ class Append:
         clock: Clock = SYSTEM,
         parking: Parking | None = None,
         charge: TreeCharge | None = None,
+        payloads: Payloads = PLAIN,
     ) -> Append:
         at = utc_now(clock)
         fence = _fence(dialect, run_id, epoch, at, lease_seconds)
@@ -249,12 +262,13 @@ class Append:
         inserts: list[tuple[str, Parameters]]
         together: tuple[tuple[Any, ...], ...] | None = None
         if positional is not None:  # the common case on SQLite: one entry, no dict on the way
-            row = entry_values(run_id, seq, epoch, entries[0], at)
+            row = entry_values(run_id, seq, epoch, entries[0], at, payloads)
             inserts = [(positional.sql, positional.parameters(row, fence))]
         elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
             statement = _fenced_insert(dialect, len(entries))
             rows = tuple(
-                entry_values(run_id, seq + i, epoch, entry, at) for i, entry in enumerate(entries)
+                entry_values(run_id, seq + i, epoch, entry, at, payloads)
+                for i, entry in enumerate(entries)
             )
             values = _rows(rows, fence)
             inserts = [(statement.sql, statement.parameters(values))]
@@ -266,7 +280,7 @@ class Append:
                 chunk = entries[start : start + ROWS_PER_STATEMENT]
                 statement = _fenced_insert(dialect, len(chunk))
                 rows = tuple(
-                    entry_values(run_id, seq + start + i, epoch, entry, at)
+                    entry_values(run_id, seq + start + i, epoch, entry, at, payloads)
                     for i, entry in enumerate(chunk)
                 )
                 values = _rows(rows, fence)
@@ -275,10 +289,10 @@ class Append:
         finish = cancelled = park = None
         made: list[tuple[str, Parameters]] = []
         if stop is not None:
-            finish = _finish_parameters(dialect, stop, counters, fence, at)
+            finish = _finish_parameters(dialect, stop, counters, fence, at, payloads)
         elif parking is not None:
             stopped = Stop(StopReason.CANCELLED)
-            cancelled = _finish_parameters(dialect, stopped, counters, fence, at)
+            cancelled = _finish_parameters(dialect, stopped, counters, fence, at, payloads)
             park = _park_parameters(dialect, parking, fence, at, counters)
             child = children.insert_child(dialect)
             made = [
@@ -438,7 +452,7 @@ def finish_run(
 ) -> None:
     at = utc_now(clock)
     fence = {"fence_run": run_id, "fence_epoch": epoch}
-    finish = _finish_parameters(bind.dialect, stop, counters, fence, at)
+    finish = _finish_parameters(bind.dialect, stop, counters, fence, at, payloads_of(bind))
     with _connected(bind) as connection, driver.Write(connection, one_statement=True) as write:
         _finish(write, run_id, finish)
 
@@ -473,9 +487,14 @@ def _park_parameters(
 
 
 def _finish_parameters(
-    dialect: Dialect, stop: Stop, counters: Counters, fence: dict[str, Any], at: datetime
+    dialect: Dialect,
+    stop: Stop,
+    counters: Counters,
+    fence: dict[str, Any],
+    at: datetime,
+    payloads: Payloads,
 ) -> tuple[str, Parameters]:
-    output, fmt = encode(stop.output)
+    output, fmt = sealed(stop.output, payloads)
     statement = prepared(dialect, "finish", lambda: _fenced_update(_FINISHED))
     values = {
         **fence,

@@ -35,6 +35,7 @@ from runner.sql.backend import backend_for
 from runner.sql.children import child_row
 from runner.sql.failures import refused, transient
 from runner.sql.heartbeat import Heartbeat
+from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing
 from runner.store.rules import Claim
 
@@ -189,7 +190,8 @@ class SqlJournal:
             parking = self._parking
             if children:
                 at = utc_now(self.clock)
-                rows = tuple(child_row(child, self._run, at) for child in children)
+                payloads = payloads_of(self.engine)
+                rows = tuple(child_row(child, self._run, at, payloads) for child in children)
                 parking = replace(parking, children=rows)
             cancelled = self._write(tuple(entries), None, parking).cancel
             self.seq += len(entries)
@@ -277,6 +279,7 @@ class SqlJournal:
             self.clock,
             parking,
             charge,
+            payloads_of(self.engine),
         )
         try:
             return self.writer.commit(append)

@@ -25,8 +25,10 @@ from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished, RunNotFound
 from runner.sql import reads
+from runner.sql.payloads import payloads_of
 from runner.sql.runs import RunRow, lock_run, plain
 from runner.sql.schema import entries, messages, runs
+from runner.store.payloads import open_text
 from runner.store.rows import entry_row
 from runner.store.rules import conflict_words, finished_words
 
@@ -65,7 +67,11 @@ def send(
             ).scalar_one()
             connection.execute(
                 insert(messages).values(
-                    run_id=run.id, number=number, idempotency_key=key, body=body, sent_at=at
+                    run_id=run.id,
+                    number=number,
+                    idempotency_key=key,
+                    body=payloads_of(connection).seal(body),
+                    sent_at=at,
                 )
             )
             connection.execute(
@@ -95,7 +101,7 @@ def _sent(connection: Connection, run: RunRow, key: str, body: str) -> Sent | No
     ).first()
     if row is None:
         return None
-    if row.body != body:
+    if open_text(row.body) != body:
         raise MessageConflict(conflict_words(run, key, row.number))
     return Sent(
         run.id,
@@ -139,8 +145,10 @@ def deliver(
         ).all()
         written = []
         for n, message in enumerate(waiting):
-            entry = message_entry(step, counters, message.idempotency_key, message.body)
-            connection.execute(insert(entries).values(entry_row(run_id, seq + n, epoch, entry, at)))
+            body = open_text(message.body) or ""
+            entry = message_entry(step, counters, message.idempotency_key, body)
+            values = entry_row(run_id, seq + n, epoch, entry, at, payloads_of(connection))
+            connection.execute(insert(entries).values(values))
             connection.execute(
                 update(messages)
                 .where(messages.c.run_id == run_id, messages.c.number == message.number)

@@ -17,10 +17,11 @@ from sqlalchemy.exc import IntegrityError
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.journal import Entry
 from runner.errors import RunNotFound
+from runner.sql.payloads import payloads_of
 from runner.sql.runs import RunRow, entry_of, lock_run
 from runner.sql.schema import entries, runs
 from runner.store.protocol import Decide
-from runner.store.rows import FORKED_EPOCH, entry_row
+from runner.store.rows import FORKED_EPOCH, entry_row, seal_task
 
 
 def change_budgets(engine: Engine, run_id: str, decide: Decide, clock: Clock = SYSTEM) -> RunRow:
@@ -46,7 +47,7 @@ def change_budgets(engine: Engine, run_id: str, decide: Decide, clock: Clock = S
         seq = tail[0][0] + 1 if tail else 0
         # Under the run's epoch: a revival's (nobody holds a finished run) or the claim's
         # that extends it (decide checked it is still the run's).
-        values = entry_row(run.id, seq, run.lease_epoch, change.entry, at)
+        values = entry_row(run.id, seq, run.lease_epoch, change.entry, at, payloads_of(connection))
         connection.execute(insert(entries).values(**values))
         connection.execute(
             update(runs).where(runs.c.id == run.id).values(**change.values, updated_at=at)
@@ -76,10 +77,10 @@ def insert_fork(
     ).where(entries.c.run_id == parent_id, entries.c.seq < copied)
     try:
         with engine.begin() as connection:
-            connection.execute(insert(runs).values(**row))
+            connection.execute(insert(runs).values(**seal_task(row, payloads_of(connection))))
             connection.execute(insert(entries).from_select(columns, source))
             if extra is not None:
-                values = entry_row(run_id, copied, FORKED_EPOCH, extra, at)
+                values = entry_row(run_id, copied, FORKED_EPOCH, extra, at, payloads_of(connection))
                 connection.execute(insert(entries).values(**values))
     except IntegrityError:
         return False

@@ -27,13 +27,14 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.sql import reads
 from runner.sql.backend import backend_for
+from runner.sql.payloads import payloads_of
 from runner.sql.reads import plain as plain  # re-exported: the store's modules read so
 from runner.sql.reads import plain_reading as plain_reading
 from runner.sql.schema import DEFAULT_QUEUE, runs
 from runner.store.rows import RunRow as RunRow  # re-exported: rows are built without SQLAlchemy
 from runner.store.rows import decode as decode
 from runner.store.rows import entry_of as entry_of
-from runner.store.rows import new_run
+from runner.store.rows import new_run, seal_task
 
 # -- values in and out ----------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ def insert_run(engine: Engine, row: Mapping[str, Any], *, wake: bool = True) -> 
     """Insert a run (a row of `new_run`); False (and nothing written) when the id exists."""
     try:
         with engine.begin() as connection:
-            connection.execute(insert(runs).values(**row))
+            connection.execute(insert(runs).values(**seal_task(row, payloads_of(engine))))
             if wake:  # delivered when the insert commits, never before
                 backend_for(engine.dialect.name).wake_workers(connection)
     except IntegrityError:
@@ -120,7 +121,8 @@ def insert_runs(engine: Engine, rows: Sequence[Mapping[str, Any]], *, wake: bool
     if not rows:
         return
     with engine.begin() as connection:
-        connection.execute(insert(runs), list(rows))
+        payloads = payloads_of(engine)
+        connection.execute(insert(runs), [seal_task(row, payloads) for row in rows])
         if wake:
             backend_for(engine.dialect.name).wake_workers(connection)
 

@@ -29,11 +29,13 @@ from sqlalchemy.exc import IntegrityError
 from runner.core.status import RunStatus
 from runner.errors import ScheduleNotFound
 from runner.sql.backend import backend_for
+from runner.sql.payloads import payloads_of
 from runner.sql.runs import reading
 from runner.sql.schema import runs, schedules
 from runner.store.cron import after_tick, handle_due, next_tick, tick_run
 from runner.store.rows import Fired as Fired  # re-exported
 from runner.store.rows import ScheduleRow as ScheduleRow  # re-exported
+from runner.store.rows import seal_task
 
 # Most schedules one look fires (each in its own short transaction); the rest at the next.
 FIRES_PER_LOOK = 20
@@ -49,7 +51,7 @@ def add_schedule(engine: Engine, row: Mapping[str, Any]) -> bool:
     """Insert a schedule; False, nothing written, if the name is taken."""
     try:
         with engine.begin() as connection:
-            connection.execute(insert(schedules).values(**row))
+            connection.execute(insert(schedules).values(**seal_task(row, payloads_of(connection))))
     except IntegrityError:
         return False
     return True
@@ -154,7 +156,11 @@ def _fire(engine: Engine, name: str, now: datetime, recorded_at: datetime) -> Fi
         )
         if handled.run_id is not None:
             connection.execute(
-                insert(runs).values(**tick_run(schedule, handled.run_id, recorded_at))
+                insert(runs).values(
+                    **seal_task(
+                        tick_run(schedule, handled.run_id, recorded_at), payloads_of(connection)
+                    )
+                )
             )
             # Delivered at commit: idle workers claim the run at once (PostgreSQL's NOTIFY).
             backend_for(connection.dialect.name).wake_workers(connection)

@@ -49,6 +49,7 @@ from runner.sql.database import connect, damaged, resolve_url
 from runner.sql.follows import Followers
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.journal import SqlJournal
+from runner.sql.payloads import bind_payloads
 from runner.sql.reservations import SqlLimits
 from runner.sql.schedules import Fired
 from runner.sql.urls import redact_url
@@ -56,13 +57,19 @@ from runner.sql.wakeup import Wakeup
 from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.follow import Follow
 from runner.store.owner import this_process
+from runner.store.payload_config import configured
+from runner.store.payloads import Codec, Payloads
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.rows import LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Expired, Rules
 
 
 class SqlStore:
-    """Runs in the database at `url` (None: RUNNER_DATABASE_URL, else the default file)."""
+    """Runs in the database at `url` (None: RUNNER_DATABASE_URL, else the default file).
+
+    Payloads are written through `payloads`, else through `codecs` (a user's own) followed
+    by the environment's encryption and offload (runner.store.payload_config).
+    """
 
     def __init__(
         self,
@@ -72,6 +79,8 @@ class SqlStore:
         clock: Clock | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         heartbeat_seconds: float | None = None,
+        payloads: Payloads | None = None,
+        codecs: Sequence[Codec] | None = None,
     ) -> None:
         self.url = resolve_url(url)
         # `connections`: the most this store holds at once (a worker's pool); a run holds
@@ -80,6 +89,10 @@ class SqlStore:
         self.engine: Engine = connect(
             self.url, pool_size=connections, idle_transactions=lease_seconds
         )
+        # Every payload this store writes passes through these codecs (the environment's
+        # unless given: runner.store.payload_config).
+        self.payloads = payloads if payloads is not None else configured(self.url, codecs=codecs)
+        bind_payloads(self.engine, self.payloads)
         # The journals' writes: on SQLite they share one connection, kept until close().
         self.writer = writer.Writer(self.engine)
         # Leases and deadlines are compared across machines: on the database's clock.

@@ -7,6 +7,9 @@ provider limits; a schedule's own, `cron`), a follower's registration (`follow`)
 that writes a process's deltas in batches (`delta_writer`), which process owns a lease
 (`owner`) and whether a run's worker lives (`liveness`), a tree arranged from its rows
 (`run_trees`), and what `runner list` and `show` show (`overview`).
+Payloads: the codec seam every payload crosses (`payloads`; a codec's protocol, `codec`),
+the codecs a store is configured with (`payload_config`), encryption with a key ring
+(`encryption`), offload (`offload`) to blob stores (`blobs`).
 
 It may import: `runner.core` and the shared leaves.
 """

@@ -22,6 +22,7 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.defaults import DEFAULT_QUEUE
 from runner.store.owner import is_dead
+from runner.store.payloads import PLAIN, Payloads, is_envelope, open_args, open_text
 
 
 class _HasMapping(Protocol):
@@ -102,11 +103,11 @@ class RunRow:
             agent=m["agent"],
             agent_name=m["agent_name"],
             release=m["release"],
-            task=m["task"],
+            task=open_text(m["task"]) or "",
             budgets=dict(m["budgets"]),
             status=RunStatus(m["status"]),
             stop_reason=StopReason(m["stop_reason"]) if m["stop_reason"] else None,
-            output=decode(m["output"], m["output_format"]),
+            output=decode(open_text(m["output"]), m["output_format"]),
             error=m["error"],
             wrapped_up=bool(m["wrapped_up"]),
             steps=m["steps"],
@@ -160,10 +161,10 @@ def entry_of(row: Columns) -> Entry:
         kind=EntryKind(m["kind"]),
         step=m["step"],
         counters=Counters(m["steps"], m["tokens"], m["cost"], m["error_streak"]),
-        content=decode(m["content"], m["content_format"]),
+        content=decode(open_text(m["content"]), m["content_format"]),
         action_type=ActionKind(m["action_type"]) if m["action_type"] else None,
         tool=m["tool"],
-        args=m["args"],
+        args=open_args(m["args"]),
         is_error=bool(m["is_error"]),
         error=m["error"],
         idempotency_key=m["idempotency_key"],
@@ -206,6 +207,7 @@ class ScheduleRow:
         m = _values(row)
         values = {name: m[name] for name in cls.__dataclass_fields__}
         values["budgets"] = dict(values["budgets"])
+        values["task"] = open_text(values["task"])
         values["paused"] = bool(values["paused"])
         return cls(**values)
 
@@ -305,6 +307,13 @@ def _storable(text: str) -> bool:
     return True
 
 
+def sealed(value: Any, payloads: Payloads) -> tuple[str | None, str]:
+    """A content or output value as (column text, format): `encode`'s text through the
+    store's codecs (the format stays plain: it says what the text is once opened)."""
+    text, fmt = encode(value)
+    return payloads.seal(text), fmt
+
+
 def plain_text(text: str | None) -> str | None:
     """A message (an error's text) as a text column can hold it: NUL and lone surrogates
     written as escapes. Messages are for people; unlike content, they need not round-trip."""
@@ -335,15 +344,31 @@ _ROLES = {
 }
 
 
-def entry_row(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> dict[str, Any]:
-    """An entry's row of the entries table, by column name."""
-    return dict(zip(ENTRY_COLUMNS, entry_values(run_id, seq, epoch, entry, at), strict=True))
+def entry_row(
+    run_id: str,
+    seq: int,
+    epoch: int,
+    entry: Entry,
+    at: datetime,
+    payloads: Payloads = PLAIN,
+) -> dict[str, Any]:
+    """An entry's row of the entries table, by column name, its payloads sealed."""
+    values = entry_values(run_id, seq, epoch, entry, at, payloads)
+    return dict(zip(ENTRY_COLUMNS, values, strict=True))
 
 
-def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) -> tuple[Any, ...]:
+def entry_values(
+    run_id: str,
+    seq: int,
+    epoch: int,
+    entry: Entry,
+    at: datetime,
+    payloads: Payloads = PLAIN,
+) -> tuple[Any, ...]:
     """`entry_row`'s values in the entries table's column order (ENTRY_COLUMNS): what a
-    positional driver takes, with no dict on the way (the journal's hot path)."""
-    content, fmt = encode(entry.content)
+    positional driver takes, with no dict on the way (the journal's hot path). Its content
+    and arguments pass through `payloads` (a blob is written before this returns)."""
+    content, fmt = sealed(entry.content, payloads)
     c = entry.counters
     top = COUNTER_MAX
     return (
@@ -356,7 +381,7 @@ def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) 
         fmt,
         entry.action_type,
         entry.tool,
-        entry.args,
+        payloads.seal_args(entry.args),
         entry.is_error,
         plain_text(entry.error),
         entry.idempotency_key,
@@ -376,6 +401,13 @@ def entry_values(run_id: str, seq: int, epoch: int, entry: Entry, at: datetime) 
     )
 
 
+def seal_task(row: Mapping[str, Any], payloads: Payloads) -> dict[str, Any]:
+    """A run's (or a schedule's) row with its task sealed by `payloads` (a task sealed
+    already, an envelope, is kept as it is)."""
+    task = row["task"]
+    return {**row, "task": task if is_envelope(task) else payloads.seal(task)}
+
+
 def new_run(
     *,
     run_id: str,
@@ -393,10 +425,11 @@ def new_run(
     parent_id: str | None = None,
     root_id: str | None = None,
     parent_call_key: str | None = None,
+    payloads: Payloads = PLAIN,
 ) -> dict[str, Any]:
-    """The row of a run just submitted (queued, nothing spent). A child run names its
-    parent, its tree's root and the key of the parent's call that started it; any other
-    run is a root, and its root_id is its own id."""
+    """The row of a run just submitted (queued, nothing spent), its task sealed by
+    `payloads`. A child run names its parent, its tree's root and the key of the parent's
+    call that started it; any other run is a root, and its root_id is its own id."""
     if (parent_id is None) != (root_id is None):
         raise ValueError("a child run names both its parent and its root; a root neither")
     return {
@@ -404,7 +437,7 @@ def new_run(
         "agent": agent,
         "agent_name": agent_name,
         "release": release,
-        "task": task,
+        "task": payloads.seal(task),
         "budgets": budgets,
         "status": RunStatus.QUEUED,
         "wrapped_up": False,

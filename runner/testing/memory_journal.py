@@ -20,8 +20,9 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import ChildRun, Place, TreeStop
 from runner.errors import LeaseLost
+from runner.store.payloads import Payloads
 from runner.store.protocol import Claim, Observer
-from runner.store.rows import amount, counter, encode, plain_text
+from runner.store.rows import amount, counter, plain_text, sealed
 
 if TYPE_CHECKING:
     from runner.testing.memory_messages import MemoryMessages
@@ -110,7 +111,7 @@ class MemoryRunJournal:
     def finish(self, stop: Stop, counters: Counters) -> None:
         with self._writing, self.store._lock:
             row = self._fenced("not finishing it")
-            row.update(self._finished(stop, counters, self.store._now()))
+            row.update(self._finished(stop, counters, self.store._now(), self.store.payloads))
 
     def cancel_requested(self) -> bool:
         return self._cancel
@@ -143,9 +144,11 @@ class MemoryRunJournal:
             row.update(lease_expires_at=at + timedelta(seconds=self.lease_seconds), last_seen_at=at)
             counters = entries[-1].counters
             if stop is not None:
-                row.update(self._finished(stop, counters, at))
+                row.update(self._finished(stop, counters, at, self.store.payloads))
             elif parking and cancel:
-                row.update(self._finished(Stop(StopReason.CANCELLED), counters, at))
+                row.update(
+                    self._finished(Stop(StopReason.CANCELLED), counters, at, self.store.payloads)
+                )
             elif parking:
                 timeout = self._approval_timeout
                 row.update(
@@ -159,8 +162,10 @@ class MemoryRunJournal:
         return cancel
 
     @staticmethod
-    def _finished(stop: Stop, counters: Counters, at: datetime) -> dict[str, Any]:
-        output, fmt = encode(stop.output)
+    def _finished(
+        stop: Stop, counters: Counters, at: datetime, payloads: Payloads
+    ) -> dict[str, Any]:
+        output, fmt = sealed(stop.output, payloads)
         return {
             "status": RunStatus.FINISHED,
             "stop_reason": stop.reason,

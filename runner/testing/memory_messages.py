@@ -14,6 +14,7 @@ from runner.core.journal import Entry
 from runner.core.messages import Sent, message_entry
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, MessageConflict, RunFinished
+from runner.store.payloads import open_text
 from runner.store.rows import RunRow
 from runner.store.rules import conflict_words, finished_words
 from runner.testing.memory_rows import MemoryRows, Row
@@ -30,7 +31,7 @@ class MemoryMessages(MemoryRows):
             inbox = self.messages.setdefault(run_id, [])
             for message in inbox:
                 if message["idempotency_key"] == key:
-                    if message["body"] != body:
+                    if open_text(message["body"]) != body:
                         raise MessageConflict(conflict_words(run, key, message["number"]))
                     return _sent(run, message, duplicate=True)
             if run.status is RunStatus.FINISHED and not finished_ok:
@@ -39,7 +40,7 @@ class MemoryMessages(MemoryRows):
                 "run_id": run_id,
                 "number": len(inbox) + 1,
                 "idempotency_key": key,
-                "body": body,
+                "body": self.payloads.seal(body),
                 "sent_at": at,
                 "delivered_seq": None,
             }
@@ -68,7 +69,8 @@ class MemoryMessages(MemoryRows):
             for message in self.messages.get(run_id, ()):
                 if message["delivered_seq"] is not None:
                     continue
-                entry = message_entry(step, counters, message["idempotency_key"], message["body"])
+                body = open_text(message["body"]) or ""
+                entry = message_entry(step, counters, message["idempotency_key"], body)
                 message["delivered_seq"] = self._append(run_id, epoch, entry, at)
                 written.append(entry)
             row["undelivered_messages"] = 0

@@ -19,7 +19,8 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunnerError, RunNotFound
 from runner.store.owner import this_process
-from runner.store.rows import RunRow, entry_of, entry_row
+from runner.store.payloads import PLAIN, Payloads
+from runner.store.rows import RunRow, entry_of, entry_row, seal_task
 
 Row = dict[str, Any]
 
@@ -53,8 +54,16 @@ def json_value(value: Any) -> Any:
 class MemoryRows:
     """Runs and their journals as rows, under one lock, on one clock."""
 
-    def __init__(self, *, clock: Clock | None = None, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        owner: str | None = None,
+        payloads: Payloads = PLAIN,
+    ) -> None:
         self._clock: Clock = clock if clock is not None else ManualClock()
+        # Every payload kept passes through these codecs, as in the SQL store.
+        self.payloads = payloads
         self._owner = owner or this_process()
         self._lock = threading.RLock()
         self.runs: dict[str, Row] = {}
@@ -110,14 +119,14 @@ class MemoryRows:
     def _insert(self, row: Mapping[str, Any]) -> None:
         stored: Row = dict.fromkeys(_NULLABLE)
         stored["undelivered_messages"] = 0  # the column's server default
-        stored.update(row)
+        stored.update(seal_task(row, self.payloads))
         stored["budgets"] = json_value(stored["budgets"])
         self.runs[stored["id"]] = stored
         self.entries[stored["id"]] = []
 
     def _append(self, run_id: str, epoch: int, entry: Entry, at: datetime) -> int:
         rows = self.entries[run_id]
-        row = entry_row(run_id, len(rows), epoch, entry, at)
+        row = entry_row(run_id, len(rows), epoch, entry, at, self.payloads)
         row["args"] = json_value(row["args"])
         rows.append(row)
         return len(rows) - 1

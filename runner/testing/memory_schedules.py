@@ -15,7 +15,7 @@ from typing import Any
 from runner.core.status import RunStatus
 from runner.errors import ScheduleNotFound
 from runner.store.cron import after_tick, handle_due, next_tick, tick_run
-from runner.store.rows import Fired, ScheduleRow
+from runner.store.rows import Fired, ScheduleRow, seal_task
 from runner.testing.memory_rows import MemoryRows, Row
 
 # As many schedules as one look of a worker fires in SQL (runner.sql.schedules).
@@ -35,7 +35,7 @@ class MemorySchedules(MemoryRows):
                 return False
             # The columns the table defaults (the last tick, its run) start empty, as there.
             empty = dict.fromkeys(ScheduleRow.__dataclass_fields__)
-            self._schedules[row["name"]] = {**empty, **row}
+            self._schedules[row["name"]] = {**empty, **seal_task(row, self.payloads)}
             return True
 
     def schedules(self) -> list[ScheduleRow]:

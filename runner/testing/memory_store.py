@@ -41,6 +41,7 @@ from runner.store import liveness
 from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.follow import Follow
 from runner.store.owner import is_dead, local_prefix
+from runner.store.payloads import PLAIN, Payloads
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.rows import (
     FORKED_EPOCH,
@@ -74,8 +75,14 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules
     move it with `store.clock.advance(seconds)`); `owner` names this process's leases.
     """
 
-    def __init__(self, *, clock: Clock | None = None, owner: str | None = None) -> None:
-        super().__init__(clock=clock, owner=owner)
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        owner: str | None = None,
+        payloads: Payloads = PLAIN,
+    ) -> None:
+        super().__init__(clock=clock, owner=owner, payloads=payloads)
         self.deltas = MemoryDeltas()
         self._deltas = DeltaWriter(
             self.deltas.write, lambda: self.deltas.sweep(utc_now(self._clock)), self._clock
