@@ -13,11 +13,13 @@ plain reads of `runner list` load no SQLAlchemy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.core.clock import Clock
 from runner.errors import RunnerError
 from runner.store.overview import Listed, Shown
+from runner.store.payloads import Codec
 from runner.store.protocol import RunStore
 
 if TYPE_CHECKING:
@@ -36,8 +38,10 @@ def open_store(
     clock: Clock | None = None,
     lease_seconds: float,
     heartbeat_seconds: float | None = None,
+    codecs: Sequence[Codec] | None = None,
 ) -> SqlStore:
-    """The store of the database at `url` (default: the environment's, else SQLite)."""
+    """The store of the database at `url` (default: the environment's, else SQLite), its
+    payloads written through `codecs` and the environment's (runner.store.payload_config)."""
     from runner.sql.store import SqlStore
 
     return SqlStore(
@@ -46,6 +50,7 @@ def open_store(
         clock=clock,
         lease_seconds=lease_seconds,
         heartbeat_seconds=heartbeat_seconds,
+        codecs=codecs,
     )
 
 
