@@ -11,6 +11,9 @@ variable, as `interrupts` is) and calls `emit` for each piece, from whichever th
 Each call, and each retry of one, numbers its deltas from 0: a delta with `ordinal` 0 begins
 the step's response afresh (a retry, or the call made again by a resumed run), so a follower
 drops what it showed of that step before.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.store.delta_writer`, `runner.sql.deltas`, `runner.testing.memory_deltas`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ The loop records every decision as an `Entry` before it acts on it. A durable jo
 On resume the loop replays `recorded()` instead of asking the model or re-running tools.
 A step of several tool calls is one row per call and one per observation; `transcript_of`
 turns rows back into the messages the model saw.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.sql.journal`, `runner.testing.memory_journal`.
 """
 
 from __future__ import annotations

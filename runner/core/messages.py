@@ -6,6 +6,9 @@ boundary; it is then journaled as a `message` entry (a user turn: the model is s
 carries an idempotency key, unique per run: the same key sent twice is one message. This
 module knows no SQL: the store keeps the inbox (runner.sql.messages), the loop reads the
 entries back on resume.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.testing.memory_messages`, `runner.service.messaging`, `runner.cli.messages`.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ what happens to a call whose outcome a crash made unknown: run it again with the
 (`idempotent`, or a tool taking `idempotency_key`), ask its `reconcile` hook, or tell the
 model the outcome is unknown (unless `mark_start` shows it never started); and whether a
 call must wait for a person's approval first.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.core.tool_runs`, `runner.mcp.tools`.
 """
 
 from __future__ import annotations

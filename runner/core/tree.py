@@ -17,6 +17,10 @@ call starts once an ancestor's spend and the calls in flight below it leave no r
 (`crowded`), so concurrent children go over an ancestor's budget only by the last call that
 found room and the estimation error of those in flight beside it. A child's budgets are at
 most what its parent has left (`spawn_budgets`).
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.core.tree_inline`, `runner.sql.children`, `runner.store.run_trees`,
+`runner.service.tree_events`, `runner.cli.tree_output`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ paged reads of the page (`runner ui`).
 PostgreSQL's plans read as the planner's tree by `plan_tree`),
 `runner stats` (`stats`), export and prune (`archive`), the page's reads a page at a time
 (`browse`), the use of provider limits (`limit_use`), moments such as `--since 7d`
-(`moments`), values as JSON (`values`) and the views of migration 0002 as SQLAlchemy sees
+(`moments`), values as JSON (`json_values`) and the views of migration 0002 as SQLAlchemy sees
 them (`views`: `run_summary`, `tool_calls`); docs/reference/schema.md documents them for the
 users who query them directly.
 
@@ -33,11 +33,11 @@ from runner.history.browse import (
     runs_page,
     step_counters,
 )
+from runner.history.json_values import plain
 from runner.history.limit_use import limit_use
 from runner.history.moments import parse_moment
 from runner.history.query import QueryResult, read_only_query
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
-from runner.history.values import plain
 from runner.sql import plain_connection
 from runner.sql import runs as store
 from runner.sql.database import connect

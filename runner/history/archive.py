@@ -15,7 +15,7 @@ from sqlalchemy import Engine, delete, func, select
 from runner.core.status import RunStatus
 from runner.core.utf8 import utf8_safe
 from runner.errors import RunnerError
-from runner.history.values import plain
+from runner.history.json_values import plain
 from runner.sql.backend import backend_for
 from runner.sql.retention import tree_finished
 from runner.sql.runs import decode

@@ -9,6 +9,9 @@ the schema upgrade of `runner db upgrade`, the page's read-only engine.
 
 Each function imports its SQL module when called: a `Runner` on an `InMemoryStore` and the
 plain reads of `runner list` load no SQLAlchemy.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.sql.database`, `runner.sql.database_failures`, `runner.sql.urls`.
 """
 
 from __future__ import annotations

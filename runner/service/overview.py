@@ -1,6 +1,10 @@
 """What `runner list` and `runner show` show: read over a plain connection where one opens
 (runner.sql.plain_overview, through the service's door to the SQL store,
-runner.service.database), else through a `Runner`, with the same reads either way."""
+runner.service.database), else through a `Runner`, with the same reads either way.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.store.overview`.
+"""
 
 from __future__ import annotations
 

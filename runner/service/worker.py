@@ -19,6 +19,9 @@ expire (runner.sql.retention).
 The worker logs through the standard `logging` module, on the `runner.worker` logger: each
 record about a run carries its id (`record.run_id`) and every record the worker's name
 (`record.worker`). `runner worker` configures the handler (text or JSON lines on stderr).
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.cli.worker`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ revivals, forks); the reads written once as plain SQL over a driver connection (
 list` and `show` read so, `plain_overview`). Leases and claims (`leases`; the run a claim
 takes next, `runnable`; the heartbeat's renewals, `heartbeat` and `lease_renewals`). The
 journal: its fenced writes (`fencing`, `driver`, `journal`; which failures are worth a
-retry, `failures`; SQLite's in-process write lock and the kept connection, `writer`; the
+retry, `database_failures`; SQLite's in-process write lock and the kept connection, `writer`; the
 journal writes of runs in flight sharing one transaction or statement, `group_commit`).
 Answers to waiting runs (`approvals`), messages sent to runs (`messages`), trees of runs
 (`children`: child runs, their spend charged up the tree, their ends delivered; what a tree

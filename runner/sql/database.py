@@ -20,7 +20,7 @@ from runner.errors import (
     first_line,
 )
 from runner.sql.backend import backend_for
-from runner.sql.failures import unavailable
+from runner.sql.database_failures import unavailable
 from runner.sql.reads import SCHEMA_REVISION, VERSION_QUERY
 from runner.sql.urls import encode_password, not_a_url, redact_url
 from runner.sql.urls import resolve_url as resolve_url  # re-exported

@@ -45,7 +45,7 @@ from sqlalchemy import Connection
 from runner.core.faults import fault
 from runner.errors import LeaseLost
 from runner.sql import driver
-from runner.sql.failures import transient
+from runner.sql.database_failures import transient
 from runner.sql.fencing import Heard
 
 

@@ -33,7 +33,7 @@ from runner.sql import children, fencing, messages, tree_budget
 from runner.sql import runs as store
 from runner.sql.backend import backend_for
 from runner.sql.children import child_row
-from runner.sql.failures import refused, transient
+from runner.sql.database_failures import refused, transient
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing

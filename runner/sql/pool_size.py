@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from runner.errors import first_line
 from runner.sql.backend import backend_for
 from runner.sql.database import open_engine
-from runner.sql.failures import unavailable
+from runner.sql.database_failures import unavailable
 from runner.sql.urls import redact_url
 
 # A worker's pool on PostgreSQL: at most this many connections, and at most a fifth of what

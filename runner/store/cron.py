@@ -2,7 +2,12 @@
 may be, when its ticks come (read in its timezone, through cronsim), the id of a tick's
 run, and what a due tick comes to (`handle_due`: a run started, or a skip and why). None of
 it reads a database: the SQL store keeps and fires schedules in runner.sql's `schedules`,
-the in-memory store in runner.testing's `memory_schedules`, both through these rules."""
+the in-memory store in runner.testing's `memory_schedules`, both through these rules.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.sql.schedules`, `runner.testing.memory_schedules`, `runner.service.scheduling`,
+`runner.cli.schedules`.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,11 @@
 """One follower's registration with its store's watcher of runs: woken when its run may
 have moved. The SQL store's watcher (`Followers`: a LISTEN on PostgreSQL, a poller on
 SQLite) is in runner.sql.follows; a store without one returns no registration, and its
-followers poll."""
+followers poll.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.service.events`, `runner.service.tree_events`, `runner.cli.follow`.
+"""
 
 from __future__ import annotations
 

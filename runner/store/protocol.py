@@ -5,6 +5,9 @@ The `Runner` and the worker drive runs through a `RunStore` and nothing else of 
 one database; `runner.testing.InMemoryStore` is a fake of it in memory, for fast tests of
 the logic above the store (claims, answers, queue limits, revival, forks). Each operation
 is one transaction in SQL: whole or absent, and fenced by the lease epoch where it says so.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"): `runner.sql.runs`,
+`runner.sql.queues`, `runner.cli.runs`, `runner.cli.queues`.
 """
 
 from __future__ import annotations

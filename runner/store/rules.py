@@ -7,6 +7,9 @@ a queue (`effective`). Leases: what a claim holds (`Claim`), when a run is held 
 worker (`refuse_if_held`), what a crash loop is told. Provider limits: what a call charged
 (`Charge`), whether a call fits a limit now and from when it will (`Room`), how long a
 parked run keeps its place in line, how an amount is checked. None of it reads a database.
+
+The rest of this feature (docs/architecture.md, "Where a feature lives"):
+`runner.sql.retention`, `runner.testing.memory_retention`, `runner.history.archive`.
 """
 
 from __future__ import annotations

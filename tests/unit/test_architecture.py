@@ -96,3 +96,48 @@ def test_the_architecture_page_names_files_that_exist() -> None:
     )
     missing = sorted(n for n in named if not (PACKAGE / n.removeprefix("runner/")).exists())
     assert named and missing == []
+
+
+def feature_table() -> dict[str, tuple[str, list[str]]]:
+    """docs/architecture.md's "Where a feature lives": feature -> (open first, then)."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Where a feature lives", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("feature", "---"):
+            continue
+        first = re.findall(r"`([\w/]+\.py)`", cells[1])
+        rest = re.findall(r"`([\w/]+\.py)`", cells[2])
+        rows[cells[0]] = (first[0], rest)
+    return rows
+
+
+def test_each_feature_has_one_module_to_open_first_that_names_the_others() -> None:
+    rows = feature_table()
+    assert {"provider limits", "messages", "schedules", "trees of runs", "follows"} <= set(rows)
+    for feature, (first, rest) in rows.items():
+        doc = ast.get_docstring(ast.parse((PACKAGE / first).read_text())) or ""
+        unnamed = [
+            path
+            for path in rest
+            if path not in doc and "runner." + path.removesuffix(".py").replace("/", ".") not in doc
+        ]
+        assert unnamed == [], f"{feature}: {first}'s docstring does not name {unnamed}"
+
+
+def test_modules_of_one_name_in_two_layers_are_one_feature() -> None:
+    # A stem found in more than one layer (limits.py, messages.py, ...) is listed in one row.
+    rows = feature_table()
+    by_stem: dict[str, set[str]] = {}
+    for path in PACKAGE.glob("*/*.py"):
+        if path.name != "__init__.py":
+            by_stem.setdefault(path.stem, set()).add(f"{path.parent.name}/{path.name}")
+    listed = {feature: {first, *rest} for feature, (first, rest) in rows.items()}
+    for _stem, paths in sorted(by_stem.items()):
+        if len(paths) < 2:
+            continue
+        homes = [feature for feature, named in listed.items() if paths <= named]
+        assert homes, f"{sorted(paths)} share a name but no one feature's row lists them all"

@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 
 from runner.errors import DatabaseRefused, DatabaseUnavailable, SchemaOutOfDate
 from runner.service import worker
-from runner.sql.failures import unavailable
+from runner.sql.database_failures import unavailable
 
 
 def flaky(failures: int, error: Exception) -> Any:
