@@ -16,6 +16,8 @@ Reading needs no store: an envelope names its codecs, and `open_text` finds each
 the codecs this process knows (`known`): those of every `Payloads` made here, and the
 built-in ones (offload reads a blob from the store its envelope names; encryption from the
 key ring of the environment).
+
+The SQL store binds these to its engine in `runner.sql.payloads`.
 """
 
 from __future__ import annotations
