@@ -8,6 +8,12 @@ from __future__ import annotations
 
 DEFAULT_URL = "sqlite:///runner.db"
 URL_VARIABLE = "RUNNER_DATABASE_URL"
+# The PostgreSQL server itself when the database URL is a pooler (PgBouncer in transaction
+# mode): what needs a session of its own (LISTEN) connects there (`--direct-db`).
+DIRECT_URL_VARIABLE = "RUNNER_DIRECT_DATABASE_URL"
+# A streaming replica that history's reads go to (`--read-db`): runner sql, stats, export,
+# the page's and the API's reads.
+READ_URL_VARIABLE = "RUNNER_READ_DATABASE_URL"
 # The queue of a run submitted without one.
 DEFAULT_QUEUE = "default"
 # How long an SQLite connection waits for another's lock before it gives up.

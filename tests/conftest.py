@@ -121,3 +121,7 @@ def fresh_database(request: pytest.FixtureRequest, kind: str, tmp_path: Path) ->
         connection.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
     engine.dispose()
     yield url
+
+
+# PgBouncer and a streaming replica, each started once per session (tests/servers.py).
+from tests.servers import pgbouncer, replica  # noqa: E402, F401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -10,13 +11,25 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.defaults import LONGEST_SECONDS, URL_VARIABLE
+from runner.defaults import DIRECT_URL_VARIABLE, LONGEST_SECONDS, URL_VARIABLE
 from runner.service.delays import parse_duration, parse_time
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def db_option(fn: F) -> F:
+    fn = click.option(
+        "--direct-db",
+        envvar=DIRECT_URL_VARIABLE,
+        default=None,
+        metavar="URL",
+        expose_value=False,
+        callback=_direct_db,
+        help=(
+            "When --db is a pooler (PgBouncer in transaction mode): the PostgreSQL "
+            f"server itself, for LISTEN (default: ${DIRECT_URL_VARIABLE})."
+        ),
+    )(fn)
     return click.option(
         "--db",
         "url",
@@ -25,6 +38,13 @@ def db_option(fn: F) -> F:
         metavar="URL",
         help=f"Database URL (default: ${URL_VARIABLE}, else sqlite:///runner.db).",
     )(fn)
+
+
+def _direct_db(_ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    # Every engine this process opens reads it from the environment (runner.sql.database),
+    # so the library, the worker and the page need no parameter of their own for it.
+    if value:
+        os.environ[DIRECT_URL_VARIABLE] = value
 
 
 def json_option(fn: F) -> F:

@@ -55,6 +55,7 @@ from runner.history.reader import (
     timed_out,
     value_too_large,
 )
+from runner.sql.backend import pooled
 from runner.sql.database import open_engine
 from runner.sql.urls import redact_url
 
@@ -130,10 +131,11 @@ def read(url: str, sql: str, timeout: float | None) -> Iterator[QueryResult]:
     try:
         connection: Any = raw.driver_connection
         connection.rollback()
-        connection.autocommit = True
-        connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-        connection.autocommit = False
-        connection.read_only = True
+        if not pooled(engine):  # behind a pooler the session is not ours to set
+            connection.autocommit = True
+            connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            connection.autocommit = False
+        connection.read_only = True  # BEGIN READ ONLY
         bounds = Bounds(timeout)
         _become_reader(connection, timeout)
         names, types = _describe(connection, sql)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import (
     Engine,
@@ -99,13 +100,20 @@ class Backend:
     caps_connections = False
 
     def create_engine(
-        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+        self,
+        url: URL,
+        kwargs: dict[str, Any],
+        *,
+        idle_transactions: float | None = None,
+        direct: URL | None = None,
     ) -> Engine:
         """An engine for `url`; with `idle_transactions`, the server (if it has sessions of
-        its own) ends one left idle inside a transaction that many seconds."""
+        its own) ends one left idle inside a transaction that many seconds. `direct`: `url`
+        is a pooler in transaction mode, and `direct` the server itself (see
+        PostgresBackend)."""
         raise NotImplementedError
 
-    def read_only_engine(self, url: URL) -> Engine:
+    def read_only_engine(self, url: URL, direct: URL | None = None) -> Engine:
         """An engine whose connections the database itself keeps read-only (the page's)."""
         raise NotImplementedError
 
@@ -212,9 +220,15 @@ class SqliteBackend(Backend):
     one_writer_per_file = True
 
     def create_engine(
-        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+        self,
+        url: URL,
+        kwargs: dict[str, Any],
+        *,
+        idle_transactions: float | None = None,
+        direct: URL | None = None,
     ) -> Engine:
         # idle_transactions: one process at a time writes a SQLite file, under its lock.
+        # direct: no pooler stands between a process and its file.
         synchronous = str(url.query.get("synchronous", "full")).lower()
         if synchronous not in SYNCHRONOUS_MODES:
             raise DatabaseRefused(
@@ -247,7 +261,7 @@ class SqliteBackend(Backend):
 
         return engine
 
-    def read_only_engine(self, url: URL) -> Engine:
+    def read_only_engine(self, url: URL, direct: URL | None = None) -> Engine:
         # The file opened with mode=ro (an SQLite URI): no statement on these connections
         # can write, whatever it says. Every transaction is a plain BEGIN (BEGIN IMMEDIATE
         # asks for the write lock, which a read-only connection cannot take).
@@ -377,7 +391,12 @@ class PostgresBackend(Backend):
     notifies = True
 
     def create_engine(
-        self, url: URL, kwargs: dict[str, Any], *, idle_transactions: float | None = None
+        self,
+        url: URL,
+        kwargs: dict[str, Any],
+        *,
+        idle_transactions: float | None = None,
+        direct: URL | None = None,
     ) -> Engine:
         # What a URL does not say about a broken network, runner does: without these, a
         # worker cut off from its database waits minutes on a connect (the kernel's SYN
@@ -385,7 +404,14 @@ class PostgresBackend(Backend):
         # min), long after its lease ended, and comes back only when the kernel gives up.
         network = {k: v for k, v in _NETWORK_DEFAULTS.items() if k not in url.query}
         connect_args = {**network, **kwargs.pop("connect_args", {})}
-        if idle_transactions is not None and "options" not in url.query:
+        if direct is not None:
+            # Behind a pooler in transaction mode each transaction may run on another
+            # server session: a statement psycopg prepared on one (its fifth run of a
+            # text, by default) is unknown to the next, so none is prepared; and PgBouncer
+            # refuses a startup packet's `options` (its idle_transaction_timeout does what
+            # idle_in_transaction_session_timeout does here).
+            connect_args["prepare_threshold"] = None
+        elif idle_transactions is not None and "options" not in url.query:
             # A writer cut off in the middle of a transaction leaves its server session
             # idle in it, holding the run rows it locked: no other worker could take those
             # runs over until the network healed. runner's own transactions are never idle
@@ -394,14 +420,21 @@ class PostgresBackend(Backend):
             connect_args["options"] = f"-c idle_in_transaction_session_timeout={milliseconds}"
         engine = create_engine(url, connect_args=connect_args, **kwargs)
         _ping_after_idle(engine)
+        if direct is not None:
+            _DIRECT[engine] = direct
         return engine
 
-    def read_only_engine(self, url: URL) -> Engine:
-        engine = self.create_engine(url, {})
+    def read_only_engine(self, url: URL, direct: URL | None = None) -> Engine:
+        engine = self.create_engine(url, {}, direct=direct)
 
         @event.listens_for(engine, "connect")
         def on_connect(dbapi_connection: Any, _record: Any) -> None:
-            # Every transaction of the session is READ ONLY: the server refuses any write.
+            # Every transaction psycopg begins is READ ONLY (BEGIN READ ONLY): the server
+            # refuses any write, whichever pooled session the transaction runs on.
+            dbapi_connection.read_only = True
+            if direct is not None:
+                return  # a session's settings would outlive it, on another client's turn
+            # And every transaction of the session, should anything begin one otherwise.
             autocommit = dbapi_connection.autocommit
             dbapi_connection.autocommit = True
             dbapi_connection.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
@@ -487,7 +520,9 @@ class PostgresBackend(Backend):
 
         # The engine's own connect arguments, on a connection outside its pool: a LISTEN
         # lasts as long as the session, so it must not go back to the pool to be reused.
-        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        # Behind a pooler, on the server itself: the pooler would hand the session that
+        # LISTENs to other clients and this connection would hear nothing.
+        args, kwargs = engine.dialect.create_connect_args(_DIRECT.get(engine, engine.url))
         connection = psycopg.connect(*args, **{**kwargs, "autocommit": True})
         try:
             connection.execute(f"LISTEN {channel}")
@@ -502,6 +537,16 @@ class PostgresBackend(Backend):
         # reading the claim index in order (6 ms against 0.1 ms with 2,000 queued), until
         # autovacuum's ANALYZE comes round. A role that does not own `runs` gets a warning.
         connection.exec_driver_sql("ANALYZE runs")
+
+
+def pooled(engine: Engine) -> bool:
+    """Whether `engine` reaches PostgreSQL through a pooler in transaction mode (it was
+    opened with a direct URL beside it): no session state may be set on its connections."""
+    return engine in _DIRECT
+
+
+# Engines whose URL is a pooler, and the server itself beside each (for LISTEN).
+_DIRECT: WeakKeyDictionary[Engine, URL] = WeakKeyDictionary()
 
 
 class _PostgresListening:

@@ -22,7 +22,7 @@ from runner.errors import (
 from runner.sql.backend import backend_for
 from runner.sql.database_failures import unavailable
 from runner.sql.reads import SCHEMA_REVISION, VERSION_QUERY
-from runner.sql.urls import encode_password, not_a_url, redact_url
+from runner.sql.urls import encode_password, not_a_url, redact_url, resolve_direct_url
 from runner.sql.urls import resolve_url as resolve_url  # re-exported
 
 
@@ -38,6 +38,15 @@ def _parsed(url: str | None) -> URL:
     if parsed.drivername == "postgresql" or parsed.drivername == "postgres":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def _direct(parsed: URL) -> URL | None:
+    """The server itself when `parsed` is a pooler (RUNNER_DIRECT_DATABASE_URL, or
+    --direct-db, which sets it): PostgreSQL only, None for SQLite or without one."""
+    direct = resolve_direct_url()
+    if direct is None or parsed.get_backend_name() != "postgresql":
+        return None
+    return _parsed(direct)
 
 
 def open_engine(
@@ -62,7 +71,7 @@ def open_engine(
         kwargs.update(poolclass=QueuePool, pool_size=pool_size, max_overflow=0)
     try:
         return backend_for(parsed.get_backend_name()).create_engine(
-            parsed, kwargs, idle_transactions=idle_transactions
+            parsed, kwargs, idle_transactions=idle_transactions, direct=_direct(parsed)
         )
     except (ArgumentError, ImportError) as exc:
         raise DatabaseRefused(f"cannot use {redact_url(parsed)}: {exc}") from None
@@ -73,7 +82,7 @@ def open_read_only(url: str | None = None) -> Engine:
     ONLY transactions), on a schema at head. It never migrates: a page only reads."""
     parsed = _parsed(url)
     try:
-        engine = backend_for(parsed.get_backend_name()).read_only_engine(parsed)
+        engine = backend_for(parsed.get_backend_name()).read_only_engine(parsed, _direct(parsed))
     except (ArgumentError, ImportError) as exc:
         raise DatabaseRefused(f"cannot use {redact_url(parsed)}: {exc}") from None
     try:

@@ -19,7 +19,7 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from runner.defaults import DEFAULT_URL, URL_VARIABLE
+from runner.defaults import DEFAULT_URL, DIRECT_URL_VARIABLE, URL_VARIABLE
 
 HIDDEN = "***"
 
@@ -33,6 +33,12 @@ _USER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^:/@?#]*:")
 def resolve_url(url: str | None) -> str:
     """The URL a command uses: `url` (--db), else RUNNER_DATABASE_URL, else ./runner.db."""
     return url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+
+
+def resolve_direct_url(direct: str | None = None) -> str | None:
+    """The PostgreSQL server itself, when the database URL is a pooler: `direct`
+    (--direct-db), else RUNNER_DIRECT_DATABASE_URL, else None (the URL is the server)."""
+    return direct or os.environ.get(DIRECT_URL_VARIABLE) or None
 
 
 def password_span(url: str) -> tuple[int, int] | None:
