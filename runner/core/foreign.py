@@ -396,11 +396,18 @@ class ForeignRun:
         found = self.steps[self.step].outcomes.get(entry.idempotency_key or "")
         return None if found is None else Outcome(str(found.content), found.is_error)
 
-    def call(self, call_id: str, run: Callable[[], Any], tool: Tool | None = None) -> Outcome:
+    def call(
+        self,
+        call_id: str,
+        run: Callable[[], Any],
+        tool: Tool | None = None,
+        task: str | None = None,
+    ) -> Outcome:
         """Run this call of the current step (`run` calls the tool, sync or async), or
         settle it if a crash left it pending; its outcome journaled before it returns.
         `tool` declares how (idempotent, reconcile, mark_start, timeout); by default the
-        declaration registered under the call's tool name."""
+        declaration registered under the call's tool name. A sub-agent's call starts its
+        child run on `task` (by default the call's `task` argument)."""
         entry = self._call(call_id)
         step = self.steps[self.step]
         key = entry.idempotency_key or ""
@@ -420,7 +427,7 @@ class ForeignRun:
         sub = declared.sub_agent
         if sub is not None and getattr(self.journal, "parks_children", False):
             if answer is None:
-                self._park_for_child(step, entry, sub)
+                self._park_for_child(step, entry, sub, task)
             pending = False  # the child's end is the outcome: nothing runs here
         # A call a person approved is pending only if a process took it up since.
         else:
@@ -432,12 +439,14 @@ class ForeignRun:
         written = self._write_outcome(step, entry, content, is_error, attempt)
         return Outcome(str(written.content), written.is_error)
 
-    def _park_for_child(self, step: _Step, call: Entry, sub: Any) -> NoReturn:
+    def _park_for_child(
+        self, step: _Step, call: Entry, sub: Any, task: str | None = None
+    ) -> NoReturn:
         """A sub-agent's call: start its child run (its id derived from the call's key, so a
         crash re-attaches to it) under what this run has left, and park until it ends."""
         key = call.idempotency_key or ""
         if key not in step.waits:
-            task = (call.args or {}).get("task")
+            task = task or (call.args or {}).get("task")
             budgets = spawn_budgets(
                 sub.budgets, self.rules.budgets, self.rules.spent(), self.model_call.remaining()
             )
@@ -544,13 +553,11 @@ class ForeignRun:
             tokens, cost = self.pending_reply[1].tokens, self.pending_reply[1].cost
             self.pending_reply = None
         recorded = self.steps.get(self.step)
-        if (
-            recorded is not None
-            and recorded.actions
-            and recorded.actions[0].kind is EntryKind.FINAL
-        ):
-            final = recorded.actions[0]  # replayed to its recorded end
-            return Stop(StopReason.FINAL, output=final.content)
+        # Replayed to its recorded end: the final is the step's first action, or follows its
+        # calls when the framework ended without asking again (an Agents SDK handoff's child).
+        finals = [a for a in recorded.actions if a.kind is EntryKind.FINAL] if recorded else []
+        if finals:
+            return Stop(StopReason.FINAL, output=finals[0].content)
         checked = parse_action({"type": "final", "content": output})
         if checked.kind is not ActionKind.FINAL:
             checked = Action(ActionKind.FINAL, content=str(output))

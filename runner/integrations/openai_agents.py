@@ -34,9 +34,11 @@ from typing import Any
 
 import pydantic_core
 from agents import Agent as SdkAgent
-from agents import FunctionTool, RunConfig, Usage
+from agents import FunctionTool, Handoff, RunConfig, Usage
 from agents import Runner as SdkRunner
+from agents import handoff as sdk_handoff
 from agents.exceptions import AgentsException, MaxTurnsExceeded
+from agents.handoffs.history import default_handoff_history_mapper
 from agents.items import ModelResponse
 from agents.models.interface import Model, ModelProvider
 from agents.models.multi_provider import MultiProvider
@@ -47,14 +49,14 @@ from openai.types.responses import (
 )
 
 from runner.core.actions import Call
-from runner.core.agent import Agent
+from runner.core.agent import Agent, SubAgent
 from runner.core.budgets import Budgets
-from runner.core.foreign import ForeignRun, Outcome, Reply, drive_foreign
+from runner.core.foreign import ForeignRun, Outcome, Reply, Stopped, drive_foreign
 from runner.core.journal import Journal
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import Tool
-from runner.errors import ModelFatal
+from runner.errors import ModelFatal, RunnerError
 
 __all__ = ["RunnerAgent", "wrap"]
 
@@ -73,11 +75,13 @@ class RunnerAgent(Agent):
         run_config: RunConfig | None = None,
         context: Any = None,
         limit: str | None = None,
+        sub_agents: Iterable[RunnerAgent] = (),
         **budgets: Any,
     ) -> None:
         if not isinstance(agent, SdkAgent):
             raise ValueError(f"RunnerAgent wraps an agents.Agent, not {type(agent).__name__}")
         self.agent = agent
+        self.sub_agents = _sub_agents(agent, sub_agents)
         self.run_config = run_config or RunConfig(tracing_disabled=True)
         self.sdk_context = context
         super().__init__(
@@ -107,13 +111,17 @@ class RunnerAgent(Agent):
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
         provider = self.run_config.model_provider or MultiProvider()
-        agent = _Journaled(run, provider).agent(self.agent)
+        agent = _Journaled(run, provider, self.sub_agents).agent(self.agent)
         config = dataclasses.replace(self.run_config, model=None)
-        # runner's max_steps is the cap; the SDK's own turn limit must not come first.
-        turns = run.rules.budgets.max_steps + 1
-        result = await SdkRunner.run(
-            agent, task, context=self.sdk_context, run_config=config, max_turns=turns
-        )
+        # runner's max_steps is the cap; the SDK's own turn limit must not come first (nor
+        # stop the turn that relays a handoff's child run).
+        turns = run.rules.budgets.max_steps + 2
+        try:
+            result = await SdkRunner.run(
+                agent, task, context=self.sdk_context, run_config=config, max_turns=turns
+            )
+        except AgentsException as exc:
+            raise _ours(exc) from None
         while result.interruptions:
             ids = [_call_id(item) for item in result.interruptions]
             answers = await asyncio.to_thread(run.approvals, ids)
@@ -124,8 +132,74 @@ class RunnerAgent(Agent):
                     state.approve(item)
                 else:
                     state.reject(item, rejection_message=denial)
-            result = await SdkRunner.run(agent, state, run_config=config, max_turns=turns)
+            try:
+                result = await SdkRunner.run(agent, state, run_config=config, max_turns=turns)
+            except AgentsException as exc:
+                raise _ours(exc) from None
         return pydantic_core.to_jsonable_python(result.final_output)
+
+
+def _ours(exc: AgentsException) -> Exception:
+    """What the SDK raised, or runner's own exception inside it: the SDK wraps what a tool
+    raises (a run parking for its child, a stop, a lost lease) in its UserError."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, RunnerError | Stopped):
+            return cause
+        cause = cause.__cause__
+    return exc
+
+
+def _sub_agents(agent: SdkAgent[Any], given: Iterable[RunnerAgent]) -> dict[int, RunnerAgent]:
+    """The sub-agents that run as child runs, by the id of the SDK agent each wraps: each a
+    RunnerAgent of an agent that `agent` (or an agent it reaches) hands off to or calls as a
+    tool (`agent.as_tool()`)."""
+    children = {}
+    for child in given:
+        if not isinstance(child, RunnerAgent):
+            raise ValueError(
+                f"sub_agents are RunnerAgents (their budgets, a worker finds them by "
+                f"reference), not {type(child).__name__}"
+            )
+        children[id(child.agent)] = child
+    reached = {id(found) for found in _reached(agent)}
+    strangers = [child.agent.name for key, child in children.items() if key not in reached]
+    if strangers:
+        raise ValueError(
+            f"sub_agents names agents that {agent.name} never hands off to nor calls as a "
+            f"tool: {', '.join(strangers)}"
+        )
+    return children
+
+
+def _reached(agent: SdkAgent[Any]) -> list[SdkAgent[Any]]:
+    """The agents `agent` hands off to or calls as tools, and theirs, each once."""
+    found: dict[int, SdkAgent[Any]] = {}
+    todo = [agent]
+    while todo:
+        current = todo.pop()
+        for other in [*map(_target, current.handoffs), *map(_called, current.tools)]:
+            if other is not None and id(other) not in found:
+                found[id(other)] = other
+                todo.append(other)
+    return list(found.values())
+
+
+def _target(handoff: Any) -> SdkAgent[Any] | None:
+    """The agent a handoff leads to (an Agent, or a `handoff(agent)` that still knows it)."""
+    if isinstance(handoff, SdkAgent):
+        return handoff
+    ref = getattr(handoff, "_agent_ref", None)
+    target = ref() if callable(ref) else None
+    return target if isinstance(target, SdkAgent) else None
+
+
+def _called(tool: Any) -> SdkAgent[Any] | None:
+    """The agent an `agent.as_tool()` tool runs."""
+    if not getattr(tool, "_is_agent_tool", False):
+        return None
+    agent = getattr(tool, "_agent_instance", None)
+    return agent if isinstance(agent, SdkAgent) else None
 
 
 def wrap(agent: SdkAgent[Any]) -> RunnerAgent:
@@ -162,10 +236,19 @@ class _Journaled:
     """Copies of an agent and the agents it hands off to, their models and function tools
     going through the run's journal."""
 
-    def __init__(self, run: ForeignRun, provider: ModelProvider) -> None:
+    def __init__(
+        self, run: ForeignRun, provider: ModelProvider, children: Mapping[int, RunnerAgent]
+    ) -> None:
         self.run = run
         self.provider = provider
         self.made: dict[int, SdkAgent[Any]] = {}
+        # The sub-agents that run as child runs: in a durable run only (in memory, where
+        # nothing parks, they run inside the run as any other).
+        self.children = children if getattr(run.journal, "parks_children", False) else {}
+        # The conversation of the last request and its response, and the call ids it asked
+        # for by tool name: a handoff learns from them which call it is and what it hands on.
+        self.conversation: list[Any] = []
+        self.call_ids: dict[str, str] = {}
         # The messages sent to the run (`runner send`), each with where it entered the
         # conversation: after that many items of the SDK's input for the request it came
         # before. The SDK rebuilds its input at every request from the run's items, so
@@ -197,15 +280,39 @@ class _Journaled:
         copy = agent.clone(model=_JournaledModel(inner, self))
         self.made[id(agent)] = copy  # before the handoffs: they may lead back here
         copy.tools = [self.tool(tool) for tool in agent.tools]
-        copy.handoffs = [
-            self.agent(handoff) if isinstance(handoff, SdkAgent) else handoff
-            for handoff in agent.handoffs
-        ]
+        copy.handoffs = [self.handoff(handoff) for handoff in agent.handoffs]
         return copy
+
+    def handoff(self, handoff: Any) -> Any:
+        target = _target(handoff)
+        child = None if target is None else self.children.get(id(target))
+        if child is not None:
+            return self.child_handoff(handoff, child)
+        return self.agent(handoff) if isinstance(handoff, SdkAgent) else handoff
+
+    def child_handoff(self, handoff: Any, child: RunnerAgent) -> Handoff[Any, Any]:
+        """A handoff to a sub-agent as a child run: the child takes the conversation so far
+        (as the SDK's nested handoff history summarises it) as its task; once it ends, its
+        answer is this run's (relayed by an agent that asks no model)."""
+        made = handoff if isinstance(handoff, Handoff) else sdk_handoff(handoff)
+        run, sub = self.run, SubAgent(child, child.budgets)
+
+        async def on_invoke_handoff(ctx: Any, arguments: str) -> SdkAgent[Any]:
+            call_id = self.call_ids.get(made.tool_name, "")
+            task = str(default_handoff_history_mapper(self.conversation)[0].get("content"))
+            declared = Tool(_declared, sub_agent=sub)
+            outcome = await asyncio.to_thread(run.call, call_id, _declared, declared, task)
+            return _relay(child.agent, outcome.content)
+
+        return dataclasses.replace(made, on_invoke_handoff=on_invoke_handoff)
 
     def tool(self, tool: Any) -> Any:
         if not isinstance(tool, FunctionTool):
             return tool
+        called = _called(tool)
+        child = None if called is None else self.children.get(id(called))
+        if child is not None:
+            return self.child_tool(tool, child)
         run, inner = self.run, tool.on_invoke_tool
 
         async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
@@ -230,6 +337,19 @@ class _Journaled:
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
+    def child_tool(self, tool: FunctionTool, child: RunnerAgent) -> FunctionTool:
+        """An `agent.as_tool()` tool whose call starts a child run of the sub-agent on the
+        call's `input`; the child's answer (or why it stopped) is the call's result."""
+        run, sub = self.run, SubAgent(child, child.budgets)
+
+        async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
+            declared = Tool(_declared, sub_agent=sub)
+            task = _input_of(arguments)
+            outcome = await asyncio.to_thread(run.call, ctx.tool_call_id, _declared, declared, task)
+            return outcome.content
+
+        return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
 
 class _JournaledModel(Model):
     """A model whose every response goes through the run's journal."""
@@ -249,7 +369,7 @@ class _JournaledModel(Model):
         else:
             kwargs["input"] = shown
         if recorded is not None:
-            return _response_of(recorded)
+            return self.noted(shown, recorded, _response_of(recorded))
         loop = asyncio.get_running_loop()
 
         def request() -> ModelResponse:
@@ -260,10 +380,51 @@ class _JournaledModel(Model):
         response: ModelResponse = await asyncio.to_thread(
             self.run.ask, request, lambda r: (_reply_of(r), r)
         )
+        return self.noted(shown, _reply_of(response), response)
+
+    def noted(self, shown: Any, reply: Reply, response: ModelResponse) -> ModelResponse:
+        """The response, noted for a handoff that follows it."""
+        self.journaled.call_ids = {call.tool: call.id or "" for call in reply.calls}
+        self.journaled.conversation = [*_items_of(shown), *response.to_input_items()]
         return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("a RunnerAgent's runs are not streamed (Runner.run_streamed)")
+
+
+class _Relay(Model):
+    """The model of a handoff's child run, once it ended: its answer, asked of nobody (the
+    child's requests are journaled in the child)."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        return _response_of(Reply(text=self.answer))
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a relayed answer is not streamed")
+
+
+def _relay(agent: SdkAgent[Any], answer: str) -> SdkAgent[Any]:
+    """The agent a handoff to a child run hands on to: the child's agent (its name, its
+    output type), answering with the child's answer and doing nothing else."""
+    return agent.clone(
+        model=_Relay(answer),
+        tools=[],
+        handoffs=[],
+        mcp_servers=[],
+        input_guardrails=[],
+        output_guardrails=[],
+        hooks=None,
+    )
+
+
+def _input_of(arguments: str) -> str:
+    """An `agent.as_tool()` call's task: its `input` argument, else its arguments."""
+    parsed = _args_of(arguments)
+    given = parsed.get("input")
+    return given if isinstance(given, str) else arguments
 
 
 def _declarations(agent: SdkAgent[Any], idempotent: set[str]) -> dict[str, Tool]:

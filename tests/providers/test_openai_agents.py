@@ -235,3 +235,91 @@ def test_a_message_sent_to_an_sdk_run_is_one_user_turn_across_a_crash(
     assert step3.count(said) == 1 and step3[: len(step2)] == step2  # in its place, once
     assert [(row.kind, row.step) for row in rows if row.kind == "message"] == [("message", 2)]
     assert unread == [] and len(server.requests) == 3
+
+
+def test_an_agent_as_tool_named_a_sub_agent_runs_as_a_child_run(
+    db_url: str, server: FakeServer
+) -> None:
+    from tests.providers import sdk_trees
+
+    sdk_trees.serve(chat_model(server.url))
+    server.reply(openai_completion(calls=[("call_1", "research", '{"input": "Is tea ok?"}')]))
+    server.reply(openai_completion("Tea is fine."))
+    server.reply(openai_completion("The researcher says tea is fine."))
+    with Runner(db_url) as runner:
+        result = runner.run(sdk_trees.lead, "Should I drink tea?", id="lead")
+        rows = runner.journal("lead")
+        (child,) = [row for row in runner.list() if row.parent_id == "lead"]
+        child_rows = runner.journal(child.id)
+    assert (result.stop_reason, result.output) == ("final", "The researcher says tea is fine.")
+    assert [(row.kind, row.tool) for row in rows if row.step == 1] == [
+        ("action", "research"),
+        ("wait", "research"),
+        ("answer", "research"),
+        ("observation", "research"),
+    ]
+    assert (child.agent_name, child.task, child.stop_reason) == (
+        "researcher",
+        "Is tea ok?",
+        "final",
+    )
+    assert child.budgets["max_steps"] == 3 and child.budgets["max_tokens"] <= 10_000
+    assert [row.kind for row in child_rows] == ["task", "final"]  # its request, journaled there
+    shown = server.requests[2].json["messages"][-1]
+    assert shown["role"] == "tool" and shown["content"] == "Tea is fine."
+    assert len(server.requests) == 3
+
+
+def test_a_handoff_to_a_sub_agent_runs_as_a_child_run_whose_answer_ends_the_run(
+    db_url: str, server: FakeServer
+) -> None:
+    from tests.providers import sdk_trees
+
+    sdk_trees.serve(chat_model(server.url))
+    sdk_trees.LOOKED_UP.clear()
+    server.reply(openai_completion(calls=[("call_1", "transfer_to_billing", "{}")]))
+    server.reply(openai_completion(calls=[("call_2", "look_up", '{"order": "A-1"}')]))
+    server.reply(openai_completion("Order A-1 is paid."))
+    with Runner(db_url) as runner:
+        result = runner.run(sdk_trees.triage, "Was order A-1 paid?", id="triage")
+        rows = runner.journal("triage")
+        (child,) = [row for row in runner.list() if row.parent_id == "triage"]
+        child_rows = runner.journal(child.id)
+    assert (result.stop_reason, result.output) == ("final", "Order A-1 is paid.")
+    assert [(row.kind, row.tool) for row in rows] == [
+        ("task", None),
+        ("action", "transfer_to_billing"),
+        ("wait", "transfer_to_billing"),
+        ("answer", "transfer_to_billing"),
+        ("observation", "transfer_to_billing"),
+        ("final", None),
+    ]
+    assert (child.agent_name, child.stop_reason) == ("billing", "final")
+    assert "Was order A-1 paid?" in child.task  # the conversation it takes over
+    assert [(row.kind, row.tool) for row in child_rows] == [
+        ("task", None),
+        ("action", "look_up"),
+        ("observation", "look_up"),
+        ("final", None),
+    ]
+    assert sdk_trees.LOOKED_UP == ["A-1"] and len(server.requests) == 3
+
+
+def test_the_trees_token_budget_stops_the_child_then_its_parent(
+    db_url: str, server: FakeServer
+) -> None:
+    from tests.providers import sdk_trees
+
+    sdk_trees.serve(chat_model(server.url))
+    server.reply(openai_completion(calls=[("call_1", "ponder_it", '{"input": "tea"}')]))
+    server.reply(openai_completion(calls=[("call_2", "ponder", '{"topic": "tea"}')]))
+    server.reply(openai_completion(calls=[("call_3", "ponder", '{"topic": "more tea"}')]))
+    with Runner(db_url) as runner:
+        result = runner.run(sdk_trees.frugal, "Ponder tea.", id="frugal")
+        tree = runner.tree("frugal")
+    parent, (child,) = tree.row, [branch.row for branch in tree.children]
+    assert child.budgets["max_tokens"] == 300 - 120  # what its parent had left
+    assert (child.stop_reason, child.tokens) == ("token_budget", 240)
+    assert (result.stop_reason, result.steps) == ("token_budget", 1)
+    assert parent.tokens + parent.below_tokens == 360  # no request after the budget was spent
+    assert len(server.requests) == 3
