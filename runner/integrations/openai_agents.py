@@ -19,6 +19,14 @@ A tool with `needs_approval` makes the run wait, holding no worker, for `runner 
 there. `run_config` is the SDK's `RunConfig` (its `model_provider` names the models); tracing
 to OpenAI is off unless it says.
 
+Sub-agents as child runs, when named: `RunnerAgent(triage, sub_agents=[billing, researcher])`,
+each a module-level `RunnerAgent` of an agent that `triage` hands off to or calls through
+`agent.as_tool()`. In a durable run such a call starts a child run (its id derived from the
+call's key) under the tree's budget and parks the parent until it ends, as Pydantic AI's
+`delegate()` does: an `as_tool()` child's task is the call's `input`, its answer the call's
+result; a handoff child's task is the conversation so far (the SDK's nested handoff history),
+its answer the parent's. Sub-agents not named run inside the parent's run.
+
 The SDK (`pip install "runner[openai-agents]"`) is imported when this module is.
 """
 
@@ -62,7 +70,13 @@ __all__ = ["RunnerAgent", "wrap"]
 
 
 class RunnerAgent(Agent):
-    """An Agents SDK `Agent` run durably by runner: accepted wherever a runner agent is."""
+    """An Agents SDK `Agent` run durably by runner: accepted wherever a runner agent is.
+
+    `idempotent` names the function tools whose interrupted call may run again with the same
+    key; `sub_agents` are the RunnerAgents (module attributes, with their own budgets) of
+    the agents it hands off to or calls with `as_tool()` that run as child runs; `budgets`
+    are runner's (`max_steps`, `max_tokens`, `max_cost`, `max_seconds`, ...).
+    """
 
     def __init__(
         self,

@@ -36,3 +36,23 @@ def _agent(name: str, *, gated: bool) -> Agent[None]:
 
 ledgered = RunnerAgent(_agent("ledgered", gated=False), idempotent={"deposit"}, max_steps=6)
 gated = RunnerAgent(_agent("gated", gated=True), idempotent={"deposit"}, max_steps=6)
+
+
+# A tree (tests/acceptance/test_sdk_tree_crash.py): `bank` asks its sub-agent `teller`, a
+# child run, through the SDK's `as_tool()`; teller deposits (idempotent), then answers.
+@function_tool
+def deposit(amount: int) -> str:
+    """Deposit an amount; applied once per idempotency key."""
+    return deposit_effect(amount)
+
+
+teller_agent = Agent(name="teller", instructions="Teller: deposit.", tools=[deposit],
+                     model=_model())  # fmt: skip
+bank_agent = Agent(
+    name="bank",
+    instructions="Bank: ask the teller.",
+    tools=[teller_agent.as_tool("teller", "Ask the teller to do something.")],
+    model=_model(),
+)
+teller = RunnerAgent(teller_agent, idempotent={"deposit"}, max_steps=4)
+bank = RunnerAgent(bank_agent, sub_agents=[teller], max_steps=4, max_tokens=5_000)
