@@ -146,7 +146,9 @@ def export(
     """Write runs with their journals as JSON Lines, one run per line, oldest first.
 
     Each line is a run's row (every column of `runs`) plus "entries": its journal rows in
-    order (every column of `entries`; content and output decoded when stored as JSON).
+    order (every column of `entries`; content and output decoded when stored as JSON), and
+    "blobs": the offloaded payloads its rows name, by sha256, in base64 (a value passed
+    through codecs is kept as its envelope: docs/guides/payloads.md).
     Streams: memory stays flat however large the history. --queue and --finished-before
     select what retention or `prune` would delete, to archive it first.
     """
@@ -210,22 +212,37 @@ def _umask() -> int:
     show_default=True,
     help="Runs deleted per transaction.",
 )
+@click.option(
+    "--blob-grace",
+    type=click.FloatRange(min=0),
+    default=3600.0,
+    show_default=True,
+    help="Seconds a blob no row names is kept after it was written (its row may be on its way).",
+)
 @json_option
 @db_option
 def prune(
-    finished_before: datetime, dry_run: bool, batch_size: int, as_json: bool, url: str | None
+    finished_before: datetime,
+    dry_run: bool,
+    batch_size: int,
+    blob_grace: float,
+    as_json: bool,
+    url: str | None,
 ) -> None:
     """Delete finished runs, with their journals, that finished before a date.
 
     Retention is your choice, so nothing is pruned unless you ask. Queued, running and
     waiting runs are never touched, nor a finished one whose tree still has a run that is
     not finished (a sub-agent's child while its parent runs), as retention's rules keep
-    them. Export first (`runner export`) to keep a copy.
+    them. Export first (`runner export`) to keep a copy. Offloaded payloads no row names
+    any more (docs/guides/payloads.md) are deleted after the runs.
     """
     from runner.history import History
 
     with History(url) as history:
-        pruned = history.prune(finished_before, dry_run=dry_run, batch_size=batch_size)
+        pruned = history.prune(
+            finished_before, dry_run=dry_run, batch_size=batch_size, blob_grace=blob_grace
+        )
     if as_json:
         output.print_json(report_output.pruned_json(pruned, finished_before, dry_run))
     else:

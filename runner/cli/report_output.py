@@ -165,6 +165,8 @@ def pruned_json(pruned: Pruned, finished_before: datetime, dry_run: bool) -> dic
         "runs": pruned.runs,
         "entries": pruned.entries,
         "stop_reasons": dict(pruned.reasons.most_common()),
+        "blobs": pruned.blobs,
+        "blob_bytes": pruned.blob_bytes,
     }
 
 
@@ -176,6 +178,11 @@ def pruned_line(pruned: Pruned, finished_before: datetime, dry_run: bool) -> str
         f"{verb} {plural(pruned.runs, 'run')} finished before {when}"
         + (f" ({detail})" if detail else "")
         + f" and {pruned.entries} journal {'entry' if pruned.entries == 1 else 'entries'}"
+        + (
+            f", and {plural(pruned.blobs, 'blob')} ({pruned.blob_bytes:,} bytes)"
+            if pruned.blobs
+            else ""
+        )
     )
 
 

@@ -15,7 +15,7 @@ It may import: `runner.core`, `runner.store`, `runner.sql` and the shared leaves
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from runner.history.archive import Exported, Pruned, export_runs, prune_runs
 from runner.history.browse import (
@@ -40,7 +40,10 @@ from runner.history.query import QueryResult, read_only_query
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
 from runner.sql import plain_connection
 from runner.sql import runs as store
-from runner.sql.database import connect
+from runner.sql.blob_references import named_in
+from runner.sql.database import connect, resolve_url
+from runner.store.blob_sweep import BLOB_GRACE_SECONDS, offload_stores, sweep
+from runner.store.payload_config import configured
 
 
 class History:
@@ -48,6 +51,7 @@ class History:
 
     def __init__(self, url: str | None = None) -> None:
         plain_connection.require_file(url)  # a history is read: a missing file is a typo
+        self.url = resolve_url(url)
         self.engine = connect(url)
 
     def close(self) -> None:
@@ -90,11 +94,22 @@ class History:
         )  # fmt: skip
 
     def prune(
-        self, finished_before: datetime, *, dry_run: bool = False, batch_size: int = 200
+        self,
+        finished_before: datetime,
+        *,
+        dry_run: bool = False,
+        batch_size: int = 200,
+        blob_grace: float = BLOB_GRACE_SECONDS,
     ) -> Pruned:
         """Delete the runs that finished before a moment, with their journals (see
-        prune_runs)."""
-        return prune_runs(self.engine, finished_before, dry_run=dry_run, batch_size=batch_size)
+        prune_runs), then the offloaded blobs no row names any more that were last written
+        `blob_grace` seconds ago or more (runner.store.blob_sweep)."""
+        pruned = prune_runs(self.engine, finished_before, dry_run=dry_run, batch_size=batch_size)
+        stores = offload_stores(configured(self.url))
+        older_than = datetime.now(UTC) - timedelta(seconds=blob_grace)
+        swept = sweep(stores, older_than, lambda: named_in(self.engine), dry_run=dry_run)
+        pruned.blobs, pruned.blob_bytes = swept.blobs, swept.bytes
+        return pruned
 
 
 __all__ = [

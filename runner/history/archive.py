@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,6 +21,9 @@ from runner.sql.backend import backend_for
 from runner.sql.retention import tree_finished
 from runner.sql.runs import decode
 from runner.sql.schema import UtcDateTime, entries, runs
+from runner.store.blob_sweep import named_blobs
+from runner.store.blobs import blob_store
+from runner.store.payloads import is_envelope
 
 # -- export (`runner export`) ----------------------------------------------------------------
 
@@ -85,15 +89,17 @@ def export_runs(
         for run in run_rows:
             try:
                 head = _dumps(_run_json(run))
+                named = named_blobs((run.task, run.output))
                 # The run's fields, then its entries streamed into the same JSON object.
                 write(head[:-1] + ',"entries":[')
                 first = True
                 while pending is not None and pending.run_id == run.id:
                     write(("" if first else ",") + _dumps(_entry_json(pending)))
+                    named |= named_blobs((pending.content, pending.args))
                     first = False
                     n_entries += 1
                     pending = next(entry_rows, None)
-                write("]}\n")
+                write("]," + _dumps({"blobs": _blobs(named)})[1:] + "\n")
             except (ValueError, TypeError) as exc:  # a value no JSON can hold, a row damaged
                 raise RunnerError(
                     f"export stopped at run {run.id}: it cannot be written "
@@ -103,6 +109,15 @@ def export_runs(
         if pending is not None:
             raise RunnerError(f"export read an entry of run {pending.run_id} out of order")
     return Exported(n_runs, n_entries)
+
+
+def _blobs(named: set[tuple[str, str]]) -> dict[str, str]:
+    """The blobs a run's rows name, by sha256, their bytes in base64 (as stored: an
+    encrypted payload's blob is its ciphertext)."""
+    return {
+        sha256: base64.b64encode(blob_store(url).get(sha256)).decode("ascii")
+        for url, sha256 in sorted(named)
+    }
 
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -132,7 +147,8 @@ def _as_json(columns: Any, skip: str | None = None) -> Callable[[Any], dict[str,
             if values[i] is not None:
                 values[i] = plain(values[i])
         for i, fmt in decoded:
-            values[i] = decode(values[i], values[fmt])
+            if not is_envelope(values[i]):  # an envelope is kept as stored (see export_runs)
+                values[i] = decode(values[i], values[fmt])
         return {names[i]: values[i] for i in keep}
 
     return convert
@@ -152,6 +168,8 @@ class Pruned:
     runs: int = 0
     entries: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
+    blobs: int = 0  # offloaded payloads no row names any more, deleted after the runs
+    blob_bytes: int = 0
 
 
 def prune_runs(

@@ -60,6 +60,7 @@ from runner.errors import (
 )
 from runner.service.database import pool_for
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
+from runner.store.blob_sweep import BLOB_GRACE_SECONDS
 from runner.store.payloads import Codec
 from runner.store.protocol import Claim, RunStore
 from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, chosen
@@ -100,6 +101,9 @@ SCHEDULES_LOOK = 20.0
 
 # Retention: a pass a minute (sooner while a pass finds its fill, RETENTION_FULL_PASS runs).
 RETENTION_EVERY = 60.0
+# Offloaded blobs no row names (retention's runs, a crash between a blob and its row) are
+# swept this often at most: a sweep lists the blob store and reads every row's references.
+BLOB_SWEEP_EVERY = 600.0
 RETENTION_FULL_PASS = BATCH_SIZE * BATCHES_PER_PASS
 
 
@@ -156,6 +160,9 @@ class Worker:
         self._ticks_backoff = Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
         # When this worker applies the queues' retention rules next (monotonic time).
         self._prune_at = time.monotonic()
+        # The first sweep of blobs a minute after start (a worker started for a moment, as
+        # tests do, sweeps nothing), then every BLOB_SWEEP_EVERY.
+        self._sweep_at = time.monotonic() + RETENTION_EVERY
         self.concurrency = concurrency
         self.poll = poll
         self.once = once
@@ -379,6 +386,23 @@ class Worker:
             self._log(logging.INFO, f"retention deleted {expired.runs} finished runs ({per_queue})")
         if expired.runs >= RETENTION_FULL_PASS:
             self._prune_at = time.monotonic() + self.poll
+        self._sweep_blobs()
+
+    def _sweep_blobs(self) -> None:
+        if time.monotonic() < self._sweep_at:
+            return
+        self._sweep_at = time.monotonic() + BLOB_SWEEP_EVERY
+        older_than = self.runner.now() - timedelta(seconds=BLOB_GRACE_SECONDS)
+        failures: tuple[type[Exception], ...] = (*self.store.outages, OSError, RunnerError)
+        try:
+            swept = self.store.sweep_blobs(older_than)
+        except failures as exc:  # a blob store or database away: the next sweep tries again
+            self._log(logging.WARNING, f"blobs not swept, retrying later: {first_line(exc)}")
+            return
+        if swept.blobs:
+            self._log(
+                logging.INFO, f"swept {swept.blobs} blobs no run names ({swept.bytes:,} bytes)"
+            )
 
     def _finish_cancels(self) -> None:
         # A cancelled run whose worker died holding it is finished as soon as its lease

@@ -45,6 +45,7 @@ from runner.sql import (
 )
 from runner.sql import runs as store
 from runner.sql.backend import backend_for
+from runner.sql.blob_references import named_in
 from runner.sql.database import connect, damaged, resolve_url
 from runner.sql.follows import Followers
 from runner.sql.heartbeat import Heartbeat
@@ -54,6 +55,7 @@ from runner.sql.reservations import SqlLimits
 from runner.sql.schedules import Fired
 from runner.sql.urls import redact_url
 from runner.sql.wakeup import Wakeup
+from runner.store.blob_sweep import Swept, offload_stores, sweep
 from runner.store.delta_writer import DeltaWriter, RunDeltas
 from runner.store.follow import Follow
 from runner.store.owner import this_process
@@ -335,6 +337,10 @@ class SqlStore:
 
     def prune_expired(self, now: datetime) -> Expired:
         return retention.prune_expired(self.engine, now)
+
+    def sweep_blobs(self, older_than: datetime, *, dry_run: bool = False) -> Swept:
+        stores = offload_stores(self.payloads)
+        return sweep(stores, older_than, lambda: named_in(self.engine), dry_run=dry_run)
 
     # -- schedules ---------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.waiting import Answer, Answered, Wait
 from runner.errors import RunnerError
+from runner.store.blob_sweep import Swept
 from runner.store.delta_writer import RunDeltas
 from runner.store.follow import Follow
 from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
@@ -285,6 +286,11 @@ class RunStore(Protocol):
     def prune_expired(self, now: datetime) -> Expired:
         """Delete the finished runs their queues' rules expire at `now`, a small batch per
         transaction (runner.sql.retention)."""
+        ...
+
+    def sweep_blobs(self, older_than: datetime, *, dry_run: bool = False) -> Swept:
+        """Delete the offloaded blobs last written before `older_than` that no row names
+        (runner.store.blob_sweep); with `dry_run`, only count them."""
         ...
 
     # -- schedules ---------------------------------------------------------------------------

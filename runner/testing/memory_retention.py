@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from runner.core.status import RunStatus
+from runner.store.blob_sweep import Swept, named_blobs, offload_stores, sweep
 from runner.store.rules import (
     BATCH_SIZE,
     BATCHES_PER_PASS,
@@ -85,3 +86,17 @@ class MemoryRetention(MemoryRows):
         del self.runs[run_id]
         self.entries.pop(run_id, None)
         self.messages.pop(run_id, None)
+
+    def sweep_blobs(self, older_than: datetime, *, dry_run: bool = False) -> Swept:
+        def named() -> set[tuple[str, str]]:
+            with self._lock:
+                values: list[object] = []
+                for row in self.runs.values():
+                    values += [row.get("task"), row.get("output")]
+                for rows in self.entries.values():
+                    values += [value for row in rows for value in (row["content"], row["args"])]
+                for inbox in self.messages.values():
+                    values += [message["body"] for message in inbox]
+            return named_blobs(values)
+
+        return sweep(offload_stores(self.payloads), older_than, named, dry_run=dry_run)

@@ -274,6 +274,8 @@ def test_export_then_prune(history: str, tmp_path: Path) -> None:
         "runs": 20,
         "entries": 60,
         "stop_reasons": {"final": 17, "max_steps": 2, "repeated_call": 1},
+        "blobs": 0,
+        "blob_bytes": 0,
     }
     assert _counts(history) == (21, 63)
     # Everything finished is older than next year; the running run stays.
