@@ -21,7 +21,8 @@ when a call ends (`limit_line`), wake-ups (`wakeup`), the one watcher that wakes
 process's followers of runs (`follows`), the pieces of model responses in flight
 (`deltas`), and cancelled runs whose holder is gone finished (`cancels`). It knows no
 policy of the loop, no command line and no page. Also: the codecs each engine writes
-payloads through (`payloads`).
+payloads through (`payloads`) and
+the blobs their rows name (`blob_references`).
 
 It may import: `runner.core`, `runner.store` and the shared leaves.
 """

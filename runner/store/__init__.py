@@ -9,7 +9,8 @@ that writes a process's deltas in batches (`delta_writer`), which process owns a
 (`run_trees`), and what `runner list` and `show` show (`overview`).
 Payloads: the codec seam every payload crosses (`payloads`; a codec's protocol, `codec`),
 the codecs a store is configured with (`payload_config`), encryption with a key ring
-(`encryption`), offload (`offload`) to blob stores (`blobs`).
+(`encryption`), offload (`offload`) to blob stores (`blobs`), and the sweep of blobs no row
+names (`blob_sweep`).
 
 It may import: `runner.core` and the shared leaves.
 """
