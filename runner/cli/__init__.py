@@ -1,7 +1,8 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
 Each family of commands has its module (`runs`, `follow`, `answers`, `messages`, `worker`,
-`queues`, `schedules`, `limits`, `db`, `history`, `ui`, `mcp`; `tasks_file` reads `submit --from`);
+`queues`, `releases`, `schedules`, `limits`, `db`, `history`, `ui`, `mcp`; `tasks_file`
+reads `submit --from`);
 they share the options of `options` and print through `output` (what a run looks like is
 `run_output`, a tree of runs `tree_output`, what a run shows while it goes `progress`; query
 results, stats, queues and schedules `report_output`), and log through `logs`. This module
@@ -146,6 +147,12 @@ COMMANDS = {
         "runner.cli.worker",
         "worker",
         "Claim queued runs (and runs whose worker died) and execute them.",
+    ),
+    "releases": Lazy(
+        "runner.cli.releases",
+        "releases",
+        "List each release (of each agent) with unfinished runs: running, queued, waiting and "
+        "parked, and how many of them a failed check parked.",
     ),
     "queue": Lazy(
         "runner.cli.queues",

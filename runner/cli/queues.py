@@ -35,6 +35,14 @@ class Count(click.ParamType):  # type: ignore[type-arg]
 
 NONE = "none"
 
+# runner.store.releases.OlderReleases, named here: `runner --help` loads no store.
+OLDER_RELEASES = ("continue", "pin", "check")
+_POLICY_WORDS = {
+    "continue": "continue on any worker",
+    "pin": "are left to workers of their release",
+    "check": "are checked by a replay before a worker of another release runs them on",
+}
+
 
 class Keep(click.ParamType):  # type: ignore[type-arg]
     """How long finished runs are kept: 30s, 10m, 2h, 30d, or `none` for no such rule."""
@@ -82,26 +90,51 @@ def queue() -> None:
     default=None,
     help="Workers keep only the newest N finished runs of the queue ('none': no such rule).",
 )
+@click.option(
+    "--older-releases",
+    type=click.Choice(OLDER_RELEASES),
+    default=None,
+    help="What a worker does with a run of the queue from another release than its own: "
+    "continue (run it on: the default), pin (leave it to a worker of its release) or check "
+    "(replay its journal first; park it if it differs).",
+)
 @db_option
-def set_(name: str, limit: Any, no_limit: bool, keep: Any, keep_runs: Any, url: str | None) -> None:
-    """Set the limit of queue NAME, or its retention (NAME '*': every queue's default).
+def set_(
+    name: str,
+    limit: Any,
+    no_limit: bool,
+    keep: Any,
+    keep_runs: Any,
+    older_releases: str | None,
+    url: str | None,
+) -> None:
+    """Set the limit of queue NAME, its retention (NAME '*': every queue's default) or its
+    policy for runs of older releases.
 
     A lower limit lets the runs already running go on. Retention: workers delete the
     queue's finished runs, with their journals, a small batch at a time, once a rule says
     so (a rule the queue leaves unset is the '*' default's); a run not finished, or in a
     tree with a run not finished, is never deleted. A rule not given stays as it is.
+    Older releases: see `runner releases` and docs/guides/deploys.md.
     """
     if no_limit and limit is not None:
         raise click.UsageError("give --limit N or --no-limit, not both")
     limiting = no_limit or limit is not None
     keeping = keep is not None or keep_runs is not None
-    if not limiting and not keeping:
-        raise click.UsageError("give --limit N, --no-limit, --keep or --keep-runs")
-    if name == "*" and limiting:
-        raise click.UsageError("'*' holds the default retention of every queue, not a limit")
+    if not limiting and not keeping and older_releases is None:
+        raise click.UsageError(
+            "give --limit N, --no-limit, --keep, --keep-runs or --older-releases"
+        )
+    if name == "*" and (limiting or older_releases is not None):
+        raise click.UsageError(
+            "'*' holds the default retention of every queue, not a limit nor a policy"
+        )
     from runner.service.runner import Runner
 
     with Runner(url) as runner:
+        if older_releases is not None:
+            runner.set_older_releases(name, older_releases)
+            output.line(f"queue {name}: runs of older releases {_POLICY_WORDS[older_releases]}")
         if limiting:
             chosen = None if no_limit or limit == NONE else limit
             runner.set_queue_limit(name, chosen)

@@ -194,7 +194,7 @@ def queues_table(found: Sequence[QueueInfo]) -> str:
     if not found:
         return "no queues"
     return table(
-        ("QUEUE", "LIMIT", "QUEUED", "DELAYED", "RUNNING", "WAITING", "KEEPS"),
+        ("QUEUE", "LIMIT", "QUEUED", "DELAYED", "RUNNING", "WAITING", "KEEPS", "OLDER RELEASES"),
         (
             (
                 info.name,
@@ -204,6 +204,7 @@ def queues_table(found: Sequence[QueueInfo]) -> str:
                 str(info.running),
                 str(info.waiting),
                 retention_text(info.keep_seconds, info.keep_runs, short=True),
+                info.older_releases,
             )
             for info in found
         ),
@@ -242,6 +243,7 @@ def queue_json(info: QueueInfo) -> dict[str, Any]:
         "waiting": info.waiting,
         "keep_seconds": info.keep_seconds,
         "keep_runs": info.keep_runs,
+        "older_releases": info.older_releases,
     }
 
 

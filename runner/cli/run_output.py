@@ -350,6 +350,26 @@ def replay_lines(report: Replay, agent: str | None) -> str:
     return "\n".join(lines)
 
 
+def sample_lines(reports: Sequence[Replay], asked: int) -> str:
+    """What a deploy gate found: each run that differs, named with its step and what
+    differed, then the count."""
+    if not reports:
+        return "no finished run to replay: nothing checked"
+    lines = []
+    differing = [report for report in reports if not report.agrees]
+    for report in differing:
+        lines.append(
+            styled(f"run {report.run_id} differs at step {report.step}:", "bold red")
+            + f" the run {report.recorded}; the agent {report.now}"
+        )
+    agreeing = len(reports) - len(differing)
+    more = "" if len(reports) == asked else f" (of {asked} asked: no more finished runs)"
+    summary = f"replayed {plural(len(reports), 'run')}{more}: {agreeing} agree, "
+    summary += f"{len(differing)} differ{'s' if len(differing) == 1 else ''}"
+    lines.append(styled(summary, "bold red" if differing else "green"))
+    return "\n".join(lines)
+
+
 def replay_json(report: Replay, agent: str | None) -> dict[str, Any]:
     return {
         "id": report.run_id,

@@ -360,21 +360,78 @@ def fork(
     finish(result, as_json, progress.elapsed() if progress else None)
 
 
+class Since(click.ParamType):  # type: ignore[type-arg]
+    """How long ago: 30s, 10m, 2h, 7d."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, timedelta):
+            return value
+        from runner.service.delays import parse_duration
+
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 @click.command()
-@click.argument("run_id", metavar="ID")
-@click.option("--agent", default=None, help="Replay against this agent (default: the run's).")
+@click.argument("run_id", metavar="[ID]", required=False)
+@click.option(
+    "--agent",
+    default=None,
+    help="Replay against this agent (default: the run's); with --sample, replay only the "
+    "runs recorded with this agent reference.",
+)
 @click.option("--agent-budgets", is_flag=True, help="Use the agent's budgets instead of the run's.")
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Replay the newest N finished runs instead of one (a deploy gate).",
+)
+@click.option(
+    "--since",
+    type=Since(),
+    default=None,
+    metavar="DURATION",
+    help="With --sample: only runs finished this long ago or later (30m, 12h, 7d).",
+)
 @db_option
 @json_option
 def replay(
-    run_id: str, agent: str | None, agent_budgets: bool, url: str | None, as_json: bool
+    run_id: str | None,
+    agent: str | None,
+    agent_budgets: bool,
+    sample: int | None,
+    since: timedelta | None,
+    url: str | None,
+    as_json: bool,
 ) -> None:
     """Check run ID against the agent's code today: no model called, no tool run.
 
     The recorded model outputs and tool results are fed to the agent again; the first step
     where it would now act differently is reported. Exit code 0 when it agrees to the end,
     5 when it differs, 1 on errors.
+
+    With --sample N (no ID), the newest N finished runs are replayed, each against its own
+    agent's code today (--agent REF: only REF's runs): every run that differs is named with
+    its step and what differed, and the exit code is 5 if any differs, the gate a CI job
+    runs before a deploy (docs/guides/deploys.md).
     """
+    if sample is None:
+        if run_id is None:
+            raise click.UsageError("give a run ID, or --sample N")
+        if since is not None:
+            raise click.UsageError("--since goes with --sample")
+    elif run_id is not None or agent_budgets:
+        raise click.UsageError("--sample replays recorded runs: give no ID nor --agent-budgets")
+    if sample is not None:
+        _replay_sample(sample, since, agent, url, as_json)
+        return
+    assert run_id is not None
     with _runner(url) as runner:
         report = runner.replay(run_id, agent=agent, agent_budgets=agent_budgets)
         shown = agent or runner.row(report.run_id).agent
@@ -383,6 +440,18 @@ def replay(
     else:
         output.line(run_output.replay_lines(report, shown))
     sys.exit(EXIT_FINAL if report.agrees else EXIT_DIFFERS)
+
+
+def _replay_sample(
+    count: int, since: timedelta | None, agent: str | None, url: str | None, as_json: bool
+) -> None:
+    with _runner(url) as runner:
+        reports = runner.replay_sample(count, since=since, agent=agent)
+    if as_json:
+        output.print_json([run_output.replay_json(report, None) for report in reports])
+    else:
+        output.line(run_output.sample_lines(reports, count))
+    sys.exit(EXIT_FINAL if all(report.agrees for report in reports) else EXIT_DIFFERS)
 
 
 @click.command()

@@ -59,6 +59,19 @@ from runner.tracing.environment import traces_from_environment
     help="At most this many database connections (default: sized from --concurrency and "
     "what the database can spare; said at start).",
 )
+@click.option(
+    "--release",
+    default=None,
+    envvar="RUNNER_RELEASE",
+    help="The release this worker runs every run with (RUNNER_RELEASE; default: each "
+    "agent's own, Agent(release=...)): queues compare it with a run's (--older-releases).",
+)
+@click.option(
+    "--drain",
+    is_flag=True,
+    help="Take only the runs of --release, then exit when none of them is left queued, "
+    "parked or running (for the workers of an old release, after a deploy).",
+)
 @db_option
 def worker(
     concurrency: int,
@@ -68,6 +81,8 @@ def worker(
     max_resumes: int,
     queue_names: str | None,
     connections: int | None,
+    release: str | None,
+    drain: bool,
     url: str | None,
 ) -> None:
     """Claim queued runs (and runs whose worker died) and execute them.
@@ -81,7 +96,12 @@ def worker(
     SIGTERM or SIGINT: finish the steps in flight, release the runs, exit 0 (also while
     waiting for the database). A second signal exits at once and leaves the runs to lease
     expiry.
+
+    A worker's release is --release, else RUNNER_RELEASE, else the release each agent's
+    code declares (Agent(release=...)).
     """
+    if drain and not release:
+        raise click.UsageError("--drain serves one release: give --release (or RUNNER_RELEASE)")
     # Imported here: the worker loads SQLAlchemy, which `runner --help` does without.
     from runner.service.worker import Worker, start_worker
 
@@ -97,6 +117,8 @@ def worker(
             once=once,
             queues=served,
             connections=connections,
+            release=release or None,
+            drain=drain,
         ),
         wait=not once,
     )

@@ -58,6 +58,9 @@ POINTS = frozenset(
         # not yet; a key rotation's batch re-encrypted, not yet committed.
         "after_blob_write",
         "before_rotation_commit",
+        # Releases: a worker's check of a run of another release has its verdict (a replay
+        # of the run's journal), not yet acted on (run on, or parked).
+        "during_release_check",
     }
 )
 

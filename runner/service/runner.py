@@ -4,7 +4,8 @@ The class is made of parts by responsibility, each in its own module over one ba
 holds the store (runner.service.runner_base): queueing runs (`submitting`), driving them in
 this process (`resuming`), answering waiting runs (`answering`), sending messages into them
 (`messaging`), reading them (`inspecting`), following their journals as events (`events`)
-keeping schedules (`scheduling`) and the limits model calls draw from (`limiting`). Every
+keeping schedules (`scheduling`), the limits model calls draw from (`limiting`) and
+releases apart (`releases`). Every
 part goes through the store's protocol (runner.store.protocol): a database's `SqlStore` by
 default, or the in-memory store of `runner.testing`.
 """
@@ -18,6 +19,7 @@ from runner.service.events import Following
 from runner.service.inspecting import Inspecting
 from runner.service.limiting import Limiting
 from runner.service.messaging import Messaging
+from runner.service.releases import Releasing
 from runner.service.resuming import Resuming
 from runner.service.runner_base import ANSWER_POLL_SECONDS as ANSWER_POLL_SECONDS
 from runner.service.runner_base import RUN_ID_PATTERN as RUN_ID_PATTERN
@@ -36,6 +38,7 @@ class Runner(
     FollowingTrees,
     Scheduling,
     Limiting,
+    Releasing,
 ):
     """Start, resume, inspect and cancel durable runs in one database.
 

@@ -63,6 +63,7 @@ from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Ru
 from runner.store.blob_sweep import BLOB_GRACE_SECONDS
 from runner.store.payloads import Codec
 from runner.store.protocol import Claim, RunStore
+from runner.store.releases import OlderReleases, Releases, held_back
 from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, chosen
 
 if TYPE_CHECKING:
@@ -124,13 +125,26 @@ class Worker:
         store: RunStore | None = None,
         schedule_clock: Clock | None = None,
         codecs: Sequence[Codec] | None = None,
+        release: str | None = None,
+        drain: bool = False,
     ) -> None:
         """A worker of the database at `url`, or of `store` (say, runner.testing's
         InMemoryStore, for tests with no database). `schedule_clock`: the time schedules'
         ticks are fired on (default the store's clock: the database's on PostgreSQL); a test
-        gives a simulated one."""
+        gives a simulated one.
+
+        `release`: the release this worker runs every run with (None: each agent's own, as
+        its code declares it), which a queue's policy for older releases compares with the
+        run's (runner.store.releases). `drain`: take only the runs of `release`, and exit
+        when none is left queued, parked or running."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if drain and release is None:
+            raise ValueError("a worker that drains needs its release")
+        self.release = release
+        self.drain = drain
+        # The release each agent loaded so far declares (when `release` is not given).
+        self._agent_releases: dict[str, str | None] = {}
         # The queues this worker claims from (None: every queue).
         self.queues = chosen(queues)
         # The pool, from the concurrency and what the database can spare (at most
@@ -255,6 +269,8 @@ class Worker:
             if claimed:
                 continue
             idle = self._db_wait or self.poll
+            if self.drain and not self._active and self._drained():
+                break
             if self.once and not self._active:
                 parked_for = self._parked_for()
                 if parked_for is None:
@@ -518,7 +534,30 @@ class Worker:
             # A run this worker still executes is never its to take over, even under a lease
             # that lapsed while a loaded machine held its heartbeat up.
             executing=self._active,
+            releases=Releases(self.release, dict(self._agent_releases), only=self.drain),
         )
+
+    def _drained(self) -> bool:
+        """For a worker that drains: whether no run of its release is left queued, parked or
+        running (a run waiting for a person is not waited for: it is logged)."""
+        try:
+            found = [info for info in self.runner.releases() if info.release == self.release]
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
+            if corrupt is not None:
+                raise corrupt from None
+            self._db_wait = self._db_backoff.next()
+            return False
+        if any(info.running or info.queued or info.parked for info in found):
+            return False
+        waiting = sum(info.waiting for info in found)
+        if waiting:
+            self._log(
+                logging.INFO,
+                f"release {self.release} drained but for {_counted(waiting, 'run')} waiting "
+                "for a person or a child run: drain again once they are answered",
+            )
+        return True
 
     # -- one run --------------------------------------------------------------------------
 
@@ -535,6 +574,8 @@ class Worker:
             f"run {run.id} claimed (epoch {claim.epoch}, resumes {run.resumes})",
             run.id,
         )
+        if not self._may_run_on(claim, agent):
+            return
         try:
             result = self.runner.execute(claim, agent, pause=self.stopping)
         except RunPaused:
@@ -575,6 +616,48 @@ class Worker:
             run.id,
         )
 
+    def _may_run_on(self, claim: Claim, agent: Agent) -> bool:
+        """Whether this worker runs the claimed run on, by its queue's policy for runs of
+        another release: a pinned or parked one found to be another release's once its
+        agent loaded is given back; under `check`, a run of another release is replayed
+        against this worker's code first, and parked if it differs."""
+        run = claim.run
+        mine = self.release if self.release is not None else agent.release
+        if not held_back(run.release, mine):
+            return True
+        if run.parked_reason is not None or claim.older_releases is OlderReleases.PIN:
+            self._release(claim, None)
+            self._log(
+                logging.INFO, f"run {run.id} left to a worker of release {run.release}", run.id
+            )
+            return False
+        if claim.older_releases is not OlderReleases.CHECK:
+            return True
+        try:
+            report = self.runner.check_claimed(claim, agent)
+            if report.agrees:
+                self._log(
+                    logging.INFO,
+                    f"run {run.id} of release {run.release} checked against release {mine}: "
+                    f"agrees over {_counted(report.steps, 'step')}, running it on",
+                    run.id,
+                )
+                return True
+            with self.store.writing():
+                parked = self.runner.park_diverged(claim, report, mine)
+        except self.store.outages as exc:
+            # The lease expires and the next claimer checks the run again.
+            self._log(logging.WARNING, f"run {run.id} not checked: {first_line(exc)}", run.id)
+            return False
+        if parked:
+            self._log(
+                logging.WARNING,
+                f"run {run.id} parked (check_failed): release {mine} differs at step "
+                f"{report.step}: the run {report.recorded}; the agent {report.now}",
+                run.id,
+            )
+        return False
+
     def _agent(self, ref: str | None, run_id: str) -> Agent:
         if ref is None:
             raise AgentLoadError(f"run {run_id} has no agent reference a worker can import")
@@ -589,6 +672,7 @@ class Worker:
                 raise
             self._agent_backoff.pop(ref, None)
             self._agents[ref] = agent
+            self._agent_releases[ref] = agent.release
         return agent
 
     def _release(self, claim: Claim, error: str | None) -> None:

@@ -148,6 +148,7 @@ def list_queues(engine: Engine, at: datetime) -> list[QueueInfo]:
                 parked,
                 keep_seconds=None if row is None else row.keep_seconds,
                 keep_runs=None if row is None else row.keep_runs,
+                older_releases=(row.older_releases if row is not None else None) or "continue",
             )
         )
     return listed

@@ -53,7 +53,7 @@ RUN_FIELDS = (
     "leased_at", "created_at", "updated_at", "finished_at", "last_seen_at", "forked_from_id",
     "forked_at_step", "waiting_since", "wait_expires_at", "queue", "priority", "not_before",
     "parent_id", "root_id", "parent_call_key", "below_steps", "below_tokens", "below_cost",
-    "undelivered_messages",
+    "undelivered_messages", "parked_reason",
 )  # fmt: skip
 ENTRY_FIELDS = (
     "run_id", "seq", "step", "kind", "content", "content_format", "action_type", "tool",

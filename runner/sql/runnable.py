@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Integer, Row, Select, bindparam, func, select
 
 from runner.core.status import RunStatus
 from runner.sql import queues as queue_limits
+from runner.sql import releases as release_rules
 from runner.sql.runs import starts_with
 from runner.sql.schema import entries, runs
 from runner.store.owner import is_dead, local_prefix
@@ -35,6 +36,7 @@ def next_claimable(
     executing: Collection[str] = (),
     kept: list[str] | None = None,
     ahead: Ahead | None = None,
+    releases: release_rules.Kept = release_rules.NOT_KEPT,
 ) -> tuple[Row[Any], bool, bool] | None:
     """The next run to take, whether it holds its queue's slot already (a dead holder's,
     under a lease not expired) and whether it is a suspect; None: none, or a suspect first
@@ -45,16 +47,26 @@ def next_claimable(
     `executing`: the runs the claimer is executing now, never taken over by it when their
     lease lapsed (its heartbeat was held up: the next beat renews the lease); `kept`
     collects those found, for the rest of the batch. `ahead`: the queued runs read and
-    locked ahead by this batch (see Ahead)."""
+    locked ahead by this batch (see Ahead). `releases`: the runs of another release the
+    claimer leaves alone (runner.sql.releases)."""
     kept = [] if kept is None else kept
     while True:
         row = _next_runnable(
-            connection, at, skip_agents, queues, [*full, *refused], spent, executing, kept, ahead
+            connection,
+            at,
+            skip_agents,
+            queues,
+            [*full, *refused],
+            spent,
+            executing,
+            kept,
+            ahead,
+            releases,
         )
         holds_slot = False
         if row is None:
             # A dead holder's run already holds its slot: a full queue may take it over.
-            row = _orphan_here(connection, at, skip_agents, queues, refused)
+            row = _orphan_here(connection, at, skip_agents, queues, refused, releases)
             holds_slot = True
         if row is None:
             return None
@@ -77,6 +89,7 @@ def _next_runnable(
     executing: Collection[str] = (),
     kept: list[str] | None = None,
     ahead: Ahead | None = None,
+    releases: release_rules.Kept = release_rules.NOT_KEPT,
 ) -> Row[Any] | None:
     """The first runnable run by priority, then age, locked (SKIP LOCKED on PostgreSQL).
 
@@ -96,12 +109,21 @@ def _next_runnable(
     kept = [] if kept is None else kept
     ahead = Ahead(1) if ahead is None else ahead
     while True:
-        params = _bounds(skip_agents, queues, full, kept, at=at, ahead=ahead.wanted)
+        params = _bounds(
+            skip_agents, queues, full, kept, at=at, ahead=ahead.wanted, **releases.params
+        )
         found = []
         queued = ahead.next(full)
         if queued is not None:
             found.append(queued)
-        shape = (queues is not None, bool(full), bool(skip_agents), bool(kept))
+        shape = (
+            queues is not None,
+            bool(full),
+            bool(skip_agents),
+            bool(kept),
+            releases.kind,
+            releases.pinning,
+        )
         for way, query in enumerate(_runnable_queries(*shape)):
             if way in spent or (way == _QUEUED and queued is not None):
                 continue
@@ -170,7 +192,12 @@ def _executed_by_claimer(row: Row[Any], executing: Collection[str]) -> bool:
 
 @functools.cache
 def _runnable_queries(
-    served: bool, passed: bool, skipping: bool, keeping: bool = False
+    served: bool,
+    passed: bool,
+    skipping: bool,
+    keeping: bool = False,
+    releasing: release_rules.Keeping = "",
+    pinning: bool = False,
 ) -> tuple[Select[Any], ...]:
     """The three queries of `_next_runnable`, built once for each shape of their bounds
     (building one costs more than running it)."""
@@ -194,6 +221,8 @@ def _runnable_queries(
             passed,
             skipping,
             keeping,
+            releasing,
+            pinning,
         )
         for way, runnable in enumerate(ways)
     )
@@ -205,11 +234,20 @@ def _claim_order(row: Row[Any]) -> tuple[int, datetime, str]:
 
 
 def _within(
-    query: Select[Any], served: bool, passed: bool, skipping: bool, keeping: bool = False
+    query: Select[Any],
+    served: bool,
+    passed: bool,
+    skipping: bool,
+    keeping: bool = False,
+    releasing: release_rules.Keeping = "",
+    pinning: bool = False,
 ) -> Select[Any]:
     """`query` kept to the queues served (`served`), not to those full (`passed`), not to
-    the agents skipped, and not to the runs the claimer keeps (`keeping`): bound by
-    `_bounds`."""
+    the agents skipped, not to the runs the claimer keeps (`keeping`), and to the runs the
+    claimer's release may take (`releasing`, `pinning`: runner.sql.releases): bound by
+    `_bounds` (and the release's own values)."""
+    if releasing:
+        query = query.where(release_rules.condition(releasing, pinning))
     if served:
         query = query.where(runs.c.queue.in_(bindparam("served", expanding=True)))
     if passed:
@@ -250,6 +288,7 @@ def _orphan_here(
     skip_agents: Collection[str],
     queues: Sequence[str] | None,
     full: Sequence[str],
+    releases: release_rules.Kept = release_rules.NOT_KEPT,
 ) -> Row[Any] | None:
     """A run whose lease has not expired but whose holder, a process on this host, is dead.
 
@@ -267,8 +306,16 @@ def _orphan_here(
         .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
         .limit(_ORPHAN_SCAN)
     )
-    query = _within(query, queues is not None, bool(full), bool(skip_agents))
-    for candidate in connection.execute(query, _bounds(skip_agents, queues, full)).all():
+    query = _within(
+        query,
+        queues is not None,
+        bool(full),
+        bool(skip_agents),
+        releasing=releases.kind,
+        pinning=releases.pinning,
+    )
+    params = _bounds(skip_agents, queues, full, **releases.params)
+    for candidate in connection.execute(query, params).all():
         if not is_dead(candidate.lease_owner):
             continue
         still = (

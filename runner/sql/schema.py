@@ -179,6 +179,16 @@ runs = Table(
         server_default="0",
         comment="messages sent to the run and not in its journal yet",
     ),
+    # Releases (revision 0019): a run a check parked (a worker of another release found
+    # that its code would not take the run's recorded steps again) is taken from then on
+    # only by a worker of its own release.
+    Column(
+        "parked_reason",
+        String(32),
+        nullable=True,
+        comment="why a check parked the run (check_failed): only its release's "
+        "workers take it; NULL: not parked",
+    ),
     Index("ix_runs_status_lease", "status", "lease_expires_at"),
     # Claims find the waits that timed out: waiting runs by expiry, never the whole table.
     Index("ix_runs_status_wait_expires_at", "status", "wait_expires_at"),
@@ -278,6 +288,13 @@ queues = Table(
         Integer,
         nullable=True,
         comment="only the newest this many finished runs are kept; NULL: all",
+    ),
+    # Releases (revision 0019): what a worker does with a run of another release.
+    Column(
+        "older_releases",
+        String(16),
+        nullable=True,
+        comment="runs of another release than a worker's: continue, pin or check; NULL: continue",
     ),
     comment="limits of queues; a queue with no row here has no limit",
 )

@@ -37,6 +37,7 @@ from runner.sql import (
     messages,
     queues,
     reads,
+    releases,
     retention,
     run_changes,
     run_states,
@@ -62,6 +63,7 @@ from runner.store.owner import this_process
 from runner.store.payload_config import configured
 from runner.store.payloads import Codec, Payloads
 from runner.store.protocol import Claim, Decide, Observer
+from runner.store.releases import OlderReleases, ReleaseInfo, Releases
 from runner.store.rows import LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Expired, Rules
 
@@ -257,6 +259,7 @@ class SqlStore:
         suspects: bool = True,
         queues: Sequence[str] | None = None,
         executing: Collection[str] = (),
+        releases: Releases | None = None,
     ) -> list[Claim]:
         return leases.claim_some(
             self.engine,
@@ -268,6 +271,7 @@ class SqlStore:
             suspects=suspects,
             queues=queues,
             executing=executing,
+            releases=releases,
             clock=self._clock,
         )
 
@@ -319,6 +323,22 @@ class SqlStore:
 
     def list_queues(self, now: datetime) -> list[QueueInfo]:
         return queues.list_queues(self.engine, now)
+
+    # -- releases ----------------------------------------------------------------------------
+
+    def set_older_releases(self, name: str, policy: OlderReleases) -> None:
+        releases.set_policy(self.engine, name, policy, clock=self._clock)
+
+    def list_releases(self, now: datetime) -> list[ReleaseInfo]:
+        return releases.list_releases(self.engine, now)
+
+    def park_run(self, run_id: str, epoch: int, reason: str, error: str) -> bool:
+        return releases.park(self.engine, run_id, epoch, reason, error, clock=self._clock)
+
+    def recorded_runs(
+        self, *, since: datetime | None, agent: str | None, limit: int
+    ) -> list[RunRow]:
+        return releases.recorded_runs(self.engine, since=since, agent=agent, limit=limit)
 
     def change_budgets(self, run_id: str, decide: Decide) -> RunRow:
         return run_changes.change_budgets(self.engine, run_id, decide, clock=self._clock)

@@ -31,6 +31,7 @@ from runner.errors import RunnerError
 from runner.store.blob_sweep import Swept
 from runner.store.delta_writer import RunDeltas
 from runner.store.follow import Follow
+from runner.store.releases import OlderReleases, ReleaseInfo, Releases
 from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Claim as Claim  # re-exported: what a claim holds
 from runner.store.rules import Expired, Rules
@@ -216,9 +217,11 @@ class RunStore(Protocol):
         suspects: bool = True,
         queues: Sequence[str] | None = None,
         executing: Collection[str] = (),
+        releases: Releases | None = None,
     ) -> list[Claim]:
         """Take up to `limit` runnable runs in claim order (runner.sql.leases.claim_some);
-        never one of `executing` (the claimer's runs in flight) under a lapsed lease."""
+        never one of `executing` (the claimer's runs in flight) under a lapsed lease, nor
+        one that `releases` (the claimer's release) may not take (runner.store.releases)."""
         ...
 
     def release_run(self, run_id: str, epoch: int, error: str | None = None) -> None:
@@ -263,6 +266,26 @@ class RunStore(Protocol):
     def set_queue_limit(self, name: str, limit: int | None) -> None: ...
 
     def list_queues(self, now: datetime) -> list[QueueInfo]: ...
+
+    def set_older_releases(self, name: str, policy: OlderReleases) -> None:
+        """Store queue `name`'s policy for runs of another release than a worker's."""
+        ...
+
+    def list_releases(self, now: datetime) -> list[ReleaseInfo]:
+        """Each release (of each agent) with an unfinished run, and how those runs stand."""
+        ...
+
+    def park_run(self, run_id: str, epoch: int, reason: str, error: str) -> bool:
+        """Queue a claimed run again, parked with `reason` (a failed check: only a worker
+        of its release takes it), if `epoch` still holds it; False if it did not."""
+        ...
+
+    def recorded_runs(
+        self, *, since: datetime | None, agent: str | None, limit: int
+    ) -> list[RunRow]:
+        """The newest `limit` finished runs with an agent reference (of `agent` if given),
+        finished at `since` or later, newest first: what a deploy gate replays."""
+        ...
 
     def change_budgets(self, run_id: str, decide: Decide) -> RunRow:
         """In one transaction on the locked run: `decide` (see `Decide`), then its entry and

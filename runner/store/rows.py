@@ -93,6 +93,8 @@ class RunRow:
     below_tokens: int = 0
     below_cost: float = 0.0
     undelivered_messages: int = 0  # messages sent to it and not in its journal yet
+    # Why a check parked it (runner.store.releases): only its release's workers take it.
+    parked_reason: str | None = None
 
     @classmethod
     def of(cls, row: Columns) -> RunRow:
@@ -140,6 +142,7 @@ class RunRow:
             below_tokens=m.get("below_tokens") or 0,
             below_cost=m.get("below_cost") or 0.0,
             undelivered_messages=m.get("undelivered_messages") or 0,
+            parked_reason=m.get("parked_reason"),
         )
 
     def lease_is_live(self, at: datetime) -> bool:
@@ -235,6 +238,8 @@ class QueueInfo:
     waiting: int  # waiting for a person's answer (holding no slot)
     keep_seconds: int | None = None  # retention: finished runs kept this long (its own rule)
     keep_runs: int | None = None  # retention: the newest this many finished runs kept
+    # What a worker does with a run of the queue from another release than its own.
+    older_releases: str = "continue"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from runner.core.stop_reasons import StopReason
 from runner.errors import RunnerError, RunNotFound
 from runner.store.owner import this_process
 from runner.store.payloads import PLAIN, Payloads
+from runner.store.releases import OlderReleases
 from runner.store.rows import RunRow, entry_of, entry_row, seal_task
 
 Row = dict[str, Any]
@@ -69,6 +70,8 @@ class MemoryRows:
         self.runs: dict[str, Row] = {}
         self.entries: dict[str, list[Row]] = {}
         self.limits: dict[str, int | None] = {}
+        # Each queue's policy for runs of another release (no entry: continue).
+        self.older_releases: dict[str, OlderReleases] = {}
         # Each run's inbox (the `messages` table's rows), in the order they were sent.
         self.messages: dict[str, list[Row]] = {}
         # Provider limits (runner.testing.memory_limits): by name, reservations by id, the

@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,7 @@ from runner.store.follow import Follow
 from runner.store.owner import is_dead, local_prefix
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.protocol import Claim, Decide, Observer
+from runner.store.releases import OlderReleases, Releases
 from runner.store.rows import (
     FORKED_EPOCH,
     QueueInfo,
@@ -63,12 +65,15 @@ from runner.testing.memory_deltas import MemoryDeltas
 from runner.testing.memory_journal import MemoryRunJournal
 from runner.testing.memory_limits import MemoryLimits
 from runner.testing.memory_messages import MemoryMessages
+from runner.testing.memory_releases import MemoryReleases
 from runner.testing.memory_retention import MemoryRetention
 from runner.testing.memory_rows import InMemoryStoreError, MemoryWakeups, Row, json_value
 from runner.testing.memory_schedules import MemorySchedules
 
 
-class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules, MemoryRetention):
+class InMemoryStore(
+    MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules, MemoryRetention, MemoryReleases
+):
     """Runs, journals and queue limits in this process's memory (see the module's doc).
 
     `clock` is what leases, delays and timeouts are measured on (default a `ManualClock`:
@@ -333,6 +338,7 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules
         suspects: bool = True,
         queues: Sequence[str] | None = None,
         executing: Collection[str] = (),
+        releases: Releases | None = None,
     ) -> list[Claim]:
         at = self._now()
         claims: list[Claim] = []
@@ -356,13 +362,20 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules
                     live,
                     suspects=suspects and not claims,
                     executing=executing,
+                    releases=releases,
                 )
                 if found is None:
                     break
                 row, holds_slot, suspect = found
                 if row["status"] == RunStatus.WAITING:
                     self._time_out(row, at)
-                claims.append(self._take(row, owner, lease_seconds, max_resumes, at))
+                claim = self._take(row, owner, lease_seconds, max_resumes, at)
+                if (
+                    releases is not None
+                    and self._policy(row["queue"]) is not OlderReleases.CONTINUE
+                ):
+                    claim = replace(claim, older_releases=self._policy(row["queue"]))
+                claims.append(claim)
                 if not holds_slot:
                     live[row["queue"]] = live.get(row["queue"], 0) + 1
                 if suspect:
@@ -388,13 +401,16 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules
         *,
         suspects: bool,
         executing: Collection[str] = (),
+        releases: Releases | None = None,
     ) -> tuple[Row, bool, bool] | None:
         while True:
             holds_slot = False
-            row = self._first(self._runnable(at, executing), skip_agents, served, refused)
+            mine = (row for row in self._runnable(at, executing) if self._may_take(row, releases))
+            row = self._first(mine, skip_agents, served, refused)
             if row is None:
                 # A dead holder's run (of this host) holds its slot already.
-                row = self._first(self._orphans(at), skip_agents, served, refused)
+                orphans = (row for row in self._orphans(at) if self._may_take(row, releases))
+                row = self._first(orphans, skip_agents, served, refused)
                 holds_slot = True
             if row is None:
                 return None
@@ -506,10 +522,25 @@ class InMemoryStore(MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules
             for name, running in live.items():
                 counts.setdefault(name, [0, 0, 0, 0])[2] = running
             limits = dict(self.limits)
-        names = sorted(set(limits) | set(counts))
-        return [
-            QueueInfo(name, limits.get(name), *counts.get(name, [0, 0, 0, 0])) for name in names
-        ]
+            names = sorted(set(limits) | set(counts))
+            policies = dict(self.older_releases)
+        names = sorted(set(names) | set(policies))
+        listed = []
+        for name in names:
+            queued, delayed, running, waiting = counts.get(name, [0, 0, 0, 0])
+            policy = policies.get(name, OlderReleases.CONTINUE).value
+            listed.append(
+                QueueInfo(
+                    name,
+                    limits.get(name),
+                    queued,
+                    delayed,
+                    running,
+                    waiting,
+                    older_releases=policy,
+                )
+            )
+        return listed
 
     def change_budgets(self, run_id: str, decide: Decide) -> RunRow:
         at = self._now()

@@ -184,7 +184,7 @@ def test_a_worker_serves_its_queues_and_no_delayed_run_early(db_url: str, ledger
     most, least = (later.not_before - moment for moment in (before_show, after_show))
     assert least.total_seconds() - 1 <= left <= most.total_seconds(), (left, least, most)
     listed = runner_cli(db_url, ledger, "queue", "list", "--json")
-    kept = {"keep_seconds": None, "keep_runs": None}
+    kept = {"keep_seconds": None, "keep_runs": None, "older_releases": "continue"}
     assert json.loads(listed.stdout) == [
         {"name": "a", "limit": None, "queued": 0, "delayed": 1, "running": 0, "waiting": 0} | kept,
         {"name": "b", "limit": None, "queued": 1, "delayed": 0, "running": 0, "waiting": 0} | kept,

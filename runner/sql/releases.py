@@ -1,0 +1,198 @@
+"""Releases in SQL: a queue's policy for runs of another release (`queues.older_releases`),
+the part of a claim that leaves a worker's runs of another release alone, a failed check's
+parking (`runs.parked_reason`), and each release's unfinished runs (`runner releases`).
+
+The rules themselves are runner.store.releases (`may_take`): the claim's condition here is
+the same rule, written as SQL over the rows a claim reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, and_, bindparam, case, func, literal, or_, select, update
+
+from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.status import RunStatus
+from runner.sql.runs import reading, store_named
+from runner.sql.schema import queues, runs
+from runner.store.releases import OlderReleases, ReleaseInfo, Releases, check_policy
+from runner.store.rows import RunRow, plain_text
+from runner.store.rules import check_queue
+
+# How a claim's queries keep to a worker's release: not at all (""), its given release
+# ("given"), its agents' releases as loaded so far ("agents"), or its release alone ("only").
+Keeping = Literal["", "given", "agents", "only"]
+
+_POLICIES = select(queues.c.name, queues.c.older_releases).where(
+    queues.c.older_releases.is_not(None)
+)
+# An agent's reference and a release, joined as one value to compare pairs with one IN.
+_SEPARATOR = "\n"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A claim's keeping to a worker's release: the shape of its condition and its values."""
+
+    kind: Keeping = ""
+    pinning: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+NOT_KEPT = Kept()
+
+
+def kept_to(releases: Releases | None, found: Mapping[str, OlderReleases]) -> Kept:
+    """How a claim by a worker of `releases` keeps to it, the queues' policies `found`."""
+    kind = keeping(releases)
+    if kind == "":
+        return NOT_KEPT
+    pinned = sorted(name for name, policy in found.items() if policy is OlderReleases.PIN)
+    return Kept(kind, bool(pinned) and kind != "only", bounds(releases, pinned))
+
+
+def policies(connection: Connection) -> dict[str, OlderReleases]:
+    """Each queue's policy for older releases, where one is set (no row: `continue`)."""
+    return {name: OlderReleases(policy) for name, policy in connection.execute(_POLICIES).all()}
+
+
+def keeping(releases: Releases | None) -> Keeping:
+    """Which condition a claim by a worker of `releases` needs."""
+    if releases is None:
+        return ""
+    if releases.only:
+        return "only"
+    if releases.release is not None:
+        return "given"
+    return "agents" if releases.agents else ""
+
+
+def condition(kind: Keeping, pinning: bool) -> Any:
+    """The claim's condition for `kind` (`pinning`: some queue is pinned), bound by `bounds`:
+    runner.store.releases.may_take over a row of runs."""
+    if kind == "only":
+        return runs.c.release == bindparam("release")
+    held: Any = runs.c.parked_reason.is_not(None)
+    if pinning:
+        held = held | runs.c.queue.in_(bindparam("pinned", expanding=True))
+    if kind == "given":
+        mine = runs.c.release == bindparam("release")
+    else:
+        pair = runs.c.agent + literal(_SEPARATOR) + runs.c.release
+        mine = or_(
+            runs.c.agent.is_(None),
+            runs.c.agent.not_in(bindparam("known", expanding=True)),
+            pair.in_(bindparam("pairs", expanding=True)),
+        )
+    return or_(~held, runs.c.release.is_(None), mine)
+
+
+def bounds(releases: Releases | None, pinned: Sequence[str]) -> dict[str, Any]:
+    """The values `condition` binds."""
+    kind = keeping(releases)
+    if releases is None or kind == "":
+        return {}
+    params: dict[str, Any] = {}
+    if kind in ("given", "only"):
+        params["release"] = releases.release
+    if kind == "agents":
+        params["known"] = list(releases.agents)
+        params["pairs"] = [
+            f"{agent}{_SEPARATOR}{release}"
+            for agent, release in releases.agents.items()
+            if release is not None
+        ]
+    if kind != "only" and pinned:
+        params["pinned"] = list(pinned)
+    return params
+
+
+def set_policy(
+    engine: Engine, name: str, policy: OlderReleases | str, clock: Clock = SYSTEM
+) -> None:
+    """Store queue `name`'s policy for runs of another release than a worker's."""
+    check_queue(name)
+    chosen = check_policy(policy)
+    values = {
+        # NULL is `continue`: a queue's row made for a limit says nothing of releases.
+        "older_releases": None if chosen is OlderReleases.CONTINUE else chosen.value,
+        "updated_at": utc_now(clock),
+    }
+    store_named(engine, queues, name, values, f"the older-releases policy of queue {name}")
+
+
+def park(
+    engine: Engine, run_id: str, epoch: int, reason: str, error: str, clock: Clock = SYSTEM
+) -> bool:
+    """Give a claimed run back to the queue, parked with `reason` (why, for `runner show`:
+    `error`), if `epoch` still holds it: fenced like a journal write, so a worker that lost
+    the run meanwhile parks nothing. True if it was parked."""
+    with engine.begin() as connection:
+        parked = connection.execute(
+            update(runs)
+            .where(
+                runs.c.id == run_id,
+                runs.c.lease_epoch == epoch,
+                runs.c.status == RunStatus.RUNNING,
+            )
+            .values(
+                status=RunStatus.QUEUED,
+                lease_owner=None,
+                lease_expires_at=None,
+                parked_reason=reason,
+                error=plain_text(error),
+                updated_at=utc_now(clock),
+            )
+        ).rowcount
+    return bool(parked)
+
+
+def list_releases(engine: Engine, at: datetime) -> list[ReleaseInfo]:
+    """Each release (of each agent) with an unfinished run, and how those runs stand."""
+    queued = runs.c.status == RunStatus.QUEUED
+    parked = queued & (
+        runs.c.parked_reason.is_not(None)
+        | (runs.c.not_before.is_not(None) & (runs.c.not_before > at))
+    )
+
+    def count(condition: Any) -> Any:
+        return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+    query = (
+        select(
+            runs.c.agent_name,
+            runs.c.release,
+            count(runs.c.status == RunStatus.RUNNING),
+            count(and_(queued, ~parked)),
+            count(runs.c.status == RunStatus.WAITING),
+            count(parked),
+            count(runs.c.parked_reason.is_not(None)),
+        )
+        .where(runs.c.status.in_((RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING)))
+        .group_by(runs.c.agent_name, runs.c.release)
+    )
+    with reading(engine) as connection:
+        rows = connection.execute(query).all()
+    found = [
+        ReleaseInfo(name, release, *(int(n) for n in counts)) for name, release, *counts in rows
+    ]
+    return sorted(found, key=lambda info: (info.agent_name or "", info.release or ""))
+
+
+def recorded_runs(
+    engine: Engine, *, since: datetime | None, agent: str | None, limit: int
+) -> list[RunRow]:
+    """The newest `limit` finished runs with an agent reference (of `agent` if given), that
+    finished at `since` or later: what a deploy gate replays."""
+    query = select(runs).where(runs.c.status == RunStatus.FINISHED, runs.c.agent.is_not(None))
+    if agent is not None:
+        query = query.where(runs.c.agent == agent)
+    if since is not None:
+        query = query.where(runs.c.finished_at >= since)
+    query = query.order_by(runs.c.finished_at.desc(), runs.c.id.desc()).limit(limit)
+    with reading(engine) as connection:
+        return [RunRow.of(row) for row in connection.execute(query)]
