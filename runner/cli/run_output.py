@@ -69,6 +69,8 @@ def render_run(
     status = state + (f": {row.stop_reason}" if row.stop_reason else "")
     if stalled:
         status += f" ({stalled}; a worker or `runner resume {row.id}` takes it over)"
+    if row.parked_reason and row.status is RunStatus.QUEUED:
+        status += f" (parked: {row.parked_reason}; for a worker of release {row.release})"
     lines = [
         f"run       {row.id}",
         f"agent     {row.agent or '-'}" + _agent_label(row),

@@ -5,7 +5,9 @@ put together from its parts: what they share (`runner_base`), putting runs in th
 (`submitting`), running and resuming them here (`resuming`), answering waiting runs
 (`answering`), sending messages into runs (`messaging`), reading runs and cancelling them
 (`inspecting`), following a run's events (`events`) and a tree's (`tree_events`), keeping
-schedules (`scheduling`) and provider limits (`limiting`); the `worker` that serves the
+schedules (`scheduling`) and provider limits (`limiting`), keeping releases apart (`releases`:
+a queue's policy for older releases, a worker's check, the replay gate); the `worker` that
+serves the
 queue; and the operations on runs (`fork`, `replay`, `revival`, `submissions`, `conflicts`,
 `delays`). What the faces show of runs and the database comes from here too (`overview`,
 `values`, `database`, and `documents`: the JSON every face gives of runs and events), and

@@ -3,7 +3,8 @@ No SQL: the SQL store is runner.sql, the in-memory one runner.testing.
 
 The protocol the service reaches storage through (`protocol`), the rows it hands back
 (`rows`), the rules both stores keep, each written once (`rules`: queues, retention, leases,
-provider limits; a schedule's own, `cron`), a follower's registration (`follow`), the thread
+provider limits; a schedule's own, `cron`; which worker may take a run of which release,
+`releases`), a follower's registration (`follow`), the thread
 that writes a process's deltas in batches (`delta_writer`), which process owns a lease
 (`owner`) and whether a run's worker lives (`liveness`), a tree arranged from its rows
 (`run_trees`), and what `runner list` and `show` show (`overview`).

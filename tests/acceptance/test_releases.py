@@ -19,7 +19,7 @@ from runner import Runner
 
 from .harness import cli, cli_env, described
 
-AGENT = '''
+AGENT = """
 import os, re
 from runner import Agent, current_call, tool
 
@@ -48,7 +48,7 @@ def model(transcript):
     return {"type": "final", "content": seen[-1]["content"]}
 
 agent = Agent(model, {"LOOKUP": LOOKUP, "pay": pay}, name="refunds", release=RELEASE)
-'''
+"""
 RELEASES = {"1": "lookup", "2": "find"}
 
 
@@ -124,14 +124,17 @@ def test_a_worker_of_release_2_meets_runs_of_release_1_under_each_policy(
     with Runner(db_url) as look:
         for run_id in ("pinned", "checked"):
             assert look.row(run_id).stop_reason == "final", run_id
-    assert runner("releases").stdout.strip() == "no release has unfinished runs"
+        assert look.releases() == []  # `runner releases`: no release has unfinished runs
     # Each call ran once, by the release that ran that step: none by both, none lost.
     assert sorted(ledger_lines(ledger)) == sorted(
         [
-            "1 as-is lookup", "2 as-is pay",
-            "1 pinned lookup", "1 pinned pay",
-            "1 checked lookup", "1 checked pay",
-        ]  # fmt: skip
+            "1 as-is lookup",
+            "2 as-is pay",
+            "1 pinned lookup",
+            "1 pinned pay",
+            "1 checked lookup",
+            "1 checked pay",
+        ]
     )
 
 

@@ -21,6 +21,7 @@ from runner import Agent, Runner, ask_human, current_call, tool
 from runner.core.clock import ManualClock
 from runner.errors import RunnerError
 from runner.service.worker import Worker
+from runner.store.releases import OlderReleases, Releases
 from runner.testing import FunctionModel, InMemoryStore, ScriptedModel, call, final, tool_results
 
 from .agents import SOLVER_REF
@@ -281,7 +282,50 @@ def retaining(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
     refused(outcome, lambda: runner.row("default0"))
 
 
-SCENARIOS = [claiming, answering, reviving, serving, reading_events, scheduling, retaining]
+def releasing(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """A queue's policy for older releases at claim time (a given release, one learnt from
+    the agents loaded, a drain), a failed check's parking, and each release's runs."""
+    runner.set_older_releases("pinned", "pin")
+    runner.set_older_releases("checked", OlderReleases.CHECK)
+    model = FunctionModel(lambda t: final("done"))
+
+    def agent(release: str, ref: str = "x:refunds") -> Agent:
+        return Agent(model, {}, name=ref[2:], release=release, ref=ref)
+
+    for run_id, made, queue in [
+        ("p1", agent("1"), "pinned"), ("c1", agent("1"), "checked"), ("d1", agent("1"), "default"),
+        ("p2", agent("2"), "pinned"), ("o1", agent("1", "y:other"), "pinned"),
+    ]:  # fmt: skip
+        runner.submit(made, f"task {run_id}", id=run_id, queue=queue)
+        clock.advance(0.01)
+
+    def taken(**kwargs: Any) -> list[Any]:
+        found = runner.store.claim_some(
+            limit=10, owner="tester:1:1", lease_seconds=30, max_resumes=2, **kwargs
+        )
+        return [(c.run.id, c.epoch, str(c.older_releases)) for c in found]
+
+    outcome.append(taken(releases=Releases("2")))  # p1 and o1 are release 1's, pinned
+    outcome.append(runner.store.park_run("c1", 1, "check_failed", "differs at step 1"))
+    outcome.append(runner.store.park_run("c1", 1, "check_failed", "twice"))  # no longer held
+    outcome.append(runner.releases())
+    outcome.append(taken(releases=Releases(None, {"x:refunds": "2"})))  # y:other not loaded
+    outcome.append(taken(releases=Releases("1", only=True)))  # the drain: c1 (parked), p1
+    outcome.append([(q.name, q.older_releases) for q in runner.queues()])
+    outcome.append(seen(runner, "p1", "c1", "d1", "p2", "o1"))
+    outcome.append(runner.row("c1").parked_reason)
+
+
+SCENARIOS = [
+    claiming,
+    answering,
+    reviving,
+    serving,
+    reading_events,
+    scheduling,
+    retaining,
+    releasing,
+]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.__name__ for s in SCENARIOS])
