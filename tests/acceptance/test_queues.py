@@ -237,7 +237,10 @@ def test_submit_from_a_file_checks_every_line_first(db_url: str, ledger: Path) -
         (["submit", AGENT, "t", "--queue", "a,b"], "queue 'a,b' must be"),
         (["submit", AGENT], "give a TASK or --from FILE"),
         (["submit", AGENT, "--from", "-", "--id", "x"], "--id names one run"),
-        (["queue", "set", "q"], "give --limit N, --no-limit, --keep, --keep-runs or --older-releases"),
+        (
+            ["queue", "set", "q"],
+            "give --limit N, --no-limit, --keep, --keep-runs or --older-releases",
+        ),
         (["queue", "set", "q", "--keep", "soon"], "not a duration: 'soon'"),
         (["queue", "set", "*", "--limit", "2"], "'*' holds the default retention"),
         (["schedule", "add", "s", AGENT, "t", "--cron", "61 * * * *"], "Bad minute"),
