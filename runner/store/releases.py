@@ -14,6 +14,11 @@ worker does with a run of the queue whose release is not its own:
 A run with no release recorded, or a worker's release equal to the run's, is never held
 back. A worker that drains (`Releases.only`) takes the runs of its own release alone.
 None of it reads a database.
+
+The same rules in SQL are `sql/releases.py` (the claim's condition, the parking, `runner
+releases`' counts), in memory `testing/memory_releases.py`; the check and the replay gate are
+`service/releases.py`, run by `service/worker.py`; the commands `cli/releases.py` and
+`cli/queues.py` (`--older-releases`).
 """
 
 from __future__ import annotations
