@@ -327,7 +327,12 @@ class _Journaled:
         child = None if called is None else self.children.get(id(called))
         if child is not None:
             return self.child_tool(tool, child)
-        run, inner = self.run, tool.on_invoke_tool
+        run = self.run
+        # The call itself, without the SDK's failure handling (`failure_error_function`),
+        # which would hand an exception back as an ordinary result: runner records it as a
+        # failed call (the error streak, `tool_errors`) and shows the model its error, as
+        # its own loop does.
+        inner = getattr(tool.on_invoke_tool, "_invoke_tool_impl", tool.on_invoke_tool)
 
         async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
             recorded = await asyncio.to_thread(run.recorded_outcome, ctx.tool_call_id)

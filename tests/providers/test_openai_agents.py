@@ -323,3 +323,23 @@ def test_the_trees_token_budget_stops_the_child_then_its_parent(
     assert (result.stop_reason, result.steps) == ("token_budget", 1)
     assert parent.tokens + parent.below_tokens == 360  # no request after the budget was spent
     assert len(server.requests) == 3
+
+
+def test_failing_tools_stop_an_sdk_run_with_tool_errors(db_url: str, server: FakeServer) -> None:
+    for n in range(3):
+        server.reply(openai_completion(calls=[(f"call_{n}", "divide", f'{{"a": {n}}}')]))
+
+    @function_tool
+    def divide(a: int) -> float:
+        """Divide by zero."""
+        return a / 0
+
+    shop = SdkAgent(name="shop", tools=[divide], model=chat_model(server.url))
+    with Runner(db_url) as runner:
+        result = runner.run(RunnerAgent(shop, max_consecutive_errors=1), TASK, id="errors")
+        rows = runner.journal("errors")
+    assert (result.stop_reason, result.steps) == ("tool_errors", 2)
+    failed = [(row.content, row.is_error) for row in rows if row.kind == "observation"]
+    assert failed == [("ZeroDivisionError: division by zero", True)] * 2
+    shown = server.requests[1].json["messages"][-1]
+    assert shown == {"role": "tool", "tool_call_id": "call_0", "content": failed[0][0]}
