@@ -396,8 +396,10 @@ class _JournaledModel(Model):
             response: ModelResponse = asyncio.run_coroutine_threadsafe(coroutine, loop).result()
             return response
 
+        model = getattr(self.inner, "model", None)
+        name = model if isinstance(model, str) else None
         response: ModelResponse = await asyncio.to_thread(
-            self.run.ask, request, lambda r: (_reply_of(r), r)
+            self.run.ask, request, lambda r: (_reply_of(r, _cost_of(name, r.usage)), r)
         )
         return self.noted(shown, _reply_of(response), response)
 
@@ -494,7 +496,7 @@ def _returned(given: Any) -> dict[str, Outcome]:
     return outcomes
 
 
-def _reply_of(response: ModelResponse) -> Reply:
+def _reply_of(response: ModelResponse, cost: float = 0.0) -> Reply:
     texts, calls = [], []
     for item in response.output:
         if isinstance(item, ResponseOutputMessage):
@@ -505,7 +507,27 @@ def _reply_of(response: ModelResponse) -> Reply:
         text="".join(texts) or None,
         calls=tuple(calls),
         tokens=response.usage.input_tokens + response.usage.output_tokens,
+        cost=cost,
     )
+
+
+def _cost_of(model: str | None, usage: Usage) -> float:
+    """What a response cost in USD by its model's price in genai-prices' table (the
+    `prices` extra): 0 for a model it does not price, or without the table (then
+    `max_cost` cannot stop the run)."""
+    if model is None:
+        return 0.0
+    try:
+        import genai_prices
+
+        counted = genai_prices.Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.input_tokens_details.cached_tokens or 0,
+        )
+        return float(genai_prices.calc_price(counted, model).total_price)
+    except Exception:
+        return 0.0
 
 
 def _response_of(reply: Reply) -> ModelResponse:

@@ -343,3 +343,14 @@ def test_failing_tools_stop_an_sdk_run_with_tool_errors(db_url: str, server: Fak
     assert failed == [("ZeroDivisionError: division by zero", True)] * 2
     shown = server.requests[1].json["messages"][-1]
     assert shown == {"role": "tool", "tool_call_id": "call_0", "content": failed[0][0]}
+
+
+def test_an_sdk_runs_cost_is_its_models_price_and_max_cost_stops_it(
+    db_url: str, server: FakeServer
+) -> None:
+    script(server)  # each response: 100 input and 20 output tokens of gpt-4.1-mini
+    with Runner(db_url) as runner:
+        result = runner.run(Calculator(server.url, max_cost=0.0001).agent, TASK, id="priced")
+    assert (result.stop_reason, result.steps) == ("cost_budget", 2)
+    assert result.cost == pytest.approx(2 * (100 * 0.4 + 20 * 1.6) / 1e6)
+    assert len(server.requests) == 2
