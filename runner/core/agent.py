@@ -133,7 +133,8 @@ class SubAgent:
             name = self.agent.name or "the sub-agent"
             return f"TypeError: {name} takes one text argument, task", True
         child = inline_child(self.budgets, parent)
-        result = drive(
+        # A framework's agent (runner.integrations) drives its own loop, here as anywhere.
+        result = (self.agent.loop or drive)(
             self.agent.model,
             self.agent.tools,
             task,
