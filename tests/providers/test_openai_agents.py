@@ -354,3 +354,46 @@ def test_an_sdk_runs_cost_is_its_models_price_and_max_cost_stops_it(
     assert (result.stop_reason, result.steps) == ("cost_budget", 2)
     assert result.cost == pytest.approx(2 * (100 * 0.4 + 20 * 1.6) / 1e6)
     assert len(server.requests) == 2
+
+
+def test_an_sdk_agent_is_a_sub_agent_of_a_runner_agent_in_memory_too(server: FakeServer) -> None:
+    """`RunnerAgent.as_tool()` (runner's own): in memory the child drives the SDK's loop
+    inline, as a durable run's child run does."""
+    from runner import run_agent
+    from runner.testing import FunctionModel, call, final, tool_results, turns
+    from tests.providers import sdk_trees
+
+    def boss(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        if turns(transcript) == 0:
+            return call("research", task="Is tea ok?")
+        return final("Boss: " + tool_results(transcript)[0]["content"])
+
+    sdk_trees.serve(chat_model(server.url))
+    server.reply(openai_completion("Tea is fine."))
+    tools = {"research": sdk_trees.researcher.as_tool("research")}
+    result = run_agent(FunctionModel(boss), tools, "Should I drink tea?")
+    assert (result.stop_reason, result.output) == ("final", "Boss: Tea is fine.")
+
+
+def test_runner_replay_rechecks_an_sdk_run_against_todays_code(
+    db_url: str, server: FakeServer
+) -> None:
+    script(server)
+    with Runner(db_url) as runner:
+        runner.run(Calculator(server.url).agent, TASK, id="replayed")
+        same = runner.replay("replayed", agent=Calculator(server.url).agent)
+        bare = RunnerAgent(SdkAgent(name="bare", model=chat_model(server.url)))
+        changed = runner.replay("replayed", agent=bare)
+    assert same.agrees, same
+    assert (changed.agrees, changed.step) == (False, 1)
+    assert len(server.requests) == 3  # a replay asks no model
+
+
+def test_an_sdk_agent_named_by_reference_is_wrapped_with_the_defaults(tmp_path: Any) -> None:
+    from runner.core.agent import load_agent
+
+    path = tmp_path / "plain_sdk_agent.py"
+    path.write_text("from agents import Agent\nbot = Agent(name='bot')\n")
+    loaded = load_agent(f"{path}:bot")
+    assert isinstance(loaded, RunnerAgent) and loaded.name == "bot"
+    assert loaded.ref == f"{path}:bot"  # a resume loads and wraps it the same way
