@@ -50,6 +50,7 @@ from agents.handoffs.history import default_handoff_history_mapper
 from agents.items import ModelResponse
 from agents.models.interface import Model, ModelProvider
 from agents.models.multi_provider import MultiProvider
+from openai import APIStatusError
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -393,7 +394,15 @@ class _JournaledModel(Model):
 
         def request() -> ModelResponse:
             coroutine = self.inner.get_response(*args, **kwargs)
-            response: ModelResponse = asyncio.run_coroutine_threadsafe(coroutine, loop).result()
+            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+            try:
+                response: ModelResponse = future.result()
+            except APIStatusError as exc:
+                # A request the provider refused (bad, unauthorised, too long) is refused
+                # again: no retry. Timeouts, conflicts, rate limits and 5xx are retried.
+                if 400 <= exc.status_code < 500 and exc.status_code not in (408, 409, 429):
+                    raise ModelFatal(f"{type(exc).__name__}: {exc}") from None
+                raise
             return response
 
         model = getattr(self.inner, "model", None)

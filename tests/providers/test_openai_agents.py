@@ -397,3 +397,15 @@ def test_an_sdk_agent_named_by_reference_is_wrapped_with_the_defaults(tmp_path: 
     loaded = load_agent(f"{path}:bot")
     assert isinstance(loaded, RunnerAgent) and loaded.name == "bot"
     assert loaded.ref == f"{path}:bot"  # a resume loads and wraps it the same way
+
+
+def test_a_request_the_provider_refuses_stops_the_run_unretried(
+    db_url: str, server: FakeServer
+) -> None:
+    refused = {"error": {"message": "bad request", "type": "invalid_request_error"}}
+    server.reply(refused, status=400)
+    server.reply(openai_completion("never asked"))
+    with Runner(db_url) as runner:
+        result = runner.run(Calculator(server.url).agent, TASK, id="refused")
+    assert result.stop_reason == "model_error" and "400" in (result.error or "")
+    assert len(server.requests) == 1
