@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
@@ -37,6 +37,7 @@ from runner.core.clock import SYSTEM, Clock
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind, Journal, Stop, transcript_of
 from runner.core.limits import NO_LIMITS, Draw, Limits, limit_wait_entry
+from runner.core.listings import listings_change, listings_entry
 from runner.core.model_call import (
     Cancel,
     CancelledInFlight,
@@ -154,6 +155,8 @@ class ForeignRun:
             draw=draw,
         )
         self.task_recorded = False
+        self.listings: Entry | None = None  # the tool listings the run started with
+        self.listings_checked = False
         self.last_recorded = 0  # the last step the journal holds an action of
         self._index(journal.recorded())
         self.place = journal.place() if hasattr(journal, "place") else Place()
@@ -165,6 +168,9 @@ class ForeignRun:
             self.entries.append(entry)
             if entry.kind is EntryKind.TASK:
                 self.task_recorded = True
+                continue
+            if entry.kind is EntryKind.TOOLS:
+                self.listings = entry
                 continue
             step = self.steps.setdefault(entry.step, _Step(recorded=True))
             key = entry.idempotency_key or ""
@@ -190,6 +196,26 @@ class ForeignRun:
         if max_depth is not None and self.place.depth > max_depth:
             error = f"a sub-agent {self.place.depth} deep below its root (max_depth={max_depth})"
             self._stop(Stop(StopReason.MAX_DEPTH, error=error))
+
+    def listed(self, listings: Mapping[str, Any]) -> None:
+        """What the servers of the framework's MCP tools list for them (by the name the model
+        calls each), as the framework sees them before its first model request: journaled
+        once when the run starts; on a resume, compared with what it started with, and the
+        run stops `tools_changed` (naming the tools) if they differ. Later calls do nothing."""
+        if self.listings_checked:
+            return
+        self.listings_checked = True
+        recorded = self.listings
+        if recorded is None:
+            # A journal begun without them (no MCP tool then) gets none after its steps.
+            if listings and self.last_recorded == 0:
+                entry = listings_entry(listings, self.rules.counters)
+                self._append(entry)
+                self.listings = entry
+            return
+        change = listings_change(recorded.args or {}, listings)
+        if change is not None:
+            self._stop(Stop(StopReason.TOOLS_CHANGED, error=change))
 
     # -- model requests ---------------------------------------------------------------------
 
@@ -688,3 +714,12 @@ def _action_of_rows(rows: Sequence[Entry]) -> Action:
         )
     calls = tuple(Call(row.tool or "", row.args or {}, row.call_id) for row in rows)
     return Action(ActionKind.TOOL, calls=calls, tokens=first.tokens, cost=first.cost)
+
+
+def idempotent_said(names: Iterable[str] | Mapping[str, bool]) -> dict[str, bool]:
+    """A RunnerAgent's `idempotent=`: tool names (each True), or names to True or False."""
+    if isinstance(names, Mapping):
+        return {str(name): bool(said) for name, said in names.items()}
+    if isinstance(names, str):
+        raise ValueError(f"idempotent is a collection of tool names, not the string {names!r}")
+    return dict.fromkeys(names, True)

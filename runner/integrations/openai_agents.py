@@ -13,6 +13,14 @@ a response or a tool result the journal holds is never asked for or run again, a
 left in flight is settled by its declaration (`idempotent={...}`: run again with the same key,
 `runner.current_call().idempotency_key`; else the model is told `OutcomeUnknown`), the agent's
 code is replayed from the start on resume and a divergence stops the run with `diverged`.
+The agent's MCP servers (the SDK's own `MCPServerStdio`, `MCPServerStreamableHttp`, ...) are
+connected for each run unless connected already, and their tools are settled as
+`runner.mcp`'s are, by the server's annotations: read-only or idempotent ones run again with
+the same key after a crash, any other gives `OutcomeUnknown`; `idempotent={"name": False}`
+overrides that per tool. Each call carries its key in the request's `_meta`
+(`runner.mcp.KEY_META`, added through each server's `tool_meta_resolver`, after yours), and
+the tools listed before the first model request are journaled: a resume that finds them
+changed stops with `tools_changed`.
 A tool with `needs_approval` makes the run wait, holding no worker, for `runner approve` or
 `runner deny`; a denial's reason is what the model is shown. A message sent to the run
 (`runner send`) enters the SDK's input as a user turn before its next model request, journaled
@@ -34,9 +42,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import sys
 from collections.abc import Iterable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +70,20 @@ from openai.types.responses import (
 from runner.core.actions import Call
 from runner.core.agent import Agent, SubAgent
 from runner.core.budgets import Budgets
-from runner.core.foreign import ForeignRun, Outcome, Reply, Stopped, drive_foreign
+from runner.core.foreign import (
+    ForeignRun,
+    Outcome,
+    Reply,
+    Stopped,
+    drive_foreign,
+    idempotent_said,
+)
 from runner.core.journal import Journal
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import Tool
 from runner.errors import ModelFatal, RunnerError
+from runner.mcp.settlement import call_meta, settlement_of
 
 __all__ = ["RunnerAgent", "wrap"]
 
@@ -86,7 +104,7 @@ class RunnerAgent(Agent):
         name: str | None = None,
         release: str | None = None,
         ref: str | None = None,
-        idempotent: Iterable[str] = (),
+        idempotent: Iterable[str] | Mapping[str, bool] = (),
         run_config: RunConfig | None = None,
         context: Any = None,
         limit: str | None = None,
@@ -99,9 +117,17 @@ class RunnerAgent(Agent):
         self.sub_agents = _sub_agents(agent, sub_agents)
         self.run_config = run_config or RunConfig(tracing_disabled=True)
         self.sdk_context = context
+        said = idempotent_said(idempotent)
+        self.servers = _servers(agent)
+        for server in self.servers:
+            if not getattr(server.tool_meta_resolver, _KEYED, False):
+                server.tool_meta_resolver = _keyed(server.tool_meta_resolver)
+        declared = _declarations(agent, {n for n, yes in said.items() if yes}, bool(self.servers))
+        # What the user says of MCP tools, checked against what their servers list.
+        self.mcp_idempotent = {name: yes for name, yes in said.items() if name not in declared}
         super().__init__(
             _FrameworkModel(agent),
-            _declarations(agent, set(idempotent)),
+            declared,
             name=name or agent.name,
             release=release,
             ref=ref,
@@ -125,8 +151,15 @@ class RunnerAgent(Agent):
         return drive_foreign(tools, task, budgets, journal, options, self._run, _stop_for)
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
+        async with AsyncExitStack() as stack:
+            for server in self.servers:
+                if getattr(server, "session", None) is None:  # not connected by its owner
+                    await stack.enter_async_context(server)
+            return await self._run_connected(run, task)
+
+    async def _run_connected(self, run: ForeignRun, task: str) -> Any:
         provider = self.run_config.model_provider or MultiProvider()
-        agent = _Journaled(run, provider, self.sub_agents).agent(self.agent)
+        agent = _Journaled(run, provider, self.sub_agents, self.mcp_idempotent).agent(self.agent)
         config = dataclasses.replace(self.run_config, model=None)
         # runner's max_steps is the cap; the SDK's own turn limit must not come first (nor
         # stop the turn that relays a handoff's child run).
@@ -252,7 +285,11 @@ class _Journaled:
     going through the run's journal."""
 
     def __init__(
-        self, run: ForeignRun, provider: ModelProvider, children: Mapping[int, RunnerAgent]
+        self,
+        run: ForeignRun,
+        provider: ModelProvider,
+        children: Mapping[int, RunnerAgent],
+        mcp_idempotent: Mapping[str, bool],
     ) -> None:
         self.run = run
         self.provider = provider
@@ -269,6 +306,9 @@ class _Journaled:
         # before. The SDK rebuilds its input at every request from the run's items, so
         # each request gets them again, in place.
         self.said: list[tuple[int, list[Any]]] = []
+        self.mcp_idempotent = mcp_idempotent
+        # What the servers listed for the MCP tools last offered to the model, by name.
+        self.listings: dict[str, Any] = {}
 
     def shown(self, given: Any) -> Any:
         """The SDK's input for this step's request, with the messages sent to the run in
@@ -295,6 +335,9 @@ class _Journaled:
         copy = agent.clone(model=_JournaledModel(inner, self))
         self.made[id(agent)] = copy  # before the handoffs: they may lead back here
         copy.tools = [self.tool(tool) for tool in agent.tools]
+        if agent.mcp_servers:
+            # The SDK lists an agent's MCP tools at each turn (get_all_tools): journaled too.
+            setattr(copy, "get_mcp_tools", self.mcp_tools(copy))  # noqa: B010
         copy.handoffs = [self.handoff(handoff) for handoff in agent.handoffs]
         return copy
 
@@ -321,7 +364,35 @@ class _Journaled:
 
         return dataclasses.replace(made, on_invoke_handoff=on_invoke_handoff)
 
-    def tool(self, tool: Any) -> Any:
+    def mcp_tools(self, agent: SdkAgent[Any]) -> Any:
+        """The agent's `get_mcp_tools`, its tools journaled and declared as their servers'
+        annotations say."""
+
+        async def get_mcp_tools(run_context: Any) -> list[Any]:
+            tools = await SdkAgent.get_mcp_tools(agent, run_context)
+            listed: dict[str, Any] = {}
+            for server in agent.mcp_servers:
+                for mcp_tool in await server.list_tools(run_context, agent):
+                    listed[mcp_tool.name] = mcp_tool.model_dump(
+                        mode="json", by_alias=True, exclude_none=True
+                    )
+            made = []
+            for tool in tools:
+                definition = listed.get(tool.name)  # None: renamed (server-prefixed names)
+                annotations = None if definition is None else definition.get("annotations")
+                self.listings[tool.name] = {
+                    "name": tool.name,
+                    "description": None if definition is None else definition.get("description"),
+                    "inputSchema": None if definition is None else definition.get("inputSchema"),
+                    "annotations": annotations,
+                }
+                settled = settlement_of(annotations, self.mcp_idempotent.get(tool.name))
+                made.append(self.tool(tool, Tool(_declared, idempotent=settled.idempotent)))
+            return made
+
+        return get_mcp_tools
+
+    def tool(self, tool: Any, declared: Tool | None = None) -> Any:
         if not isinstance(tool, FunctionTool):
             return tool
         called = _called(tool)
@@ -350,7 +421,7 @@ class _Journaled:
                 returned.append(value)
                 return _text_of(value)
 
-            outcome = await asyncio.to_thread(run.call, ctx.tool_call_id, execute)
+            outcome = await asyncio.to_thread(run.call, ctx.tool_call_id, execute, declared)
             if returned and not outcome.is_error:
                 return returned[0]
             return outcome.content
@@ -380,6 +451,12 @@ class _JournaledModel(Model):
         self.run = journaled.run
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        if not self.run.listings_checked:
+            listings = self.journaled.listings
+            unknown = sorted(set(self.journaled.mcp_idempotent) - set(listings))
+            if unknown:
+                raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
+            await asyncio.to_thread(self.run.listed, dict(listings))
         positional = len(args) > 1  # `input` is get_response's second parameter
         given = args[1] if positional else kwargs.get("input", [])
         recorded = await asyncio.to_thread(self.run.recorded_reply, _returned(given), None)
@@ -457,24 +534,58 @@ def _input_of(arguments: str) -> str:
     return given if isinstance(given, str) else arguments
 
 
-def _declarations(agent: SdkAgent[Any], idempotent: set[str]) -> dict[str, Tool]:
-    """Each function tool's runner declaration (of the agent and those it hands off to)."""
-    declared: dict[str, Tool] = {}
-    seen: set[int] = set()
+def _agents(agent: SdkAgent[Any]) -> list[SdkAgent[Any]]:
+    """The agent and those it hands off to, each once."""
+    found: dict[int, SdkAgent[Any]] = {}
     agents = [agent]
     while agents:
         current = agents.pop()
-        if id(current) in seen:
+        if id(current) in found:
             continue
-        seen.add(id(current))
+        found[id(current)] = current
+        agents += [h for h in current.handoffs if isinstance(h, SdkAgent)]
+    return list(found.values())
+
+
+def _declarations(agent: SdkAgent[Any], idempotent: set[str], has_mcp: bool) -> dict[str, Tool]:
+    """Each function tool's runner declaration (of the agent and those it hands off to).
+    With MCP servers, names that are no function tool's are left to check against their
+    lists."""
+    declared: dict[str, Tool] = {}
+    for current in _agents(agent):
         for tool in current.tools:
             if isinstance(tool, FunctionTool):
                 declared[tool.name] = Tool(_declared, idempotent=tool.name in idempotent)
-        agents += [h for h in current.handoffs if isinstance(h, SdkAgent)]
     unknown = sorted(idempotent - set(declared))
-    if unknown:
+    if unknown and not has_mcp:
         raise ValueError(f"idempotent names no function tool of the agent: {', '.join(unknown)}")
     return declared
+
+
+def _servers(agent: SdkAgent[Any]) -> list[Any]:
+    """The MCP servers of the agent and those it hands off to, each once."""
+    servers: dict[int, Any] = {}
+    for current in _agents(agent):
+        for server in current.mcp_servers:
+            servers.setdefault(id(server), server)
+    return list(servers.values())
+
+
+_KEYED = "__runner_keyed__"
+
+
+def _keyed(inner: Any) -> Any:
+    """A server's `tool_meta_resolver` that adds runner's `_meta` (the call's key, run and
+    attempt) to what `inner` (the server's own, if any) gives."""
+
+    async def resolve(context: Any) -> dict[str, Any] | None:
+        given = None if inner is None else inner(context)
+        if inspect.isawaitable(given):
+            given = await given
+        return {**(given or {}), **call_meta()} or None
+
+    setattr(resolve, _KEYED, True)
+    return resolve
 
 
 def _declared(**args: Any) -> Any:
@@ -584,7 +695,23 @@ def _call_id(item: Any) -> str:
 def _text_of(value: Any) -> str:
     if isinstance(value, str):
         return value
+    texts = _texts_of(value)
+    if texts is not None:
+        return "\n".join(texts)
     try:
         return pydantic_core.to_json(value).decode()
     except Exception:
         return str(value)
+
+
+def _texts_of(value: Any) -> list[str] | None:
+    """The texts of a tool output made of text items only (as an MCP tool's is: the SDK's
+    `ToolOutputText`, or a list of them), which the journal keeps as plain text; else None."""
+    items = value if isinstance(value, list) else [value]
+    texts = []
+    for item in items:
+        found = item if isinstance(item, Mapping) else getattr(item, "__dict__", {})
+        if found.get("type") != "text" or not isinstance(found.get("text"), str):
+            return None
+        texts.append(found["text"])
+    return texts or None

@@ -19,6 +19,13 @@ run sends every model request and tool call through the run's journal (runner.co
   outcomes in order. What the agent does between them must be deterministic (the same
   instructions, tools, output type and history for the same task); an agent that asks for
   what the journal does not hold there stops with `diverged`.
+- the tools of an MCP server the agent reaches through Pydantic AI's own `MCPToolset` (a
+  stdio command or a streamable HTTP URL) are settled as `runner.mcp`'s are, by what the
+  server's annotations say: read-only or idempotent ones run again with the same key, any
+  other gives `OutcomeUnknown`; `idempotent={"name": False}` overrides that per tool. Each
+  call carries its key in the request's `_meta` (`runner.mcp.KEY_META`), and the tools the
+  servers list before the first model request are journaled: a resume that finds them
+  changed stops with `tools_changed`.
 - a tool declared `requires_approval=True` makes the run wait (holding no worker) for
   `runner approve` / `runner deny`; a denial is what the model is shown.
 - a tool's exception is shown to the model (as `ModelRetry`), and Pydantic AI's own limits
@@ -56,12 +63,13 @@ from pydantic_ai.usage import RequestUsage
 from runner.core.actions import Call
 from runner.core.agent import Agent, SubAgent, with_budgets
 from runner.core.budgets import Budgets
-from runner.core.foreign import ForeignRun, Outcome, Reply, drive_foreign
+from runner.core.foreign import ForeignRun, Outcome, Reply, drive_foreign, idempotent_said
 from runner.core.journal import Journal
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import Reconcile, Tool
 from runner.errors import ModelFatal
+from runner.mcp.settlement import call_meta, settlement_of
 
 __all__ = ["RunnerAgent", "durable", "wrap"]
 
@@ -98,7 +106,9 @@ class RunnerAgent(Agent):
     """A Pydantic AI `Agent` run durably by runner: accepted wherever a runner agent is.
 
     `idempotent` names the tools whose interrupted call may run again with the same key (as
-    `@durable(idempotent=True)` does); `deps` is handed to every run (Pydantic AI's `deps=`);
+    `@durable(idempotent=True)` does); a mapping of names to True or False also overrides
+    what an MCP server's annotations say of its tools (by the name the model calls them);
+    `deps` is handed to every run (Pydantic AI's `deps=`);
     `budgets` are runner's (`max_steps`, `max_tokens`, `max_cost`, `max_seconds`, ...).
     """
 
@@ -109,7 +119,7 @@ class RunnerAgent(Agent):
         name: str | None = None,
         release: str | None = None,
         ref: str | None = None,
-        idempotent: Iterable[str] = (),
+        idempotent: Iterable[str] | Mapping[str, bool] = (),
         deps: Any = None,
         limit: str | None = None,
         **budgets: Any,
@@ -118,9 +128,14 @@ class RunnerAgent(Agent):
             raise ValueError(f"RunnerAgent wraps a pydantic_ai.Agent, not {type(agent).__name__}")
         self.agent = agent
         self.deps = deps
+        said = idempotent_said(idempotent)
+        has_mcp = _key_mcp_calls(agent)
+        declared = _declarations(agent, {name for name, yes in said.items() if yes}, has_mcp)
+        # What the user says of MCP tools, checked against what their servers list.
+        self.mcp_idempotent = {name: yes for name, yes in said.items() if name not in declared}
         super().__init__(
             _FrameworkModel(agent),
-            _declarations(agent, set(idempotent)),
+            declared,
             name=name or agent.name,
             release=release,
             ref=ref,
@@ -172,7 +187,8 @@ class RunnerAgent(Agent):
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
         try:
-            result = await self.agent.run(task, deps=self.deps, capabilities=[_Journaled(run)])
+            journaled = _Journaled(run, self.mcp_idempotent)
+            result = await self.agent.run(task, deps=self.deps, capabilities=[journaled])
         except BaseExceptionGroup as group:  # a task group's: the first of ours inside
             raise _first_of(group) from None
         return pydantic_core.to_jsonable_python(result.output)
@@ -214,12 +230,19 @@ class _Journaled(AbstractCapability[Any]):
     """The capability each run of a RunnerAgent gets: its model requests, tool calls and
     approvals go through the run's journal."""
 
-    def __init__(self, run: ForeignRun) -> None:
+    def __init__(self, run: ForeignRun, mcp_idempotent: Mapping[str, bool]) -> None:
         self.run = run
+        self.mcp_idempotent = mcp_idempotent
 
     async def wrap_model_request(
         self, ctx: Any, *, request_context: ModelRequestContext, handler: Any
     ) -> pm.ModelResponse:
+        if not self.run.listings_checked:
+            listings = _mcp_listings(request_context.model_request_parameters.function_tools)
+            unknown = sorted(set(self.mcp_idempotent) - set(listings))
+            if unknown:
+                raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
+            await asyncio.to_thread(self.run.listed, listings)
         returned, retry = _returned(request_context.messages)
         recorded = await asyncio.to_thread(self.run.recorded_reply, returned, retry)
         heard = await asyncio.to_thread(self.run.heard)
@@ -268,7 +291,8 @@ class _Journaled(AbstractCapability[Any]):
             returned.append(value)
             return _text_of(value)
 
-        outcome = await asyncio.to_thread(self.run.call, call.tool_call_id, execute)
+        declared = _mcp_declaration(tool_def, self.mcp_idempotent)
+        outcome = await asyncio.to_thread(self.run.call, call.tool_call_id, execute, declared)
         if raised and isinstance(raised[0], ModelRetry):
             raise raised[0]  # the framework counts its retries as it would unwrapped
         if returned and not outcome.is_error:
@@ -290,8 +314,11 @@ class _Journaled(AbstractCapability[Any]):
         )
 
 
-def _declarations(agent: PydanticAgent[Any, Any], idempotent: set[str]) -> dict[str, Tool]:
-    """Each function tool's runner declaration: `@durable`'s, or idempotent if named."""
+def _declarations(
+    agent: PydanticAgent[Any, Any], idempotent: set[str], has_mcp: bool
+) -> dict[str, Tool]:
+    """Each function tool's runner declaration: `@durable`'s, or idempotent if named. With
+    MCP toolsets, names that are no function tool's are left to check against their lists."""
     declared: dict[str, Tool] = {}
     for toolset in agent.toolsets:
         if not isinstance(toolset, FunctionToolset):
@@ -304,9 +331,85 @@ def _declarations(agent: PydanticAgent[Any, Any], idempotent: set[str]) -> dict[
             # Only the declaration is runner's: Pydantic AI validates and calls the tool.
             declared[name] = replace(base, fn=_declared)
     unknown = sorted(idempotent - set(declared))
-    if unknown:
+    if unknown and not has_mcp:
         raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
     return declared
+
+
+# The keys Pydantic AI's MCPToolset puts in each of its tools' definitions (`metadata`): the
+# MCP tool's `_meta`, its annotations and whether it runs as an MCP task.
+_MCP_METADATA = frozenset({"meta", "annotations", "task"})
+
+
+def _is_mcp(tool_def: Any) -> bool:
+    metadata = getattr(tool_def, "metadata", None)
+    return isinstance(metadata, dict) and set(metadata) >= _MCP_METADATA
+
+
+def _mcp_listings(tool_defs: Iterable[Any]) -> dict[str, Any]:
+    """What the servers list for the MCP tools among these definitions, by the name the
+    model calls each (as `runner.mcp` journals its tools)."""
+    return {
+        tool_def.name: {
+            "name": tool_def.name,
+            "description": tool_def.description,
+            "inputSchema": tool_def.parameters_json_schema,
+            "annotations": tool_def.metadata["annotations"],
+        }
+        for tool_def in tool_defs
+        if _is_mcp(tool_def)
+    }
+
+
+def _mcp_declaration(tool_def: Any, idempotent: Mapping[str, bool]) -> Tool | None:
+    """An MCP tool's declaration, by its annotations (or the user's word); None for others."""
+    if not _is_mcp(tool_def):
+        return None
+    settled = settlement_of(tool_def.metadata["annotations"], idempotent.get(tool_def.name))
+    return Tool(_declared, idempotent=settled.idempotent)
+
+
+def _key_mcp_calls(agent: PydanticAgent[Any, Any]) -> bool:
+    """Make each MCP toolset of the agent send runner's `_meta` (the call's key, run and
+    attempt) with every call, beside what its own `process_tool_call` adds: whether it has
+    any."""
+    try:
+        from pydantic_ai.mcp import MCPToolset
+    except ImportError:  # no MCP client installed: no MCP toolset either
+        return False
+    found: list[Any] = []
+
+    def visit(toolset: Any) -> None:
+        if isinstance(toolset, MCPToolset):
+            found.append(toolset)
+
+    for toolset in agent.toolsets:
+        toolset.apply(visit)
+    for toolset in found:
+        if not getattr(toolset.process_tool_call, _KEYED, False):
+            toolset.process_tool_call = _keyed(toolset.process_tool_call)
+    return bool(found)
+
+
+_KEYED = "__runner_keyed__"
+
+
+def _keyed(inner: Any) -> Any:
+    """A `process_tool_call` that adds runner's `_meta` to the call, then does what `inner`
+    (the toolset's own, if any) does."""
+
+    async def process(ctx: Any, call_tool: Any, name: str, args: dict[str, Any]) -> Any:
+        ours = call_meta()
+
+        async def keyed(name: str, args: dict[str, Any], *, metadata: Any = None) -> Any:
+            return await call_tool(name, args, metadata={**(metadata or {}), **ours} or None)
+
+        if inner is not None:
+            return await inner(ctx, keyed, name, args)
+        return await keyed(name, args)
+
+    setattr(process, _KEYED, True)
+    return process
 
 
 def _declared(**args: Any) -> Any:

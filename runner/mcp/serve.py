@@ -5,8 +5,10 @@ library blocks, the server must not), answers with the API's JSON documents, and
 with the library's own words (an error result). History queries go through `runner sql`'s
 guards. Each tool says what it does to the server's client with MCP's annotations.
 
-The installed SDK has no MCP Tasks: a long run is `submit_run`, then `wait_for_run` (which
-returns once the run finishes or waits for a person, or after its wait) or `get_run`.
+The SDK (`mcp` 2.3) serves no MCP Tasks (SEP-1686): it has their wire types, but its server
+routes no `tasks/*` request and never answers `tools/call` with a task, and its client cannot
+ask for one. A long run is `submit_run`, then `wait_for_run` (which returns once the run
+finishes or waits for a person, or after its wait) or `get_run`.
 """
 
 from __future__ import annotations

@@ -13,11 +13,22 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.core.tools import current_call
+
 # The `_meta` entries every call carries, so a server that honours them can deduplicate a
 # call run again after a crash: the same key on every attempt of one call.
 KEY_META = "runner/idempotency-key"
 RUN_META = "runner/run-id"
 ATTEMPT_META = "runner/attempt"
+
+
+def call_meta() -> dict[str, Any]:
+    """The `_meta` entries of the tool call running in this context (its key, run and
+    attempt); empty outside a runner call."""
+    now = current_call()
+    if now is None:
+        return {}
+    return {KEY_META: now.idempotency_key, RUN_META: now.run_id, ATTEMPT_META: now.attempt}
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,11 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from runner.core.tools import Tool, current_call
+from runner.core.tools import Tool
 from runner.errors import MissingExtra
 from runner.mcp.connection import Connection, Server
 from runner.mcp.results import observation_of
-from runner.mcp.settlement import (
-    ATTEMPT_META,
-    KEY_META,
-    RUN_META,
-    needs_approval,
-    settlement_of,
-)
+from runner.mcp.settlement import call_meta, needs_approval, settlement_of
 
 _NOT_A_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -96,11 +90,7 @@ def _tool(
     settlement = settlement_of(annotations, idempotent.get(mcp_name))
 
     async def call(**arguments: Any) -> str:
-        meta: dict[str, Any] = {}
-        now = current_call()
-        if now is not None:
-            meta = {KEY_META: now.idempotency_key, RUN_META: now.run_id, ATTEMPT_META: now.attempt}
-        return observation_of(await connection.call(mcp_name, arguments, meta))
+        return observation_of(await connection.call(mcp_name, arguments, call_meta()))
 
     call.__name__ = call.__qualname__ = _NOT_A_NAME.sub("_", mcp_name)
     call.__doc__ = listing.description or listing.title or f"The {mcp_name} tool of an MCP server."

@@ -7,6 +7,8 @@ tool named in `MCP_HOLD`, or for which the file `MCP_LEDGER.hold-TOOL` exists (f
 attempts only), then waits until the file `MCP_RELEASE`
 exists: a test kills the caller while it waits.
 
+With `MCP_EXTRA_TOOL` set it lists a fifth tool, `stock` (a server that changed its tools).
+
 Run: `python ledger_server.py` (stdio) or `python ledger_server.py --http PORT`.
 """
 
@@ -79,6 +81,15 @@ async def refund(amount: int, ctx: Context) -> str:
     if amount > 100:
         raise ToolError(f"refund of {amount} is over the limit of 100")
     return f"refunded {amount}"
+
+
+if os.environ.get("MCP_EXTRA_TOOL"):  # the server after a release that added a tool
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    async def stock(item: str, ctx: Context) -> str:
+        """How many of an item are left."""
+        await ledgered("stock", ctx, item=item)
+        return f"{item}: 3 left"
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from runner.testing import ScriptedModel, call, final, tool_results
 from tests.acceptance.harness import KILLED, RUNNER, described, journal, run_row, start, wait_for
 from tests.conditions import scaled
 
-from .conftest import SERVER, ledger_lines
+from .conftest import SERVER, answers, free_port, ledger_lines
 
 AGENTS = Path(__file__).with_name("agents.py")
 
@@ -154,6 +154,53 @@ def test_a_server_killed_mid_call_is_a_tool_error_and_the_next_call_starts_it_ag
     assert (again["is_error"], again["content"]) == (False, "milk costs 5")
     second_server = ledger_lines(ledger)[1]["pid"]
     assert second_server != first_server
+
+
+def test_an_http_server_killed_mid_call_is_a_tool_error_and_the_next_call_connects_again(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_HOLD", "lookup")
+    port = free_port()
+
+    def serve() -> subprocess.Popen[bytes]:
+        command = [sys.executable, str(SERVER), "--http", str(port)]
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: answers(port) or server.poll() is not None, what="the MCP server")
+        assert server.poll() is None, "the MCP server exited"
+        return server
+
+    servers = [serve()]
+    tools = mcp_tools(url=f"http://127.0.0.1:{port}/mcp")
+
+    def again(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        # The model asks again once the server is back (a person restarted it, say).
+        wait_for(lambda: len(servers) == 2 and answers(port), what="the server restarted")
+        return call("lookup", item="milk")
+
+    model = ScriptedModel([call("lookup", item="tea"), again, lambda t: final("done")])
+    results: list[Any] = []
+    running = threading.Thread(target=lambda: results.append(run_agent(model, tools, "prices")))
+    running.start()
+    try:
+        wait_for(lambda: len(ledger_lines(ledger)) == 1, what="the first call to reach the server")
+        Path(os.environ["MCP_RELEASE"]).touch()  # the next call is not held
+        servers[0].kill()
+        servers[0].wait()
+        servers.append(serve())
+        running.join(scaled(120))
+        assert not running.is_alive()
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+    (result,) = results
+    assert result.stop_reason == "final"  # the run went on: the model saw the error
+    killed, next_call = tool_results(result.transcript)
+    assert killed["is_error"], killed
+    assert killed["content"].startswith("MCPUnavailable: the MCP server http://127.0.0.1:")
+    assert "failed during the call" in killed["content"], killed
+    assert (next_call["is_error"], next_call["content"]) == (False, "milk costs 5")
+    assert [line["args"]["item"] for line in ledger_lines(ledger)] == ["tea", "milk"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,188 @@
+"""Acceptance: a Pydantic AI agent and an OpenAI Agents SDK agent whose MCP tools come
+through their frameworks' own MCP clients (tests/acceptance/frameworks/mcp_*_agents.py), under
+runner's RunnerAgent: the `runner` command SIGKILLed inside a read-only and a destructive MCP
+call, then resumed, on SQLite and PostgreSQL; the tools' listing journaled, and a resume
+after the server changed its tools stopped with `tools_changed`.
+
+The ledger server (ledger_server.py) writes every call it receives, with the key and attempt
+from its `_meta`, outside runner's database; the model is a chat-completions server in this
+process, which calls the tool first and answers with what it returned.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+pytest.importorskip("agents")
+pytest.importorskip("fastmcp")
+
+from tests.acceptance.harness import KILLED, RUNNER, described, journal, run_row, start, wait_for
+from tests.conditions import scaled
+from tests.providers.fake_servers import FakeServer, Reply, Request, openai_completion
+
+from .conftest import ledger_lines
+from .test_mcp_crash import end_orphans, environment
+
+FRAMEWORKS = Path(__file__).parents[1] / "acceptance" / "frameworks"
+AGENTS = {
+    "pydantic": f"{FRAMEWORKS / 'mcp_pydantic_agents.py'}:agent",
+    "sdk": f"{FRAMEWORKS / 'mcp_sdk_agents.py'}:agent",
+}
+
+
+class ChatServer(FakeServer):
+    """Calls `tool` with `args` first, then answers with the first tool result it was shown."""
+
+    def __init__(self, tool: str, args: dict[str, Any]) -> None:
+        super().__init__()
+        self.call = (tool, args)
+
+    def _next(self, request: Request) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+        done = [m for m in request.json["messages"] if m["role"] == "tool"]
+        if not done:
+            tool, args = self.call
+            body = openai_completion(calls=[("call_1", tool, json.dumps(args))])
+        else:
+            body = openai_completion(f"Done: {done[0]['content']}")
+        return Reply(200, json.dumps(body).encode())
+
+
+@dataclass(frozen=True)
+class Case:
+    framework: str  # whose agent (AGENTS)
+    tool: str
+    args: dict[str, Any]
+    rerun: bool  # read-only: run again with the same key; destructive: never
+    transport: str  # each framework's client over both transports, across the cases
+
+
+CASES = [
+    Case("pydantic", "lookup", {"item": "tea"}, True, "stdio"),
+    Case("pydantic", "charge", {"amount": 5}, False, "http"),
+    Case("sdk", "lookup", {"item": "tea"}, True, "http"),
+    Case("sdk", "charge", {"amount": 5}, False, "stdio"),
+]
+
+
+@pytest.fixture
+def chat() -> Iterator[ChatServer]:
+    servers: list[ChatServer] = []
+
+    def made(tool: str, args: dict[str, Any]) -> ChatServer:
+        server = ChatServer(tool, args)
+        server.start()
+        servers.append(server)
+        return server
+
+    yield made  # type: ignore[misc]
+    for server in servers:
+        server.stop()
+
+
+def resume(run_id: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(RUNNER), "resume", run_id],
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=scaled(120), check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"{c.framework}-{c.tool}-{c.transport}" for c in CASES]
+)
+def test_a_framework_mcp_call_killed_mid_call_is_settled_by_its_annotations(
+    case: Case,
+    db_url: str,
+    ledger: Path,
+    tmp_path: Path,
+    chat: Any,
+    request: pytest.FixtureRequest,
+) -> None:
+    url = request.getfixturevalue("http_server") if case.transport == "http" else None
+    model = chat(case.tool, case.args)
+    env = environment(db_url, ledger, _as_case(case), url)
+    env["RUNNER_TEST_OPENAI_URL"] = model.url
+    run_id = f"{case.framework}-{case.tool}"
+    try:
+        process = start("run", AGENTS[case.framework], "sell tea", "--id", run_id,
+                        env=env, cwd=tmp_path)  # fmt: skip
+        wait_for(
+            lambda: (
+                any(line["tool"] == case.tool for line in ledger_lines(ledger))
+                or process.poll() is not None
+            ),
+            what=f"the {case.tool} call to reach the server",
+        )
+        process.kill()
+        out, err = process.communicate(timeout=scaled(60))
+        assert process.returncode == KILLED, f"{process.returncode}\n{out}\n{err}"
+        Path(env["MCP_RELEASE"]).touch()
+        pending = journal(db_url, run_id)
+        assert [row["kind"] for row in pending] == ["task", "tools", "action"]
+        assert sorted(pending[1]["args"]) == ["charge", "lookup", "put", "refund"]
+        assert pending[1]["args"]["lookup"]["annotations"]["readOnlyHint"] is True
+
+        resumed = resume(run_id, env, tmp_path)
+        assert resumed.returncode == 0, described(resumed)
+        key = f"{run_id}-1"
+        calls = [(c["key"], c["attempt"]) for c in ledger_lines(ledger) if c["tool"] == case.tool]
+        observation = next(row for row in journal(db_url, run_id) if row["kind"] == "observation")
+        if case.rerun:
+            assert calls == [(key, 1), (key, 2)]  # again, with the same key in `_meta`
+            assert (observation["attempt"], observation["is_error"]) == (2, False)
+            assert "tea costs 5" in observation["content"]
+            assert resumed.stdout.startswith("Done: ") and "tea costs 5" in resumed.stdout
+        else:
+            assert calls == [(key, 1)]  # never run twice
+            assert observation["is_error"]
+            assert observation["content"].startswith("OutcomeUnknown: charge was interrupted")
+            assert "OutcomeUnknown" in resumed.stdout
+        assert run_row(db_url, run_id)["stop_reason"] == "final"
+    finally:
+        Path(env["MCP_RELEASE"]).touch()
+        end_orphans(ledger)
+
+
+def _as_case(case: Case) -> Any:
+    """The case as test_mcp_crash.environment reads it (its tool and the call's arguments)."""
+    from .test_mcp_crash import Case as Plain
+
+    return Plain(case.tool, case.args, None, case.rerun)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("framework", sorted(AGENTS))
+def test_a_resume_after_the_server_changed_its_tools_stops_naming_them(
+    framework: str, db_url: str, ledger: Path, tmp_path: Path, chat: Any
+) -> None:
+    model = chat("lookup", {"item": "tea"})
+    env = environment(db_url, ledger, _as_case(CASES[0]), None)
+    env.pop("MCP_HOLD")
+    env.update(RUNNER_TEST_OPENAI_URL=model.url, RUNNER_FAULT="after_action_commit@1")
+    run_id = f"{framework}-changed"
+    try:
+        killed = subprocess.run(
+            [str(RUNNER), "run", AGENTS[framework], "sell tea", "--id", run_id],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120),
+            check=False,
+        )  # fmt: skip
+        assert killed.returncode == KILLED, described(killed)
+        del env["RUNNER_FAULT"]
+        env["MCP_EXTRA_TOOL"] = "1"
+        resumed = resume(run_id, env, tmp_path)
+        assert resumed.returncode != 0, described(resumed)
+        row = run_row(db_url, run_id)
+        assert row["stop_reason"] == "tools_changed"
+        assert "new: stock" in row["error"], row["error"]
+        assert ledger_lines(ledger) == []  # no call went to the changed server
+    finally:
+        end_orphans(ledger)
