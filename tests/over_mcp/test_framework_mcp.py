@@ -33,8 +33,8 @@ from .test_mcp_crash import end_orphans, environment
 
 FRAMEWORKS = Path(__file__).parents[1] / "acceptance" / "frameworks"
 AGENTS = {
-    "pydantic": f"{FRAMEWORKS / 'mcp_pydantic_agents.py'}:agent",
-    "sdk": f"{FRAMEWORKS / 'mcp_sdk_agents.py'}:agent",
+    "pydantic": str(FRAMEWORKS / "mcp_pydantic_agents.py"),
+    "sdk": str(FRAMEWORKS / "mcp_sdk_agents.py"),
 }
 
 
@@ -64,6 +64,8 @@ class Case:
     args: dict[str, Any]
     rerun: bool  # read-only: run again with the same key; destructive: never
     transport: str  # each framework's client over both transports, across the cases
+    agent: str = "agent"  # `trusting`: the user declares charge idempotent
+    answer: str = "tea costs 5"  # what the call returns, when it runs again
 
 
 CASES = [
@@ -108,12 +110,29 @@ def test_a_framework_mcp_call_killed_mid_call_is_settled_by_its_annotations(
     request: pytest.FixtureRequest,
 ) -> None:
     url = request.getfixturevalue("http_server") if case.transport == "http" else None
+    killed_and_resumed(case, db_url, ledger, tmp_path, chat, url)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("framework", sorted(AGENTS))
+def test_the_user_overrides_what_the_annotations_say(
+    framework: str, db_url: str, ledger: Path, tmp_path: Path, chat: Any
+) -> None:
+    case = Case(framework, "charge", {"amount": 5}, True, "stdio", "trusting", "charged 5")
+    killed_and_resumed(case, db_url, ledger, tmp_path, chat, None)
+
+
+def killed_and_resumed(
+    case: Case, db_url: str, ledger: Path, tmp_path: Path, chat: Any, url: str | None
+) -> None:
+    """Run the case's agent, SIGKILL it inside the case's call, resume it, and check the
+    call ran again with its key (or never), as the case says."""
     model = chat(case.tool, case.args)
     env = environment(db_url, ledger, _as_case(case), url)
     env["RUNNER_TEST_OPENAI_URL"] = model.url
     run_id = f"{case.framework}-{case.tool}"
     try:
-        process = start("run", AGENTS[case.framework], "sell tea", "--id", run_id,
+        process = start("run", f"{AGENTS[case.framework]}:{case.agent}", "sell tea", "--id", run_id,
                         env=env, cwd=tmp_path)  # fmt: skip
         wait_for(
             lambda: (
@@ -139,8 +158,8 @@ def test_a_framework_mcp_call_killed_mid_call_is_settled_by_its_annotations(
         if case.rerun:
             assert calls == [(key, 1), (key, 2)]  # again, with the same key in `_meta`
             assert (observation["attempt"], observation["is_error"]) == (2, False)
-            assert "tea costs 5" in observation["content"]
-            assert resumed.stdout.startswith("Done: ") and "tea costs 5" in resumed.stdout
+            assert case.answer in observation["content"]
+            assert resumed.stdout.startswith("Done: ") and case.answer in resumed.stdout
         else:
             assert calls == [(key, 1)]  # never run twice
             assert observation["is_error"]
@@ -171,7 +190,7 @@ def test_a_resume_after_the_server_changed_its_tools_stops_naming_them(
     run_id = f"{framework}-changed"
     try:
         killed = subprocess.run(
-            [str(RUNNER), "run", AGENTS[framework], "sell tea", "--id", run_id],
+            [str(RUNNER), "run", f"{AGENTS[framework]}:agent", "sell tea", "--id", run_id],
             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120),
             check=False,
         )  # fmt: skip

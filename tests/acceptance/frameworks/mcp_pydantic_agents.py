@@ -33,7 +33,12 @@ def _toolset() -> MCPToolset[None]:
 
 
 model = OpenAIChatModel("gpt-4.1-mini", provider=OpenAIProvider(base_url=f"{URL}/v1", api_key=KEY))
-agent = RunnerAgent(
-    Agent(model, name="pydantic-shop", instructions="Use the tools.", toolsets=[_toolset()]),
-    max_steps=4,
-)
+
+
+def _agent() -> Agent[None, str]:
+    return Agent(model, name="pydantic-shop", instructions="Use the tools.", toolsets=[_toolset()])
+
+
+agent = RunnerAgent(_agent(), max_steps=4)
+# The user's word over the server's: charge (destructive) may run again, lookup may not.
+trusting = RunnerAgent(_agent(), idempotent={"charge": True, "lookup": False}, max_steps=4)

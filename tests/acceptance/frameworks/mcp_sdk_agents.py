@@ -31,9 +31,14 @@ def _server() -> MCPServerStdio | MCPServerStreamableHttp:
 
 
 model = OpenAIChatCompletionsModel("gpt-4.1-mini", AsyncOpenAI(base_url=f"{URL}/v1", api_key=KEY))
-agent = RunnerAgent(
-    Agent(
-        name="sdk-shop", instructions="Use the shop's tools.", mcp_servers=[_server()], model=model
-    ),
-    max_steps=4,
-)
+
+
+def _agent() -> Agent[None]:
+    return Agent(
+        name="sdk-shop", instructions="Use the tools.", mcp_servers=[_server()], model=model
+    )
+
+
+agent = RunnerAgent(_agent(), max_steps=4)
+# The user's word over the server's: charge (destructive) may run again, lookup may not.
+trusting = RunnerAgent(_agent(), idempotent={"charge": True, "lookup": False}, max_steps=4)
