@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from runner.core.context import last_steps as last_steps
     from runner.core.deltas import Delta as Delta
     from runner.core.result import AgentResult as AgentResult
+    from runner.core.scoring import Score as Score
+    from runner.core.scoring import ScoredRun as ScoredRun
+    from runner.core.scoring import Scorer as Scorer
+    from runner.core.scoring import judge as judge
     from runner.core.status import RunStatus as RunStatus
     from runner.core.stop_reasons import StopReason as StopReason
     from runner.core.tools import NOT_APPLIED as NOT_APPLIED
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
     from runner.errors import AgentLoadError as AgentLoadError
     from runner.errors import AmbiguousRunId as AmbiguousRunId
     from runner.errors import BadAgentReference as BadAgentReference
+    from runner.errors import BadScore as BadScore
     from runner.errors import CannotContinue as CannotContinue
     from runner.errors import CannotFork as CannotFork
     from runner.errors import DatabaseCorrupt as DatabaseCorrupt
@@ -95,6 +100,7 @@ _HOMES = {
     "AgentLoadError": "runner.errors",
     "AmbiguousRunId": "runner.errors",
     "BadAgentReference": "runner.errors",
+    "BadScore": "runner.errors",
     "CannotContinue": "runner.errors",
     "CannotFork": "runner.errors",
     "DatabaseCorrupt": "runner.errors",
@@ -124,6 +130,10 @@ _HOMES = {
     "OpenAIChat": "runner.models",
     "Price": "runner.models",
     "AgentResult": "runner.core.result",
+    "Score": "runner.core.scoring",
+    "ScoredRun": "runner.core.scoring",
+    "Scorer": "runner.core.scoring",
+    "judge": "runner.core.scoring",
     "run_agent": "runner.service.run_agent",
     "agent_loop": "runner.core.agent_loop",
     "RunStatus": "runner.core.status",

@@ -45,6 +45,10 @@ class RequestRefused(RunnerError):
     """What was asked cannot be done as asked: the command line exits 2 (a usage error)."""
 
 
+class BadScore(RequestRefused):
+    """A score's name or value is not one runner keeps (a scorer's return included)."""
+
+
 class ScheduleNotFound(RunnerError):
     """No schedule has this name."""
 

@@ -1,7 +1,7 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
 Each family of commands has its module (`runs`, `follow`, `answers`, `messages`, `worker`,
-`queues`, `releases`, `schedules`, `limits`, `db`, `history`, `ui`, `mcp`; `tasks_file`
+`queues`, `releases`, `schedules`, `limits`, `scores`, `db`, `history`, `ui`, `mcp`; `tasks_file`
 reads `submit --from`);
 they share the options of `options` and print through `output` (what a run looks like is
 `run_output`, a tree of runs `tree_output`, what a run shows while it goes `progress`; query
@@ -142,6 +142,11 @@ COMMANDS = {
         "runner.cli.messages",
         "send",
         "Send MESSAGE to run ID: the model reads it as a user turn before its next step.",
+    ),
+    "score": Lazy(
+        "runner.cli.scores",
+        "score",
+        "Keep score NAME of run ID: VALUE, a number (1 and 0 for yes and no).",
     ),
     "worker": Lazy(
         "runner.cli.worker",

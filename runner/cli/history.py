@@ -97,7 +97,10 @@ def stats(
     previous day): a reason other than final whose share rose by --min-rise points or more,
     more than chance explains (one-sided Fisher exact test, p < 0.05), is flagged with ^.
     A rise of max_steps or repeated_call after a release is often the first sign of a
-    regression.
+    regression. By release, each score of the runs (`runner score`, an agent's scorers) is
+    shown with its mean and 95% interval (Student's t), and a mean that fell since the
+    agent's previous release beyond chance (one-sided Welch's t-test, p < 0.05) is flagged
+    with v.
     """
     from runner.history import History
 

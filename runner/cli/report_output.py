@@ -108,8 +108,36 @@ def stats_json(
                     }
                     for r in g.rises
                 ],
+                **(_scores_json(g) if by == "release" else {}),
             }
             for g in groups
+        ],
+    }
+
+
+def _scores_json(g: Group) -> dict[str, Any]:
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 4)
+
+    return {
+        "scores": [
+            {
+                "name": m.name,
+                "runs": m.runs,
+                "mean": rounded(m.mean),
+                "low": rounded(m.low),
+                "high": rounded(m.high),
+            }
+            for m in g.scores
+        ],
+        "score_drops": [
+            {
+                "name": d.name,
+                "mean": rounded(d.mean),
+                "previous_mean": rounded(d.previous_mean),
+                "p_value": float(f"{d.p_value:.3g}"),
+            }
+            for d in g.drops
         ],
     }
 
@@ -149,6 +177,34 @@ def stats_table(by: str, groups: list[Group], min_rise: float) -> str:
             lines.append(
                 f"  {g.label}: {r.stop_reason} {r.previous_percent:.1f}% -> {r.percent:.1f}% "
                 f"(+{r.points:.1f} points since {g.previous})"
+            )
+    if any(g.scores for g in groups):
+        lines.append("")
+        lines.append(scores_table(groups))
+    return "\n".join(lines)
+
+
+def scores_table(groups: list[Group]) -> str:
+    """Each release's scores: runs scored, mean and 95% interval, drops flagged with v."""
+    rows = []
+    for g in groups:
+        dropped = {d.name for d in g.drops}
+        for m in g.scores:
+            interval = "-" if m.low is None or m.high is None else f"{m.low:.3f} .. {m.high:.3f}"
+            flag = " v" if m.name in dropped else ""
+            rows.append([g.label, m.name, str(m.runs), f"{m.mean:.3f}{flag}", interval])
+    lines = [table(["RELEASE", "SCORE", "RUNS", "MEAN", "95% INTERVAL"], rows, right=[2])]
+    found = [(g, d) for g in groups for d in g.drops]
+    if found:
+        lines.append("")
+        lines.append(
+            "v mean fell since the previous release, beyond chance "
+            "(one-sided Welch's t-test, p < 0.05):"
+        )
+        for g, d in found:
+            lines.append(
+                f"  {g.label}: {d.name} {d.previous_mean:.3f} -> {d.mean:.3f} "
+                f"(p = {d.p_value:.2g}, since {g.previous})"
             )
     return "\n".join(lines)
 

@@ -7,7 +7,7 @@ import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from runner.core.budgets import Budgets
 from runner.core.context import Context
 from runner.core.limits import limit_of
+from runner.core.scoring import Scorer, as_scorers
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import Tool, as_tools
 from runner.core.tree import outcome_of
@@ -38,6 +39,8 @@ class Agent:
     default, or a type pydantic validates (a model class, a TypedDict), checked at send.
     `limit` names the provider limit its model calls draw from (`runner limit set`): any
     model's, scripted ones included; the adapters draw from `provider/model` unless told.
+    `scorers` are functions of a finished run that return a number (runner.core.scoring):
+    workers run each once per run after the run ends, and keep its score.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class Agent:
         accepts: Any = None,
         limit: str | None = None,
         loop: Loop | None = None,
+        scorers: Sequence[Any] | None = None,
         **budgets: Any,
     ) -> None:
         if not callable(model):
@@ -82,6 +86,8 @@ class Agent:
         self.accepts = accepts
         # What drives its runs: runner's own loop (None), or a framework's (runner.integrations).
         self.loop = loop
+        # What workers score each of its runs with once it ends (runner.core.scoring).
+        self.scorers: dict[str, Scorer] = as_scorers(scorers)
         # Where the agent was made, so `reference()` can find the attribute holding it.
         self._module: str | None = sys._getframe(1).f_globals.get("__name__")
 

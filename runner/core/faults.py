@@ -61,6 +61,9 @@ POINTS = frozenset(
         # Releases: a worker's check of a run of another release has its verdict (a replay
         # of the run's journal), not yet acted on (run on, or parked).
         "during_release_check",
+        # Scores: a scorer returned, its score not yet kept; and kept (runner.service.scoring).
+        "before_score_commit",
+        "after_score_commit",
     }
 )
 

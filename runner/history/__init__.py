@@ -3,11 +3,12 @@ paged reads of the page (`runner ui`).
 
 `runner sql` (`query`, over `sqlite_reader` or `postgres_reader`, which share `reader`;
 PostgreSQL's plans read as the planner's tree by `plan_tree`),
-`runner stats` (`stats`), export and prune (`archive`), the page's reads a page at a time
+`runner stats` (`stats`; scores per release, `score_stats`, with Student's t in `student_t`),
+export and prune (`archive`), the page's reads a page at a time
 (`browse`), the use of provider limits (`limit_use`), moments such as `--since 7d`
-(`moments`), values as JSON (`json_values`) and the views of migration 0002 as SQLAlchemy sees
-them (`views`: `run_summary`, `tool_calls`); docs/reference/schema.md documents them for the
-users who query them directly.
+(`moments`), values as JSON (`json_values`) and the views of the migrations as SQLAlchemy
+sees them (`views`: `run_summary`, `tool_calls`, `run_scores`); docs/reference/schema.md
+documents them for the users who query them directly.
 
 It may import: `runner.core`, `runner.store`, `runner.sql` and the shared leaves.
 """
@@ -37,6 +38,7 @@ from runner.history.json_values import plain
 from runner.history.limit_use import limit_use
 from runner.history.moments import parse_moment
 from runner.history.query import QueryResult, read_only_query
+from runner.history.score_stats import Drop, ScoreMean, scores_of_run
 from runner.history.stats import By, Group, Rise, Share, stop_reason_stats
 from runner.sql import plain_connection
 from runner.sql import runs as store
@@ -114,6 +116,7 @@ class History:
 
 __all__ = [
     "By",
+    "Drop",
     "Exported",
     "Group",
     "History",
@@ -125,6 +128,7 @@ __all__ = [
     "RunStanding",
     "RunSummary",
     "RunsPage",
+    "ScoreMean",
     "Share",
     "StepCounters",
     "ToolCallRow",
@@ -139,6 +143,7 @@ __all__ = [
     "run_row",
     "run_standing",
     "runs_page",
+    "scores_of_run",
     "step_counters",
     "stop_reason_stats",
 ]

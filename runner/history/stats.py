@@ -1,7 +1,8 @@
 """The stop-reason distribution of finished runs (`runner stats`), with rises flagged.
 
 Read from the `run_summary` view of migration 0002 (by schedule: joined to `runs.schedule`,
-revision 0012; by root: joined to each run's root, revision 0010).
+revision 0012; by root: joined to each run's root, revision 0010); by release, with the
+scores of the `run_scores` view (revision 0020).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Engine, func, select
 
 from runner.core.status import RunStatus
+from runner.history.score_stats import Drop, ScoreMean, drops, score_means
 from runner.history.views import run_summary
 from runner.sql.backend import backend_for
 from runner.sql.schema import runs
@@ -58,6 +60,9 @@ class Group:
     previous: str | None = None
     rises: list[Rise] = field(default_factory=list)
     schedule: str | None = None
+    # By release: each score's mean and interval, and the drops against the previous release.
+    scores: list[ScoreMean] = field(default_factory=list)
+    drops: list[Drop] = field(default_factory=list)
 
 
 def stop_reason_stats(
@@ -74,7 +79,9 @@ def stop_reason_stats(
     or the previous day with runs. A reason other than `final` is flagged when its share
     rose by at least `min_rise` points and chance alone would explain it less than 5% of the
     time (a one-sided Fisher exact test, sound for small groups too). Agents are not
-    compared with each other.
+    compared with each other. By release, each group also has its scores' means with a 95%
+    interval, and a score whose mean fell beyond chance (one-sided Welch's t-test,
+    p < 0.05) is one of its `drops` (runner.history.score_stats).
     """
     v = run_summary.c
     # By root: every run of a tree (the root and its sub-agents' child runs) counts for the
@@ -116,8 +123,14 @@ def stop_reason_stats(
         _compare(groups, min_rise)
     elif by == "release":
         groups.sort(key=lambda g: (g.agent_name or "", g.first_run_at or datetime.min))
+        means = score_means(engine, since=since, agent_name=agent_name)
+        for g in groups:
+            g.scores = means.get((g.agent_name, g.release), [])
         for name in dict.fromkeys(g.agent_name for g in groups):
-            _compare([g for g in groups if g.agent_name == name], min_rise)
+            releases = [g for g in groups if g.agent_name == name]
+            _compare(releases, min_rise)
+            for previous, group in pairwise(releases):
+                group.drops = drops(previous.scores, group.scores)
     elif by == "schedule":
         groups.sort(key=lambda g: g.schedule or "")
     else:

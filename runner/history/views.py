@@ -1,4 +1,5 @@
-"""The views of the migrations (`run_summary`, `tool_calls`, `root_spend`) as SQLAlchemy sees them.
+"""The views of the migrations (`run_summary`, `tool_calls`, `root_spend`, `run_scores`) as
+SQLAlchemy sees them.
 
 Declared here for the queries that read them; created (per dialect) by the migration, and
 documented column by column in docs/reference/schema.md: they are part of the public schema.
@@ -51,6 +52,21 @@ root_spend = table(
     column("finished", Integer),
     column("started_at", Timestamp),
     column("last_finished_at", Timestamp),
+)
+
+# Revision 0020: the scores kept, each with its run's agent, release and stop reason.
+run_scores = table(
+    "run_scores",
+    column("run_id", String),
+    column("agent_name", String),
+    column("release", String),
+    column("name", String),
+    column("value", Float),
+    column("note", Text),
+    column("source", String),
+    column("stop_reason", String),
+    column("run_created_at", Timestamp),
+    column("scored_at", Timestamp),
 )
 
 tool_calls = table(

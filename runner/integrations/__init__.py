@@ -2,10 +2,11 @@
 
 `runner.integrations.pydantic_ai.RunnerAgent` wraps a Pydantic AI `Agent` (`pydantic_ai`),
 `runner.integrations.openai_agents.RunnerAgent` an OpenAI Agents SDK `Agent`
-(`openai_agents`). The framework keeps its own loop; each model request and tool call it
-makes goes through the run's journal (runner.core.foreign), the calls its own MCP client
-makes settled as `runner.mcp` settles an MCP tool's. Each framework is an optional extra,
-imported only when its module is.
+(`openai_agents`); and Pydantic AI's evaluators score runs as scorers (`pydantic_evals`).
+The framework keeps its own loop; each model request and tool call it makes goes through the
+run's journal (runner.core.foreign), the calls its own MCP client makes settled as
+`runner.mcp` settles an MCP tool's. Each framework is an optional extra, imported only when
+its module is.
 
 It may import: `runner.core`, `runner.mcp` (an MCP tool's settlement and `_meta`) and the
 shared leaves.

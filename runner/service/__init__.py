@@ -5,7 +5,8 @@ put together from its parts: what they share (`runner_base`), putting runs in th
 (`submitting`), running and resuming them here (`resuming`), answering waiting runs
 (`answering`), sending messages into runs (`messaging`), reading runs and cancelling them
 (`inspecting`), following a run's events (`events`) and a tree's (`tree_events`), keeping
-schedules (`scheduling`) and provider limits (`limiting`), keeping releases apart (`releases`:
+schedules (`scheduling`), provider limits (`limiting`), scores of runs, running an agent's
+scorers once a run ends (`scoring`), keeping releases apart (`releases`:
 a queue's policy for older releases, a worker's check, the replay gate); the `worker` that
 serves the
 queue; and the operations on runs (`fork`, `replay`, `revival`, `submissions`, `conflicts`,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from runner.core.waiting import Answered, Wait
     from runner.service.events import DeltaEvent, Event
     from runner.store.rows import RunRow
+    from runner.store.scores import ScoreRow
 
 # The fields an AgentResult and a RunRow share, under the same names.
 _OUTCOME = ("status", "stop_reason", "output", "steps", "tokens", "cost", "error", "wrapped_up")
@@ -161,6 +162,20 @@ def delta_json(event: DeltaEvent) -> dict[str, Any]:
         "call": delta.call,
         "tool": delta.tool,
         "text": delta.text,
+    }
+
+
+def score_json(row: ScoreRow) -> dict[str, Any]:
+    """A run's score: `value` NULL until it is scored (or if its scorer failed)."""
+    return {
+        "run_id": row.run_id,
+        "name": row.name,
+        "status": str(row.status),
+        "value": row.value,
+        "note": row.note,
+        "source": str(row.source),
+        "attempts": row.attempts,
+        "scored_at": iso(row.scored_at),
     }
 
 

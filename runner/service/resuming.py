@@ -15,7 +15,7 @@ from runner.core.status import RunStatus
 from runner.core.tree import child_run_id
 from runner.core.waiting import Asks
 from runner.errors import LeaseHeld, RunnerError, RunParked, RunWaiting
-from runner.service import revival
+from runner.service import revival, scoring
 from runner.service.runner_base import RunnerBase
 from runner.store.protocol import Claim, Observer
 from runner.store.rows import RunRow
@@ -198,6 +198,8 @@ class Resuming(RunnerBase):
         from runner.tracing.run_spans import run_trace
 
         run = claim.run
+        # Its scorers' rows before it runs: whoever finds the run ended scores it.
+        scoring.plan(self.store, run.id, agent, run.agent)
         budgets = Budgets(**run.budgets)
         deadline = run.deadline.timestamp() if run.deadline is not None else None
         # A streaming model's pieces go where followers read them, until the call's action

@@ -24,6 +24,7 @@ from runner.service.resuming import Resuming
 from runner.service.runner_base import ANSWER_POLL_SECONDS as ANSWER_POLL_SECONDS
 from runner.service.runner_base import RUN_ID_PATTERN as RUN_ID_PATTERN
 from runner.service.scheduling import Scheduling
+from runner.service.scoring import Scoring
 from runner.service.submitting import Submitting
 from runner.service.tree_events import FollowingTrees
 
@@ -39,6 +40,7 @@ class Runner(
     Scheduling,
     Limiting,
     Releasing,
+    Scoring,
 ):
     """Start, resume, inspect and cancel durable runs in one database.
 

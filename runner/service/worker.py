@@ -65,6 +65,7 @@ from runner.store.payloads import Codec
 from runner.store.protocol import Claim, RunStore
 from runner.store.releases import OlderReleases, Releases, held_back
 from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, chosen
+from runner.store.scores import DueScore
 
 if TYPE_CHECKING:
     from runner.service.database import PoolChoice
@@ -106,6 +107,9 @@ RETENTION_EVERY = 60.0
 # swept this often at most: a sweep lists the blob store and reads every row's references.
 BLOB_SWEEP_EVERY = 600.0
 RETENTION_FULL_PASS = BATCH_SIZE * BATCHES_PER_PASS
+
+# Scorers of ended runs run at once on at most this many threads (fewer than the concurrency).
+SCORER_THREADS = 4
 
 
 class Worker:
@@ -205,6 +209,14 @@ class Worker:
         self._backed_up = False
         self._free_since: float | None = None
         self.finished = 0
+        # Scorers of ended runs (runner.service.scoring), on threads of their own: a scorer
+        # takes no run's slot. Looked for after a run of an agent with scorers ends, and
+        # every SWEEP_SECONDS (a run another process ended, a lapsed claim).
+        self._scorers: ThreadPoolExecutor | None = None
+        self._scoring: set[tuple[str, str]] = set()
+        self._scoring_lock = threading.Lock()
+        self._scores_at = -SWEEP_SECONDS
+        self._scores_due = False
         # On PostgreSQL, a listener sets _wake as soon as a run is submitted or answered.
         self.wakeup = self.store.wakeups(
             self._wake, log=lambda message: self._log(logging.WARNING, message)
@@ -234,7 +246,14 @@ class Worker:
         if self.pool is not None:
             self._log(logging.INFO, self.pool.describe(self.concurrency))
         try:
-            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool:
+            scorers = ThreadPoolExecutor(
+                min(self.concurrency, SCORER_THREADS), thread_name_prefix="runner-score"
+            )
+            with (
+                scorers,
+                ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool,
+            ):
+                self._scorers = scorers
                 try:
                     self._serve(pool)
                 finally:
@@ -259,6 +278,7 @@ class Worker:
             self._fire_ticks()
             self._prune()
             self._finish_cancels()
+            self._score()
             claimed = False
             if len(self._active) < self.concurrency:
                 gather = self._gathering()
@@ -272,6 +292,9 @@ class Worker:
             if self.drain and not self._active and self._drained():
                 break
             if self.once and not self._active:
+                if self._scores_due or self._scoring:
+                    self._wake.wait(self.poll)
+                    continue
                 parked_for = self._parked_for()
                 if parked_for is None:
                     break
@@ -444,6 +467,65 @@ class Worker:
                 run.id,
             )
 
+    def _score(self) -> None:
+        # The scorers of ended runs that no live worker runs, a few at a time. A drain
+        # (`once`) looks at every pass: it exits only when none is left.
+        if self._scorers is None:
+            return
+        now = time.monotonic()
+        if not self.once and now - self._scores_at < SWEEP_SECONDS:
+            return
+        self._scores_at = now
+        with self._scoring_lock:
+            free = min(self.concurrency, SCORER_THREADS) - len(self._scoring)
+            busy = set(self._scoring)
+        if free <= 0:
+            return
+        skip = [ref for ref, (until, _) in self._agent_backoff.items() if until > now]
+        try:
+            due = self.store.due_scores(free + len(busy), skip)
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
+            if corrupt is not None:
+                raise corrupt from None
+            self._log(logging.WARNING, f"scores not looked for, retrying: {first_line(exc)}")
+            return
+        due = [d for d in due if (d.run_id, d.name) not in busy][:free]
+        self._scores_due = False
+        for one in due:
+            try:
+                agent = self._agent(one.agent, one.run_id)
+            except AgentLoadError as exc:
+                self._log(logging.WARNING, f"run {one.run_id} not scored: {exc}", one.run_id)
+                continue
+            self._scores_due = True
+            with self._scoring_lock:
+                self._scoring.add((one.run_id, one.name))
+            self._scorers.submit(self._run_scorer, one, agent)
+
+    def _run_scorer(self, due: DueScore, agent: Agent) -> None:
+        try:
+            kept = self.runner.run_scorer(due, agent)
+            if kept is not None:
+                self._log(
+                    logging.INFO if kept else logging.WARNING,
+                    f"run {due.run_id} scored: {due.name}"
+                    if kept
+                    else f"run {due.run_id}: score {due.name} lost its claim, not kept",
+                    due.run_id,
+                )
+        except Exception as exc:
+            self._log(
+                logging.WARNING,
+                f"run {due.run_id}: scorer {due.name} interrupted: {first_line(exc)}",
+                due.run_id,
+            )
+        finally:
+            with self._scoring_lock:
+                self._scoring.discard((due.run_id, due.name))
+            self._scores_at = -SWEEP_SECONDS  # look again at once: more may be due
+            self._wake.set()
+
     def _reap(self) -> None:
         # The runs that ended since the last look (told by their futures): a worker with a
         # thousand runs in flight does not look through all of them at every claim.
@@ -609,6 +691,8 @@ class Worker:
             self._log(logging.INFO, f"run {run.id} {_waiting_words(run.id, waits)}", run.id)
             return
         self.finished += 1
+        if agent.scorers:
+            self._scores_at = -SWEEP_SECONDS  # its scorers are due: look at the next pass
         self._log(
             logging.INFO,
             f"run {run.id} finished: {result.stop_reason} after {_counted(result.steps, 'step')}"

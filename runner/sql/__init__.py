@@ -20,7 +20,8 @@ runs of older releases in a claim, a failed check's parking, each release's runs
 limits and what each charged (`limits`), reserving from them and parking a run that must
 wait (`reservations`), waking the runs in a limit's line when a call ends (`limit_line`),
 wake-ups (`wakeup`), the one watcher that wakes a process's followers of runs (`follows`),
-the pieces of model responses in flight (`deltas`), and cancelled runs whose holder is gone
+the pieces of model responses in flight (`deltas`), scores of runs with their scorers' claims
+(`scores`), and cancelled runs whose holder is gone
 finished (`cancels`). It knows no policy of the loop, no command line and no page. Also: the
 codecs each engine writes payloads through (`payloads`) and the blobs their rows name
 (`blob_references`).

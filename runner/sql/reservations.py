@@ -106,9 +106,17 @@ class SqlLimits:
 
 
 def _reserve(
-    connection: Connection, run_id: str, epoch: int, name: str, tokens: int, clock: Clock
+    connection: Connection,
+    run_id: str,
+    epoch: int,
+    name: str,
+    tokens: int,
+    clock: Clock,
+    *,
+    park: bool = True,
 ) -> Reservation | datetime:
-    """The reservation, or the time the run is parked until (in the caller's transaction)."""
+    """The reservation, or the time the run is parked until (in the caller's transaction).
+    Not `park`: nothing is parked nor put in line, the time it would fit is returned."""
     limit = connection.execute(
         select(limits).where(limits.c.name == name).with_for_update()
     ).first()
@@ -158,6 +166,8 @@ def _reserve(
             waited = max((at - aware(mine.waiting_since)).total_seconds(), 0.0)
         return Reservation(name, reservation_id, tokens, waited)
     until = room.wake_at()
+    if not park:
+        return until
     if mine is None:
         connection.execute(
             limit_waiters.insert().values(
@@ -186,3 +196,34 @@ def _reserve(
     if not parked:
         raise LeaseLost(f"run {run_id} was taken over by another worker")
     return until
+
+
+class ScorerLimits:
+    """The reservations of a finished run's scorers (a model-judged scorer's calls): as a
+    run's, but a call without room waits here for it (a scorer holds no run to park) and
+    takes no place in line: runs waiting in line go first."""
+
+    def __init__(self, engine: Engine, run_id: str, *, writer: Writer, clock: Clock = SYSTEM):
+        self.run = SqlLimits(engine, run_id, 0, writer=writer, clock=clock)
+
+    def reserve(self, limit: str, estimate: Estimate) -> Reservation:
+        run = self.run
+        with reading(run.engine) as connection:
+            if connection.execute(_IS_SET, {"name": limit}).first() is None:
+                return Reservation(limit, None, estimate if isinstance(estimate, int) else 0)
+        tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
+        waited = 0.0
+        while True:
+            with run.writer.turn() as connection, connection.begin():
+                decided = _reserve(connection, run.run_id, 0, limit, tokens, run.clock, park=False)
+            if isinstance(decided, Reservation):
+                return Reservation(decided.limit, decided.id, decided.tokens, waited)
+            pause = max((decided - utc_now(run.clock)).total_seconds(), 0.01)
+            run.clock.sleep(pause)
+            waited += pause
+
+    def settle(self, reservation: Reservation, tokens: int) -> None:
+        self.run.settle(reservation, tokens)
+
+    def back_off(self, limit: str, seconds: float) -> None:
+        self.run.back_off(limit, seconds)

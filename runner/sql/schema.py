@@ -489,3 +489,34 @@ tree_reservations = Table(
     Index("ix_tree_reservations_reserved_at", "reserved_at"),
     comment="model calls of child runs in flight, held against their ancestors' budgets",
 )
+
+scores = Table(
+    "scores",
+    metadata,
+    Column("run_id", String(32), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(80), primary_key=True, comment="what is scored: one score per name"),
+    Column(
+        "status",
+        String(16),
+        nullable=False,
+        comment="pending (its scorer has not started), scoring (a worker runs it), scored "
+        "(value is kept) or failed (note says why)",
+    ),
+    Column("value", Float, nullable=True, comment="the score; NULL until scored"),
+    Column("note", Text, nullable=True, comment="why: a judge's reasoning, or why it failed"),
+    Column(
+        "source",
+        String(16),
+        nullable=False,
+        comment="scorer (a scorer declared on the agent) or manual (runner score, the API)",
+    ),
+    Column("attempts", Integer, nullable=False, default=0, comment="times its scorer started"),
+    Column("lease_owner", String(200), nullable=True, comment="the worker running its scorer"),
+    Column("lease_epoch", Integer, nullable=False, default=0, comment="fencing token"),
+    Column("lease_expires_at", Timestamp, nullable=True),
+    Column("created_at", Timestamp, nullable=False),
+    Column("started_at", Timestamp, nullable=True, comment="when its scorer last started"),
+    Column("scored_at", Timestamp, nullable=True, comment="when it was scored or failed"),
+    Index("ix_scores_status", "status"),
+    comment="scores of runs: by their agent's scorers after they end, or given by a person",
+)

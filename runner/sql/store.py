@@ -42,6 +42,7 @@ from runner.sql import (
     run_changes,
     run_states,
     schedules,
+    scores,
     writer,
 )
 from runner.sql import runs as store
@@ -52,7 +53,7 @@ from runner.sql.follows import Followers
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.journal import SqlJournal
 from runner.sql.payloads import bind_payloads
-from runner.sql.reservations import SqlLimits
+from runner.sql.reservations import ScorerLimits, SqlLimits
 from runner.sql.schedules import Fired
 from runner.sql.urls import redact_url
 from runner.sql.wakeup import Wakeup
@@ -66,6 +67,7 @@ from runner.store.protocol import Claim, Decide, Observer
 from runner.store.releases import OlderReleases, ReleaseInfo, Releases
 from runner.store.rows import LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Expired, Rules
+from runner.store.scores import DueScore, ScoreClaim, ScoreRow
 
 
 class SqlStore:
@@ -417,6 +419,33 @@ class SqlStore:
         return limit_line.first_parked(self.engine, queues, by)
 
     # -- waking and writing ------------------------------------------------------------------
+
+    # -- scores ----------------------------------------------------------------------------
+
+    def record_score(self, run_id: str, name: str, value: float, note: str | None) -> ScoreRow:
+        return scores.record(self.engine, run_id, name, value, note, utc_now(self._clock))
+
+    def plan_scores(self, run_id: str, names: Sequence[str]) -> None:
+        scores.plan(self.engine, run_id, names, utc_now(self._clock))
+
+    def due_scores(self, limit: int, skip_agents: Sequence[str] = ()) -> list[DueScore]:
+        return scores.due(self.engine, utc_now(self._clock), limit, skip_agents)
+
+    def claim_score(self, run_id: str, name: str, lease_seconds: float) -> ScoreClaim | None:
+        at = utc_now(self._clock)
+        return scores.claim(self.engine, run_id, name, self._owner, lease_seconds, at)
+
+    def renew_score(self, held: ScoreClaim, lease_seconds: float) -> bool:
+        return scores.renew(self.engine, held, lease_seconds, utc_now(self._clock))
+
+    def finish_score(self, held: ScoreClaim, value: float | None, note: str | None) -> bool:
+        return scores.finish(self.engine, held, value, note, utc_now(self._clock))
+
+    def run_scores(self, run_id: str) -> list[ScoreRow]:
+        return scores.run_scores(self.engine, run_id)
+
+    def scorer_limits(self, run_id: str) -> ScorerLimits:
+        return ScorerLimits(self.engine, run_id, writer=self.writer, clock=self._clock)
 
     def wakeups(self, event: threading.Event, log: Callable[[str], None] | None = None) -> Wakeup:
         return Wakeup(self.engine, event, log=log)

@@ -35,6 +35,7 @@ from runner.store.releases import OlderReleases, ReleaseInfo, Releases
 from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Claim as Claim  # re-exported: what a claim holds
 from runner.store.rules import Expired, Rules
+from runner.store.scores import DueScore, ScoreClaim, ScoreRow
 
 # Told of each journal entry after its commit, on the thread that wrote it.
 Observer = Callable[[str, Entry], None]
@@ -380,6 +381,37 @@ class RunStore(Protocol):
         ...
 
     # -- waking and writing ------------------------------------------------------------------
+
+    # -- scores (runner.store.scores) ---------------------------------------------------
+
+    def record_score(self, run_id: str, name: str, value: float, note: str | None) -> ScoreRow:
+        """A person's score of the run, replacing one of the same name (RunNotFound)."""
+        ...
+
+    def plan_scores(self, run_id: str, names: Sequence[str]) -> None:
+        """The rows of the run's scorers, `pending`, for those it has none of yet."""
+        ...
+
+    def due_scores(self, limit: int, skip_agents: Sequence[str] = ()) -> list[DueScore]:
+        """Scorers' rows of ended runs that no live worker runs, oldest first (but those of
+        runs of `skip_agents`: agents this worker cannot load now)."""
+        ...
+
+    def claim_score(self, run_id: str, name: str, lease_seconds: float) -> ScoreClaim | None:
+        """Start a scorer (None: another has it, it is done, or it crashed twice: failed)."""
+        ...
+
+    def renew_score(self, held: ScoreClaim, lease_seconds: float) -> bool: ...
+
+    def finish_score(self, held: ScoreClaim, value: float | None, note: str | None) -> bool:
+        """Keep a scorer's value (None: failed), fenced by the claim (False: it was lost)."""
+        ...
+
+    def run_scores(self, run_id: str) -> list[ScoreRow]: ...
+
+    def scorer_limits(self, run_id: str) -> Limits:
+        """Where a finished run's model-judged scorers reserve: they wait for room."""
+        ...
 
     def wakeups(self, event: threading.Event, log: Callable[[str], None] | None = None) -> Wakeups:
         """What sets `event` when a run may have become runnable."""

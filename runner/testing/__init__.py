@@ -1,15 +1,15 @@
 """Fakes for testing agents and the code around them, shipped with the library.
 
 `InMemoryStore` (`memory_store`, with its rows in `memory_rows`, its answers in
-`memory_answers`, its inboxes in `memory_messages`, its provider limits in `memory_limits`,
-its releases in `memory_releases`, its journal in `memory_journal`, its deltas in
-`memory_deltas`, its schedules in `memory_schedules` and its retention in
-`memory_retention`) is the store of durable runs in memory: `Runner(store=InMemoryStore())`
-and `Worker(store=...)` run, claim, answer, queue, revive, fork, schedule and prune runs by
-the SQL store's rules with no database (`runner.store.protocol` is what both stores
-provide). `TestModel`, `FunctionModel` and `ScriptedModel` (`models`) need no provider: an
-agent's tests run in milliseconds, the same way every time. The manual's guide
-docs/guides/testing.md shows them.
+`memory_answers`, its inboxes in `memory_messages`, its provider limits in `memory_limits`, its
+releases in `memory_releases`, its journal in `memory_journal`, its deltas in `memory_deltas`,
+its schedules in `memory_schedules`, its retention in `memory_retention` and its scores in
+`memory_scores`) is the store of durable runs in memory: `Runner(store=InMemoryStore())` and
+`Worker(store=...)` run, claim, answer, queue, revive, fork, schedule and prune runs by the SQL
+store's rules with no database (`runner.store.protocol` is what both stores provide).
+`TestModel`, `FunctionModel` and `ScriptedModel` (`models`) need no provider: an agent's tests
+run in milliseconds, the same way every time. The manual's guide docs/guides/testing.md shows
+them.
 
 It may import: `runner.core`, `runner.models`, `runner.tracing`, `runner.store`,
 `runner.service` and the shared leaves (never `runner.sql`: the fake stands on the store's

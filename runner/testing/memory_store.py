@@ -69,10 +69,17 @@ from runner.testing.memory_releases import MemoryReleases
 from runner.testing.memory_retention import MemoryRetention
 from runner.testing.memory_rows import InMemoryStoreError, MemoryWakeups, Row, json_value
 from runner.testing.memory_schedules import MemorySchedules
+from runner.testing.memory_scores import MemoryScores
 
 
 class InMemoryStore(
-    MemoryAnswers, MemoryMessages, MemoryLimits, MemorySchedules, MemoryRetention, MemoryReleases
+    MemoryAnswers,
+    MemoryMessages,
+    MemoryLimits,
+    MemorySchedules,
+    MemoryRetention,
+    MemoryReleases,
+    MemoryScores,
 ):
     """Runs, journals and queue limits in this process's memory (see the module's doc).
 

@@ -31,7 +31,7 @@ from runner.errors import (
     RunNotFound,
     WrongAnswer,
 )
-from runner.service.documents import answered_json, run_json, sent_json
+from runner.service.documents import answered_json, run_json, score_json, sent_json
 from runner.service.runner import Runner
 from runner.ui import api_events, api_input
 from runner.ui.api_input import ApiError
@@ -262,6 +262,39 @@ async def send_message(request: Request) -> Response:
     return JSONResponse(sent_json(sent), status_code=200 if sent.duplicate else 201)
 
 
+SCORE_FIELDS = {"name", "value", "note"}
+
+
+@endpoint
+async def add_score(request: Request) -> Response:
+    """A score of the run (`runner score`): `{"name": ..., "value": number, "note": ...}`;
+    one of the same name replaces the run's earlier one."""
+    given = api_input.run_id(request.path_params["run_id"])
+    body = await api_input.json_body(request)
+    api_input.only(body, SCORE_FIELDS)
+    name = api_input.text(body, "name", required=True) or ""
+    value = body.get("value")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApiError(400, "'value' is required: a number")
+    note = api_input.text(body, "note")
+
+    def keep(runner: Runner) -> dict[str, Any]:
+        return score_json(runner.score(_whole_id(runner, given), name, value, note))
+
+    return JSONResponse(await _call(request, keep), status_code=201)
+
+
+@endpoint
+async def list_scores(request: Request) -> Response:
+    """The run's scores by name: kept, failed, and its scorers' not yet run."""
+    given = api_input.run_id(request.path_params["run_id"])
+
+    def read(runner: Runner) -> dict[str, Any]:
+        return {"scores": [score_json(row) for row in runner.scores(_whole_id(runner, given))]}
+
+    return JSONResponse(await _call(request, read))
+
+
 @endpoint
 async def events(request: Request) -> Response:
     given = api_input.run_id(request.path_params["run_id"])
@@ -298,6 +331,8 @@ routes = [
     Route("/runs/{run_id}/events", events, name="api_events"),
     Route("/runs/{run_id}/cancel", cancel, methods=["POST"], name="api_cancel"),
     Route("/runs/{run_id}/messages", send_message, methods=["POST"], name="api_messages"),
+    Route("/runs/{run_id}/scores", list_scores, name="api_scores"),
+    Route("/runs/{run_id}/scores", add_score, methods=["POST"], name="api_add_score"),
     *(Route(f"/runs/{{run_id}}/{how}", answer(how), methods=["POST"], name=f"api_{how}")
       for how in ANSWERS),
 ]  # fmt: skip

@@ -322,6 +322,45 @@ def openapi() -> dict[str, Any]:
                     },
                 }
             },
+            "/api/runs/{run_id}/scores": {
+                "get": {
+                    "summary": "The run's scores by name: kept, failed, and its scorers' not "
+                    "yet run.",
+                    "parameters": [_RUN_ID],
+                    "responses": {
+                        "200": _json(
+                            {"type": "object", "properties": {"scores": {"type": "array"}}},
+                            "The scores.",
+                        ),
+                        **_errors(400, 401, 404),
+                    },
+                },
+                "post": {
+                    "summary": "Keep a score of the run (one of the same name replaces it).",
+                    "parameters": [_RUN_ID],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "properties": {
+                                        "name": {"type": "string", "maxLength": 80},
+                                        "value": {"type": "number"},
+                                        "note": {"type": "string"},
+                                    },
+                                    "additionalProperties": False,
+                                    "required": ["name", "value"],
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "201": _json({"type": "object"}, "The score, kept."),
+                        **_errors(400, 401, 404, 413, 415),
+                    },
+                },
+            },
             "/api/runs/{run_id}/approve": {
                 "post": _answer("note", False, "Approve the call the run waits for.")
             },

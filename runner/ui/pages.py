@@ -24,6 +24,7 @@ from runner.history import (
     limit_use,
     run_standing,
     runs_page,
+    scores_of_run,
     step_counters,
     stop_reason_stats,
 )
@@ -158,6 +159,7 @@ def run(request: Request) -> Response:
             if row.status is RunStatus.QUEUED and row.not_before and row.not_before > standing.now
             else None
         ),
+        scores=scores_of_run(state.reader, row.id),
         commands=state.commands(row) + [c for wait in waits for c in _answer_commands(wait)],
         notice=NOTICES.get(request.query_params.get("notice", "")),
         # An unfinished run's last page follows it live (static/follow.js) after the last
