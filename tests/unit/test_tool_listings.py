@@ -8,8 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from runner import Budgets, run_agent
 from runner.core.counters import Counters
+from runner.core.foreign import ForeignRun, Stopped
 from runner.core.journal import Entry, EntryKind, MemoryJournal
 from runner.core.loop import drive
 from runner.core.stop_reasons import StopReason
@@ -96,3 +99,34 @@ def test_a_journal_begun_without_listings_gets_none_in_its_middle() -> None:
         ScriptedModel([call("plain", object="x"), final("ok")]), tools(), "task", Budgets(), journal
     )
     assert EntryKind.TOOLS not in [e.kind for e in journal.entries]
+
+
+# A framework's own loop (runner.core.foreign): the glue hands over the listings its MCP
+# client got, before the first model request.
+
+
+def foreign(journal: MemoryJournal) -> ForeignRun:
+    run = ForeignRun({}, "task", Budgets(), journal)
+    run.begin()
+    return run
+
+
+def test_a_frameworks_listings_are_journaled_once_after_the_task() -> None:
+    journal = MemoryJournal()
+    run = foreign(journal)
+    run.listed({"price": LISTING})
+    run.listed({"price": {**LISTING, "name": "other"}})  # later lists: not the run's start
+    assert [(e.kind, e.args) for e in journal.entries] == [
+        (EntryKind.TASK, None),
+        (EntryKind.TOOLS, {"price": LISTING}),
+    ]
+
+
+def test_a_frameworks_resume_goes_on_with_the_same_listings_and_stops_on_changed_ones() -> None:
+    foreign(Resumed(prior=started({"price": LISTING}))).listed({"price": LISTING})
+    changed = Resumed(prior=started({"price": LISTING}))
+    with pytest.raises(Stopped) as stopped:
+        foreign(changed).listed({"price": LISTING, "stock": LISTING})
+    assert stopped.value.stop.reason is StopReason.TOOLS_CHANGED
+    assert "new: stock" in str(stopped.value.stop.error)
+    assert changed.stop is not None and changed.stop.reason is StopReason.TOOLS_CHANGED
