@@ -14,6 +14,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -21,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -74,15 +76,16 @@ def _answers(url: str, deadline: float, process: subprocess.Popen[bytes], log: P
             time.sleep(0.1)
 
 
-def _run_as_postgres(folder: Path) -> list[str]:
-    """PgBouncer and postgres refuse to run as root: as root, run them as `postgres`,
-    which then owns their folder."""
+def _run_as_postgres(folder: Path) -> dict[str, Any]:
+    """PgBouncer and postgres refuse to run as root: as root, Popen's arguments that run
+    them as `postgres` (the process itself, so that a signal reaches it), which then owns
+    their folder."""
     if os.geteuid() != 0:
-        return []
+        return {}
     user = pwd.getpwnam("postgres")
     for path in [folder, *folder.rglob("*")]:
         os.chown(path, user.pw_uid, user.pw_gid)
-    return ["runuser", "-u", "postgres", "--"]
+    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
 
 def start_pgbouncer(server_url: str) -> Iterator[str]:
@@ -105,8 +108,12 @@ def start_pgbouncer(server_url: str) -> Iterator[str]:
         "pool_mode = transaction\nmax_client_conn = 1000\ndefault_pool_size = 20\n"
         f"logfile = {folder / 'pgbouncer.log'}\npidfile = {folder / 'pgbouncer.pid'}\n"
     )
-    command = [*_run_as_postgres(folder), binary, str(folder / "pgbouncer.ini")]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [binary, str(folder / "pgbouncer.ini")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        **_run_as_postgres(folder),
+    )
     url = server.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
     try:
         _answers(url, time.monotonic() + START_SECONDS, process, folder / "pgbouncer.log")
@@ -119,6 +126,13 @@ def start_pgbouncer(server_url: str) -> Iterator[str]:
             process.kill()
             process.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# Settings a standby may not hold below its primary's (PostgreSQL refuses to recover).
+_AT_LEAST_THE_PRIMARYS = (
+    "max_connections", "max_worker_processes", "max_wal_senders",
+    "max_prepared_transactions", "max_locks_per_transaction",
+)  # fmt: skip
 
 
 def _postgres_binaries() -> Path | None:
@@ -143,6 +157,12 @@ def start_replica(server_url: str) -> Iterator[str]:
             connect_timeout=5,
         ):  # fmt: skip
             pass
+        # A standby must allow at least what its primary does, or its recovery stops.
+        with psycopg.connect(host=host, port=port, user=user, dbname=server.database) as primary:
+            settings = {
+                name: primary.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+                for name in _AT_LEAST_THE_PRIMARYS
+            }
     except psycopg.Error as exc:
         unavailable(
             f"the server refuses a replication connection from 127.0.0.1 ({exc}): "
@@ -153,7 +173,7 @@ def start_replica(server_url: str) -> Iterator[str]:
     data = folder / "data"
     backup = subprocess.run(
         [str(binaries / "pg_basebackup"), "-h", host, "-p", str(port), "-U", user or "postgres",
-         "-D", str(data), "-R", "-X", "stream", "-c", "fast"],
+         "-D", str(data), "-R", "-X", "stream", "-c", "fast", "--no-sync"],
         capture_output=True, text=True,
     )  # fmt: skip
     if backup.returncode != 0:
@@ -163,24 +183,30 @@ def start_replica(server_url: str) -> Iterator[str]:
     # Debian keeps the configuration apart (/etc/postgresql): the copy has none of its own.
     (data / "postgresql.conf").write_text(
         f"port = {replica_port}\nlisten_addresses = '127.0.0.1'\n"
-        f"unix_socket_directories = '{folder}'\nhot_standby = on\nmax_connections = 50\n"
-        "shared_buffers = 32MB\nhot_standby_feedback = on\n"
+        f"unix_socket_directories = '{folder}'\nhot_standby = on\n"
+        # A throwaway copy: no fsync (which also skips recovery's sync of every file).
+        "shared_buffers = 32MB\nhot_standby_feedback = on\nfsync = off\n"
+        + "".join(f"{name} = {value}\n" for name, value in settings.items())
     )
+    (data / "pg_ident.conf").write_text("")
     (data / "pg_hba.conf").write_text("local all all trust\nhost all all 127.0.0.1/32 trust\n")
     os.chmod(data, 0o700)
-    prefix = _run_as_postgres(folder)
     log = folder / "replica.log"
-    process = subprocess.Popen(
-        [*prefix, str(binaries / "postgres"), "-D", str(data)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    log.touch()
+    as_postgres = _run_as_postgres(folder)
+    with log.open("wb") as written:
+        process = subprocess.Popen(
+            [str(binaries / "postgres"), "-D", str(data)],
+            stdout=written,
+            stderr=subprocess.STDOUT,
+            **as_postgres,
+        )
     url = server.set(host="127.0.0.1", port=replica_port).render_as_string(hide_password=False)
     try:
         _answers(url, time.monotonic() + START_SECONDS, process, log)
         yield url
     finally:
-        process.terminate()  # SIGTERM: a smart shutdown of a standby
+        process.send_signal(signal.SIGINT)  # a fast shutdown: its clients are cut off
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from runner.cli import output, report_output
-from runner.cli.options import MOMENT, RUN_ID, db_option, json_option
+from runner.cli.options import MOMENT, RUN_ID, db_option, json_option, read_db_option
 from runner.defaults import DEFAULT_QUERY_TIMEOUT
 
 if TYPE_CHECKING:
@@ -34,20 +34,24 @@ if TYPE_CHECKING:
 )
 @json_option
 @db_option
-def sql(query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None) -> None:
+@read_db_option
+def sql(
+    query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None, read_url: str | None
+) -> None:
     """Run one SQL statement read-only and print its rows.
 
     The database refuses anything but reading runner's tables and views: SQLite opens
     the file read-only with an authorizer that allows reads only; PostgreSQL runs the
     statement in a READ ONLY transaction as the role runner_reader, whoever connects.
-    CSV and JSON are printed as the rows arrive. Every table and view, column by column, is
+    With --read-db, the statement runs on that replica instead. CSV and JSON are printed as
+    the rows arrive. Every table and view, column by column, is
     in the manual's schema reference (docs/reference/schema.md).
     """
-    from runner.history import read_only_query
+    from runner.history import read_only_query, resolve_read_url
 
     if as_csv and as_json:
         raise click.UsageError("choose one of --csv and --json")
-    with read_only_query(url, query, timeout=timeout) as result:
+    with read_only_query(resolve_read_url(read_url) or url, query, timeout=timeout) as result:
         if as_csv:
             report_output.query_csv(result.columns, result.rows)
         elif as_json:
@@ -82,6 +86,7 @@ def sql(query: str, as_csv: bool, timeout: float, as_json: bool, url: str | None
 )
 @json_option
 @db_option
+@read_db_option
 def stats(
     by: By,
     since: datetime | None,
@@ -89,6 +94,7 @@ def stats(
     min_rise: float,
     as_json: bool,
     url: str | None,
+    read_url: str | None,
 ) -> None:
     """Print the stop-reason distribution of finished runs, per release, agent, day,
     schedule or root agent.
@@ -101,15 +107,22 @@ def stats(
     shown with its mean and 95% interval (Student's t), and a mean that fell since the
     agent's previous release beyond chance (one-sided Welch's t-test, p < 0.05) is flagged
     with v.
+    With --read-db, read from that replica, saying how far behind it is.
     """
-    from runner.history import History
+    from runner.history import History, lag_words
 
-    with History(url) as history:
+    with History(url, read_url=read_url) as history:
         groups = history.stats(by=by, since=since, agent_name=agent_name, min_rise=min_rise)
+        lag = history.replica_lag()
     if as_json:
-        output.print_json(report_output.stats_json(by, since, min_rise, groups))
+        shown = report_output.stats_json(by, since, min_rise, groups)
+        if lag is not None:
+            shown["replica_lag_seconds"] = round(lag, 3)
+        output.print_json(shown)
     else:
         output.line(report_output.stats_table(by, groups, min_rise))
+        if lag is not None:
+            output.line(lag_words(lag))
 
 
 @click.command()
@@ -138,6 +151,7 @@ def stats(
     help="Write to this file instead of standard output.",
 )
 @db_option
+@read_db_option
 def export(
     since: datetime | None,
     run_ids: tuple[str, ...],
@@ -145,6 +159,7 @@ def export(
     finished_before: datetime | None,
     path: str,
     url: str | None,
+    read_url: str | None,
 ) -> None:
     """Write runs with their journals as JSON Lines, one run per line, oldest first.
 
@@ -153,17 +168,20 @@ def export(
     "blobs": the offloaded payloads its rows name, by sha256, in base64 (a value passed
     through codecs is kept as its envelope: docs/guides/payloads.md).
     Streams: memory stays flat however large the history. --queue and --finished-before
-    select what retention or `prune` would delete, to archive it first.
+    select what retention or `prune` would delete, to archive it first. With --read-db,
+    read from that replica (its lag is said with the count).
     """
-    from runner.history import History
+    from runner.history import History, lag_words
 
-    with History(url) as history, _opened_on_first_write(path) as write:
+    with History(url, read_url=read_url) as history, _opened_on_first_write(path) as write:
+        lag = history.replica_lag()
         done = history.export(
             write, since=since, run_ids=run_ids, queue=queue, finished_before=finished_before
         )
     output.line(
         f"exported {output.plural(done.runs, 'run')}, "
-        + ("1 entry" if done.entries == 1 else f"{done.entries} entries"),
+        + ("1 entry" if done.entries == 1 else f"{done.entries} entries")
+        + (f" ({lag_words(lag)})" if lag is not None else ""),
         err=True,
     )
 

@@ -11,7 +11,12 @@ from typing import Any, TypeVar
 
 import click
 
-from runner.defaults import DIRECT_URL_VARIABLE, LONGEST_SECONDS, URL_VARIABLE
+from runner.defaults import (
+    DIRECT_URL_VARIABLE,
+    LONGEST_SECONDS,
+    READ_URL_VARIABLE,
+    URL_VARIABLE,
+)
 from runner.service.delays import parse_duration, parse_time
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,6 +42,20 @@ def db_option(fn: F) -> F:
         default=None,
         metavar="URL",
         help=f"Database URL (default: ${URL_VARIABLE}, else sqlite:///runner.db).",
+    )(fn)
+
+
+def read_db_option(fn: F) -> F:
+    return click.option(
+        "--read-db",
+        "read_url",
+        envvar=READ_URL_VARIABLE,
+        default=None,
+        metavar="URL",
+        help=(
+            "A streaming replica of --db to read history from; its lag is shown "
+            f"(default: ${READ_URL_VARIABLE})."
+        ),
     )(fn)
 
 

@@ -191,6 +191,11 @@ class Backend:
     def refresh_statistics(self, connection: Connection) -> None:
         """Tell the planner how many runs there are now (after a bulk submit)."""
 
+    def replica_lag(self, connection: Connection) -> float | None:
+        """Seconds the database behind `connection` is behind its primary, if it is a
+        streaming replica (0 when it has replayed all it received); None if it is none."""
+        return None
+
 
 def _entry_values(row: int | None = None) -> list[Any]:
     suffix = "" if row is None else f"_{row}"
@@ -538,6 +543,12 @@ class PostgresBackend(Backend):
         # autovacuum's ANALYZE comes round. A role that does not own `runs` gets a warning.
         connection.exec_driver_sql("ANALYZE runs")
 
+    def replica_lag(self, connection: Connection) -> float | None:
+        # A standby that has replayed everything it received is current, however long ago
+        # the primary last committed (the replay timestamp alone would say it lags then).
+        standby, lag = connection.exec_driver_sql(_REPLICA_LAG).one()
+        return float(lag) if standby else None
+
 
 def pooled(engine: Engine) -> bool:
     """Whether `engine` reaches PostgreSQL through a pooler in transaction mode (it was
@@ -547,6 +558,15 @@ def pooled(engine: Engine) -> bool:
 
 # Engines whose URL is a pooler, and the server itself beside each (for LISTEN).
 _DIRECT: WeakKeyDictionary[Engine, URL] = WeakKeyDictionary()
+
+
+_REPLICA_LAG = """
+SELECT pg_is_in_recovery(),
+       CASE WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            ELSE COALESCE(
+              EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)
+       END
+"""
 
 
 class _PostgresListening:

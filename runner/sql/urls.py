@@ -19,7 +19,7 @@ import re
 from typing import Any
 from urllib.parse import unquote
 
-from runner.defaults import DEFAULT_URL, DIRECT_URL_VARIABLE, URL_VARIABLE
+from runner.defaults import DEFAULT_URL, DIRECT_URL_VARIABLE, READ_URL_VARIABLE, URL_VARIABLE
 
 HIDDEN = "***"
 
@@ -39,6 +39,12 @@ def resolve_direct_url(direct: str | None = None) -> str | None:
     """The PostgreSQL server itself, when the database URL is a pooler: `direct`
     (--direct-db), else RUNNER_DIRECT_DATABASE_URL, else None (the URL is the server)."""
     return direct or os.environ.get(DIRECT_URL_VARIABLE) or None
+
+
+def resolve_read_url(read: str | None = None) -> str | None:
+    """The streaming replica history's reads go to: `read` (--read-db), else
+    RUNNER_READ_DATABASE_URL, else None (they read the database itself)."""
+    return read or os.environ.get(READ_URL_VARIABLE) or None
 
 
 def password_span(url: str) -> tuple[int, int] | None:

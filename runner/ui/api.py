@@ -96,6 +96,15 @@ async def _call(request: Request, work: Callable[[Runner], T]) -> T:
     return await run_in_threadpool(work, runner)
 
 
+async def _read(request: Request, work: Callable[[Runner], T]) -> tuple[T, dict[str, str]]:
+    """`work`, a read, on the replica's runner if there is one: its answer and the headers
+    that say how far behind the replica is (`Runner-Replica-Lag`, in seconds)."""
+    state = _state(request)
+    answer = await run_in_threadpool(work, state.read_runner())
+    lag = await run_in_threadpool(state.replica_lag)
+    return answer, ({} if lag is None else {"Runner-Replica-Lag": f"{lag:.3f}"})
+
+
 def _flag(request: Request, name: str) -> bool:
     """A yes-or-no query parameter: `true` or `1` (anything else, or none, is no)."""
     return request.query_params.get(name, "").lower() in ("1", "true")
@@ -136,7 +145,8 @@ async def list_runs(request: Request) -> Response:
         waits = runner.waits(rows)
         return [run_json(None, row, wait=waits.get(row.id)) for row in rows]
 
-    return JSONResponse({"runs": await _call(request, read)})
+    runs, headers = await _read(request, read)
+    return JSONResponse({"runs": runs}, headers=headers)
 
 
 @endpoint
@@ -148,7 +158,8 @@ async def get_run(request: Request) -> Response:
         run_id = _whole_id(runner, given)
         return run_json(runner.get(run_id), runner.row(run_id), transcript=transcript)
 
-    return JSONResponse(await _call(request, read))
+    run, headers = await _read(request, read)
+    return JSONResponse(run, headers=headers)
 
 
 # -- writing --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runner.errors import AmbiguousRunId, DatabaseUnavailable, RunnerError, RunNotFound
+from runner.history import resolve_read_url
 from runner.service.database import open_read_only, resolve_url
 from runner.service.loopback import is_loopback
 from runner.ui import api, pages
@@ -29,14 +30,19 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8780
 
 
-def make_app(url: str | None = None, *, token: str | None = None) -> Starlette:
+def make_app(
+    url: str | None = None, *, token: str | None = None, read_url: str | None = None
+) -> Starlette:
     """The page as an ASGI app reading the database at `url` through a read-only engine.
 
     With `token`, every request must carry it (see runner.ui.security); without, the app
-    answers only to requests addressed to a loopback name.
+    answers only to requests addressed to a loopback name. With `read_url` (or
+    RUNNER_READ_DATABASE_URL), a streaming replica of it: the pages and the API's reads
+    of runs go there, and say how far behind it is; writes and event streams go to `url`.
     """
     resolved = resolve_url(url)
-    reader = open_read_only(resolved)
+    replica = resolve_read_url(read_url)
+    reader = open_read_only(replica or resolved)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -66,7 +72,7 @@ def make_app(url: str | None = None, *, token: str | None = None) -> Starlette:
         middleware=[Middleware(Guard, token=token)],
         lifespan=lifespan,
     )
-    state = UiState(resolved, reader)
+    state = UiState(resolved, reader, replica)
     app.state.ui = state
     return app
 
@@ -77,13 +83,14 @@ def serve(
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     token: str | None = None,
+    read_url: str | None = None,
 ) -> None:
     """Serve the page until interrupted (Ctrl-C). A host other than loopback needs a token."""
     import uvicorn
 
     if not token and not is_loopback(host):
         raise ValueError(f"serving {host} needs a token (--token or RUNNER_UI_TOKEN)")
-    app = make_app(url, token=token)
+    app = make_app(url, token=token, read_url=read_url)
     shown = f"[{host}]" if ":" in host else host
     # Bound here, before "serving on" is said: a port in use is one line and exit 1, not a
     # line saying it serves and then uvicorn's own exit 3.

@@ -18,6 +18,7 @@ from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.utf8 import utf8_safe
 from runner.core.waiting import Answered, Wait
+from runner.history import lag_words, replica_lag
 from runner.service.database import redact_url
 from runner.service.runner import Runner
 from runner.service.values import RunRow
@@ -46,12 +47,14 @@ def _utf8_safe(value: Any) -> Any:
 
 
 class UiState:
-    def __init__(self, url: str, reader: Engine) -> None:
+    def __init__(self, url: str, reader: Engine, replica: str | None = None) -> None:
         self.url = url
         self.shown_url = redact_url(url)  # the only form of the URL any page shows
-        self.reader = reader
+        self.reader = reader  # on the replica, if there is one
+        self.replica = replica
         self.csrf = Csrf()
         self._writer: Runner | None = None
+        self._replica_runner: Runner | None = None
         self._writer_lock = threading.Lock()
         environment = jinja2.Environment(
             loader=jinja2.PackageLoader("runner.ui", "templates"),
@@ -68,7 +71,9 @@ class UiState:
         self, request: Request, template: str, status_code: int = 200, **context: Any
     ) -> Response:
         session = request.scope.get("state", {}).get("session", "")
+        lag = self.replica_lag()
         context.update(
+            replica=lag_words(lag) if lag is not None else "",
             database=self.shown_url,
             csrf=self.csrf.token(session) if session else "",
             path=request.url.path,
@@ -112,8 +117,22 @@ class UiState:
         return await run_in_threadpool(give)
 
     def runner(self) -> Runner:
-        """The server's `Runner` (the API's reads and writes go through it)."""
+        """The server's `Runner` (the API's writes go through it, and its reads without a
+        replica)."""
         return self._runner()
+
+    def read_runner(self) -> Runner:
+        """The `Runner` the API's reads of runs go through: on the replica if there is one."""
+        if self.replica is None:
+            return self._runner()
+        with self._writer_lock:
+            if self._replica_runner is None:
+                self._replica_runner = Runner(self.replica)
+            return self._replica_runner
+
+    def replica_lag(self) -> float | None:
+        """Seconds the replica the reads go to is behind its primary; None without one."""
+        return replica_lag(self.reader) if self.replica is not None else None
 
     def _runner(self) -> Runner:
         # Writes take the library's own path, on an ordinary (writable) engine, opened only
@@ -126,4 +145,6 @@ class UiState:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+        if self._replica_runner is not None:
+            self._replica_runner.close()
         self.reader.dispose()
