@@ -18,6 +18,15 @@ observation) when the framework asks again instead. The stop rules are runner's,
 where its loop applies them: before a request (cancel, time, steps, tree), after a response
 (tokens, cost, repeats) and once a step's outcomes are in (the error streak, the step cap).
 
+A response whose parts the reply does not say (thinking with its signature, reasoning, the
+provider's ids of its items) keeps the framework's own JSON of it in a `response` entry, in the
+commit of the step's action and before it: on resume the framework is handed the very parts it
+first got, so what it sends the provider next is what an uninterrupted run sends.
+
+While a live request streams, its pieces go to the run's followers (runner.core.deltas) as a
+runner model's do: `ask` hands the request the call's `DeltaStream`, and `Pieces` numbers what
+the framework's stream events carry. The journal still records the complete response once.
+
 Framework glue (`runner.integrations`) turns its messages into `Reply` and back; this module
 knows no framework, no SQL and no provider.
 """
@@ -35,6 +44,7 @@ from runner.core.budgets import Budgets
 from runner.core.calls import described, invoke
 from runner.core.clock import SYSTEM, Clock
 from runner.core.counters import Counters
+from runner.core.deltas import DeltaSink, DeltaStream, current_stream
 from runner.core.journal import Entry, EntryKind, Journal, Stop, transcript_of
 from runner.core.limits import NO_LIMITS, Draw, Limits, limit_wait_entry
 from runner.core.listings import listings_change, listings_entry
@@ -68,6 +78,9 @@ class Reply:
     output_call: Call | None = None
     tokens: int = 0
     cost: float = 0.0
+    # The framework's own JSON of the whole response, when it holds parts the fields above do
+    # not say (journaled in a `response` entry and handed back as it was on replay).
+    raw: Any = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,26 @@ class Stopped(Exception):
 LiveReply = tuple[Reply, Any]
 
 
+class Pieces:
+    """A streamed response's pieces on their way to the run's followers: its text, and each
+    tool call's arguments, the calls numbered from 0 in the order they first appear (the
+    framework names them by its own key: a part's index, an output item's)."""
+
+    def __init__(self, stream: DeltaStream) -> None:
+        self.stream = stream
+        self.calls: dict[Any, int] = {}
+        self.tools: dict[Any, str] = {}  # each call's tool, once a piece named it
+
+    def text(self, text: str) -> None:
+        self.stream.emit(text)
+
+    def arguments(self, key: Any, text: str, tool: str | None = None) -> None:
+        call = self.calls.setdefault(key, len(self.calls))
+        if tool:
+            self.tools.setdefault(key, tool)
+        self.stream.emit(text, part="arguments", call=call, tool=self.tools.get(key))
+
+
 @dataclass
 class _Step:
     """The rows of one step, recorded or written by this process."""
@@ -102,6 +135,7 @@ class _Step:
     answers: dict[str, Entry] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     messages: list[Entry] = field(default_factory=list)  # sent to the run (`runner send`)
+    response: Entry | None = None  # the framework's own JSON of the step's response, if kept
     recorded: bool = False  # its action came from the journal (a previous process)
 
     def call(self, call_id: str) -> Entry | None:
@@ -129,6 +163,7 @@ class ForeignRun:
         spans: Spans = NO_SPANS,
         limit: str | None = None,
         limits: Limits = NO_LIMITS,
+        deltas: DeltaSink | None = None,
     ) -> None:
         self.tools = tools  # each tool's declaration (idempotent, reconcile, ...), by name
         self.task = task
@@ -152,6 +187,7 @@ class ForeignRun:
             clock=clock,
             context=None,
             spans=spans,
+            deltas=deltas,
             draw=draw,
         )
         self.task_recorded = False
@@ -187,6 +223,8 @@ class ForeignRun:
                 step.started.add(key)
             elif entry.kind is EntryKind.MESSAGE:
                 step.messages.append(entry)
+            elif entry.kind is EntryKind.RESPONSE:
+                step.response = entry
 
     def begin(self) -> None:
         """The run's first entry (its task), unless recorded; `max_depth` for a child."""
@@ -243,6 +281,7 @@ class ForeignRun:
         action = _action_of_rows(step.actions)
         self.rules.count(self.step, action)
         self.rules.counters = step.actions[-1].counters
+        raw = None if step.response is None else (step.response.args or {}).get("response")
         if first.action_type is ActionKind.INVALID:
             call = Call(first.tool, first.args or {}, first.call_id) if first.tool else None
             return Reply(
@@ -250,9 +289,10 @@ class ForeignRun:
                 output_call=call,
                 tokens=first.tokens,
                 cost=first.cost,
+                raw=raw,
             )
         calls = tuple(Call(e.tool or "", e.args or {}, e.call_id) for e in step.actions)
-        return Reply(text=first.content, calls=calls, tokens=first.tokens, cost=first.cost)
+        return Reply(text=first.content, calls=calls, tokens=first.tokens, cost=first.cost, raw=raw)
 
     def heard(self) -> list[Any]:
         """The messages sent to the run (`runner send`) that the model is shown before this
@@ -265,11 +305,18 @@ class ForeignRun:
             step.messages.extend(fresh)
         return [entry.content for entry in step.messages]
 
-    def ask(self, request: Callable[[], Any], reply_of: Callable[[Any], LiveReply]) -> Any:
+    def ask(
+        self,
+        request: Callable[[Pieces | None], Any],
+        reply_of: Callable[[Any], LiveReply],
+        shown: Any = (),
+    ) -> Any:
         """The model's response to this step's request, asked now (the journal holds none):
         the checks before it, its retries (`request` is called again on failure), the stop
         rules after it; its calls are journaled before it returns. `reply_of` turns what
-        `request` returned into (Reply, the framework's response)."""
+        `request` returned into (Reply, the framework's response). `request` is handed where
+        the pieces of a streamed response go (None: nobody follows them); `shown` is what
+        the request sends (its messages), for the provider limit's estimate."""
         if self.place.below:
             # What its sub-agents spent before this process took the run up.
             self.rules.charge(self.place.below)
@@ -287,7 +334,8 @@ class ForeignRun:
         answered: list[LiveReply] = []
 
         def model(_shown: Any) -> dict[str, Any]:
-            live = reply_of(request())
+            stream = current_stream()  # on this thread: the call's context has it
+            live = reply_of(request(None if stream is None else Pieces(stream)))
             answered[:] = [live]
             reply = live[0]
             # What traces and the provider limit read of it: the calls, or the text, and usage.
@@ -299,7 +347,7 @@ class ForeignRun:
 
         self.model_call.model = model
         try:
-            self.model_call.ask([], self.rules.budgets, self.step)
+            self.model_call.ask(shown, self.rules.budgets, self.step)
         except OutOfTime:
             self._stop(Stop(StopReason.TIME_BUDGET))
         except CancelledInFlight:
@@ -329,10 +377,22 @@ class ForeignRun:
             rows = call_entries(EntryKind.ACTION, self.step, counters, action, self.journal.run_id)
         self._budget_stop(action, rows)
         step.actions = rows
-        if len(rows) == 1:
+        if reply.raw is not None:  # before the actions: a step's calls stay together
+            step.response = self._response_entry(reply.raw)
+            self._append_many([step.response, *rows])
+        elif len(rows) == 1:
             self._append(rows[0])
         else:
             self._append_many(rows)
+
+    def _response_entry(self, raw: Any) -> Entry:
+        return Entry(
+            EntryKind.RESPONSE,
+            self.step,
+            self.rules.counters,
+            content="the framework's whole response, as its own JSON",
+            args={"response": raw},
+        )
 
     def _budget_stop(self, action: Action, rows: Sequence[Entry]) -> None:
         reason = self.rules.before_tools(replace(action, kind=ActionKind.TOOL))
@@ -412,7 +472,11 @@ class ForeignRun:
         observed = observation_entry(entry, counters, f"InvalidAction: {action.error}", True, 1)
         step.actions = [entry]
         step.outcomes[""] = observed
-        self._append_many([entry, observed])
+        rows = [entry, observed]
+        if reply.raw is not None:
+            step.response = self._response_entry(reply.raw)
+            rows.insert(0, step.response)
+        self._append_many(rows)
 
     # -- tool calls ---------------------------------------------------------------------------
 
@@ -666,8 +730,7 @@ def drive_foreign(
     """runner.core.loop.drive's part for a framework's agent: its own `loop` (a coroutine
     function of the run and the task), journaled. `stop_for` names the stop an exception of
     the framework's means (None: not the framework's, raised on)."""
-    for unused in ("context", "deltas"):
-        options.pop(unused, None)
+    options.pop("context", None)  # what a framework's model is shown is the framework's
     run = ForeignRun(tools, task, budgets, journal, **options)
     try:
         run.begin()

@@ -64,6 +64,11 @@ class EntryKind(StrEnum):
     # what its model call spent (in the counters too). Not in the transcript; a resume, a
     # replay and a fork show the model this summary instead of asking again.
     COMPACTION = "compaction"
+    # A framework's model response in full, as the framework's own JSON in `args["response"]`
+    # (runner.core.foreign): written with the step's action(s), before them, when the response
+    # holds parts they do not say (thinking, reasoning, provider ids), and handed back as it
+    # was on resume. Not in the transcript.
+    RESPONSE = "response"
 
 
 @dataclass(frozen=True, slots=True)

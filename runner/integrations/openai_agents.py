@@ -27,6 +27,12 @@ A tool with `needs_approval` makes the run wait, holding no worker, for `runner 
 there. `run_config` is the SDK's `RunConfig` (its `model_provider` names the models); tracing
 to OpenAI is off unless it says.
 
+`stream=True` runs the agent as `Runner.run_streamed` does, through each model's
+`stream_response`: the text and each call's arguments reach `runner tail`, the SSE stream and
+the page as they come, and the journal records the whole response once. Output items a reply
+does not say (reasoning, the provider's item ids) are journaled with it and handed back as
+they were on resume.
+
 Sub-agents as child runs, when named: `RunnerAgent(triage, sub_agents=[billing, researcher])`,
 each a module-level `RunnerAgent` of an agent that `triage` hands off to or calls through
 `agent.as_tool()`. In a durable run such a call starts a child run (its id derived from the
@@ -45,7 +51,7 @@ import dataclasses
 import inspect
 import json
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -58,14 +64,22 @@ from agents import handoff as sdk_handoff
 from agents.exceptions import AgentsException, MaxTurnsExceeded
 from agents.handoffs.history import default_handoff_history_mapper
 from agents.items import ModelResponse
+from agents.models.fake_id import FAKE_RESPONSES_ID
 from agents.models.interface import Model, ModelProvider
 from agents.models.multi_provider import MultiProvider
 from openai import APIStatusError
 from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionToolCall,
+    ResponseOutputItem,
+    ResponseOutputItemAddedEvent,
     ResponseOutputMessage,
     ResponseOutputText,
+    ResponseTextDeltaEvent,
 )
+from pydantic import TypeAdapter
 
 from runner.core.actions import Call
 from runner.core.agent import Agent, SubAgent
@@ -73,6 +87,7 @@ from runner.core.budgets import Budgets
 from runner.core.foreign import (
     ForeignRun,
     Outcome,
+    Pieces,
     Reply,
     Stopped,
     drive_foreign,
@@ -93,8 +108,9 @@ class RunnerAgent(Agent):
 
     `idempotent` names the function tools whose interrupted call may run again with the same
     key; `sub_agents` are the RunnerAgents (module attributes, with their own budgets) of
-    the agents it hands off to or calls with `as_tool()` that run as child runs; `budgets`
-    are runner's (`max_steps`, `max_tokens`, `max_cost`, `max_seconds`, ...).
+    the agents it hands off to or calls with `as_tool()` that run as child runs; `stream=True`
+    streams each model request, its pieces to the run's followers; `budgets` are runner's
+    (`max_steps`, `max_tokens`, `max_cost`, `max_seconds`, ...).
     """
 
     def __init__(
@@ -109,11 +125,13 @@ class RunnerAgent(Agent):
         context: Any = None,
         limit: str | None = None,
         sub_agents: Iterable[RunnerAgent] = (),
+        stream: bool = False,
         **budgets: Any,
     ) -> None:
         if not isinstance(agent, SdkAgent):
             raise ValueError(f"RunnerAgent wraps an agents.Agent, not {type(agent).__name__}")
         self.agent = agent
+        self.stream = stream
         self.sub_agents = _sub_agents(agent, sub_agents)
         self.run_config = run_config or RunConfig(tracing_disabled=True)
         self.sdk_context = context
@@ -159,15 +177,14 @@ class RunnerAgent(Agent):
 
     async def _run_connected(self, run: ForeignRun, task: str) -> Any:
         provider = self.run_config.model_provider or MultiProvider()
-        agent = _Journaled(run, provider, self.sub_agents, self.mcp_idempotent).agent(self.agent)
+        journaled = _Journaled(run, provider, self.sub_agents, self.mcp_idempotent, self.stream)
+        agent = journaled.agent(self.agent)
         config = dataclasses.replace(self.run_config, model=None)
         # runner's max_steps is the cap; the SDK's own turn limit must not come first (nor
         # stop the turn that relays a handoff's child run).
         turns = run.rules.budgets.max_steps + 2
         try:
-            result = await SdkRunner.run(
-                agent, task, context=self.sdk_context, run_config=config, max_turns=turns
-            )
+            result = await self._turns(agent, task, config, turns)
         except AgentsException as exc:
             raise _ours(exc) from None
         while result.interruptions:
@@ -181,10 +198,24 @@ class RunnerAgent(Agent):
                 else:
                     state.reject(item, rejection_message=denial)
             try:
-                result = await SdkRunner.run(agent, state, run_config=config, max_turns=turns)
+                result = await self._turns(agent, state, config, turns)
             except AgentsException as exc:
                 raise _ours(exc) from None
         return pydantic_core.to_jsonable_python(result.final_output)
+
+    async def _turns(self, agent: SdkAgent[Any], given: Any, config: RunConfig, turns: int) -> Any:
+        """The SDK's run from `given` (the task, or a run state after approvals) to its end
+        or its next interruption: streamed (`Runner.run_streamed`) if asked."""
+        if not self.stream:
+            return await SdkRunner.run(
+                agent, given, context=self.sdk_context, run_config=config, max_turns=turns
+            )
+        streamed = SdkRunner.run_streamed(
+            agent, given, context=self.sdk_context, run_config=config, max_turns=turns
+        )
+        async for _event in streamed.stream_events():
+            pass  # the pieces went to the run's followers as the model's stream gave them
+        return streamed
 
 
 def _ours(exc: AgentsException) -> Exception:
@@ -290,9 +321,11 @@ class _Journaled:
         provider: ModelProvider,
         children: Mapping[int, RunnerAgent],
         mcp_idempotent: Mapping[str, bool],
+        stream: bool = False,
     ) -> None:
         self.run = run
         self.provider = provider
+        self.stream = stream
         self.made: dict[int, SdkAgent[Any]] = {}
         # The sub-agents that run as child runs: in a durable run only (in memory, where
         # nothing parks, they run inside the run as any other).
@@ -451,13 +484,37 @@ class _JournaledModel(Model):
         self.run = journaled.run
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        args, kwargs, shown, recorded = await self.prepared(args, kwargs)
+        if recorded is not None:
+            return self.noted(shown, recorded, _response_of(recorded))
+        response, _events = await self.ask(args, kwargs, shown, self.journaled.stream)
+        return self.noted(shown, _reply_of(response), response)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The response as `Runner.run_streamed` reads it: the model's own stream events once
+        the journal has the response (their pieces went to the run's followers as they
+        came), or, replayed from the journal, its completed event alone."""
+        args, kwargs, shown, recorded = await self.prepared(args, kwargs)
+        if recorded is not None:
+            yield _completed(self.noted(shown, recorded, _response_of(recorded)))
+            return
+        response, events = await self.ask(args, kwargs, shown, True)
+        self.noted(shown, _reply_of(response), response)
+        for event in events:
+            yield event
+
+    async def prepared(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any], Any, Reply | None]:
+        """The request's arguments with the messages sent to the run in its input, that
+        input, and the journal's reply to it (None: the model is asked)."""
         if not self.run.listings_checked:
             listings = self.journaled.listings
             unknown = sorted(set(self.journaled.mcp_idempotent) - set(listings))
             if unknown:
                 raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
             await asyncio.to_thread(self.run.listed, dict(listings))
-        positional = len(args) > 1  # `input` is get_response's second parameter
+        positional = len(args) > 1  # `input` is the second parameter of both requests
         given = args[1] if positional else kwargs.get("input", [])
         recorded = await asyncio.to_thread(self.run.recorded_reply, _returned(given), None)
         shown = await asyncio.to_thread(self.journaled.shown, given)
@@ -465,12 +522,23 @@ class _JournaledModel(Model):
             args = (args[0], shown, *args[2:])
         else:
             kwargs["input"] = shown
-        if recorded is not None:
-            return self.noted(shown, recorded, _response_of(recorded))
-        loop = asyncio.get_running_loop()
+        return args, kwargs, shown, recorded
 
-        def request() -> ModelResponse:
-            coroutine = self.inner.get_response(*args, **kwargs)
+    async def ask(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], shown: Any, stream: bool
+    ) -> tuple[ModelResponse, list[Any]]:
+        """The model asked through the run's journal (`ForeignRun.ask`): its response, and
+        the events of its stream when it streamed."""
+        loop = asyncio.get_running_loop()
+        events: list[Any] = []
+
+        def request(pieces: Pieces | None) -> ModelResponse:
+            events.clear()  # a retry's stream starts afresh
+            coroutine = (
+                _drained(self.inner.stream_response(*args, **kwargs), pieces, events)
+                if stream
+                else self.inner.get_response(*args, **kwargs)
+            )
             future = asyncio.run_coroutine_threadsafe(coroutine, loop)
             try:
                 response: ModelResponse = future.result()
@@ -485,9 +553,9 @@ class _JournaledModel(Model):
         model = getattr(self.inner, "model", None)
         name = model if isinstance(model, str) else None
         response: ModelResponse = await asyncio.to_thread(
-            self.run.ask, request, lambda r: (_reply_of(r, _cost_of(name, r.usage)), r)
+            self.run.ask, request, lambda r: (_reply_of(r, _cost_of(name, r.usage)), r), shown
         )
-        return self.noted(shown, _reply_of(response), response)
+        return response, events
 
     def noted(self, shown: Any, reply: Reply, response: ModelResponse) -> ModelResponse:
         """The response, noted for a handoff that follows it."""
@@ -495,8 +563,57 @@ class _JournaledModel(Model):
         self.journaled.conversation = [*_items_of(shown), *response.to_input_items()]
         return response
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("a RunnerAgent's runs are not streamed (Runner.run_streamed)")
+
+async def _drained(
+    stream: AsyncIterator[Any], pieces: Pieces | None, events: list[Any]
+) -> ModelResponse:
+    """A model's stream read to its end, each piece handed to `pieces` as it comes: the
+    response its completed event holds, as `Runner.run_streamed` makes it."""
+    completed: Response | None = None
+    async for event in stream:
+        events.append(event)
+        if isinstance(event, ResponseCompletedEvent):
+            completed = event.response
+        elif pieces is None:
+            continue
+        elif isinstance(event, ResponseTextDeltaEvent):
+            pieces.text(event.delta)
+        elif isinstance(event, ResponseOutputItemAddedEvent) and isinstance(
+            event.item, ResponseFunctionToolCall
+        ):
+            pieces.arguments(event.output_index, event.item.arguments, event.item.name)
+        elif isinstance(event, ResponseFunctionCallArgumentsDeltaEvent):
+            pieces.arguments(event.output_index, event.delta)
+    if completed is None:
+        raise AgentsException("the model's stream ended with no response.completed event")
+    usage = completed.usage
+    return ModelResponse(
+        output=completed.output,
+        usage=Usage(
+            requests=1,
+            input_tokens=usage.input_tokens,
+            input_tokens_details=usage.input_tokens_details,
+            output_tokens=usage.output_tokens,
+            output_tokens_details=usage.output_tokens_details,
+            total_tokens=usage.total_tokens,
+        )
+        if usage is not None
+        else Usage(requests=1),
+        response_id=completed.id,
+    )
+
+
+def _completed(response: ModelResponse) -> ResponseCompletedEvent:
+    """A journaled response as the stream event that ends a streamed one."""
+    whole = Response.model_construct(
+        id=response.response_id or FAKE_RESPONSES_ID,
+        object="response",
+        output=response.output,
+        usage=None,
+    )
+    return ResponseCompletedEvent.model_construct(
+        response=whole, sequence_number=0, type="response.completed"
+    )
 
 
 class _Relay(Model):
@@ -509,8 +626,8 @@ class _Relay(Model):
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         return _response_of(Reply(text=self.answer))
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("a relayed answer is not streamed")
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        yield _completed(_response_of(Reply(text=self.answer)))
 
 
 def _relay(agent: SdkAgent[Any], answer: str) -> SdkAgent[Any]:
@@ -618,17 +735,33 @@ def _returned(given: Any) -> dict[str, Outcome]:
 
 def _reply_of(response: ModelResponse, cost: float = 0.0) -> Reply:
     texts, calls = [], []
+    says_more = False
     for item in response.output:
         if isinstance(item, ResponseOutputMessage):
             texts += [part.text for part in item.content if isinstance(part, ResponseOutputText)]
         elif isinstance(item, ResponseFunctionToolCall):
             calls.append(Call(item.name, _args_of(item.arguments), item.call_id))
+        else:
+            says_more = True  # reasoning, a hosted tool's call, ...
+        # The Responses API's own item ids are sent back with the history (chat completions
+        # get the SDK's stand-in id).
+        says_more = says_more or getattr(item, "id", None) not in (None, FAKE_RESPONSES_ID)
     return Reply(
         text="".join(texts) or None,
         calls=tuple(calls),
         tokens=response.usage.input_tokens + response.usage.output_tokens,
         cost=cost,
+        raw=_whole(response) if says_more else None,
     )
+
+
+_OUTPUT_ITEMS: TypeAdapter[list[ResponseOutputItem]] = TypeAdapter(list[ResponseOutputItem])
+
+
+def _whole(response: ModelResponse) -> dict[str, Any]:
+    """The response's output items as the SDK's own JSON, with the response's id."""
+    output = _OUTPUT_ITEMS.dump_python(list(response.output), mode="json", exclude_none=True)
+    return {"output": output, "response_id": response.response_id}
 
 
 def _cost_of(model: str | None, usage: Usage) -> float:
@@ -652,6 +785,10 @@ def _cost_of(model: str | None, usage: Usage) -> float:
 
 def _response_of(reply: Reply) -> ModelResponse:
     """The journal's reply as the response the SDK first got."""
+    usage = Usage(requests=1, input_tokens=reply.tokens, total_tokens=reply.tokens)
+    if isinstance(reply.raw, dict):  # kept whole: its reasoning and ids as they came
+        items = _OUTPUT_ITEMS.validate_python(reply.raw.get("output") or [])
+        return ModelResponse(output=items, usage=usage, response_id=reply.raw.get("response_id"))
     output: list[Any] = []
     if reply.text:
         text = ResponseOutputText(text=reply.text, type="output_text", annotations=[])
@@ -674,7 +811,6 @@ def _response_of(reply: Reply) -> ModelResponse:
                 status="completed",
             )
         )
-    usage = Usage(requests=1, input_tokens=reply.tokens, total_tokens=reply.tokens)
     return ModelResponse(output=output, usage=usage, response_id=None)
 
 

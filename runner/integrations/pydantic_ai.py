@@ -28,6 +28,11 @@ run sends every model request and tool call through the run's journal (runner.co
   changed stops with `tools_changed`.
 - a tool declared `requires_approval=True` makes the run wait (holding no worker) for
   `runner approve` / `runner deny`; a denial is what the model is shown.
+- `stream=True` asks the model through Pydantic AI's streaming request path: its text and
+  each call's arguments reach `runner tail`, the SSE stream and the page as they come (the
+  journal still records the whole response once). A response's thinking parts (Anthropic's
+  signed thinking blocks, OpenAI's reasoning) are journaled with it and handed back on
+  resume, so the history the provider is sent next is an uninterrupted run's.
 - a tool's exception is shown to the model (as `ModelRetry`), and Pydantic AI's own limits
   stop the run with the nearest runner reason: its tool and output retries running out with
   `tool_errors`, its usage limits with `max_steps` (requests, tool calls) or `token_budget`.
@@ -63,7 +68,14 @@ from pydantic_ai.usage import RequestUsage
 from runner.core.actions import Call
 from runner.core.agent import Agent, SubAgent, with_budgets
 from runner.core.budgets import Budgets
-from runner.core.foreign import ForeignRun, Outcome, Reply, drive_foreign, idempotent_said
+from runner.core.foreign import (
+    ForeignRun,
+    Outcome,
+    Pieces,
+    Reply,
+    drive_foreign,
+    idempotent_said,
+)
 from runner.core.journal import Journal
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
@@ -108,8 +120,9 @@ class RunnerAgent(Agent):
     `idempotent` names the tools whose interrupted call may run again with the same key (as
     `@durable(idempotent=True)` does); a mapping of names to True or False also overrides
     what an MCP server's annotations say of its tools (by the name the model calls them);
-    `deps` is handed to every run (Pydantic AI's `deps=`);
-    `budgets` are runner's (`max_steps`, `max_tokens`, `max_cost`, `max_seconds`, ...).
+    `deps` is handed to every run (Pydantic AI's `deps=`); `stream=True` streams each model
+    request, its pieces to the run's followers; `budgets` are runner's (`max_steps`,
+    `max_tokens`, `max_cost`, `max_seconds`, ...).
     """
 
     def __init__(
@@ -122,6 +135,7 @@ class RunnerAgent(Agent):
         idempotent: Iterable[str] | Mapping[str, bool] = (),
         deps: Any = None,
         limit: str | None = None,
+        stream: bool = False,
         **budgets: Any,
     ) -> None:
         if not isinstance(agent, PydanticAgent):
@@ -133,6 +147,7 @@ class RunnerAgent(Agent):
         declared = _declarations(agent, {name for name, yes in said.items() if yes}, has_mcp)
         # What the user says of MCP tools, checked against what their servers list.
         self.mcp_idempotent = {name: yes for name, yes in said.items() if name not in declared}
+        self.stream = stream
         super().__init__(
             _FrameworkModel(agent),
             declared,
@@ -187,7 +202,7 @@ class RunnerAgent(Agent):
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
         try:
-            journaled = _Journaled(run, self.mcp_idempotent)
+            journaled = _Journaled(run, self.mcp_idempotent, self.stream)
             result = await self.agent.run(task, deps=self.deps, capabilities=[journaled])
         except BaseExceptionGroup as group:  # a task group's: the first of ours inside
             raise _first_of(group) from None
@@ -230,9 +245,12 @@ class _Journaled(AbstractCapability[Any]):
     """The capability each run of a RunnerAgent gets: its model requests, tool calls and
     approvals go through the run's journal."""
 
-    def __init__(self, run: ForeignRun, mcp_idempotent: Mapping[str, bool]) -> None:
+    def __init__(
+        self, run: ForeignRun, mcp_idempotent: Mapping[str, bool], stream: bool = False
+    ) -> None:
         self.run = run
         self.mcp_idempotent = mcp_idempotent
+        self.stream = stream
 
     async def wrap_model_request(
         self, ctx: Any, *, request_context: ModelRequestContext, handler: Any
@@ -256,8 +274,9 @@ class _Journaled(AbstractCapability[Any]):
         loop = asyncio.get_running_loop()
         params = request_context.model_request_parameters
 
-        def request() -> pm.ModelResponse:
-            future = asyncio.run_coroutine_threadsafe(handler(request_context), loop)
+        def request(pieces: Pieces | None) -> pm.ModelResponse:
+            asked = _streamed(ctx, request_context, pieces) if self.stream else None
+            future = asyncio.run_coroutine_threadsafe(asked or handler(request_context), loop)
             try:
                 response: pm.ModelResponse = future.result()
             except ModelHTTPError as exc:
@@ -267,7 +286,7 @@ class _Journaled(AbstractCapability[Any]):
             return response
 
         response: pm.ModelResponse = await asyncio.to_thread(
-            self.run.ask, request, lambda r: (_reply_of(r, params), r)
+            self.run.ask, request, lambda r: (_reply_of(r, params), r), request_context.messages
         )
         return response
 
@@ -312,6 +331,38 @@ class _Journaled(AbstractCapability[Any]):
                 for call_id, denial in answers.items()
             }
         )
+
+
+async def _streamed(
+    ctx: Any, request_context: ModelRequestContext, pieces: Pieces | None
+) -> pm.ModelResponse:
+    """The request through the model's streaming path, each piece handed to `pieces` as it
+    comes: the whole response once the stream ends."""
+    rc = request_context
+    model = rc.model
+    async with model.request_stream(
+        rc.messages, rc.model_settings, rc.model_request_parameters, ctx
+    ) as streamed:
+        async for event in streamed:
+            if pieces is not None:
+                _show(event, pieces)
+    return streamed.get()
+
+
+def _show(event: Any, pieces: Pieces) -> None:
+    """A stream event's text, or a piece of a call's arguments, to the run's followers."""
+    if isinstance(event, pm.PartStartEvent):
+        part = event.part
+        if isinstance(part, pm.TextPart):
+            pieces.text(part.content)
+        elif isinstance(part, pm.ToolCallPart) and isinstance(part.args, str):
+            pieces.arguments(event.index, part.args, part.tool_name)
+    elif isinstance(event, pm.PartDeltaEvent):
+        delta = event.delta
+        if isinstance(delta, pm.TextPartDelta):
+            pieces.text(delta.content_delta)
+        elif isinstance(delta, pm.ToolCallPartDelta) and isinstance(delta.args_delta, str):
+            pieces.arguments(event.index, delta.args_delta, delta.tool_name_delta)
 
 
 def _declarations(
@@ -456,7 +507,29 @@ def _reply_of(response: pm.ModelResponse, params: ModelRequestParameters) -> Rep
         output_call=output_call,
         tokens=usage.input_tokens + usage.output_tokens,
         cost=_cost_of(response),
+        raw=_whole(response) if _says_more(response) else None,
     )
+
+
+def _says_more(response: pm.ModelResponse) -> bool:
+    """Whether the response holds parts a `Reply` does not say, that the provider may be sent
+    again: thinking (and its signature), built-in tool calls, files, or the provider's ids
+    of its text and calls (the Responses API's item ids)."""
+    for part in response.parts:
+        if not isinstance(part, pm.TextPart | pm.ToolCallPart):
+            return True
+        if part.id is not None or part.provider_details:
+            return True
+    return False
+
+
+def _whole(response: pm.ModelResponse) -> Any:
+    """The response as Pydantic AI's own JSON, less what a run fills in again when it is
+    handed back (its run's ids)."""
+    whole = pm.ModelMessagesTypeAdapter.dump_python([response], mode="json")[0]
+    for filled in ("run_id", "conversation_id"):
+        whole.pop(filled, None)
+    return whole
 
 
 def _cost_of(response: pm.ModelResponse) -> float:
@@ -470,6 +543,8 @@ def _cost_of(response: pm.ModelResponse) -> float:
 
 def _response_of(reply: Reply, request_context: ModelRequestContext) -> pm.ModelResponse:
     """The journal's reply as the response the framework first got."""
+    if reply.raw is not None:  # kept whole: its thinking, signatures and ids as they came
+        return pm.ModelMessagesTypeAdapter.validate_python([reply.raw])[0]  # type: ignore[return-value]
     parts: list[pm.ModelResponsePart] = []
     if reply.text:
         parts.append(pm.TextPart(reply.text))
