@@ -204,7 +204,9 @@ class SqlJournal:
     def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
         with self._writing:
             self._check_lease()
-            before, after = _FAULTS[entries[0].kind]
+            # A framework's whole response rides in its action's commit: the action's points.
+            first = entries[1] if entries[0].kind is EntryKind.RESPONSE else entries[0]
+            before, after = _FAULTS[first.kind]
             fault(before)
             self._cancel, self._messages = self._write(entries, stop)
             self.seq += len(entries)
