@@ -51,12 +51,14 @@ if TYPE_CHECKING:
     from runner.errors import DatabaseCorrupt as DatabaseCorrupt
     from runner.errors import DatabaseRefused as DatabaseRefused
     from runner.errors import DatabaseUnavailable as DatabaseUnavailable
+    from runner.errors import KeyMissing as KeyMissing
     from runner.errors import LeaseHeld as LeaseHeld
     from runner.errors import LeaseLost as LeaseLost
     from runner.errors import MissingExtra as MissingExtra
     from runner.errors import ModelFatal as ModelFatal
     from runner.errors import ModelRetryable as ModelRetryable
     from runner.errors import NotWaiting as NotWaiting
+    from runner.errors import PayloadError as PayloadError
     from runner.errors import QueryFailed as QueryFailed
     from runner.errors import ReplayMismatch as ReplayMismatch
     from runner.errors import RequestRefused as RequestRefused
@@ -71,6 +73,8 @@ if TYPE_CHECKING:
     from runner.errors import SubmissionRefused as SubmissionRefused
     from runner.errors import SubmitInterrupted as SubmitInterrupted
     from runner.errors import WrongAnswer as WrongAnswer
+    from runner.store.codec import Codec as Codec
+    from runner.store.codec import Encoded as Encoded
     from runner.models import AnthropicMessages as AnthropicMessages
     from runner.models import OpenAIChat as OpenAIChat
     from runner.models import Price as Price
@@ -119,6 +123,10 @@ _HOMES = {
     "RunNotFound": "runner.errors",
     "RunWaiting": "runner.errors",
     "RunnerError": "runner.errors",
+    "KeyMissing": "runner.errors",
+    "PayloadError": "runner.errors",
+    "Codec": "runner.store.codec",
+    "Encoded": "runner.store.codec",
     "ScheduleExists": "runner.errors",
     "ScheduleNotFound": "runner.errors",
     "SchemaOutOfDate": "runner.errors",

@@ -192,6 +192,12 @@ COMMANDS = {
         "prune",
         "Delete finished runs, with their journals, that finished before a date.",
     ),
+    "keys": Lazy(
+        "runner.cli.keys",
+        "keys",
+        "The key ring that encrypts payloads at rest: RUNNER_KEYS (or the file RUNNER_KEY_FILE "
+        "names) holds `id:key` pairs, oldest first; the newest encrypts, any decrypts.",
+    ),
     "mcp": Lazy("runner.cli.mcp", "mcp", "Serve runs to MCP clients (agents, IDEs)."),
     "ui": Lazy(
         "runner.cli.ui",

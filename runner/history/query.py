@@ -7,8 +7,10 @@ and its security-definer function); this one picks by the URL.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -20,6 +22,7 @@ from runner.history.reader import QueryResult, Reader
 from runner.sql.backend import backend_for
 from runner.sql.database import resolve_url
 from runner.sql.urls import encode_password, not_a_url
+from runner.store.payloads import describe, is_envelope
 
 # Seconds a query may run unless told otherwise (`--timeout`); 0 or None: no limit.
 DEFAULT_TIMEOUT = DEFAULT_QUERY_TIMEOUT
@@ -48,4 +51,31 @@ def read_only_query(
     except ArgumentError:
         raise DatabaseRefused(not_a_url(text)) from None
     with _READERS[backend.name](text, sql, timeout) as result:
-        yield result
+        yield QueryResult(result.columns, _described(result.rows))
+
+
+def _described(rows: Iterator[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+    """The rows with each stored envelope (an encrypted or offloaded payload) shown as what
+    it is, e.g. `[encrypted (key k2), 1,204 bytes]`, never as its ciphertext or reference."""
+    for row in rows:
+        if any(isinstance(value, str) and _ENVELOPE in value[:40] for value in row):
+            yield tuple(_cell(value) for value in row)
+        else:
+            yield row
+
+
+_ENVELOPE = "runner.payload"
+
+
+def _cell(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if is_envelope(value):
+        return describe(value)
+    if value.startswith('"') and _ENVELOPE in value[:40]:  # a JSON column's envelope, as text
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            return value
+        return describe(inner) if is_envelope(inner) else value
+    return value

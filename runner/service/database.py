@@ -16,7 +16,7 @@ The rest of this feature (docs/architecture.md, "Where a feature lives"):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.core.clock import Clock
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from runner.sql.heartbeat import Heartbeat as Heartbeat
+    from runner.sql.key_rotation import Rotated as Rotated
     from runner.sql.pool_size import PoolChoice as PoolChoice
     from runner.sql.store import SqlStore as SqlStore
     from runner.sql.writer import Writer as Writer
@@ -135,3 +136,21 @@ __all__ = [
     "sql_store",
     "upgrade_database",
 ]
+
+
+def rotate_keys(
+    url: str | None, *, batch_size: int = 200, progress: Callable[[Rotated], None] | None = None
+) -> Rotated:
+    """Seal again, with the key ring's newest key, every payload of the database at `url`
+    encrypted with an older one (runner.sql.key_rotation), in batches, while workers run."""
+    from runner.sql.database import connect, resolve_url
+    from runner.sql.key_rotation import rotate
+    from runner.store.payload_config import configured
+
+    engine = connect(url)
+    try:
+        return rotate(
+            engine, configured(resolve_url(url)), batch_size=batch_size, progress=progress
+        )
+    finally:
+        engine.dispose()

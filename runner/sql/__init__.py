@@ -24,7 +24,8 @@ the pieces of model responses in flight (`deltas`), scores of runs with their sc
 (`scores`), and cancelled runs whose holder is gone
 finished (`cancels`). It knows no policy of the loop, no command line and no page. Also: the
 codecs each engine writes payloads through (`payloads`) and the blobs their rows name
-(`blob_references`).
+(`blob_references`), and
+their key rotation (`key_rotation`).
 
 It may import: `runner.core`, `runner.store` and the shared leaves.
 """
