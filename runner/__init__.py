@@ -73,8 +73,6 @@ if TYPE_CHECKING:
     from runner.errors import SubmissionRefused as SubmissionRefused
     from runner.errors import SubmitInterrupted as SubmitInterrupted
     from runner.errors import WrongAnswer as WrongAnswer
-    from runner.store.codec import Codec as Codec
-    from runner.store.codec import Encoded as Encoded
     from runner.models import AnthropicMessages as AnthropicMessages
     from runner.models import OpenAIChat as OpenAIChat
     from runner.models import Price as Price
@@ -83,6 +81,8 @@ if TYPE_CHECKING:
     from runner.service.run_agent import run_agent as run_agent
     from runner.service.runner import Runner as Runner
     from runner.service.worker import Worker as Worker
+    from runner.store.codec import Codec as Codec
+    from runner.store.codec import Encoded as Encoded
 
 # The public surface, written once: where each public name lives (`__all__` and `dir()`
 # come from here). They are imported on first use (PEP 562), so that `runner --help`
