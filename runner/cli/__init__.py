@@ -1,7 +1,8 @@
 """The `runner` command: parses, calls the library, prints. Nothing else lives here.
 
 Each family of commands has its module (`runs`, `follow`, `answers`, `messages`, `worker`,
-`queues`, `releases`, `schedules`, `limits`, `scores`, `db`, `history`, `ui`, `mcp`; `tasks_file`
+`queues`, `releases`, `schedules`, `limits`, `scores`, `keys`, `db`, `history`, `ui`, `mcp`;
+`tasks_file`
 reads `submit --from`);
 they share the options of `options` and print through `output` (what a run looks like is
 `run_output`, a tree of runs `tree_output`, what a run shows while it goes `progress`; query

@@ -20,11 +20,9 @@ def keys() -> None:
 @click.argument("key_id")
 def new(key_id: str) -> None:
     """Print a new key as KEY_ID:KEY, to add last to RUNNER_KEYS (or to its file)."""
-    from runner.store.encryption import KeyRing, new_key
+    from runner.service.keys import new_key_line
 
-    line = f"{key_id}:{new_key()}"
-    KeyRing.parse(line, source="the key id")  # refuses an id the ring would not read
-    output.line(line)
+    output.line(new_key_line(key_id))
 
 
 @keys.command(name="rotate")

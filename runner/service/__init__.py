@@ -12,7 +12,8 @@ serves the
 queue; and the operations on runs (`fork`, `replay`, `revival`, `submissions`, `conflicts`,
 `delays`). What the faces show of runs and the database comes from here too (`overview`,
 `values`, `database`, and `documents`: the JSON every face gives of runs and events), and
-whether a face's host is the machine's own (`loopback`): the faces never reach into the store.
+whether a face's host is the machine's own (`loopback`), and the key ring's operations
+(`keys`): the faces never reach into the store.
 
 It reaches storage through the store's protocol (`runner.store.protocol`); the one module
 that names the SQL store, to open one and for the plain reads of `runner list`, is its door

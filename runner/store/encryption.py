@@ -54,6 +54,13 @@ class KeyRing:
         self.newest = keys[-1][0]
         self._ciphers = {key_id: _aead(key) for key_id, key in keys}
 
+    @staticmethod
+    def check_id(key_id: str) -> str:
+        """A key id as the ring reads it: letters, digits, `-` and `_`."""
+        if not key_id or not key_id.replace("-", "").replace("_", "").isalnum():
+            raise RequestRefused(f"a key id is letters, digits, - and _, not {key_id!r}")
+        return key_id
+
     @classmethod
     def parse(cls, text: str, *, source: str) -> KeyRing:
         """A ring from `id:key` pairs (comma- or line-separated; `#` starts a comment)."""
@@ -65,7 +72,8 @@ class KeyRing:
             key_id, colon, encoded = item.partition(":")
             key_id = key_id.strip()
             if not colon or not key_id or not key_id.replace("-", "").replace("_", "").isalnum():
-                raise RequestRefused(f"{source}: a key is `id:base64`, not {item[:20]!r}...")
+                # Never the key itself in the message: only what stands before its colon.
+                raise RequestRefused(f"{source}: a key is `id:base64`, not {key_id[:20]!r}:...")
             try:
                 key = base64.b64decode(encoded.strip(), validate=True)
             except binascii.Error:
