@@ -17,7 +17,12 @@ the codecs this process knows (`known`): those of every `Payloads` made here, an
 built-in ones (offload reads a blob from the store its envelope names; encryption from the
 key ring of the environment).
 
-The SQL store binds these to its engine in `runner.sql.payloads`.
+Around it: a codec's protocol (`store/codec.py`), the codecs a store is configured with
+(`store/payload_config.py`), encryption (`store/encryption.py`), offload (`store/offload.py`)
+to blob stores (`store/blobs.py`) and the sweep of blobs no row names (`store/blob_sweep.py`);
+in SQL, each engine's codecs (`sql/payloads.py`: a `SqlStore` binds them to its engine), the
+blobs rows name (`sql/blob_references.py`) and key rotation (`sql/key_rotation.py`); `runner
+keys` (`service/keys.py`, `cli/keys.py`).
 """
 
 from __future__ import annotations
