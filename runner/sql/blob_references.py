@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, Engine, Text, cast, select
 
-from runner.sql.schema import entries, messages, runs, schedules
+from runner.sql.schema import entries, messages, runs, schedules, scores
 from runner.store.blob_sweep import named_blobs
 
 # Every column a payload is kept in (runner.store.payloads): what a sweep and a key
@@ -16,6 +16,7 @@ PAYLOAD_COLUMNS = (
     (entries, "args"),
     (messages, "body"),
     (schedules, "task"),
+    (scores, "note"),
 )
 # Every envelope holds this, escaped or not: rows without it are passed over by the scan.
 _MARK = "%runner.payload%"

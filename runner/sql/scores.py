@@ -1,9 +1,11 @@
 """Scores of runs: their SQL (the rules are runner.store.scores').
 
-Each function is one short transaction. A scorer's claim and its result are conditional
-UPDATEs of the score's row: the claim bumps `lease_epoch` and `attempts` only while the row
-is pending or its lease lapsed, and the result is written only while the row is `scoring`
-under that epoch, so a worker that lost its claim writes nothing and a score is kept once.
+A score's note is a payload (a judge's words): written through the engine's codecs and
+opened on read, as a run's task and output are. Each function is one short transaction. A
+scorer's claim and its result are conditional UPDATEs of the score's row: the claim bumps
+`lease_epoch` and `attempts` only while the row is pending or its lease lapsed, and the
+result is written only while the row is `scoring` under that epoch, so a worker that lost
+its claim writes nothing and a score is kept once.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from sqlalchemy.exc import IntegrityError
 
 from runner.core.status import RunStatus
 from runner.errors import RunNotFound
+from runner.sql.payloads import payloads_of
 from runner.sql.runs import reading
 from runner.sql.schema import runs, scores
+from runner.store.payloads import open_text
 from runner.store.scores import (
     CRASHED_NOTE,
     MAX_SCORER_STARTS,
@@ -51,8 +55,9 @@ def record(
                 found = connection.execute(select(runs.c.id).where(runs.c.id == run_id)).first()
                 if found is None:
                     raise RunNotFound(f"no run with id {run_id}")
+                sealed = {**values, "note": payloads_of(connection).seal(note)}
                 changed = connection.execute(
-                    update(scores).where(s.run_id == run_id, s.name == name).values(**values)
+                    update(scores).where(s.run_id == run_id, s.name == name).values(**sealed)
                 ).rowcount
                 if not changed:
                     connection.execute(
@@ -62,7 +67,7 @@ def record(
                             attempts=0,
                             lease_epoch=0,
                             created_at=at,
-                            **values,
+                            **sealed,
                         )
                     )
             break
@@ -194,7 +199,7 @@ def finish(
                 .values(
                     status=status,
                     value=value,
-                    note=note,
+                    note=payloads_of(connection).seal(note),
                     lease_owner=None,
                     lease_expires_at=None,
                     scored_at=at,
@@ -231,7 +236,7 @@ def _row(row: Any) -> ScoreRow:
         name=row.name,
         status=ScoreStatus(row.status),
         value=row.value,
-        note=row.note,
+        note=open_text(row.note),
         source=ScoreSource(row.source),
         attempts=int(row.attempts),
         created_at=row.created_at,

@@ -1,7 +1,8 @@
 """Scores of runs on SQLite and PostgreSQL (and the in-memory store, held to the same
 outcomes): a scorer's claim and its fenced result, a lapsed claim started once more and a
 third start refused, a person's score replacing a scorer's; each score's mean and interval
-per release with a planted drop flagged and noise not; and the CLI, HTTP and Python paths.
+per release with a planted drop flagged and noise not; the CLI, HTTP and Python paths; a
+note sealed at rest as every payload is.
 Scorers killed with SIGKILL: tests/acceptance/test_scores.py."""
 
 from __future__ import annotations
@@ -12,16 +13,19 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import text
 from starlette.testclient import TestClient
 
 from runner import Agent, BadScore, Runner, RunNotFound, ScoredRun
 from runner.cli import main
 from runner.core.clock import ManualClock
 from runner.history import History
+from runner.store.payloads import ENVELOPE_PREFIX
 from runner.store.scores import CRASHED_NOTE
 from runner.testing import FunctionModel, final
 from runner.ui import make_app
 
+from .payload_agents import SECRET, Hide
 from .test_store_contract import on_database, on_memory
 
 SCORER_CALLS: list[str] = []
@@ -169,3 +173,15 @@ def test_a_score_is_kept_from_the_command_line_and_over_http(db_url: str) -> Non
             ("graded", "pending", None),  # no worker has run the agent's scorer yet
             ("helpful", "scored", 0.0),
         ]
+
+
+def test_a_scores_note_is_a_payload_sealed_at_rest(db_url: str) -> None:
+    with Runner(db_url, codecs=[Hide()]) as runner:
+        runner.run(SCORED, "task", id="sealed")
+        runner.score("sealed", "helpful", 1, note=f"said {SECRET}")
+        with runner.engine.connect() as connection:
+            at_rest = connection.execute(
+                text("SELECT note FROM scores WHERE name = 'helpful'")
+            ).scalar_one()
+        assert SECRET not in at_rest and at_rest.startswith(ENVELOPE_PREFIX)
+        assert [s.note for s in runner.scores("sealed")] == [None, f"said {SECRET}"]
