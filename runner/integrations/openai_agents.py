@@ -47,6 +47,7 @@ The SDK (`pip install "runner[openai-agents]"`) is imported when this module is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -402,7 +403,16 @@ class _Journaled:
         annotations say."""
 
         async def get_mcp_tools(run_context: Any) -> list[Any]:
-            tools = await SdkAgent.get_mcp_tools(agent, run_context)
+            try:
+                tools = await SdkAgent.get_mcp_tools(agent, run_context)
+            except Exception:
+                # A server that died (or dropped the connection) since the last turn: the
+                # SDK's session does not come back by itself. Connect again, once.
+                for server in agent.mcp_servers:
+                    with contextlib.suppress(Exception):
+                        await server.cleanup()
+                    await server.connect()
+                tools = await SdkAgent.get_mcp_tools(agent, run_context)
             listed: dict[str, Any] = {}
             for server in agent.mcp_servers:
                 for mcp_tool in await server.list_tools(run_context, agent):

@@ -12,7 +12,11 @@ process, which calls the tool first and answers with what it returned.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +28,15 @@ pytest.importorskip("pydantic_ai")
 pytest.importorskip("agents")
 pytest.importorskip("fastmcp")
 
+from openai import AsyncOpenAI
+
+from runner import Runner
+from runner.core.calls import invoke
 from tests.acceptance.harness import KILLED, RUNNER, described, journal, run_row, start, wait_for
 from tests.conditions import scaled
 from tests.providers.fake_servers import FakeServer, Reply, Request, openai_completion
 
-from .conftest import ledger_lines
+from .conftest import SERVER, ledger_lines
 from .test_mcp_crash import end_orphans, environment
 
 FRAMEWORKS = Path(__file__).parents[1] / "acceptance" / "frameworks"
@@ -39,19 +47,20 @@ AGENTS = {
 
 
 class ChatServer(FakeServer):
-    """Calls `tool` with `args` first, then answers with the first tool result it was shown."""
+    """Calls `tool` with `args` first (then each of `more`, one a step), then answers with the
+    first tool result it was shown."""
 
-    def __init__(self, tool: str, args: dict[str, Any]) -> None:
+    def __init__(self, tool: str, args: dict[str, Any], *more: tuple[str, dict[str, Any]]):
         super().__init__()
-        self.call = (tool, args)
+        self.calls = [(tool, args), *more]
 
     def _next(self, request: Request) -> Reply:
         with self._lock:
             self.requests.append(request)
         done = [m for m in request.json["messages"] if m["role"] == "tool"]
-        if not done:
-            tool, args = self.call
-            body = openai_completion(calls=[("call_1", tool, json.dumps(args))])
+        if len(done) < len(self.calls):
+            tool, args = self.calls[len(done)]
+            body = openai_completion(calls=[(f"call_{len(done) + 1}", tool, json.dumps(args))])
         else:
             body = openai_completion(f"Done: {done[0]['content']}")
         return Reply(200, json.dumps(body).encode())
@@ -80,8 +89,8 @@ CASES = [
 def chat() -> Iterator[ChatServer]:
     servers: list[ChatServer] = []
 
-    def made(tool: str, args: dict[str, Any]) -> ChatServer:
-        server = ChatServer(tool, args)
+    def made(tool: str, args: dict[str, Any], *more: tuple[str, dict[str, Any]]) -> ChatServer:
+        server = ChatServer(tool, args, *more)
         server.start()
         servers.append(server)
         return server
@@ -205,3 +214,71 @@ def test_a_resume_after_the_server_changed_its_tools_stops_naming_them(
         assert ledger_lines(ledger) == []  # no call went to the changed server
     finally:
         end_orphans(ledger)
+
+
+def framework_agent(framework: str, client: AsyncOpenAI) -> Any:
+    """The framework's agent over the ledger server on stdio, its model talking through
+    `client`, made here (the agents' files read the environment once, when first imported)."""
+    command, env = [sys.executable, str(SERVER)], dict(os.environ)
+    if framework == "pydantic":
+        from fastmcp.client.transports import StdioTransport
+        from pydantic_ai import Agent
+        from pydantic_ai.mcp import MCPToolset
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        from runner.integrations import pydantic_ai
+
+        provider = OpenAIProvider(openai_client=client)
+        # Retries above Pydantic AI's default of 1: the second failed call must not end it.
+        toolset = MCPToolset(StdioTransport(command[0], command[1:], env=env), max_retries=3)
+        model = OpenAIChatModel("gpt-4.1-mini", provider=provider)
+        return pydantic_ai.RunnerAgent(Agent(model, toolsets=[toolset]), max_steps=5)
+    from agents import Agent as SdkAgent
+    from agents import OpenAIChatCompletionsModel
+    from agents.mcp import MCPServerStdio
+
+    from runner.integrations import openai_agents
+
+    server = MCPServerStdio(params={"command": command[0], "args": command[1:], "env": env})
+    model = OpenAIChatCompletionsModel("gpt-4.1-mini", client)
+    agent = SdkAgent("shop", mcp_servers=[server], model=model)
+    return openai_agents.RunnerAgent(agent, max_steps=5)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("framework", sorted(AGENTS))
+def test_a_server_killed_mid_call_is_an_error_the_model_sees_not_a_crash(
+    framework: str, db_url: str, ledger: Path, chat: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_HOLD", "lookup")
+    model = chat("lookup", {"item": "tea"}, ("lookup", {"item": "milk"}))
+    client = AsyncOpenAI(base_url=f"{model.url}/v1", api_key="test-key-3f9c1b7d")
+    agent = framework_agent(framework, client)
+    results: list[Any] = []
+    with Runner(db_url) as runner:
+        running = threading.Thread(target=lambda: results.append(runner.run(agent, "prices")))
+        running.start()
+        try:
+            wait_for(lambda: len(ledger_lines(ledger)) == 1, what="the first call at the server")
+            Path(os.environ["MCP_RELEASE"]).touch()  # the next call is not held
+            os.kill(ledger_lines(ledger)[0]["pid"], signal.SIGKILL)
+            running.join(scaled(120))
+        finally:
+            Path(os.environ["MCP_RELEASE"]).touch()
+            end_orphans(ledger)
+            # Closed on the loop its connections were made on (runner's own).
+            invoke(client.close, (), {}, None)
+        assert not running.is_alive()
+        (result,) = results
+        assert result.stop_reason == "final", result.error
+        killed, after = [e for e in runner.journal(result.run_id) if e.kind == "observation"]
+    assert killed.is_error and "Connection closed" in str(killed.content), killed
+    if framework == "sdk":
+        # The next turn connects again (a new server process), and the call goes through.
+        assert (after.is_error, after.content) == (False, "milk costs 5")
+        first, second = ledger_lines(ledger)
+        assert second["args"] == {"item": "milk"} and second["pid"] != first["pid"]
+    else:
+        # Pydantic AI's client keeps the broken session for the rest of the run.
+        assert after.is_error and "Connection closed" in str(after.content), after
