@@ -408,7 +408,8 @@ class _Journaled:
             except Exception:
                 # A server that died (or dropped the connection) since the last turn: the
                 # SDK's session does not come back by itself. Connect again, once.
-                for server in agent.mcp_servers:
+                servers: list[Any] = list(agent.mcp_servers)  # the SDK's are untyped
+                for server in servers:
                     with contextlib.suppress(Exception):
                         await server.cleanup()
                     await server.connect()
