@@ -278,9 +278,12 @@ class ForeignRun:
         if first.kind is not EntryKind.ACTION:
             # A refused step ended the run: a run resumed past it has diverged.
             self._diverged(f"step {self.step} is recorded as {first.kind}, yet the agent asks on")
-        action = _action_of_rows(step.actions)
+        # The step's calls: not the final that may follow them (an Agents SDK handoff's
+        # child run answers for this run, which ends at the handoff's step).
+        rows = [entry for entry in step.actions if entry.kind is EntryKind.ACTION]
+        action = _action_of_rows(rows)
         self.rules.count(self.step, action)
-        self.rules.counters = step.actions[-1].counters
+        self.rules.counters = rows[-1].counters
         raw = None if step.response is None else (step.response.args or {}).get("response")
         if first.action_type is ActionKind.INVALID:
             call = Call(first.tool, first.args or {}, first.call_id) if first.tool else None
@@ -291,7 +294,7 @@ class ForeignRun:
                 cost=first.cost,
                 raw=raw,
             )
-        calls = tuple(Call(e.tool or "", e.args or {}, e.call_id) for e in step.actions)
+        calls = tuple(Call(e.tool or "", e.args or {}, e.call_id) for e in rows)
         return Reply(text=first.content, calls=calls, tokens=first.tokens, cost=first.cost, raw=raw)
 
     def heard(self) -> list[Any]:

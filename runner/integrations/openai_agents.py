@@ -671,7 +671,7 @@ def _agents(agent: SdkAgent[Any]) -> list[SdkAgent[Any]]:
         if id(current) in found:
             continue
         found[id(current)] = current
-        agents += [h for h in current.handoffs if isinstance(h, SdkAgent)]
+        agents += [target for target in map(_target, current.handoffs) if target is not None]
     return list(found.values())
 
 
@@ -684,6 +684,13 @@ def _declarations(agent: SdkAgent[Any], idempotent: set[str], has_mcp: bool) -> 
         for tool in current.tools:
             if isinstance(tool, FunctionTool):
                 declared[tool.name] = Tool(_declared, idempotent=tool.name in idempotent)
+        for handoff in current.handoffs:
+            # A handoff is a call of the model's too, which the SDK answers itself: declared,
+            # so `runner replay` finds the tool a recorded handoff called.
+            if isinstance(handoff, Handoff):
+                declared.setdefault(handoff.tool_name, Tool(_declared))
+            else:
+                declared.setdefault(Handoff.default_tool_name(handoff), Tool(_declared))
     unknown = sorted(idempotent - set(declared))
     if unknown and not has_mcp:
         raise ValueError(f"idempotent names no function tool of the agent: {', '.join(unknown)}")

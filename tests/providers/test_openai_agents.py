@@ -285,6 +285,7 @@ def test_a_handoff_to_a_sub_agent_runs_as_a_child_run_whose_answer_ends_the_run(
         rows = runner.journal("triage")
         (child,) = [row for row in runner.list() if row.parent_id == "triage"]
         child_rows = runner.journal(child.id)
+        replayed = runner.replay("triage", agent=sdk_trees.triage)
     assert (result.stop_reason, result.output) == ("final", "Order A-1 is paid.")
     assert [(row.kind, row.tool) for row in rows] == [
         ("task", None),
@@ -303,6 +304,7 @@ def test_a_handoff_to_a_sub_agent_runs_as_a_child_run_whose_answer_ends_the_run(
         ("final", None),
     ]
     assert sdk_trees.LOOKED_UP == ["A-1"] and len(server.requests) == 3
+    assert replayed.agrees, replayed  # the handoff's call and the final after it
 
 
 def test_the_trees_token_budget_stops_the_child_then_its_parent(
