@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.core.context import cut_observations
 from runner.core.limits import CHARS_PER_TOKEN
 
 Message = dict[str, Any]
@@ -44,17 +45,22 @@ class Compaction:
     with the summary before them if there was one. The model is then shown the task, the
     summary, and the latest steps verbatim; a tool call is never separated from its result.
     The summary is journaled with what its call spent, which is charged to the run's
-    budgets; a resumed, replayed or forked run reuses it.
+    budgets; a resumed, replayed or forked run reuses it. With `cut_observations`, tool
+    results longer than that many characters are cut (as `runner.context.cut_observations`
+    cuts them) in what the model is shown, in the size measured and in the summary's request.
     """
 
     above_tokens: int
     keep_steps: int = 4
     model: Model | None = None
     instructions: str = INSTRUCTIONS
+    cut_observations: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("above_tokens", "keep_steps"):
+        for name in ("above_tokens", "keep_steps", "cut_observations"):
             value = getattr(self, name)
+            if value is None and name == "cut_observations":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Compaction needs a whole number {name} >= 0, not {value!r}")
         if self.model is not None and not callable(self.model):
@@ -63,9 +69,16 @@ class Compaction:
             raise ValueError("Compaction's instructions must be text")
 
     def __call__(self, transcript: list[Message]) -> list[Message]:
-        """The view before any summary is journaled: the transcript, whole. (The loop shows
-        its runs the compacted view; this is what a caller outside it sees.)"""
-        return list(transcript)
+        """The view before any summary is journaled: the transcript, its observations cut if
+        asked. (The loop shows its runs the compacted view; this is what a caller outside
+        it sees.)"""
+        return self.shown(transcript)
+
+    def shown(self, messages: list[Message]) -> list[Message]:
+        """`messages` as the model is shown them (one for one: only observations are cut)."""
+        if self.cut_observations is None:
+            return list(messages)
+        return cut_observations(self.cut_observations)(messages)
 
 
 @dataclass(frozen=True)
@@ -95,9 +108,11 @@ class Compacted:
 
     def view(self, transcript: list[Message]) -> list[Message]:
         """What the model is shown: the head, the summary, the steps after it."""
+        shown = self.policy.shown
         if self.summary is None:
-            return transcript
-        return [*transcript[: self._head_of(transcript)], self.note(), *transcript[self.end :]]
+            return transcript if self.policy.cut_observations is None else shown(transcript)
+        head = transcript[: self._head_of(transcript)]
+        return [*shown(head), self.note(), *shown(transcript[self.end :])]
 
     def note(self) -> Message:
         return {
@@ -134,10 +149,11 @@ class Compacted:
         and the steps to fold into it, as text."""
         head = transcript[: self._head_of(transcript)]
         parts = [self.policy.instructions, "", "The conversation so far:"]
-        parts.extend(_line(message) for message in head)
+        parts.extend(_line(message) for message in self.policy.shown(head))
         if self.summary is not None:
             parts.append(f"[Summary of the first {self.steps} steps]\n{self.summary}")
-        parts.extend(_line(message) for message in transcript[due.start : due.end])
+        steps = self.policy.shown(transcript[due.start : due.end])
+        parts.extend(_line(message) for message in steps)
         return [{"role": "user", "content": "\n".join(parts)}]
 
     def apply(self, args: dict[str, Any] | None, summary: Any) -> None:
@@ -153,7 +169,7 @@ class Compacted:
         return {"end": due.end, "steps": due.steps, "tokens_before": due.tokens}
 
     def _measure(self, transcript: Sequence[Message]) -> None:
-        for message in transcript[len(self._sizes) :]:
+        for message in self.policy.shown(list(transcript[len(self._sizes) :])):
             size = _size(message)
             self._sizes.append(size)
             self._total += size

@@ -146,3 +146,16 @@ def test_a_resume_a_fork_and_a_replay_reuse_the_journaled_summary() -> None:
     assert runner.replay("r1", agent=agent).agrees
     forked = [e for e, _ in runner.store.load_entries(fork) if e.kind is EntryKind.COMPACTION]
     assert len(model.summaries) - before == len(forked) - 1
+
+
+def test_observations_cut_are_cut_in_the_view_its_size_and_the_request() -> None:
+    transcript = transcript_of(3)
+    compacted = Compacted(Compaction(above_tokens=0, keep_steps=1, cut_observations=10))
+    whole = Compacted(Compaction(above_tokens=0)).tokens(transcript)
+    assert compacted.tokens(transcript) * 3 < whole
+    due = compacted.due(transcript)
+    assert due is not None
+    assert PAGE not in compacted.request(transcript, due)[0]["content"]
+    compacted.apply(Compacted.record(due), "S")
+    assert compacted.view(transcript)[-1]["content"] == "page 3 xxx[... 397 characters cut]"
+    assert transcript[-1] == seen(3)  # the transcript is never changed
