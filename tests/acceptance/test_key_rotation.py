@@ -50,6 +50,15 @@ def test_a_run_written_with_key_a_reads_after_rotation_to_key_b(db_url: str, led
                 db_url=db_url, ledger=ledger, env=base)  # fmt: skip
     assert shown.returncode == 0 and "encrypted (key a)" in shown.stdout, described(shown)
     assert "offloaded (sha256" in shown.stdout and "swordfish" not in shown.stdout
+    # The view `payloads` says what each value is and how big, without opening it.
+    view = cli("sql", "SELECT field, bytes, offloaded, encrypted FROM payloads "
+               "WHERE run_id = 'k' ORDER BY seq, field", "--json",
+               db_url=db_url, ledger=ledger, env=base)  # fmt: skip
+    values = json.loads(view.stdout)
+    assert all(value["encrypted"] for value in values), values
+    big = [value for value in values if value["bytes"] > 3000]
+    assert big and all(value["offloaded"] for value in big)
+    assert {value["field"] for value in values} == {"task", "output", "content", "args"}
 
     for env in (base, with_b):  # no key ring; a ring without key a
         refused = cli("show", "k", db_url=db_url, ledger=ledger, env=env)
