@@ -24,8 +24,8 @@ depends_on: str | Sequence[str] | None = None
 
 # The colon escaped: op.execute reads `:name` as a bind parameter.
 _MARK = "'{\"runner.payload\"\\:1,%'"
-_BLOB = "'%\"codec\":\"blob\"%'"
-_AES = "'%\"codec\":\"aes-gcm\"%'"
+_BLOB = '\'%"codec":"blob"%\''
+_AES = '\'%"codec":"aes-gcm"%\''
 
 
 def _view(text: dict[str, str], size: dict[str, str], flag: str) -> str:
