@@ -159,3 +159,16 @@ def test_observations_cut_are_cut_in_the_view_its_size_and_the_request() -> None
     compacted.apply(Compacted.record(due), "S")
     assert compacted.view(transcript)[-1]["content"] == "page 3 xxx[... 397 characters cut]"
     assert transcript[-1] == seen(3)  # the transcript is never changed
+
+
+def test_a_summary_call_draws_from_the_runs_provider_limit() -> None:
+    runner, _, _ = memory_runner()
+    runner.set_limit("m", tokens_per_minute=100_000, requests_per_minute=100)
+    model = Reader(last=6)
+    agent = Agent(model, {"read": read}, context=Compaction(above_tokens=300, keep_steps=1),
+                  limit="m", max_steps=20, max_tokens=None, max_repeats=None)  # fmt: skip
+    result = runner.run(agent, "read")
+    [info] = runner.limits()
+    summaries = len(model.summaries)
+    assert summaries >= 1 and result.output == "done"
+    assert (info.requests, info.tokens) == (7 + summaries, 6 * 10 + 1 + 5 * summaries)
