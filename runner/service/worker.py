@@ -709,13 +709,19 @@ class Worker:
         mine = self.release if self.release is not None else agent.release
         if not held_back(run.release, mine):
             return True
-        if run.parked_reason is not None or claim.older_releases is OlderReleases.PIN:
+        try:
+            # Read here, not at the claim: only a run of another release needs it.
+            policy = self.store.queue_policy(run.queue)
+        except self.store.outages as exc:
+            self._log(logging.WARNING, f"run {run.id} not checked: {first_line(exc)}", run.id)
+            return False  # the lease expires, and the next claimer decides again
+        if run.parked_reason is not None or policy is OlderReleases.PIN:
             self._release(claim, None)
             self._log(
                 logging.INFO, f"run {run.id} left to a worker of release {run.release}", run.id
             )
             return False
-        if claim.older_releases is not OlderReleases.CHECK:
+        if policy is not OlderReleases.CHECK:
             return True
         try:
             report = self.runner.check_claimed(claim, agent)

@@ -11,7 +11,6 @@ its own transaction.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
@@ -30,7 +29,7 @@ from runner.sql.backend import backend_for
 from runner.sql.runnable import Ahead, journal_length, next_claimable
 from runner.sql.runs import RunRow, lock_run, stopped_values
 from runner.sql.schema import entries, runs
-from runner.store.releases import OlderReleases, Releases
+from runner.store.releases import Releases
 from runner.store.rows import plain_text
 from runner.store.rules import Claim, crash_loop_error, refuse_if_held
 
@@ -206,16 +205,13 @@ def claim_some(
     worker still running it, which would run it twice; another worker may.
 
     `releases`: the claimer's release (runner.store.releases): the runs of another release
-    that a queue pins to their own, or that a check parked, are left alone; each claim
-    carries its queue's policy. None: every run is taken as it comes.
+    that a queue pins to their own, or that a check parked, are left alone. None: every run
+    is taken as it comes.
     """
     at = utc_now(clock)
     claims: list[Claim] = []
     with engine.begin() as connection:
-        found_policies: dict[str, OlderReleases] = {}
-        if releases is not None:
-            found_policies = release_rules.policies(connection)
-        kept_to = release_rules.kept_to(releases, found_policies)
+        kept_to = release_rules.kept_to(releases)
         full = queue_limits.full_queues(connection, at, queues)
         slots = queue_limits.Slots(connection, at)
         refused: list[str] = []  # queues found with no room under their lock, this batch
@@ -246,9 +242,6 @@ def claim_some(
             if row._mapping["status"] == RunStatus.WAITING:
                 row = _timed_out(connection, RunRow.of(row), at)
             claim = _take(connection, row, owner, lease_seconds, max_resumes, at)
-            policy = found_policies.get(queue)
-            if policy is not None:
-                claim = dataclasses.replace(claim, older_releases=policy)
             slots.took(queue, holds_slot)
             claims.append(claim)
             if suspect:

@@ -8,12 +8,12 @@ the same rule, written as SQL over the rows a claim reads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, and_, bindparam, case, func, literal, or_, select, update
+from sqlalchemy import Engine, and_, bindparam, case, func, literal, or_, select, update
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
@@ -27,9 +27,9 @@ from runner.store.rules import check_queue
 # ("given"), its agents' releases as loaded so far ("agents"), or its release alone ("only").
 Keeping = Literal["", "given", "agents", "only"]
 
-_POLICIES = select(queues.c.name, queues.c.older_releases).where(
-    queues.c.older_releases.is_not(None)
-)
+# The queues that pin their runs to their release, read inside the claim's own statement:
+# no statement more per claim (PostgreSQL hashes it once, SQLite keeps it as a table).
+_PINNED = select(queues.c.name).where(queues.c.older_releases == OlderReleases.PIN.value)
 # An agent's reference and a release, joined as one value to compare pairs with one IN.
 _SEPARATOR = "\n"
 
@@ -39,25 +39,25 @@ class Kept:
     """A claim's keeping to a worker's release: the shape of its condition and its values."""
 
     kind: Keeping = ""
-    pinning: bool = False
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
 NOT_KEPT = Kept()
 
 
-def kept_to(releases: Releases | None, found: Mapping[str, OlderReleases]) -> Kept:
-    """How a claim by a worker of `releases` keeps to it, the queues' policies `found`."""
+def kept_to(releases: Releases | None) -> Kept:
+    """How a claim by a worker of `releases` keeps to it."""
     kind = keeping(releases)
-    if kind == "":
-        return NOT_KEPT
-    pinned = sorted(name for name, policy in found.items() if policy is OlderReleases.PIN)
-    return Kept(kind, bool(pinned) and kind != "only", bounds(releases, pinned))
+    return NOT_KEPT if kind == "" else Kept(kind, bounds(releases))
 
 
-def policies(connection: Connection) -> dict[str, OlderReleases]:
-    """Each queue's policy for older releases, where one is set (no row: `continue`)."""
-    return {name: OlderReleases(policy) for name, policy in connection.execute(_POLICIES).all()}
+def policy_of(engine: Engine, name: str) -> OlderReleases:
+    """Queue `name`'s policy for runs of older releases (no row, or NULL: `continue`)."""
+    with reading(engine) as connection:
+        found = connection.execute(
+            select(queues.c.older_releases).where(queues.c.name == name)
+        ).scalar()
+    return OlderReleases(found) if found else OlderReleases.CONTINUE
 
 
 def keeping(releases: Releases | None) -> Keeping:
@@ -71,14 +71,12 @@ def keeping(releases: Releases | None) -> Keeping:
     return "agents" if releases.agents else ""
 
 
-def condition(kind: Keeping, pinning: bool) -> Any:
-    """The claim's condition for `kind` (`pinning`: some queue is pinned), bound by `bounds`:
-    runner.store.releases.may_take over a row of runs."""
+def condition(kind: Keeping) -> Any:
+    """The claim's condition for `kind`, bound by `bounds`: runner.store.releases.may_take
+    over a row of runs."""
     if kind == "only":
         return runs.c.release == bindparam("release")
-    held: Any = runs.c.parked_reason.is_not(None)
-    if pinning:
-        held = held | runs.c.queue.in_(bindparam("pinned", expanding=True))
+    held = runs.c.parked_reason.is_not(None) | runs.c.queue.in_(_PINNED)
     if kind == "given":
         mine = runs.c.release == bindparam("release")
     else:
@@ -91,7 +89,7 @@ def condition(kind: Keeping, pinning: bool) -> Any:
     return or_(~held, runs.c.release.is_(None), mine)
 
 
-def bounds(releases: Releases | None, pinned: Sequence[str]) -> dict[str, Any]:
+def bounds(releases: Releases | None) -> dict[str, Any]:
     """The values `condition` binds."""
     kind = keeping(releases)
     if releases is None or kind == "":
@@ -106,8 +104,6 @@ def bounds(releases: Releases | None, pinned: Sequence[str]) -> dict[str, Any]:
             for agent, release in releases.agents.items()
             if release is not None
         ]
-    if kind != "only" and pinned:
-        params["pinned"] = list(pinned)
     return params
 
 

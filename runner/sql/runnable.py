@@ -122,7 +122,6 @@ def _next_runnable(
             bool(skip_agents),
             bool(kept),
             releases.kind,
-            releases.pinning,
         )
         for way, query in enumerate(_runnable_queries(*shape)):
             if way in spent or (way == _QUEUED and queued is not None):
@@ -197,7 +196,6 @@ def _runnable_queries(
     skipping: bool,
     keeping: bool = False,
     releasing: release_rules.Keeping = "",
-    pinning: bool = False,
 ) -> tuple[Select[Any], ...]:
     """The three queries of `_next_runnable`, built once for each shape of their bounds
     (building one costs more than running it)."""
@@ -222,7 +220,6 @@ def _runnable_queries(
             skipping,
             keeping,
             releasing,
-            pinning,
         )
         for way, runnable in enumerate(ways)
     )
@@ -240,14 +237,13 @@ def _within(
     skipping: bool,
     keeping: bool = False,
     releasing: release_rules.Keeping = "",
-    pinning: bool = False,
 ) -> Select[Any]:
     """`query` kept to the queues served (`served`), not to those full (`passed`), not to
     the agents skipped, not to the runs the claimer keeps (`keeping`), and to the runs the
-    claimer's release may take (`releasing`, `pinning`: runner.sql.releases): bound by
+    claimer's release may take (`releasing`: runner.sql.releases): bound by
     `_bounds` (and the release's own values)."""
     if releasing:
-        query = query.where(release_rules.condition(releasing, pinning))
+        query = query.where(release_rules.condition(releasing))
     if served:
         query = query.where(runs.c.queue.in_(bindparam("served", expanding=True)))
     if passed:
@@ -312,7 +308,6 @@ def _orphan_here(
         bool(full),
         bool(skip_agents),
         releasing=releases.kind,
-        pinning=releases.pinning,
     )
     params = _bounds(skip_agents, queues, full, **releases.params)
     for candidate in connection.execute(query, params).all():

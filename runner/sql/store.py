@@ -331,6 +331,9 @@ class SqlStore:
     def set_older_releases(self, name: str, policy: OlderReleases) -> None:
         releases.set_policy(self.engine, name, policy, clock=self._clock)
 
+    def queue_policy(self, name: str) -> OlderReleases:
+        return releases.policy_of(self.engine, name)
+
     def list_releases(self, now: datetime) -> list[ReleaseInfo]:
         return releases.list_releases(self.engine, now)
 

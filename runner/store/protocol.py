@@ -272,6 +272,10 @@ class RunStore(Protocol):
         """Store queue `name`'s policy for runs of another release than a worker's."""
         ...
 
+    def queue_policy(self, name: str) -> OlderReleases:
+        """Queue `name`'s policy for runs of another release than a worker's."""
+        ...
+
     def list_releases(self, now: datetime) -> list[ReleaseInfo]:
         """Each release (of each agent) with an unfinished run, and how those runs stand."""
         ...

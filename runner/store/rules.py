@@ -29,7 +29,6 @@ from runner.core.result import AgentResult
 from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Asks, Wait
 from runner.errors import LeaseHeld, NotWaiting, WrongAnswer
-from runner.store.releases import OlderReleases
 from runner.store.rows import COUNTER_MAX, RunRow
 
 # -- queues -----------------------------------------------------------------------------------
@@ -201,8 +200,6 @@ class Claim:
     # Takeovers in a row that found no new journal entry: more than 0 makes the run a
     # suspect of killing its workers, which a worker runs alone until it progresses.
     stalled: int = 0
-    # The policy of the run's queue for runs of another release than the claimer's.
-    older_releases: OlderReleases = OlderReleases.CONTINUE
 
 
 def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:

@@ -78,6 +78,10 @@ class MemoryReleases(MemoryRows):
         found.sort(key=lambda run: (run.finished_at, run.id), reverse=True)
         return found[:limit]
 
+    def queue_policy(self, name: str) -> OlderReleases:
+        with self._lock:
+            return self._policy(name)
+
     def _policy(self, queue: str) -> OlderReleases:
         return self.older_releases.get(queue, OlderReleases.CONTINUE)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -376,13 +375,7 @@ class InMemoryStore(
                 row, holds_slot, suspect = found
                 if row["status"] == RunStatus.WAITING:
                     self._time_out(row, at)
-                claim = self._take(row, owner, lease_seconds, max_resumes, at)
-                if (
-                    releases is not None
-                    and self._policy(row["queue"]) is not OlderReleases.CONTINUE
-                ):
-                    claim = replace(claim, older_releases=self._policy(row["queue"]))
-                claims.append(claim)
+                claims.append(self._take(row, owner, lease_seconds, max_resumes, at))
                 if not holds_slot:
                     live[row["queue"]] = live.get(row["queue"], 0) + 1
                 if suspect:

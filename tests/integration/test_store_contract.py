@@ -303,7 +303,7 @@ def releasing(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
         found = runner.store.claim_some(
             limit=10, owner="tester:1:1", lease_seconds=30, max_resumes=2, **kwargs
         )
-        return [(c.run.id, c.epoch, str(c.older_releases)) for c in found]
+        return [(c.run.id, c.epoch, str(runner.store.queue_policy(c.run.queue))) for c in found]
 
     outcome.append(taken(releases=Releases("2")))  # p1 and o1 are release 1's, pinned
     outcome.append(runner.store.park_run("c1", 1, "check_failed", "differs at step 1"))
