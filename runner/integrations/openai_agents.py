@@ -98,7 +98,7 @@ from runner.core.journal import Journal
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import Tool
-from runner.errors import ModelFatal, RunnerError
+from runner.errors import ModelFatal, RunnerError, RunWaiting
 from runner.mcp.settlement import call_meta, settlement_of
 
 __all__ = ["RunnerAgent", "wrap"]
@@ -335,6 +335,8 @@ class _Journaled:
         # for by tool name: a handoff learns from them which call it is and what it hands on.
         self.conversation: list[Any] = []
         self.call_ids: dict[str, str] = {}
+        # The child runs' calls in flight (the SDK runs a step's calls at once).
+        self.parking: set[asyncio.Future[Outcome]] = set()
         # The messages sent to the run (`runner send`), each with where it entered the
         # conversation: after that many items of the SDK's input for the request it came
         # before. The SDK rebuilds its input at every request from the run's items, so
@@ -480,7 +482,21 @@ class _Journaled:
         async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
             declared = Tool(_declared, sub_agent=sub)
             task = _input_of(arguments)
-            outcome = await asyncio.to_thread(run.call, ctx.tool_call_id, _declared, declared, task)
+            call = asyncio.ensure_future(
+                asyncio.to_thread(run.call, ctx.tool_call_id, _declared, declared, task)
+            )
+            self.parking.add(call)
+            try:
+                outcome = await asyncio.shield(call)
+            except RunWaiting:
+                # The run parks: not before the step's other child calls have started
+                # their child runs too (the SDK would cancel them, and a child whose wait
+                # came after the park could be left for no one to run).
+                others = [other for other in self.parking if other is not call]
+                await asyncio.gather(*others, return_exceptions=True)
+                raise
+            finally:
+                self.parking.discard(call)
             return outcome.content
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)

@@ -411,3 +411,28 @@ def test_a_request_the_provider_refuses_stops_the_run_unretried(
         result = runner.run(Calculator(server.url).agent, TASK, id="refused")
     assert result.stop_reason == "model_error" and "400" in (result.error or "")
     assert len(server.requests) == 1
+
+
+def test_two_as_tool_calls_of_one_step_start_two_child_runs(
+    db_url: str, server: FakeServer
+) -> None:
+    """The SDK runs a step's calls at once: the run parks only once both children exist."""
+    from tests.providers import sdk_trees
+
+    sdk_trees.serve(chat_model(server.url))
+    calls = [
+        ("call_1", "research", '{"input": "Tea?"}'),
+        ("call_2", "research", '{"input": "Coffee?"}'),
+    ]
+    server.reply(openai_completion(calls=calls))
+    server.reply(openai_completion("Fine."))
+    server.reply(openai_completion("Fine."))
+    server.reply(openai_completion("Both are fine."))
+    with Runner(db_url) as runner:
+        result = runner.run(sdk_trees.lead, "Tea or coffee?", id="both")
+        children = [row for row in runner.list() if row.parent_id == "both"]
+    assert (result.stop_reason, result.output) == ("final", "Both are fine.")
+    assert sorted((child.task, child.stop_reason) for child in children) == [
+        ("Coffee?", "final"),
+        ("Tea?", "final"),
+    ]
