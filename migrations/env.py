@@ -9,6 +9,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from runner.sql.database import open_engine
+from runner.sql.partitions import include_name
 from runner.sql.schema import metadata
 
 config = context.config
@@ -24,6 +25,7 @@ def run_with(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=include_name,  # the journal's partitions are not tables of the schema
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -17,6 +17,7 @@ from runner.core.status import RunStatus
 from runner.core.utf8 import utf8_safe
 from runner.errors import RunnerError
 from runner.history.json_values import plain
+from runner.sql import partitions
 from runner.sql.backend import backend_for
 from runner.sql.retention import tree_finished
 from runner.sql.runs import decode
@@ -168,6 +169,9 @@ class Pruned:
     runs: int = 0
     entries: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
+    # Whole months of the journal dropped (PostgreSQL), each with its entries (counted in
+    # `entries` too): every entry in them belonged to a run pruned.
+    partitions: dict[str, int] = field(default_factory=dict)
     blobs: int = 0  # offloaded payloads no row names any more, deleted after the runs
     blob_bytes: int = 0
 
@@ -203,6 +207,11 @@ def prune_runs(
                 .where(entries.c.run_id.in_(select(runs.c.id).where(old)))
             ).scalar_one()
         return pruned
+    if backend_for(engine.dialect.name).partitions_journal:
+        with engine.begin() as connection:
+            partitions.ensure_months(connection, datetime.now(UTC))
+            pruned.partitions = partitions.drop_past(connection, cutoff, old)
+            pruned.entries += sum(pruned.partitions.values())
     while True:
         with engine.begin() as connection:
             # Locked as they are picked (PostgreSQL; SQLite's writer holds the file): a run

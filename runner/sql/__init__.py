@@ -25,7 +25,8 @@ the pieces of model responses in flight (`deltas`), scores of runs with their sc
 finished (`cancels`). It knows no policy of the loop, no command line and no page. Also: the
 codecs each engine writes payloads through (`payloads`) and the blobs their rows name
 (`blob_references`), and
-their key rotation (`key_rotation`).
+their key rotation (`key_rotation`); the journal's monthly partitions on PostgreSQL
+(`partitions`).
 
 It may import: `runner.core`, `runner.store` and the shared leaves.
 """

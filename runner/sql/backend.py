@@ -98,6 +98,9 @@ class Backend:
     # Whether the server caps its connections, so a worker's pool leaves room under the cap
     # (runner.sql.pool_size asks PostgreSQL how many are free).
     caps_connections = False
+    # Whether the journal is partitioned by month (revision 0022, runner.sql.partitions):
+    # PostgreSQL.
+    partitions_journal = False
 
     def create_engine(
         self,
@@ -391,6 +394,7 @@ class PostgresBackend(Backend):
     locks_trees = True
     caps_connections = True
     writes_renew_lease = True
+    partitions_journal = True
     writes_runs_together = True
     title = "PostgreSQL"
     notifies = True

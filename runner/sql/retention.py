@@ -24,6 +24,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Engine, and_, delete, exists, select, text
 
 from runner.core.status import RunStatus
+from runner.sql.backend import backend_for
+from runner.sql.partitions import ensure_months
 from runner.sql.runs import reading, store_named
 from runner.sql.schema import queues, runs
 from runner.store.rules import (
@@ -119,6 +121,9 @@ def prune_expired(
     """Delete the finished runs the rules of their queues expire at `now`: at most
     `batches` transactions of at most `batch_size` runs each (the next pass goes on)."""
     done = Expired()
+    if backend_for(engine.dialect.name).partitions_journal:
+        with engine.begin() as connection:  # the journal's months ahead (PostgreSQL)
+            ensure_months(connection, now)
     with reading(engine) as connection:
         rules = stored_rules(connection)
         if not rules:

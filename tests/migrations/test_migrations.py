@@ -35,6 +35,7 @@ from runner.sql.database import (
     open_engine,
     upgrade,
 )
+from runner.sql.partitions import include_name
 from runner.sql.schema import SCHEMA_REVISION, metadata
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +53,9 @@ def engine(empty_url: str) -> Iterator[Engine]:
 
 def differences(engine: Engine, target: MetaData = metadata) -> list[Any]:
     with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        context = MigrationContext.configure(
+            connection, opts={"compare_type": True, "include_name": include_name}
+        )
         return list(compare_metadata(context, target))
 
 
