@@ -16,20 +16,23 @@ from typing import Any
 from sqlalchemy import Engine, and_, delete, select
 
 from runner.core.deltas import Delta
+from runner.sql.payloads import payloads_of
 from runner.sql.schema import deltas
 from runner.sql.writer import writing
 from runner.store.delta_writer import DELTA_KEEP_SECONDS, Change, Put
+from runner.store.payloads import Payloads, open_text
 
 
 def write(engine: Engine, changes: list[Change]) -> None:
     """Apply `changes` in order, in one transaction (SQLite: this process's turn to write)."""
     if not changes:
         return
+    payloads = payloads_of(engine)  # a piece of a model's output is a payload too
     with writing(engine), engine.begin() as connection:
         rows: list[dict[str, Any]] = []
         for change in changes:
             if isinstance(change, Put):
-                rows.append(_row(change))
+                rows.append(_row(change, payloads))
                 continue
             if rows:
                 connection.execute(deltas.insert(), rows)
@@ -47,7 +50,7 @@ def write(engine: Engine, changes: list[Change]) -> None:
             connection.execute(deltas.insert(), rows)
 
 
-def _row(put: Put) -> dict[str, Any]:
+def _row(put: Put, payloads: Payloads) -> dict[str, Any]:
     delta = put.delta
     return {
         "run_id": put.run_id,
@@ -56,7 +59,7 @@ def _row(put: Put) -> dict[str, Any]:
         "part": delta.part,
         "call_index": delta.call,
         "tool": delta.tool,
-        "text": delta.text,
+        "text": payloads.seal(delta.text),
         "created_at": put.at,
     }
 
@@ -81,7 +84,12 @@ def deltas_after(engine: Engine, run_id: str, after: int, limit: int) -> list[tu
     with engine.connect() as connection:
         rows = connection.execute(query).all()
     return [
-        (row.id, Delta(row.step, row.ordinal, row.text, row.part, row.call_index, row.tool))
+        (
+            row.id,
+            Delta(
+                row.step, row.ordinal, open_text(row.text) or "", row.part, row.call_index, row.tool
+            ),
+        )
         for row in rows
     ]
 

@@ -5,6 +5,7 @@ SQL) and come back as they were through every reader; metadata stays plain."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ from sqlalchemy import text
 
 from runner import Runner
 from runner.core.clock import ManualClock
+from runner.core.deltas import Delta
+from runner.sql import deltas
+from runner.sql.store import SqlStore
+from runner.store.delta_writer import Put
 from runner.store.payloads import ENVELOPE_PREFIX, Payloads
 from runner.testing import InMemoryStore
 from tests.conftest import fresh_database
@@ -72,3 +77,16 @@ def test_every_payload_is_sealed_at_rest_and_read_back_plain(runner: Runner) -> 
             assert connection.execute(
                 text("SELECT stop_reason, steps FROM runs WHERE id = 'sealed'")
             ).one() == ("final", 3)
+
+
+def test_pieces_of_a_streamed_response_are_sealed_too(db_url: str) -> None:
+    store = SqlStore(db_url, payloads=Payloads([Hide()]))
+    try:
+        piece = Delta(1, 0, f"streaming {SECRET}")
+        deltas.write(store.engine, [Put("r", piece, datetime.now(UTC))])
+        with store.engine.connect() as connection:
+            stored = connection.execute(text("SELECT text FROM deltas")).scalar_one()
+        assert "swordfish" not in stored and stored.startswith(ENVELOPE_PREFIX)
+        assert [delta for _, delta in store.deltas_after("r", 0, 10)] == [piece]
+    finally:
+        store.close()
