@@ -11,6 +11,9 @@ import pytest
 from runner import Agent, Compaction, run_agent
 from runner.core.compaction import INSTRUCTIONS, Compacted
 from runner.core.journal import EntryKind
+from runner.testing import FunctionModel, tool_results, turns
+from runner.testing import call as call_tool
+from runner.testing import final as answer
 from tests.unit.store_support import memory_runner
 
 Transcript = list[dict[str, Any]]
@@ -172,3 +175,21 @@ def test_a_summary_call_draws_from_the_runs_provider_limit() -> None:
     summaries = len(model.summaries)
     assert summaries >= 1 and result.output == "done"
     assert (info.requests, info.tokens) == (7 + summaries, 6 * 10 + 1 + 5 * summaries)
+
+
+def test_a_sub_agents_summaries_are_charged_to_its_tree() -> None:
+    policy = Compaction(above_tokens=300, keep_steps=1)
+    alone = Reader(last=6)
+    run_agent(alone, {"read": read}, "read", max_steps=20, max_tokens=None, max_repeats=None,
+              context=policy)  # fmt: skip
+    summaries = len(alone.summaries)
+    assert summaries >= 1
+    # The parent's budget holds the child's steps (61 tokens) but not its summaries too.
+    child = Agent(Reader(last=6), {"read": read}, context=policy, max_steps=20, max_repeats=None)
+    parent = FunctionModel(
+        lambda t: call_tool("reader", task="read") if turns(t) == 0 else answer("ok")
+    )
+    result = run_agent(parent, {"reader": child.as_tool(name="reader")}, "task",
+                       max_tokens=61 + 5 * summaries - 1, max_steps=30)  # fmt: skip
+    observed = tool_results(result.transcript)[0]["content"]
+    assert "stopped: token_budget" in observed and result.stop_reason == "token_budget"
