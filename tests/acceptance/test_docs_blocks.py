@@ -153,6 +153,15 @@ def _order_unknown(out: str, err: str) -> None:
     assert out.strip() == "I cannot tell whether the order of 2 tea went through: check it."
 
 
+def _gate_names_the_run(out: str, err: str) -> None:
+    assert "run deploy-small differs at step 1: the run called lookup_order" in out, out
+
+
+def _parked_by_the_check(out: str, err: str) -> None:
+    assert "queued (parked: check_failed; for a worker of release 1)" in out, out
+    assert "has no tool lookup_order" in out, out
+
+
 CHECKS: dict[str, Callable[[str, str], None]] = {
     "runner list --status stalled  # demo-crash": _stalled_is_demo_crash,
     "runner resume demo-crash": _answers_35,
@@ -166,6 +175,8 @@ CHECKS: dict[str, Callable[[str, str], None]] = {
     "runner resume refund-1": _refunded,
     "runner show refund-2": _denied,
     "runner resume mcp-demo": _order_unknown,
+    "--since 1d  # exits 5": _gate_names_the_run,
+    "runner show deploy-check": _parked_by_the_check,
 }
 
 
