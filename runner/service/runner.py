@@ -46,7 +46,8 @@ class Runner(
 
     `Runner(url)` opens the database at `url` (None: RUNNER_DATABASE_URL, else the default
     file); `Runner(store=...)` runs on another store, such as `runner.testing.InMemoryStore`
-    for tests with no database.
+    for tests with no database. `Runner(url, codecs=[...])` writes every payload through your
+    own codecs, then the environment's encryption and offload (docs/guides/payloads.md).
     """
 
     def __enter__(self) -> Runner:

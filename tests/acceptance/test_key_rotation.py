@@ -3,7 +3,8 @@ A run written with key A (its large payloads offloaded, their blobs encrypted to
 unreadable without A (a one-line error naming the key, never a traceback, never garbage);
 `runner keys rotate`, SIGKILLed half way and run again, leaves every value under key B; the
 run reads back the same with B alone; `runner sql` shows encrypted values as such; and no
-blob is left that no row names once the sweep has run."""
+blob is left that no row names once the sweep has run. A rotation while a process executes a
+run (its task written with key A) leaves that run and an older one readable with B alone."""
 
 from __future__ import annotations
 
@@ -11,10 +12,20 @@ import json
 from pathlib import Path
 
 from runner.store.payloads import blob_references
-from tests.integration.payload_agents import REF, SECRET
+from tests.integration.payload_agents import GATE_VARIABLE, REF, SECRET
 from tests.unit.payload_codecs import KEY_A, KEY_B, keys_text
 
-from .harness import KILLED, cli, cli_env, described, journal, one_line_error, run_row
+from .harness import (
+    KILLED,
+    cli,
+    cli_env,
+    described,
+    journal,
+    one_line_error,
+    run_row,
+    start,
+    wait_for,
+)
 
 
 def blob_files(folder: Path) -> set[str]:
@@ -82,3 +93,35 @@ def test_a_run_written_with_key_a_reads_after_rotation_to_key_b(db_url: str, led
                 db_url=db_url, ledger=ledger, env=with_b)  # fmt: skip
     assert swept.returncode == 0, described(swept)
     assert blob_files(blobs) == named(db_url, "k") != set()
+
+
+def test_a_rotation_while_a_worker_runs_leaves_every_value_readable_with_the_new_key(
+    db_url: str, ledger: Path
+) -> None:
+    env = cli_env(db_url, ledger)
+    done = cli("run", REF, "look 0", "--id", "old", db_url=db_url, ledger=ledger,
+               env=env | {"RUNNER_KEYS": keys_text(KEY_A)})  # fmt: skip
+    assert done.returncode == 0, described(done)
+    gate = ledger / "gate"
+    gate.mkdir()
+    both = env | {"RUNNER_KEYS": keys_text(KEY_A, KEY_B)}
+    # Its task written with key A; its steps, by a process that has both keys, with key B.
+    queued = cli("submit", REF, "look 0", "--id", "live", db_url=db_url, ledger=ledger,
+                 env=env | {"RUNNER_KEYS": keys_text(KEY_A)})  # fmt: skip
+    assert queued.returncode == 0, described(queued)
+    running = start("resume", "live", env=both | {GATE_VARIABLE: str(gate)}, cwd=ledger)
+    try:
+        wait_for(lambda: (gate / "started").exists(), what="the tool to start")
+        rotated = cli("keys", "rotate", "--batch-size", "1", db_url=db_url, ledger=ledger, env=both)
+        assert rotated.returncode == 0, described(rotated)
+        (gate / "open").touch()
+        _, err = running.communicate(timeout=60)
+    finally:
+        if running.returncode is None:
+            running.kill()
+            running.communicate()
+    assert running.returncode == 0, err
+    only_b = env | {"RUNNER_KEYS": keys_text(KEY_B)}
+    for run_id in ("old", "live"):
+        shown = cli("show", run_id, db_url=db_url, ledger=ledger, env=only_b)
+        assert shown.returncode == 0 and SECRET in shown.stdout, described(shown)
