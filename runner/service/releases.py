@@ -59,10 +59,7 @@ class Releasing(RunnerBase):
     def park_diverged(self, claim: Claim, report: Replay, release: str | None) -> bool:
         """Park the claimed run for a worker of its own release, saying what differed from
         the code of `release`; False if the claim no longer holds it."""
-        error = (
-            f"parked by a check: release {release or '(none)'} differs at step {report.step}: "
-            f"the run {report.recorded}; the agent {report.now}"
-        )
+        error = f"parked by a check: {diverged(report, release)}"
         return self.store.park_run(claim.run.id, claim.epoch, PARKED_BY_CHECK, error)
 
     def replay_sample(
@@ -101,6 +98,13 @@ class Releasing(RunnerBase):
             journal = [entry for entry, _ in self.store.load_entries(run.id)]
             reports.append(replay_run(run, journal, found, Budgets(**run.budgets)))
         return reports
+
+
+def diverged(report: Replay, release: str | None) -> str:
+    """What a failed check found, in words: where and how the code of `release` differs."""
+    where = "" if report.step is None else f" at step {report.step}"
+    named = release or "(none)"
+    return f"release {named} differs{where}: the run {report.recorded}; the agent {report.now}"
 
 
 __all__ = ["OlderReleases", "Releasing"]

@@ -59,6 +59,8 @@ from runner.errors import (
     first_line,
 )
 from runner.service.database import pool_for
+from runner.service.releases import diverged
+from runner.service.replay import Replay
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.store.blob_sweep import BLOB_GRACE_SECONDS
 from runner.store.payloads import Codec
@@ -724,7 +726,7 @@ class Worker:
         if policy is not OlderReleases.CHECK:
             return True
         try:
-            report = self.runner.check_claimed(claim, agent)
+            report = self._checked(claim, agent)
             if report.agrees:
                 self._log(
                     logging.INFO,
@@ -742,11 +744,23 @@ class Worker:
         if parked:
             self._log(
                 logging.WARNING,
-                f"run {run.id} parked (check_failed): release {mine} differs at step "
-                f"{report.step}: the run {report.recorded}; the agent {report.now}",
+                f"run {run.id} parked (check_failed): {diverged(report, mine)}",
                 run.id,
             )
         return False
+
+    def _checked(self, claim: Claim, agent: Agent) -> Replay:
+        """The check's replay; one that raises (not the database: an outage is raised) is a
+        check failed, said so: a run its release's code cannot even replay is not run on,
+        and is not left to fail every claimer's check in turn."""
+        try:
+            return self.runner.check_claimed(claim, agent)
+        except self.store.outages:
+            raise
+        except Exception as exc:
+            run = claim.run
+            now = f"cannot replay it: {type(exc).__name__}: {first_line(exc)}"
+            return Replay(run.id, 0, run.stop_reason, False, None, "was recorded", now)
 
     def _agent(self, ref: str | None, run_id: str) -> Agent:
         if ref is None:

@@ -63,3 +63,22 @@ def test_a_run_that_differs_is_parked_for_its_own_release() -> None:
     deploy("1", "lookup")
     Worker(store=store, poll=0.01, release="1", drain=True).serve()
     assert runner.row("r").stop_reason == "final" and runner.releases() == []
+
+
+def test_a_check_that_cannot_replay_the_run_parks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, store, _ = memory_runner()
+    runner.set_older_releases("checked", "check")
+    deploy("1", "lookup")
+    runner.submit(REF, "refund order 1042", id="r", queue="checked")
+    Worker(store=store, once=True, poll=0.01).serve()
+    runner.approve("r", call="r-2")
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("the replay itself broke")
+
+    monkeypatch.setattr("runner.service.replay.replay_run", broken)
+    deploy("2", "lookup")
+    Worker(store=store, once=True, poll=0.01).serve()  # parked once, not failed for ever
+    row = runner.row("r")
+    assert (str(row.status), row.parked_reason) == ("queued", "check_failed")
+    assert "cannot replay it: RuntimeError: the replay itself broke" in (row.error or "")
