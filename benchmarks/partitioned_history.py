@@ -29,7 +29,7 @@ import common
 from sqlalchemy import text
 
 from runner.history import History, stop_reason_stats
-from runner.sql.database import open_engine
+from runner.sql.database import downgrade, open_engine
 from runner.sql.partitions import month_of, next_month
 
 RUNNER = Path(sys.executable).parent / "runner"
@@ -62,8 +62,11 @@ FROM generate_series(CAST(0 AS bigint), :entries - 1) AS g
 """
 
 
-def build(url: str, entries: int, per_run: int, months: int) -> dict[str, float]:
-    """Fill the database; seconds each step took."""
+def build(
+    url: str, entries: int, per_run: int, months: int, partitioned: bool = True
+) -> dict[str, float]:
+    """Fill the database (with `partitioned` False, its journal one plain table, as before
+    revision 0022); seconds each step took."""
     now = datetime.now(UTC)
     first = month_of(now)
     for _ in range(months - 1):
@@ -76,15 +79,20 @@ def build(url: str, entries: int, per_run: int, months: int) -> dict[str, float]
         "per_run": per_run, "runs": runs, "entries": entries, "start": first,
         "span": int((now - first).total_seconds()) - 120,
     }  # fmt: skip
+    if not partitioned:
+        downgrade(engine, "0021")
     with engine.begin() as connection:
         month = first
-        while month < now:
+        while partitioned and month < now:
             name = f"entries_p{month:%Y%m}"
             connection.execute(
                 text(
                     f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF entries FOR VALUES "
                     f"FROM ('{month.isoformat()}') TO ('{next_month(month).isoformat()}')"
                 )
+            )
+            connection.execute(  # as runner.sql.partitions makes a month
+                text(f"CREATE UNIQUE INDEX IF NOT EXISTS {name}_run_id_seq ON {name} (run_id, seq)")
             )
             month = next_month(month)
     for step, sql in (("runs", _RUNS), ("entries", _ENTRIES)):
@@ -116,13 +124,20 @@ def main() -> None:
     p.add_argument("--per-run", type=int, default=10)
     p.add_argument("--months", type=int, default=12)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument(
+        "--unpartitioned",
+        action="store_true",
+        help="the journal one plain table (revision 0021), to compare",
+    )
     options = p.parse_args()
     postgres = common.postgres_url_or_none(options)
     if postgres is None:
         raise SystemExit("this benchmark needs PostgreSQL")
     results: dict[str, Any] = {"entries": options.entries, "per_run": options.per_run}
     with common.scratch_postgres(postgres) as url:
-        results["build_seconds"] = build(url, options.entries, options.per_run, options.months)
+        results["build_seconds"] = build(
+            url, options.entries, options.per_run, options.months, not options.unpartitioned
+        )
         print(f"built {options.entries:,} entries: {results['build_seconds']}", flush=True)
         engine = open_engine(url)
         groups = stop_reason_stats(engine, by="release")  # warm: the cache as a server's

@@ -171,11 +171,15 @@ def start_replica(server_url: str) -> Iterator[str]:
         )
     folder = Path(tempfile.mkdtemp(prefix="runner-replica-"))
     data = folder / "data"
-    backup = subprocess.run(
-        [str(binaries / "pg_basebackup"), "-h", host, "-p", str(port), "-U", user or "postgres",
-         "-D", str(data), "-R", "-X", "stream", "-c", "fast", "--no-sync"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    for _ in range(3):  # another test may end the server's sessions (pg_terminate_backend)
+        backup = subprocess.run(
+            [str(binaries / "pg_basebackup"), "-h", host, "-p", str(port), "-U",
+             user or "postgres", "-D", str(data), "-R", "-X", "stream", "-c", "fast",
+             "--no-sync"],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if backup.returncode == 0:
+            break
     if backup.returncode != 0:
         shutil.rmtree(folder, ignore_errors=True)
         unavailable(f"pg_basebackup failed: {backup.stderr.strip()}", REQUIRE_REPLICA)

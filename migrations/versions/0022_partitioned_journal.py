@@ -4,8 +4,10 @@
   a month (`entries_pYYYYMM`, from the month of its oldest entry to two months ahead) and a
   default partition (`entries_default`) for any entry no month partition takes. Its rows
   are copied over in one statement; its primary key becomes (run_id, seq, created_at) (a
-  partitioned table's unique keys must hold its partition key: a run's entries are still
-  numbered once each, under the run's row lock, see runner.sql.fencing); the foreign key to
+  partitioned table's unique keys must hold its partition key), and each partition keeps
+  (run_id, seq) unique on its own, so that a write retried after its answer was lost is
+  still refused as a duplicate (runner.sql.journal), unless the two straddle a month's
+  end by the instant between them; the foreign key to
   `runs`, the follow trigger of revision 0017, the views that read it and the reader role's
   SELECT come back as they were. `runner prune` then drops a month whose entries all belong
   to runs it deletes (runner.sql.partitions), instead of deleting them row by row.
@@ -109,12 +111,16 @@ def _month_partitions() -> None:
                     'entries_p' || to_char(month, 'YYYYMM'),
                     month::timestamp AT TIME ZONE 'UTC',
                     (month + interval '1 month')::timestamp AT TIME ZONE 'UTC');
+                EXECUTE format('CREATE UNIQUE INDEX %I ON %I (run_id, seq)',
+                    'entries_p' || to_char(month, 'YYYYMM') || '_run_id_seq',
+                    'entries_p' || to_char(month, 'YYYYMM'));
                 month := (month + interval '1 month')::date;
             END LOOP;
         END $$
         """
     )
     op.execute("CREATE TABLE entries_default PARTITION OF entries_new DEFAULT")
+    op.execute("CREATE UNIQUE INDEX entries_default_run_id_seq ON entries_default (run_id, seq)")
 
 
 def upgrade() -> None:

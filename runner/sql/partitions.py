@@ -86,6 +86,10 @@ def ensure_months(connection: Connection, now: datetime, ahead: int = AHEAD) -> 
                     f"FOR VALUES FROM ('{month.isoformat()}') TO ('{after.isoformat()}')"
                 )
             )
+            # (run_id, seq) unique within the month (see revision 0022).
+            connection.execute(
+                text(f"CREATE UNIQUE INDEX {name}_run_id_seq ON {name} (run_id, seq)")
+            )
             made.append(name)
         month = next_month(month)
     return made
