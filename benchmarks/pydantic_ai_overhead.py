@@ -214,6 +214,9 @@ def main() -> None:
         ),
     )
     p.add_argument("--json", metavar="PATH")
+    p.add_argument(
+        "--modes", default=None, help="only these modes, comma-separated (bare is always run)"
+    )
     args = p.parse_args()
 
     folder = Path(tempfile.mkdtemp(prefix="pyai_overhead_"))
@@ -225,9 +228,11 @@ def main() -> None:
         urls["postgres"] = migrated(pg)
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    chosen = None if args.modes is None else {"bare", *args.modes.split(",")}
     children = [Child("bare", None)]
     for db, url in urls.items():
-        children.append(Child(f"runner-{db}", url))
+        if chosen is None or f"runner-{db}" in chosen:
+            children.append(Child(f"runner-{db}", url))
         # On PostgreSQL, DBOS's tables are in a schema of their own (`dbos`) in runner's
         # database. On SQLite both name a table `queues`: DBOS gets a file of its own, beside
         # runner's, on the same disk with the same settings.
@@ -236,7 +241,8 @@ def main() -> None:
             if db == "sqlite"
             else url.replace("postgresql+psycopg://", "postgresql://")
         )
-        children.append(Child(f"dbos-{db}", dbos_url))
+        if chosen is None or f"dbos-{db}" in chosen:
+            children.append(Child(f"dbos-{db}", dbos_url))
     try:
         for child in children:
             child.wait_ready()

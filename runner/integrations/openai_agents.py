@@ -453,7 +453,7 @@ class _Journaled:
         inner = getattr(tool.on_invoke_tool, "_invoke_tool_impl", tool.on_invoke_tool)
 
         async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
-            recorded = await asyncio.to_thread(run.recorded_outcome, ctx.tool_call_id)
+            recorded = run.recorded_outcome(ctx.tool_call_id)  # in memory: on the loop
             if recorded is not None:
                 return recorded.content
             loop = asyncio.get_running_loop()
@@ -543,8 +543,11 @@ class _JournaledModel(Model):
             await asyncio.to_thread(self.run.listed, dict(listings))
         positional = len(args) > 1  # `input` is the second parameter of both requests
         given = args[1] if positional else kwargs.get("input", [])
-        recorded = await asyncio.to_thread(self.run.recorded_reply, _returned(given), None)
-        shown = await asyncio.to_thread(self.journaled.shown, given)
+        # On the loop, not a thread: both read what this process holds (a write only when the
+        # step before has something to settle, or messages came), and two hops to a thread
+        # and back cost more than that on a busy machine (docs/performance.md).
+        recorded = self.run.recorded_reply(_returned(given), None)
+        shown = self.journaled.shown(given)
         if positional:
             args = (args[0], shown, *args[2:])
         else:

@@ -262,8 +262,11 @@ class _Journaled(AbstractCapability[Any]):
                 raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
             await asyncio.to_thread(self.run.listed, listings)
         returned, retry = _returned(request_context.messages)
-        recorded = await asyncio.to_thread(self.run.recorded_reply, returned, retry)
-        heard = await asyncio.to_thread(self.run.heard)
+        # On the loop, not a thread: both read what this process holds (a write only when the
+        # step before has something to settle, or messages came), and two hops to a thread
+        # and back cost more than that on a busy machine (docs/performance.md).
+        recorded = self.run.recorded_reply(returned, retry)
+        heard = self.run.heard()
         if heard and request_context.messages:
             # As user turns of the request about to go, kept in the run's history after it.
             last = request_context.messages[-1]
@@ -293,7 +296,7 @@ class _Journaled(AbstractCapability[Any]):
     async def wrap_tool_execute(
         self, ctx: Any, *, call: pm.ToolCallPart, tool_def: Any, args: Any, handler: Any
     ) -> Any:
-        recorded = await asyncio.to_thread(self.run.recorded_outcome, call.tool_call_id)
+        recorded = self.run.recorded_outcome(call.tool_call_id)  # in memory: on the loop
         if recorded is not None:
             return _replayed(recorded)
         loop = asyncio.get_running_loop()
