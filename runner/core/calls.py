@@ -509,6 +509,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def on_shared_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether `loop` is the one `invoke` awaits coroutines on (a framework's loop that runs
+    there can have a coroutine of its own awaited by `invoke` with no thread between)."""
+    return loop is _loop
+
+
 def _background_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _loop_lock:

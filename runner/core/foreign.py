@@ -33,15 +33,16 @@ knows no framework, no SQL and no provider.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 from runner.core.actions import Action, ActionKind, Call, parse_action
 from runner.core.budgets import Budgets
-from runner.core.calls import described, invoke
+from runner.core.calls import described, invoke, on_shared_loop
 from runner.core.clock import SYSTEM, Clock
 from runner.core.counters import Counters
 from runner.core.deltas import DeltaSink, DeltaStream, current_stream
@@ -310,16 +311,18 @@ class ForeignRun:
 
     def ask(
         self,
-        request: Callable[[Pieces | None], Any],
+        request: Callable[[Pieces | None], Coroutine[Any, Any, Any]],
         reply_of: Callable[[Any], LiveReply],
-        shown: Any = (),
+        shown: Any,
+        loop: asyncio.AbstractEventLoop,
     ) -> Any:
         """The model's response to this step's request, asked now (the journal holds none):
         the checks before it, its retries (`request` is called again on failure), the stop
-        rules after it; its calls are journaled before it returns. `reply_of` turns what
-        `request` returned into (Reply, the framework's response). `request` is handed where
-        the pieces of a streamed response go (None: nobody follows them); `shown` is what
-        the request sends (its messages), for the provider limit's estimate."""
+        rules after it; its calls are journaled before it returns. `request` makes the
+        framework's request, a coroutine for the framework's `loop`, handed where the pieces
+        of a streamed response go (None: nobody follows them); `reply_of` turns what it
+        returned into (Reply, the framework's response); `shown` is what the request sends
+        (its messages), for the provider limit's estimate. Called off the framework's loop."""
         if self.place.below:
             # What its sub-agents spent before this process took the run up.
             self.rules.charge(self.place.below)
@@ -336,9 +339,8 @@ class ForeignRun:
             self._stop(Stop(tree.reason, error=tree.error))
         answered: list[LiveReply] = []
 
-        def model(_shown: Any) -> dict[str, Any]:
-            stream = current_stream()  # on this thread: the call's context has it
-            live = reply_of(request(None if stream is None else Pieces(stream)))
+        def answer(response: Any) -> dict[str, Any]:
+            live = reply_of(response)
             answered[:] = [live]
             reply = live[0]
             # What traces and the provider limit read of it: the calls, or the text, and usage.
@@ -348,7 +350,20 @@ class ForeignRun:
                 return {"type": "tool", "calls": calls, "text": reply.text, "usage": usage}
             return {"type": "final", "content": reply.text or "", "usage": usage}
 
-        self.model_call.model = model
+        def pieces() -> Pieces | None:
+            stream = current_stream()  # the call's context has it
+            return None if stream is None else Pieces(stream)
+
+        async def on_loop(_shown: Any) -> dict[str, Any]:
+            return answer(await request(pieces()))
+
+        def from_thread(_shown: Any) -> dict[str, Any]:
+            return answer(asyncio.run_coroutine_threadsafe(request(pieces()), loop).result())
+
+        # The framework's loop is runner's shared one (not a run nested in an async tool):
+        # the model call awaits the request there, with no thread of its own between, which
+        # on a busy machine costs more than the rest of the step's Python.
+        self.model_call.model = on_loop if on_shared_loop(loop) else from_thread
         try:
             self.model_call.ask(shown, self.rules.budgets, self.step)
         except OutOfTime:

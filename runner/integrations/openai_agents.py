@@ -559,19 +559,16 @@ class _JournaledModel(Model):
     ) -> tuple[ModelResponse, list[Any]]:
         """The model asked through the run's journal (`ForeignRun.ask`): its response, and
         the events of its stream when it streamed."""
-        loop = asyncio.get_running_loop()
         events: list[Any] = []
 
-        def request(pieces: Pieces | None) -> ModelResponse:
+        async def request(pieces: Pieces | None) -> ModelResponse:
             events.clear()  # a retry's stream starts afresh
-            coroutine = (
-                _drained(self.inner.stream_response(*args, **kwargs), pieces, events)
-                if stream
-                else self.inner.get_response(*args, **kwargs)
-            )
-            future = asyncio.run_coroutine_threadsafe(coroutine, loop)
             try:
-                response: ModelResponse = future.result()
+                if stream:
+                    return await _drained(
+                        self.inner.stream_response(*args, **kwargs), pieces, events
+                    )
+                response: ModelResponse = await self.inner.get_response(*args, **kwargs)
             except APIStatusError as exc:
                 # A request the provider refused (bad, unauthorised, too long) is refused
                 # again: no retry. Timeouts, conflicts, rate limits and 5xx are retried.
@@ -583,7 +580,11 @@ class _JournaledModel(Model):
         model = getattr(self.inner, "model", None)
         name = model if isinstance(model, str) else None
         response: ModelResponse = await asyncio.to_thread(
-            self.run.ask, request, lambda r: (_reply_of(r, _cost_of(name, r.usage)), r), shown
+            self.run.ask,
+            request,
+            lambda r: (_reply_of(r, _cost_of(name, r.usage)), r),
+            shown,
+            asyncio.get_running_loop(),
         )
         return response, events
 

@@ -274,14 +274,13 @@ class _Journaled(AbstractCapability[Any]):
                 last.parts = [*last.parts, *(pm.UserPromptPart(_said(m)) for m in heard)]
         if recorded is not None:
             return _response_of(recorded, request_context)
-        loop = asyncio.get_running_loop()
         params = request_context.model_request_parameters
 
-        def request(pieces: Pieces | None) -> pm.ModelResponse:
-            asked = _streamed(ctx, request_context, pieces) if self.stream else None
-            future = asyncio.run_coroutine_threadsafe(asked or handler(request_context), loop)
+        async def request(pieces: Pieces | None) -> pm.ModelResponse:
             try:
-                response: pm.ModelResponse = future.result()
+                if self.stream:
+                    return await _streamed(ctx, request_context, pieces)
+                response: pm.ModelResponse = await handler(request_context)
             except ModelHTTPError as exc:
                 if 400 <= exc.status_code < 500 and exc.status_code not in (408, 409, 429):
                     raise ModelFatal(f"{type(exc).__name__}: {exc}") from None
@@ -289,7 +288,11 @@ class _Journaled(AbstractCapability[Any]):
             return response
 
         response: pm.ModelResponse = await asyncio.to_thread(
-            self.run.ask, request, lambda r: (_reply_of(r, params), r), request_context.messages
+            self.run.ask,
+            request,
+            lambda r: (_reply_of(r, params), r),
+            request_context.messages,
+            asyncio.get_running_loop(),
         )
         return response
 
