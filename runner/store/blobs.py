@@ -185,26 +185,52 @@ class S3Blobs:
             self._client = boto3.client("s3")
         return self._client
 
+    def _call(self, what: str, method: str, **kwargs: Any) -> Any:
+        """One S3 request; its failure (the server away, a refusal) a PayloadError naming the
+        store, as a folder's OSError is, never a botocore exception of its own."""
+        from botocore.exceptions import (  # type: ignore[import-untyped]
+            BotoCoreError,
+            ClientError,
+        )
+
+        try:
+            return getattr(self.client, method)(**kwargs)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                raise
+            raise PayloadError(f"cannot {what} in {self.url}: {exc}") from None
+        except BotoCoreError as exc:
+            raise PayloadError(f"cannot {what} in {self.url}: {exc}") from None
+
     def _key(self, sha256: str) -> str:
         return f"{self.prefix}/{sha256[:2]}/{sha256}" if self.prefix else f"{sha256[:2]}/{sha256}"
 
     def put(self, sha256: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self._key(sha256), Body=data)
+        self._call(
+            "write a blob", "put_object", Bucket=self.bucket, Key=self._key(sha256), Body=data
+        )
 
     def get(self, sha256: str) -> bytes:
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self._key(sha256))
+            response = self._call(
+                "read a blob", "get_object", Bucket=self.bucket, Key=self._key(sha256)
+            )
         except self.client.exceptions.NoSuchKey:
             raise _missing(self.url, sha256) from None
         return bytes(response["Body"].read())
 
     def delete(self, sha256: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=self._key(sha256))
+        self._call("delete a blob", "delete_object", Bucket=self.bucket, Key=self._key(sha256))
 
     def blobs(self) -> Iterator[Blob]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else ""
         )
-        for page in pages:
-            for item in page.get("Contents", ()):
-                yield Blob(item["Key"].rsplit("/", 1)[-1], item["Size"], item["LastModified"])
+        try:
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    yield Blob(item["Key"].rsplit("/", 1)[-1], item["Size"], item["LastModified"])
+        except (BotoCoreError, ClientError) as exc:
+            raise PayloadError(f"cannot list the blobs of {self.url}: {exc}") from None
