@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from runner.core.waiting import Answered, Wait
     from runner.service.events import Event
     from runner.service.replay import Replay
-    from runner.service.values import RunRow
+    from runner.service.values import RunRow, ScoreRow
 
 _WIDTH = 100  # `show` cuts an observation to this; --full and --json have it whole
 
@@ -56,6 +56,7 @@ def render_run(
     full: bool = False,
     stalled: str | None = None,
     family: Sequence[str] = (),
+    scores: Sequence[ScoreRow] = (),
 ) -> str:
     """A readable transcript with the run's header; `full` shows every value whole, and
     control characters are escaped throughout (the task, the model's words and the tools'
@@ -64,7 +65,7 @@ def render_run(
     With the run's `journal`, the entries the model never saw (budget changes, refusals)
     are shown too; with `now`, how long ago things happened. `stalled` says why a stalled
     run is (runner.liveness.stall_reason). `family`: the lines on the run's parent and
-    children (runner.cli.tree_output.family_lines)."""
+    children (runner.cli.tree_output.family_lines). `scores`: the run's, a line each."""
     state = row.state or str(row.status)
     status = state + (f": {row.stop_reason}" if row.stop_reason else "")
     if stalled:
@@ -97,6 +98,7 @@ def render_run(
         lines.append(_inbox_line(row))
     if row.error:
         lines.append(f"error     {row.error}")
+    lines.extend(score_lines(scores))
     lines.append("")
     width = None if full else _WIDTH
     if journal is None:
@@ -106,6 +108,33 @@ def render_run(
         lines.extend(_entry_lines(entry, width))
     lines.extend(_ending(result, row))
     return printable("\n".join(lines).replace("\r\n", "\n"))
+
+
+def score_lines(scores: Sequence[ScoreRow]) -> list[str]:
+    """A line per score of a run: its value (or where its scorer stands), its source, its
+    note."""
+    lines = []
+    for score in scores:
+        if score.status == "scored" and score.value is not None:
+            shown = f"{score.value:g}"
+        else:
+            shown = str(score.status)
+        note = f": {_short(score.note)}" if score.note else ""
+        lines.append(f"score     {score.name} {shown} ({score.source}){note}")
+    return lines
+
+
+def score_json(score: ScoreRow) -> dict[str, Any]:
+    """A score as `runner show --json` gives it."""
+    return {
+        "name": score.name,
+        "status": str(score.status),
+        "value": score.value,
+        "note": score.note,
+        "source": str(score.source),
+        "attempts": score.attempts,
+        "scored_at": score.scored_at.isoformat() if score.scored_at else None,
+    }
 
 
 # -- events (`tail`) ---------------------------------------------------------------------------

@@ -484,12 +484,14 @@ def show(run_id: str, full: bool, as_tree: bool, url: str | None, as_json: bool)
         document = documents.run_json(run.result, run.row, transcript=True)
         node = run.tree.find(run.row.id)
         document["children"] = [child.row.id for child in node.children] if node else []
+        document["scores"] = [run_output.score_json(score) for score in run.scores]
         output.print_json(document)
     else:
         stalled = stall_reason(run.row, run.now)
         page = run_output.render_run(
             run.result, run.row, run.journal, run.now, full=full, stalled=stalled,
             family=tree_output.family_lines(run.tree, run.row),
+            scores=run.scores,
         )  # fmt: skip
         output.line(page)
 

@@ -21,7 +21,7 @@ from runner.sql import partitions
 from runner.sql.backend import backend_for
 from runner.sql.retention import tree_finished
 from runner.sql.runs import decode
-from runner.sql.schema import UtcDateTime, entries, runs
+from runner.sql.schema import UtcDateTime, entries, runs, scores
 from runner.store.blob_sweep import named_blobs
 from runner.store.blobs import blob_store
 from runner.store.payloads import is_envelope
@@ -46,11 +46,13 @@ def export_runs(
     queue: str | None = None,
     finished_before: datetime | None = None,
 ) -> Exported:
-    """Write runs, each with its journal, as JSON Lines: one run per line, oldest first.
+    """Write runs, each with its journal, its scores and the blobs its rows name, as JSON
+    Lines: one run per line, oldest first.
 
-    Memory stays bounded whatever the history's size: runs and entries come from two
-    cursors read in step (server-side on PostgreSQL), and a run's line is written entry by
-    entry. Both cursors read one snapshot, so a run written meanwhile is wholly in or out.
+    Memory stays bounded whatever the history's size: runs, entries and scores come from
+    three cursors read in step (server-side on PostgreSQL), and a run's line is written
+    entry by entry. The cursors read one snapshot, so a run written meanwhile is wholly in
+    or out.
     """
     chosen = select(runs.c.id)
     if since is not None:
@@ -84,9 +86,18 @@ def export_runs(
                 .order_by(entries.c.run_id, entries.c.seq)
             )
         ) as entries_read,
+        closing(
+            connection.execute(
+                select(scores)
+                .where(scores.c.run_id.in_(chosen))
+                .order_by(scores.c.run_id, scores.c.name)
+            )
+        ) as scores_read,
     ):
         entry_rows = iter(entries_read)
         pending = next(entry_rows, None)
+        score_rows = iter(scores_read)
+        score = next(score_rows, None)
         for run in run_rows:
             try:
                 head = _dumps(_run_json(run))
@@ -100,7 +111,13 @@ def export_runs(
                     first = False
                     n_entries += 1
                     pending = next(entry_rows, None)
-                write("]," + _dumps({"blobs": _blobs(named)})[1:] + "\n")
+                kept = []
+                while score is not None and score.run_id == run.id:
+                    kept.append(_score_json(score))
+                    named |= named_blobs((score.note,))
+                    score = next(score_rows, None)
+                tail = {"scores": kept, "blobs": _blobs(named)}
+                write("]," + _dumps(tail)[1:] + "\n")
             except (ValueError, TypeError) as exc:  # a value no JSON can hold, a row damaged
                 raise RunnerError(
                     f"export stopped at run {run.id}: it cannot be written "
@@ -157,6 +174,7 @@ def _as_json(columns: Any, skip: str | None = None) -> Callable[[Any], dict[str,
 
 _run_json = _as_json(runs.columns)
 _entry_json = _as_json(entries.columns, skip="run_id")
+_score_json = _as_json(scores.columns, skip="run_id")
 
 
 # -- prune (`runner prune`) ------------------------------------------------------------------

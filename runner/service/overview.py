@@ -54,4 +54,6 @@ def shown(url: str | None, run_id: str) -> Shown:
     with Runner(url) as runner:
         row = runner.row(run_id)
         tree = runner.tree(row.id)
-        return Shown(runner.get(row.id), row, runner.journal(row.id), runner.now(), tree)
+        journal = runner.journal(row.id)
+        scores = runner.scores(row.id)
+        return Shown(runner.get(row.id), row, journal, runner.now(), tree, scores)

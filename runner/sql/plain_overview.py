@@ -62,7 +62,8 @@ def shown_plainly(url: str | None, run_id: str) -> Shown | None:
         journal = [entry for entry, _ in reads.load_entries(reader, run.id)]
         result = result_of(run, journal, waits(reader, [run]).get(run.id, []))
         tree = read_tree(reader, run, now)
-        return Shown(result, observe(reader, [run], now)[0], journal, now, tree)
+        row = observe(reader, [run], now)[0]
+        return Shown(result, row, journal, now, tree, reads.run_scores(reader, run.id))
 
     plain_connection.require_file(url)
     return _plainly(url, plainly)

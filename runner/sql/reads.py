@@ -31,6 +31,7 @@ from runner.core.status import RunStatus
 from runner.errors import AmbiguousRunId, RunNotFound
 from runner.sql import libpq
 from runner.store.rows import RunRow, entry_of
+from runner.store.scores import ScoreRow, score_row
 
 if TYPE_CHECKING:  # SQLAlchemy is never imported here: `runner list` reads without it
     from sqlalchemy import Connection, Engine
@@ -422,3 +423,16 @@ def plain(connection: Connection) -> Iterator[Reader]:
         if lost:
             connection.invalidate(exc)
         raise reader.database_error(exc, dialect=dialect, invalidated=lost) from exc
+
+
+def run_scores(reader: Reader, run_id: str) -> list[ScoreRow]:
+    """The run's scores by name (`runner show` reads them so), whatever their status."""
+    rows = reader.rows(
+        "SELECT run_id, name, status, value, note, source, attempts, created_at, scored_at "
+        "FROM scores WHERE run_id = :run_id ORDER BY name",
+        {"run_id": run_id},
+    )
+    return [
+        score_row({**row, "created_at": utc(row["created_at"]), "scored_at": utc(row["scored_at"])})
+        for row in rows
+    ]

@@ -22,7 +22,6 @@ from runner.errors import RunNotFound
 from runner.sql.payloads import payloads_of
 from runner.sql.runs import reading
 from runner.sql.schema import runs, scores
-from runner.store.payloads import open_text
 from runner.store.scores import (
     CRASHED_NOTE,
     MAX_SCORER_STARTS,
@@ -31,6 +30,7 @@ from runner.store.scores import (
     ScoreRow,
     ScoreSource,
     ScoreStatus,
+    score_row,
 )
 
 s = scores.c
@@ -231,14 +231,4 @@ def score_of(engine: Engine, run_id: str, name: str) -> ScoreRow:
 
 
 def _row(row: Any) -> ScoreRow:
-    return ScoreRow(
-        run_id=row.run_id,
-        name=row.name,
-        status=ScoreStatus(row.status),
-        value=row.value,
-        note=open_text(row.note),
-        source=ScoreSource(row.source),
-        attempts=int(row.attempts),
-        created_at=row.created_at,
-        scored_at=row.scored_at,
-    )
+    return score_row(row._mapping)

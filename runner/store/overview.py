@@ -12,6 +12,7 @@ from runner.core.result import AgentResult
 from runner.core.waiting import Wait
 from runner.store.rows import RunRow
 from runner.store.run_trees import RunTree
+from runner.store.scores import ScoreRow
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Shown:
     journal: list[Entry]
     now: datetime
     tree: RunTree
+    scores: Sequence[ScoreRow] = ()  # kept, failed, and scorers' not yet run, by name
 
 
 def trees_of(rows: Sequence[RunRow], read: Callable[[RunRow], RunTree] | None) -> list[RunTree]:

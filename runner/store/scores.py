@@ -11,9 +11,13 @@ later one of the same name replaces it, and a scorer's row not yet scored gives 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
+
+from runner.store.payloads import open_text
 
 
 class ScoreStatus(StrEnum):
@@ -67,3 +71,19 @@ class ScoreClaim:
     name: str
     epoch: int
     attempts: int  # starts so far, this one included
+
+
+def score_row(m: Mapping[str, Any]) -> ScoreRow:
+    """A score from its row's columns (the note opened through the payload codecs; times
+    as the reader gives them, aware)."""
+    return ScoreRow(
+        run_id=m["run_id"],
+        name=m["name"],
+        status=ScoreStatus(m["status"]),
+        value=m["value"],
+        note=open_text(m["note"]),
+        source=ScoreSource(m["source"]),
+        attempts=int(m["attempts"]),
+        created_at=m["created_at"],
+        scored_at=m["scored_at"],
+    )

@@ -185,3 +185,36 @@ def test_a_scores_note_is_a_payload_sealed_at_rest(db_url: str) -> None:
             ).scalar_one()
         assert SECRET not in at_rest and at_rest.startswith(ENVELOPE_PREFIX)
         assert [s.note for s in runner.scores("sealed")] == [None, f"said {SECRET}"]
+
+
+def test_runner_show_prints_a_runs_scores(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        runner.run(SCORED, "task", id="shown-1")
+        runner.score("shown-1", "helpful", 0.5, note="half right")
+    # The plain read (no SQLAlchemy) where one opens, else through a Runner: the same lines.
+    shown = CliRunner().invoke(main, ["show", "shown-1", "--db", db_url])
+    assert shown.exit_code == 0, shown.output
+    assert "score     graded pending (scorer)" in shown.output
+    assert "score     helpful 0.5 (manual): half right" in shown.output
+    as_json = CliRunner().invoke(main, ["show", "shown-1", "--json", "--db", db_url])
+    scores = json.loads(as_json.output)["scores"]
+    assert [(s["name"], s["status"], s["value"], s["note"]) for s in scores] == [
+        ("graded", "pending", None, None),
+        ("helpful", "scored", 0.5, "half right"),
+    ]
+
+
+def test_runner_export_writes_each_runs_scores(db_url: str) -> None:
+    with Runner(db_url) as runner:
+        runner.run(SCORED, "task", id="out-1")
+        runner.run(SCORED, "task", id="out-2")
+        runner.score("out-1", "helpful", 1, note="yes")
+    exported = CliRunner().invoke(main, ["export", "--db", db_url])
+    assert exported.exit_code == 0, exported.output
+    lines = [json.loads(line) for line in exported.output.splitlines() if line.startswith("{")]
+    by_run = {line["id"]: line["scores"] for line in lines}
+    assert [(s["name"], s["status"], s["value"], s["note"]) for s in by_run["out-1"]] == [
+        ("graded", "pending", None, None),
+        ("helpful", "scored", 1.0, "yes"),
+    ]
+    assert [s["name"] for s in by_run["out-2"]] == ["graded"]
