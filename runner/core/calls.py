@@ -312,7 +312,7 @@ def _callers_signal() -> _Signal | _LockSignal:
 class _ThreadCall:
     """One sync call on a spare thread; its caller waits on its own signal (`_Signal`)."""
 
-    __slots__ = ("args", "context", "ended", "error", "fn", "held", "kwargs", "value", "wake")
+    __slots__ = ("args", "context", "ended", "error", "fn", "kwargs", "value", "wake")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]):
         self.fn, self.args, self.kwargs = fn, args, kwargs
@@ -321,7 +321,6 @@ class _ThreadCall:
         self.ended = False
         self.value: Any = None
         self.error: BaseException | None = None
-        self.held: _Spare | None = None  # the spare thread, held to the caller's processor
 
     def target(self) -> None:
         """Run the call (on the spare thread); `finish` then tells its caller."""
@@ -339,13 +338,6 @@ class _ThreadCall:
 
     def result(self, timeout: float | None, watch: Watch | None) -> Any:
         def ended(left: float | None) -> bool:
-            held, self.held = self.held, None
-            if held is not None and (left is None or left > _Nearby.LET_GO_AFTER):
-                # A short wait first: a call still running after it is let go (`_Nearby`).
-                self.wake.wait(_Nearby.LET_GO_AFTER)
-                if not self.ended:
-                    _NEARBY.let_go(held)
-                return self.ended  # not ended: the caller looks at its watch and waits on
             self.wake.wait(left)  # a wake-up may be an abandoned call's, late: look again
             return self.ended
 
@@ -356,83 +348,13 @@ class _ThreadCall:
 
 
 class _Spare:
-    """A spare thread's job slot, the signal it waits on, and what `_Nearby` needs: its
-    thread's id and own affinity (set once it runs), and the processor it is held to now
-    (-1: none)."""
+    """A spare thread's job slot and the signal it waits on."""
 
-    __slots__ = ("affinity", "call", "cpu", "thread_id", "wake")
+    __slots__ = ("call", "wake")
 
     def __init__(self, call: _ThreadCall) -> None:
         self.call: _ThreadCall | None = call
         self.wake = _signal()
-        self.thread_id: int | None = None
-        self.affinity: set[int] = set()
-        self.cpu = -1
-
-
-class _Nearby:
-    """Wakes a spare thread on the processor of the caller that hands it a call (Linux).
-
-    A caller and its spare thread never run at once: each waits while the other works. Yet
-    a thread woken on an idle processor costs far more CPU than one woken on the processor
-    its waker is about to leave: on a 2-core virtual machine with a core idle, a handoff
-    and back measured about 60 µs of CPU across the two processors against 3 on one
-    (docs/performance.md). So the caller holds the spare thread to its own processor before
-    waking it. A call still running after LET_GO_AFTER seconds (any real model call) is let
-    go, its thread given its own affinity back, so a long or abandoned call is scheduled as
-    any thread is; a short one leaves its thread held, and the next caller moves it only if
-    it runs elsewhere. The caller's own affinity is never touched. Where the processor
-    cannot be read or an affinity set (not Linux, a sandbox), nothing is held."""
-
-    LET_GO_AFTER = 0.05
-
-    def __init__(self) -> None:
-        self._where: Callable[[], int] | None = None
-        self._usable = hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
-
-    def started(self, spare: _Spare) -> None:
-        """On the spare thread, once: what it needs to be held and let go."""
-        if self._usable:
-            with contextlib.suppress(OSError):
-                spare.affinity = os.sched_getaffinity(0)
-            spare.thread_id = threading.get_native_id()
-
-    def hold(self, spare: _Spare) -> bool:
-        """On the caller, before it hands `spare` a call: whether the thread is held."""
-        if not self._usable or spare.thread_id is None or len(spare.affinity) < 2:
-            return False
-        cpu = self._current()
-        if cpu == spare.cpu:
-            return True
-        if cpu not in spare.affinity:  # -1 (unknown), or a processor the thread may not use
-            return False
-        try:
-            os.sched_setaffinity(spare.thread_id, (cpu,))
-        except OSError:  # not allowed here: hold none from now on
-            self._usable = False
-            return False
-        spare.cpu = cpu
-        return True
-
-    def let_go(self, spare: _Spare) -> None:
-        """On the caller, its call still running: the thread's own affinity back."""
-        if spare.cpu >= 0 and spare.thread_id is not None:
-            spare.cpu = -1
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(spare.thread_id, spare.affinity)
-
-    def _current(self) -> int:
-        """The processor this thread runs on, or -1 where it cannot be read."""
-        if self._where is None:
-            try:  # imported here: only a process that hands calls over loads ctypes
-                import ctypes
-
-                where: Callable[[], int] = ctypes.CDLL(None).sched_getcpu
-            except (ImportError, OSError, AttributeError):
-                self._usable = False
-                return -1
-            self._where = where
-        return self._where()
 
 
 class _SpareThreads:
@@ -458,13 +380,10 @@ class _SpareThreads:
                 target=self._serve, args=(spare,), name="runner-call", daemon=True
             ).start()
             return
-        if _NEARBY.hold(spare):  # before the call is handed over: the thread may be awake
-            call.held = spare
         spare.call = call  # that thread is this call's alone: it left the idle list
         spare.wake.set()
 
     def _serve(self, spare: _Spare) -> None:
-        _NEARBY.started(spare)
         while True:
             call = spare.call
             if call is None:
@@ -487,7 +406,6 @@ class _SpareThreads:
 
 
 _SPARE = _SpareThreads()
-_NEARBY = _Nearby()
 
 
 _loop: asyncio.AbstractEventLoop | None = None
