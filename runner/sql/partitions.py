@@ -65,6 +65,8 @@ def months(connection: Connection) -> dict[str, datetime]:
 def ensure_months(connection: Connection, now: datetime, ahead: int = AHEAD) -> list[str]:
     """Make the partitions of this month and the next `ahead` where missing; their names.
     A month the default partition already holds entries of is left to it."""
+    if not partitioned(connection):
+        return []
     have = set(months(connection))
     wanted = [month_of(now)]
     for _ in range(ahead):
@@ -93,6 +95,19 @@ def ensure_months(connection: Connection, now: datetime, ahead: int = AHEAD) -> 
             made.append(name)
         month = next_month(month)
     return made
+
+
+def partitioned(connection: Connection) -> bool:
+    """Whether the journal is partitioned here (a database not yet at revision 0022 is not,
+    nor one a downgrade took back)."""
+    return bool(
+        connection.execute(
+            text(
+                "SELECT EXISTS (SELECT FROM pg_partitioned_table WHERE partrelid = "
+                "to_regclass('entries'))"
+            )
+        ).scalar_one()
+    )
 
 
 def _default_holds(connection: Connection, month: datetime) -> bool:
