@@ -101,14 +101,18 @@ class Payloads:
             return None
         if not self.codecs:
             return _escaped(text) if text.startswith(ENVELOPE_PREFIX) else text
-        return self._sealed(text.encode("utf-8"), plain=text)
+        return self._sealed(_bytes(text), plain=text)
 
     def seal_args(self, args: dict[str, Any] | None) -> dict[str, Any] | str | None:
         """Tool arguments as their JSON column keeps them: the object itself, or its
         envelope as a JSON string (arguments are always an object, so a string is one)."""
         if args is None or not self.codecs:
             return args
-        data = json.dumps(args, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        text = json.dumps(args, allow_nan=False, ensure_ascii=False)
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: JSON's own escape keeps it exactly
+            data = json.dumps(args, allow_nan=False).encode("ascii")
         sealed = self._sealed(data, plain=None)
         return args if sealed is None else sealed
 
@@ -140,8 +144,15 @@ def _envelope(size: int, layers: list[dict[str, Any]], data: bytes) -> str:
     return ENVELOPE_PREFIX + body[1:]
 
 
+def _bytes(text: str) -> bytes:
+    """A text payload's bytes: UTF-8, a lone surrogate (which the journal keeps exactly, see
+    runner.core.utf8) passed through as its three bytes, and read back the same way."""
+    return text.encode("utf-8", "surrogatepass")
+
+
 def _escaped(text: str) -> str:
-    return _envelope(len(text.encode("utf-8")), [], text.encode("utf-8"))
+    data = _bytes(text)
+    return _envelope(len(data), [], data)
 
 
 def is_envelope(value: object) -> bool:
@@ -178,7 +189,7 @@ def open_text(stored: str | None) -> str | None:
     """A text column's value as it was given (an envelope opened)."""
     if stored is None or not stored.startswith(ENVELOPE_PREFIX):
         return stored
-    return open_bytes(stored).decode("utf-8")
+    return open_bytes(stored).decode("utf-8", "surrogatepass")
 
 
 def open_args(stored: Any) -> dict[str, Any] | None:

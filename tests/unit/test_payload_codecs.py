@@ -34,10 +34,13 @@ from .store_support import memory_runner
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
-texts = st.text() | st.just(ENVELOPE_PREFIX + "x") | st.text(min_size=40, max_size=400)
+# Any text a model or a tool may give, lone surrogates included (the journal keeps them
+# exactly: runner.core.utf8); hypothesis leaves them out unless asked.
+any_text = st.text(st.characters(blacklist_categories=()))
+texts = any_text | st.just(ENVELOPE_PREFIX + "x") | st.text(min_size=40, max_size=400)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    st.none() | st.booleans() | st.integers() | any_text,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(any_text, inner, max_size=4),
     max_leaves=10,
 )
 
@@ -55,7 +58,7 @@ def orders(folder: Path | str) -> list[Payloads]:
 @settings(
     max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(content=json_values | texts, args=st.dictionaries(st.text(), json_values, max_size=3))
+@given(content=json_values | texts, args=st.dictionaries(any_text, json_values, max_size=3))
 def test_every_payload_comes_back_through_every_codec_order(
     tmp_path: Path, content: Any, args: dict[str, Any]
 ) -> None:
@@ -67,6 +70,14 @@ def test_every_payload_comes_back_through_every_codec_order(
             assert (back.content, back.args) == (content, args), payloads
         for text in (str(content), ENVELOPE_PREFIX + str(content)):
             assert open_text(payloads.seal(text)) == text
+
+
+def test_a_lone_surrogate_comes_back_through_every_codec_order() -> None:
+    lone = "why\udfff?"
+    for payloads in orders("memory://surrogates"):
+        assert open_text(payloads.seal(lone)) == lone
+        entry = Entry(EntryKind.ACTION, 1, Counters(), tool="t", args={"question": lone})
+        assert entry_of(entry_row("r", 0, 1, entry, AT, payloads)).args == {"question": lone}
 
 
 def test_a_plain_value_that_looks_like_an_envelope_is_kept_as_given() -> None:
