@@ -6,8 +6,8 @@
   are copied over in one statement; its primary key becomes (run_id, seq, created_at) (a
   partitioned table's unique keys must hold its partition key), and each partition keeps
   (run_id, seq) unique on its own, so that a write retried after its answer was lost is
-  still refused as a duplicate (runner.sql.journal), unless the two straddle a month's
-  end by the instant between them; the foreign key to
+  still refused as a duplicate (runner.sql.journal: every try of one write carries the
+  same created_at, so it lands in the same month); the foreign key to
   `runs`, the follow trigger of revision 0017, the views that read it and the reader role's
   SELECT come back as they were. `runner prune` then drops a month whose entries all belong
   to runs it deletes (runner.sql.partitions), instead of deleting them row by row.

@@ -255,19 +255,24 @@ class Append:
         parking: Parking | None = None,
         charge: TreeCharge | None = None,
         payloads: Payloads = PLAIN,
+        written_at: datetime | None = None,
     ) -> Append:
+        """`written_at`: the entries' `created_at` (default now), the same in every try of
+        one write, so that a retry lands in the month partition of its first try and is
+        refused as a duplicate there if that try did commit (revision 0022)."""
         at = utc_now(clock)
+        stamp = at if written_at is None else written_at
         fence = _fence(dialect, run_id, epoch, at, lease_seconds)
         positional = _positional(dialect) if len(entries) == 1 else None
         inserts: list[tuple[str, Parameters]]
         together: tuple[tuple[Any, ...], ...] | None = None
         if positional is not None:  # the common case on SQLite: one entry, no dict on the way
-            row = entry_values(run_id, seq, epoch, entries[0], at, payloads)
+            row = entry_values(run_id, seq, epoch, entries[0], stamp, payloads)
             inserts = [(positional.sql, positional.parameters(row, fence))]
         elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
             statement = _fenced_insert(dialect, len(entries))
             rows = tuple(
-                entry_values(run_id, seq + i, epoch, entry, at, payloads)
+                entry_values(run_id, seq + i, epoch, entry, stamp, payloads)
                 for i, entry in enumerate(entries)
             )
             values = _rows(rows, fence)
@@ -280,7 +285,7 @@ class Append:
                 chunk = entries[start : start + ROWS_PER_STATEMENT]
                 statement = _fenced_insert(dialect, len(chunk))
                 rows = tuple(
-                    entry_values(run_id, seq + start + i, epoch, entry, at, payloads)
+                    entry_values(run_id, seq + start + i, epoch, entry, stamp, payloads)
                     for i, entry in enumerate(chunk)
                 )
                 values = _rows(rows, fence)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import NoReturn
 
 from sqlalchemy import Engine
@@ -232,13 +233,14 @@ class SqlJournal:
         """
         backoff = None  # made at the first failure: most writes never need one
         retried = False
+        written_at = utc_now(self.clock)  # every try's entries stamped alike (Append.of)
         charge = None
         if self._above:  # a child's spend, charged up its tree in the same transaction
             spent = Spend.added(self._spent, entries[-1].counters)
             charge = fencing.TreeCharge(self._above, spent)
         while True:
             try:
-                heard = self._commit(entries, stop, parking, retried, charge)
+                heard = self._commit(entries, stop, parking, retried, charge, written_at)
             except (LeaseLost, IntegrityError):
                 raise
             except Exception as exc:
@@ -268,6 +270,7 @@ class SqlJournal:
         parking: fencing.Parking | None,
         retried: bool,
         charge: fencing.TreeCharge | None = None,
+        written_at: datetime | None = None,
     ) -> fencing.Heard:
         """One try, through the writer (writer.Writer: in a group commit)."""
         append = fencing.Append.of(
@@ -282,6 +285,7 @@ class SqlJournal:
             parking,
             charge,
             payloads_of(self.engine),
+            written_at,
         )
         try:
             return self.writer.commit(append)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, event, select
 from sqlalchemy.exc import IntegrityError
 
 from runner import Runner
@@ -205,3 +205,41 @@ def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runn
         general = statement.parameters({**entry_row("r", seq, 3, entry, at), **fence})
         fast = positional.parameters(entry_values("r", seq, 3, entry, at), fence)
         assert fast == general, entry
+
+
+def test_a_write_whose_answer_was_lost_over_a_months_end_is_kept_once(runner: Runner) -> None:
+    # The journal's retry tells a try that did commit by its duplicate key; on PostgreSQL the
+    # journal is partitioned by month of created_at (revision 0022), so both tries must carry
+    # the same created_at, or a retry after midnight of a month's last day lands in the next
+    # month's partition and is kept twice.
+    from datetime import UTC, datetime
+
+    from sqlalchemy.exc import OperationalError
+
+    from runner.core.clock import ManualClock
+
+    claim = claimed(runner, "midnight")
+    clock = ManualClock(datetime(2026, 12, 31, 23, 59, 59, 900_000, tzinfo=UTC).timestamp())
+    journal = SqlJournal(runner.engine, claim, lease_seconds=60, clock=clock)
+    journal.append(task_entry("t"))
+    commit = journal.writer.commit
+    lost: list[int] = []
+
+    def commit_then_lose_the_answer(append: Any) -> Any:
+        heard = commit(append)
+        if not lost:
+            lost.append(1)
+            clock.advance(1.0)  # the retry comes after the month's end
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        return heard
+
+    journal.writer.commit = commit_then_lose_the_answer  # type: ignore[method-assign]
+    journal.append(tool_action("midnight", 1, "add", {"a": 1}, Counters(steps=1)))
+    assert lost == [1]
+    rows = entry_rows(runner.engine, "midnight")
+    assert [r["seq"] for r in rows] == [0, 1]
+    with runner.engine.connect() as connection:
+        stamps = connection.execute(
+            select(entries.c.created_at).where(entries.c.run_id == "midnight", entries.c.seq == 1)
+        ).scalars()
+        assert [stamp.month for stamp in stamps] == [12]
