@@ -12,6 +12,7 @@ import click
 
 from runner.cli import output, run_output, tree_output
 from runner.cli.options import (
+    DURATION,
     RUN_ID,
     budget_options,
     db_option,
@@ -360,22 +361,6 @@ def fork(
     finish(result, as_json, progress.elapsed() if progress else None)
 
 
-class Since(click.ParamType):  # type: ignore[type-arg]
-    """How long ago: 30s, 10m, 2h, 7d."""
-
-    name = "DURATION"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, timedelta):
-            return value
-        from runner.service.delays import parse_duration
-
-        try:
-            return parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
 @click.command()
 @click.argument("run_id", metavar="[ID]", required=False)
 @click.option(
@@ -394,7 +379,7 @@ class Since(click.ParamType):  # type: ignore[type-arg]
 )
 @click.option(
     "--since",
-    type=Since(),
+    type=DURATION,
     default=None,
     metavar="DURATION",
     help="With --sample: only runs finished this long ago or later (30m, 12h, 7d).",
