@@ -255,14 +255,19 @@ def release_run(
     epoch: int,
     error: str | None = None,
     clock: Clock = SYSTEM,
-) -> None:
+    parked_reason: str | None = None,
+) -> bool:
     """Give an unfinished run back to the queue at once (graceful shutdown, or an agent
-    that would not load: `error` says why, for `runner show`)."""
+    that would not load: `error` says why, for `runner show`), if `epoch` still holds it:
+    fenced like a journal write, so a worker that lost the run meanwhile gives back
+    nothing. `parked_reason`: it goes back parked (runner.sql.releases). True if it went."""
     extra: dict[str, Any] = {} if error is None else {"error": plain_text(error)}
+    if parked_reason is not None:
+        extra["parked_reason"] = parked_reason
     with engine.begin() as connection:
         if error is None:  # a run given back by a worker stopping: wake another for it
             backend_for(connection.dialect.name).wake_workers(connection)
-        connection.execute(
+        released = connection.execute(
             update(runs)
             .where(
                 runs.c.id == run_id,
@@ -276,4 +281,5 @@ def release_run(
                 updated_at=utc_now(clock),
                 **extra,
             )
-        )
+        ).rowcount
+    return bool(released)

@@ -1,6 +1,7 @@
 """Releases in SQL: a queue's policy for runs of another release (`queues.older_releases`),
-the part of a claim that leaves a worker's runs of another release alone, a failed check's
-parking (`runs.parked_reason`), and each release's unfinished runs (`runner releases`).
+the part of a claim that leaves a worker's runs of another release alone, and each release's
+unfinished runs (`runner releases`). A failed check parks a run through runner.sql.leases'
+`release_run` (`runs.parked_reason`).
 
 The rules themselves are runner.store.releases (`may_take`): the claim's condition here is
 the same rule, written as SQL over the rows a claim reads.
@@ -13,14 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Engine, and_, bindparam, case, func, literal, or_, select, update
+from sqlalchemy import Engine, and_, bindparam, case, func, literal, or_, select
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
 from runner.sql.runs import reading, store_named
 from runner.sql.schema import queues, runs
 from runner.store.releases import OlderReleases, ReleaseInfo, Releases, check_policy
-from runner.store.rows import RunRow, plain_text
+from runner.store.rows import RunRow
 from runner.store.rules import check_queue
 
 # How a claim's queries keep to a worker's release: not at all (""), its given release
@@ -119,32 +120,6 @@ def set_policy(
         "updated_at": utc_now(clock),
     }
     store_named(engine, queues, name, values, f"the older-releases policy of queue {name}")
-
-
-def park(
-    engine: Engine, run_id: str, epoch: int, reason: str, error: str, clock: Clock = SYSTEM
-) -> bool:
-    """Give a claimed run back to the queue, parked with `reason` (why, for `runner show`:
-    `error`), if `epoch` still holds it: fenced like a journal write, so a worker that lost
-    the run meanwhile parks nothing. True if it was parked."""
-    with engine.begin() as connection:
-        parked = connection.execute(
-            update(runs)
-            .where(
-                runs.c.id == run_id,
-                runs.c.lease_epoch == epoch,
-                runs.c.status == RunStatus.RUNNING,
-            )
-            .values(
-                status=RunStatus.QUEUED,
-                lease_owner=None,
-                lease_expires_at=None,
-                parked_reason=reason,
-                error=plain_text(error),
-                updated_at=utc_now(clock),
-            )
-        ).rowcount
-    return bool(parked)
 
 
 def list_releases(engine: Engine, at: datetime) -> list[ReleaseInfo]:

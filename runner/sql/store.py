@@ -338,7 +338,9 @@ class SqlStore:
         return releases.list_releases(self.engine, now)
 
     def park_run(self, run_id: str, epoch: int, reason: str, error: str) -> bool:
-        return releases.park(self.engine, run_id, epoch, reason, error, clock=self._clock)
+        return leases.release_run(
+            self.engine, run_id, epoch, error, clock=self._clock, parked_reason=reason
+        )
 
     def recorded_runs(
         self, *, since: datetime | None, agent: str | None, limit: int
