@@ -177,7 +177,7 @@ class S3Blobs:
     def client(self) -> Any:
         if self._client is None:
             try:
-                import boto3  # type: ignore[import-untyped]
+                import boto3
             except ImportError:
                 raise MissingExtra(
                     "s3:// blob stores need boto3: pip install 'durable-runner[s3]'"
@@ -188,7 +188,7 @@ class S3Blobs:
     def _call(self, what: str, method: str, **kwargs: Any) -> Any:
         """One S3 request; its failure (the server away, a refusal) a PayloadError naming the
         store, as a folder's OSError is, never a botocore exception of its own."""
-        from botocore.exceptions import (  # type: ignore[import-untyped]
+        from botocore.exceptions import (
             BotoCoreError,
             ClientError,
         )
