@@ -299,6 +299,8 @@ class Worker:
                     continue
                 parked_for = self._parked_for()
                 if parked_for is None:
+                    if self._held_runnable():
+                        continue  # a claim passed a run over that is runnable still
                     break
                 idle = min(idle, parked_for)
             # Awake for the next tick: no sooner (no busy polling), no later.
@@ -341,6 +343,23 @@ class Worker:
         if not wakes:
             return None
         return max(0.0, (min(wakes) - now).total_seconds())
+
+    def _held_runnable(self) -> bool:
+        """For a drain that claimed nothing: whether a run it could take is held for a
+        moment by another transaction (a follower's mark, another claimer), so the claim
+        passed it over. It waits a poll (or a wake-up) and claims again."""
+        try:
+            held = self.store.held_runnable(self.queues, self.runner.now())
+        except self.store.outages as exc:
+            corrupt = self.store.damaged(exc)
+            if corrupt is not None:
+                raise corrupt from None
+            self._db_wait = self._db_backoff.next()
+            held = True  # not known: look again once the database answers
+        if held:
+            self._log(logging.DEBUG, "a runnable run is held by another transaction: looking again")
+            self._wake.wait(self._db_wait or self.poll)
+        return held
 
     def _gathering(self) -> float:
         """Seconds to wait for more slots to free before claiming (0: claim now). Only

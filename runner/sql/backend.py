@@ -101,6 +101,9 @@ class Backend:
     # Whether the journal is partitioned by month (revision 0022, runner.sql.partitions):
     # PostgreSQL.
     partitions_journal = False
+    # Whether a claim passes over a run another transaction holds (SKIP LOCKED), rather
+    # than wait for it: PostgreSQL (runner.sql.runnable.held_runnable).
+    claims_pass_held = False
 
     def create_engine(
         self,
@@ -396,6 +399,7 @@ class PostgresBackend(Backend):
     writes_renew_lease = True
     partitions_journal = True
     writes_runs_together = True
+    claims_pass_held = True
     title = "PostgreSQL"
     notifies = True
 

@@ -12,11 +12,12 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Row, Select, bindparam, func, select
+from sqlalchemy import Connection, Engine, Integer, Row, Select, bindparam, func, select
 
 from runner.core.status import RunStatus
 from runner.sql import queues as queue_limits
 from runner.sql import releases as release_rules
+from runner.sql.backend import backend_for
 from runner.sql.runs import starts_with
 from runner.sql.schema import entries, runs
 from runner.store.owner import is_dead, local_prefix
@@ -144,6 +145,52 @@ def _next_runnable(
         if first is None or not _executed_by_claimer(first, executing):
             return first
         kept.append(first._mapping["id"])
+
+
+# How many queued runs `held_runnable` looks at: a drain that found nothing to claim asks
+# it once, and a held run is one being claimed or marked by a follower, a moment.
+_HELD_LOOK = 50
+
+
+def held_runnable(engine: Engine, queues: Sequence[str] | None, at: datetime) -> bool:
+    """Whether a run in `queues` (None: any), queued and due by `at`, is held right now by
+    another transaction: another claimer taking it, or a follower's mark (FOR SHARE, see
+    runner.sql.follows). A claim passes such a run over (SKIP LOCKED), so a drain that
+    found nothing to claim asks this before it ends: the run is runnable still, and the
+    drain looks again rather than leave it queued. Only the first `_HELD_LOOK` due runs
+    are looked at; on SQLite a claim never passes a run over (the file's write lock
+    serialises claims): False."""
+    if not backend_for(engine.dialect.name).claims_pass_held:
+        return False
+    due = (runs.c.status == RunStatus.QUEUED) & (
+        runs.c.not_before.is_(None) | (runs.c.not_before <= at)
+    )
+    if queues is not None:
+        due = due & runs.c.queue.in_(queues)
+    with engine.connect() as connection, connection.begin() as transaction:
+        seen = (
+            connection.execute(
+                select(runs.c.id)
+                .where(due)
+                .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
+                .limit(_HELD_LOOK)
+            )
+            .scalars()
+            .all()
+        )
+        if not seen:
+            return False
+        # Locked only to learn which are free; rolled back at once. A run claimed since
+        # it was seen is no longer due and counts as held: the drain looks once more.
+        free = (
+            connection.execute(
+                select(runs.c.id).where(runs.c.id.in_(seen), due).with_for_update(skip_locked=True)
+            )
+            .scalars()
+            .all()
+        )
+        transaction.rollback()
+    return len(free) < len(seen)
 
 
 # The way of being runnable that most claims take (queued), the first of the three.

@@ -41,6 +41,7 @@ from runner.sql import (
     retention,
     run_changes,
     run_states,
+    runnable,
     schedules,
     scores,
     writer,
@@ -422,6 +423,9 @@ class SqlStore:
 
     def first_parked(self, queues: Sequence[str] | None, by: datetime) -> datetime | None:
         return limit_line.first_parked(self.engine, queues, by)
+
+    def held_runnable(self, queues: Sequence[str] | None, at: datetime) -> bool:
+        return runnable.held_runnable(self.engine, queues, at)
 
     # -- waking and writing ------------------------------------------------------------------
 

@@ -384,6 +384,12 @@ class RunStore(Protocol):
         by a limit (queued, in a limit's line); None if there is none by then."""
         ...
 
+    def held_runnable(self, queues: Sequence[str] | None, at: datetime) -> bool:
+        """Whether a run in `queues` (None: any), queued and due by `at`, is held by
+        another transaction right now, so that a claim passed it over: a drain that
+        claimed nothing looks again. False where claims never pass a run over."""
+        ...
+
     # -- waking and writing ------------------------------------------------------------------
 
     # -- scores (runner.store.scores) ---------------------------------------------------

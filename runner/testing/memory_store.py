@@ -333,6 +333,9 @@ class InMemoryStore(
             )
         return Claim(RunRow.of(row), epoch, recorded, crash_loop=crash_loop, stalled=stalled)
 
+    def held_runnable(self, queues: Sequence[str] | None, at: datetime) -> bool:
+        return False  # a claim takes the store's lock: it never passes a run over
+
     def claim_some(
         self,
         *,
