@@ -36,6 +36,7 @@ from runner.core.limits import (
 )
 from runner.core.status import RunStatus
 from runner.errors import LeaseLost, RunParked
+from runner.sql.grants import Grants
 from runner.sql.limit_line import wake_line
 from runner.sql.limits import charges, live_waiter
 from runner.sql.runs import reading
@@ -45,24 +46,43 @@ from runner.store.rows import COUNTER_MAX
 from runner.store.rules import Room, aware
 
 _IS_SET = select(limits.c.name).where(limits.c.name == bindparam("name"))
+_LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
 
 
 class SqlLimits:
     """One run's reservations, under the lease of `epoch` (runner.core.limits.Limits)."""
 
     def __init__(
-        self, engine: Engine, run_id: str, epoch: int, *, writer: Writer, clock: Clock = SYSTEM
+        self,
+        engine: Engine,
+        run_id: str,
+        epoch: int,
+        *,
+        writer: Writer,
+        clock: Clock = SYSTEM,
+        grants: Grants | None = None,
     ) -> None:
         self.engine, self.run_id, self.epoch = engine, run_id, epoch
-        self.writer, self.clock = writer, clock
+        self.writer, self.clock, self.grants = writer, clock, grants
 
     def reserve(self, limit: str, estimate: Estimate) -> Reservation:
+        grants = self.grants
+        if grants is not None and grants.holds(limit):  # a busy limit: from memory
+            tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
+            handed = grants.hand_out(limit, self.run_id, self.epoch, tokens)
+            if handed is not None:
+                return handed
         # An adapter draws from `provider/model` by default, set or not: a limit that is not
         # set costs a plain read, never SQLite's write lock (nor the estimate).
         with reading(self.engine) as connection:
-            if connection.execute(_IS_SET, {"name": limit}).first() is None:
-                return Reservation(limit, None, estimate if isinstance(estimate, int) else 0)
+            row = connection.execute(_LIMIT_ROW, {"name": limit}).first()
+        if row is None:
+            return Reservation(limit, None, estimate if isinstance(estimate, int) else 0)
         tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
+        if grants is not None:
+            handed = grants.take(row, self.run_id, self.epoch, tokens)
+            if handed is not None:
+                return handed
         with self.writer.turn() as connection, connection.begin():
             decided = _reserve(connection, self.run_id, self.epoch, limit, tokens, self.clock)
         if isinstance(decided, Reservation):
@@ -77,6 +97,8 @@ class SqlLimits:
     def settle(self, reservation: Reservation, tokens: int) -> None:
         if reservation.id is None:
             return
+        if self.grants is not None and self.grants.settle(reservation, tokens):
+            return  # a call of a grant: settled with the grant's others
         with self.writer.turn() as connection, connection.begin():
             # The limit's row first, locked as a reservation locks it: a run parking for a
             # slot at this moment either sees this call settled or is woken below.
@@ -94,6 +116,8 @@ class SqlLimits:
 
     def back_off(self, limit: str, seconds: float) -> None:
         until = utc_now(self.clock) + timedelta(seconds=max(seconds, 0.0))
+        if self.grants is not None:
+            self.grants.close_limit(limit)
         with self.writer.turn() as connection, connection.begin():
             connection.execute(
                 update(limits)

@@ -51,6 +51,7 @@ from runner.sql.backend import backend_for
 from runner.sql.blob_references import named_in
 from runner.sql.database import connect, damaged, resolve_url
 from runner.sql.follows import Followers
+from runner.sql.grants import Grants
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.journal import SqlJournal
 from runner.sql.payloads import bind_payloads
@@ -107,6 +108,8 @@ class SqlStore:
             clock if clock is not None else backend_for(self.engine.dialect.name).clock(self.engine)
         )
         self._owner = this_process()
+        # This worker's grants of busy limits, shared by its runs (runner.sql.grants).
+        self.grants = Grants(self.engine, self.writer, self._clock)
         # One heartbeat for every run this store's runner executes: one statement a beat
         # renews all their leases (a third of the lease apart unless `heartbeat_seconds`).
         self.heartbeat = Heartbeat(
@@ -139,6 +142,7 @@ class SqlStore:
         self.followers.close()
         self.deltas.close()
         self.heartbeat.close()
+        self.grants.close()
         self.writer.close()
         self.engine.dispose()
 
@@ -419,7 +423,9 @@ class SqlStore:
         return limits.list_limits(self.engine, now)
 
     def run_limits(self, run_id: str, epoch: int) -> SqlLimits:
-        return SqlLimits(self.engine, run_id, epoch, writer=self.writer, clock=self._clock)
+        return SqlLimits(
+            self.engine, run_id, epoch, writer=self.writer, clock=self._clock, grants=self.grants
+        )
 
     def first_parked(self, queues: Sequence[str] | None, by: datetime) -> datetime | None:
         return limit_line.first_parked(self.engine, queues, by)

@@ -460,8 +460,11 @@ class Room:
         charged: list[Charge],
         ahead: list[int],
         tokens: int,
+        requests: int = 1,
     ) -> None:
+        # `requests`: more than 1 for a worker's grant of several calls (runner.sql.grants).
         self.at, self.charged, self.ahead, self.tokens = at, charged, ahead, tokens
+        self.requests = requests
         self.tokens_per_minute: int | None = limit["tokens_per_minute"]
         self.requests_per_minute: int | None = limit["requests_per_minute"]
         self.concurrency: int | None = limit["concurrency"]
@@ -479,7 +482,7 @@ class Room:
     def _excess_requests(self) -> int:
         if self.requests_per_minute is None:
             return 0
-        return len(self.charged) + len(self.ahead) + 1 - self.requests_per_minute
+        return len(self.charged) + len(self.ahead) + self.requests - self.requests_per_minute
 
     def _too_many_in_flight(self) -> bool:
         if self.concurrency is None:

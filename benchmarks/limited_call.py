@@ -1,0 +1,141 @@
+"""A model call under a provider limit against the same call with none (issue 39, point 3).
+
+    .venv/bin/python benchmarks/limited_call.py [--steps 50] [--repeats 7] [--no-postgres]
+        [--profile limited] [--json out.json]
+
+One run of `--steps` steps (the zero-cost model and tool of benchmarks/fakes.py: a model call
+and a tool call a step, then the answer) run by `Runner.run`, timed, three ways taking turns
+going first: its agent drawing from no limit (`none`); from a limit of tokens and requests a
+minute (`minute`: set far above what runs, so no call ever waits); and from one that also
+caps the calls at once (`concurrency`: its settle also looks at the limit's line). Each
+limited call is then a reservation and a settle: what the issue measured at 12.9 ms over the
+unlimited call on PostgreSQL. On SQLite and PostgreSQL, in one run.
+
+Reported per model call: the wall and this process's CPU time (the database server's is
+not in it) of each way, median of `--repeats` (min-max), and the limited call less the
+unlimited one, as time and as a ratio (per repetition, then the median). The limit's
+charges build up over the repetitions (every call of the last minute is charged): the
+table says how many the minute held at the end. `--profile minute` prints a cProfile of
+the `minute` runs of the last database instead, sorted by own time.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import pstats
+import time
+from typing import Any
+
+import common
+import fakes
+
+from runner import Agent, Runner
+
+LIMITS = {"minute": "bench/minute", "concurrency": "bench/concurrency"}
+WAYS = ("none", *LIMITS)
+# Far above what a benchmark run charges: no call waits.
+PLENTY = 1_000_000_000
+
+
+def agent(way: str) -> Agent:
+    return Agent(fakes.model, fakes.tools(), name=f"bench-{way}", limit=LIMITS.get(way),
+                 **fakes.UNLIMITED)  # fmt: skip
+
+
+def timed(runner: Runner, way: str, steps: int) -> tuple[float, float]:
+    """One run's wall and CPU seconds per model call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = runner.run(agent(way), fakes.task(steps))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    assert result.stop_reason == "final" and result.steps == steps, result
+    return wall / steps, cpu / steps
+
+
+def measure(url: str, steps: int, repeats: int, profile: str | None) -> dict[str, Any]:
+    runner = Runner(url, lease_seconds=600)  # no heartbeat commit lands inside a run
+    runner.set_limit(LIMITS["minute"], tokens_per_minute=PLENTY, requests_per_minute=PLENTY)
+    runner.set_limit(
+        LIMITS["concurrency"], tokens_per_minute=PLENTY, requests_per_minute=PLENTY,
+        concurrency=1000,
+    )  # fmt: skip
+    samples: dict[str, list[float]] = {}
+    profiler = cProfile.Profile() if profile else None
+    try:
+        for way in WAYS:  # warm up: caches, the pool, the file
+            timed(runner, way, steps)
+        for repeat in range(repeats):
+            gc.collect()
+            turn = repeat % len(WAYS)
+            got: dict[str, tuple[float, float]] = {}
+            for way in WAYS[turn:] + WAYS[:turn]:
+                if profiler is not None and way == profile:
+                    profiler.enable()
+                got[way] = timed(runner, way, steps)
+                if profiler is not None:
+                    profiler.disable()
+            for way, (wall, cpu) in got.items():
+                samples.setdefault(way, []).append(wall * 1e6)
+                samples.setdefault(f"{way}_cpu", []).append(cpu * 1e6)
+            for way in LIMITS:
+                for kind, base in (("", got["none"][0]), ("_cpu", got["none"][1])):
+                    mine = got[way][0 if kind == "" else 1]
+                    samples.setdefault(f"{way}_extra{kind}", []).append((mine - base) * 1e6)
+                    samples.setdefault(f"{way}_ratio{kind}", []).append(mine / base)
+        charged = {info.name: info.requests for info in runner.limits()}
+    finally:
+        runner.close()
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(35)
+    found: dict[str, Any] = {key: common.spread(values) for key, values in samples.items()}
+    found["charged_in_minute"] = charged
+    return found
+
+
+def main() -> None:
+    p = common.parser(__doc__)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--profile", choices=list(LIMITS), default=None)
+    options = p.parse_args()
+    postgres = common.postgres_url_or_none(options)
+    results: dict[str, Any] = {}
+    rows = []
+    with common.scratch_folder(options.dir) as folder:
+        for database in ("sqlite", "postgresql"):
+            if database == "sqlite":
+                found = measure(common.sqlite_url(folder, "limited"), options.steps,
+                                options.repeats, options.profile)  # fmt: skip
+            elif postgres is not None:
+                with common.scratch_postgres(postgres) as url:
+                    found = measure(url, options.steps, options.repeats, options.profile)
+            else:
+                continue
+            results[database] = found
+            for way in WAYS:
+                extra = (
+                    ["", "", "", ""]
+                    if way == "none"
+                    else [
+                        common.fmt_spread(found[f"{way}_extra"]),
+                        common.fmt_spread(found[f"{way}_extra_cpu"]),
+                        common.fmt_spread(found[f"{way}_ratio"], 2),
+                        f"{found['charged_in_minute'][LIMITS[way]]:,}",
+                    ]
+                )
+                rows.append([
+                    database, way, common.fmt_spread(found[way]),
+                    common.fmt_spread(found[f"{way}_cpu"]), *extra,
+                ])  # fmt: skip
+    common.print_table(
+        f"a model call (and a tool call) of a {options.steps}-step run, us per call, "
+        f"median of {options.repeats} (min-max)",
+        ["database", "limit", "wall", "cpu", "wall over none", "cpu over none",
+         "ratio to none", "calls in the minute"],
+        rows,
+    )  # fmt: skip
+    common.write_json(options.json, "limited_call", options, results)
+
+
+if __name__ == "__main__":
+    main()
