@@ -6,10 +6,12 @@
 One run of `--steps` steps (the zero-cost model and tool of benchmarks/fakes.py: a model call
 and a tool call a step, then the answer) run by `Runner.run`, timed, three ways taking turns
 going first: its agent drawing from no limit (`none`); from a limit of tokens and requests a
-minute (`minute`: set far above what runs, so no call ever waits); and from one that also
-caps the calls at once (`concurrency`: its settle also looks at the limit's line). Each
-limited call is then a reservation and a settle: what the issue measured at 12.9 ms over the
-unlimited call on PostgreSQL. On SQLite and PostgreSQL, in one run.
+minute (`minute`: set far above what runs, so no call ever waits), its calls drawn from the
+worker's grants (runner.sql.grants); from the same limit with each call reserved and settled
+alone, as every call was before grants and as a limit under 1,000 requests a minute still is
+(`minute-alone`: two commits more a call; the issue measured 12.9 ms over the unlimited call
+on PostgreSQL); and from one that also caps the calls at once (`concurrency`: never a grant,
+and its settle also looks at the limit's line). On SQLite and PostgreSQL, in one run.
 
 Reported per model call: the wall and this process's CPU time (the database server's is
 not in it) of each way, median of `--repeats` (min-max), and the limited call less the
@@ -31,8 +33,15 @@ import common
 import fakes
 
 from runner import Agent, Runner
+from runner.sql import grants
 
-LIMITS = {"minute": "bench/minute", "concurrency": "bench/concurrency"}
+GRANT_FROM_REQUESTS = grants.GRANT_FROM_REQUESTS
+
+LIMITS = {
+    "minute": "bench/minute",
+    "minute-alone": "bench/minute-alone",
+    "concurrency": "bench/concurrency",
+}
 WAYS = ("none", *LIMITS)
 # Far above what a benchmark run charges: no call waits.
 PLENTY = 1_000_000_000
@@ -45,16 +54,22 @@ def agent(way: str) -> Agent:
 
 def timed(runner: Runner, way: str, steps: int) -> tuple[float, float]:
     """One run's wall and CPU seconds per model call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = runner.run(agent(way), fakes.task(steps))
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if way == "minute-alone":  # as before grants: every call reserved and settled alone
+        grants.GRANT_FROM_REQUESTS = 2**62
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = runner.run(agent(way), fakes.task(steps))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        grants.GRANT_FROM_REQUESTS = GRANT_FROM_REQUESTS
     assert result.stop_reason == "final" and result.steps == steps, result
     return wall / steps, cpu / steps
 
 
 def measure(url: str, steps: int, repeats: int, profile: str | None) -> dict[str, Any]:
     runner = Runner(url, lease_seconds=600)  # no heartbeat commit lands inside a run
-    runner.set_limit(LIMITS["minute"], tokens_per_minute=PLENTY, requests_per_minute=PLENTY)
+    for way in ("minute", "minute-alone"):
+        runner.set_limit(LIMITS[way], tokens_per_minute=PLENTY, requests_per_minute=PLENTY)
     runner.set_limit(
         LIMITS["concurrency"], tokens_per_minute=PLENTY, requests_per_minute=PLENTY,
         concurrency=1000,

@@ -44,7 +44,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from runner.core.clock import Clock, utc_now
 from runner.core.limits import Reservation
-from runner.sql.limits import charges, live_waiter
+from runner.sql.limits import charged, live_waiter
 from runner.sql.schema import limit_reservations, limit_waiters, limits
 from runner.sql.writer import Writer
 from runner.store.rows import COUNTER_MAX
@@ -192,7 +192,8 @@ class Grants:
         if size is None or _anyone_in_line(connection, name, at):
             return None
         calls, block = size
-        room = Room(limit._mapping, at, charges(connection, name, at), [], block, requests=calls)
+        totals = charged(connection, name, at, in_flight=False)
+        room = Room(limit._mapping, at, totals, [], block, requests=calls)
         if not room.fits():
             return None
         rows = [uuid.uuid4().hex for _ in range(calls)]

@@ -17,18 +17,32 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, exists, func, or_, select
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    false,
+    func,
+    or_,
+    select,
+    true,
+)
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.limits import COUNTED_SECONDS, UNSETTLED_GRACE_SECONDS, counted_from
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.sql.runs import reading, store_named
-from runner.sql.schema import limit_reservations, limit_waiters, limits, runs
+from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits, runs
 from runner.store.rows import LimitInfo
 from runner.store.rules import (
     WAITER_GRACE_SECONDS,
     Charge,
+    Charged,
     aware,
     check_limit_name,
     limit_values,
@@ -101,22 +115,73 @@ def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
     return sorted(charged, key=lambda charge: charge.reserved_at)
 
 
-def live_waiter(at: Any) -> Any:
+def _totals(in_flight: bool) -> Any:
+    """What `charges` counts, summed in the database (`in_flight`: the calls in flight too,
+    which asks the runs' leases, so only a limit with a concurrency does)."""
+    r = limit_reservations.c
+    at, since = bindparam("at", type_=Timestamp), bindparam("since", type_=Timestamp)
+    unsettled_since = bindparam("unsettled_since", type_=Timestamp)
+    flying: Any = 0
+    if in_flight:
+        flying = case((and_(r.settled == false(), held_by_live_lease(at)), 1), else_=0)
+    # counted_from in SQL: a settled call from its settle, one not settled from its
+    # reservation plus the grace; counted while that is within the minute.
+    return select(
+        func.coalesce(func.sum(r.tokens), 0),
+        func.count(),
+        func.coalesce(func.sum(flying), 0),
+    ).where(
+        r.limit_name == bindparam("name"),
+        r.reserved_at > unsettled_since,
+        or_(
+            r.settled == false(),
+            and_(r.settled == true(), func.coalesce(r.settled_at, r.reserved_at) > since),
+        ),
+    )
+
+
+_TOTALS = {flying: _totals(flying) for flying in (False, True)}
+
+
+def charged(connection: Connection, name: str, at: datetime, *, in_flight: bool) -> Charged:
+    """What `name` has charged over the minute up to `at` (as `charges`), its totals summed
+    in the database; the charges themselves are read only if asked for (Charged.listed)."""
+    since = at - timedelta(seconds=COUNTED_SECONDS)
+    tokens, requests, flying = connection.execute(
+        _TOTALS[in_flight],
+        {
+            "name": name,
+            "at": at,
+            "since": since,
+            "unsettled_since": since - timedelta(seconds=UNSETTLED_GRACE_SECONDS),
+        },
+    ).one()
+    return Charged(int(tokens), int(requests), int(flying), lambda: charges(connection, name, at))
+
+
+def live_waiter(at: Any, graced: Any = None) -> Any:
     """A waiter's run is still coming back for its place: running now, or queued with a
-    wake-up time no more than WAITER_GRACE_SECONDS ago."""
-    return exists().where(runs.c.id == limit_waiters.c.run_id, live_run(at))
+    wake-up time no more than WAITER_GRACE_SECONDS ago (`graced`, if given: at less that)."""
+    return exists().where(runs.c.id == limit_waiters.c.run_id, live_run(at, graced))
 
 
-def live_run(at: Any) -> Any:
-    """The run of `runs` is still coming back for its place in a line (see live_waiter)."""
-    grace = timedelta(seconds=WAITER_GRACE_SECONDS)
+def live_run(at: Any, graced: Any = None) -> Any:
+    """The run of `runs` is still coming back for its place in a line (see live_waiter).
+    A statement built once binds `graced` (waiter_grace_from) rather than computing it."""
+    if graced is None:
+        graced = at - timedelta(seconds=WAITER_GRACE_SECONDS)
     return or_(
         runs.c.status == RunStatus.RUNNING,
         and_(
             runs.c.status == RunStatus.QUEUED,
-            or_(runs.c.not_before.is_(None), runs.c.not_before >= at - grace),
+            or_(runs.c.not_before.is_(None), runs.c.not_before >= graced),
         ),
     )
+
+
+def waiter_grace_from(at: datetime) -> datetime:
+    """The oldest wake-up time of a parked run still in line at `at` (for `graced`)."""
+    return at - timedelta(seconds=WAITER_GRACE_SECONDS)
 
 
 def list_limits(engine: Engine, at: datetime) -> list[LimitInfo]:

@@ -436,6 +436,28 @@ class Charge:
     in_flight: bool
 
 
+@dataclass(frozen=True)
+class Charged:
+    """What a limit has charged over its minute: the totals a call's fit needs, and the
+    charges themselves, oldest first, only when asked (`listed`): a call that does not fit
+    needs them to know when enough age out. The SQL store sums in the database and reads the
+    rows only then; a minute of a busy limit is hundreds of them."""
+
+    tokens: int
+    requests: int
+    in_flight: int
+    listed: Callable[[], Sequence[Charge]]
+
+    @classmethod
+    def of(cls, charges: Sequence[Charge]) -> Charged:
+        return cls(
+            sum(charge.tokens for charge in charges),
+            len(charges),
+            sum(charge.in_flight for charge in charges),
+            lambda: charges,
+        )
+
+
 def aware(moment: datetime) -> datetime:
     # The columns' type gives UTC back already; a value read through a plain query may not.
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
@@ -457,13 +479,14 @@ class Room:
         self,
         limit: Any,
         at: datetime,
-        charged: list[Charge],
+        charged: Sequence[Charge] | Charged,
         ahead: list[int],
         tokens: int,
         requests: int = 1,
     ) -> None:
+        self.at, self.ahead, self.tokens = at, ahead, tokens
+        self.charged = charged if isinstance(charged, Charged) else Charged.of(charged)
         # `requests`: more than 1 for a worker's grant of several calls (runner.sql.grants).
-        self.at, self.charged, self.ahead, self.tokens = at, charged, ahead, tokens
         self.requests = requests
         self.tokens_per_minute: int | None = limit["tokens_per_minute"]
         self.requests_per_minute: int | None = limit["requests_per_minute"]
@@ -474,7 +497,7 @@ class Room:
     def _excess_tokens(self) -> int:
         if self.tokens_per_minute is None:
             return 0
-        used = sum(charge.tokens for charge in self.charged) + sum(self.ahead)
+        used = self.charged.tokens + sum(self.ahead)
         if used == 0:
             return 0  # alone, a call larger than the whole minute goes through
         return used + self.tokens - self.tokens_per_minute
@@ -482,12 +505,12 @@ class Room:
     def _excess_requests(self) -> int:
         if self.requests_per_minute is None:
             return 0
-        return len(self.charged) + len(self.ahead) + self.requests - self.requests_per_minute
+        return self.charged.requests + len(self.ahead) + self.requests - self.requests_per_minute
 
     def _too_many_in_flight(self) -> bool:
         if self.concurrency is None:
             return False
-        return sum(charge.in_flight for charge in self.charged) + 1 > self.concurrency
+        return self.charged.in_flight + 1 > self.concurrency
 
     def _backing_off(self) -> bool:
         return self.backoff_until is not None and self.backoff_until > self.at
@@ -521,7 +544,7 @@ class Room:
         """The reservation time of the charge whose ageing out frees `excess` (the minute's
         charges age out oldest first); now, if they cannot free that much."""
         freed = 0
-        for charge in self.charged:
+        for charge in self.charged.listed():
             freed += amount(charge)
             if freed >= excess:
                 return charge.reserved_at
