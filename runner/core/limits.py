@@ -14,7 +14,7 @@ DEFAULT_OUTPUT_TOKENS when the model does not say. The settle replaces it with t
 The store implements `Limits` (SQL, shared by every worker); `NO_LIMITS` reserves nothing.
 
 The rest of this feature (docs/architecture.md, "Where a feature lives"):
-`runner.store.rules`, `runner.sql.limits`, `runner.sql.reservations`,
+`runner.store.rules`, `runner.sql.limits`, `runner.sql.reservations`, `runner.sql.grants`,
 `runner.sql.limit_line`, `runner.testing.memory_limits`, `runner.service.limiting`,
 `runner.cli.limits`, `runner.history.limit_use`.
 """

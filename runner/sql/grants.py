@@ -9,7 +9,9 @@ requests), as that many rows of `limit_reservations` (one per request, the token
 among them), inserted in one transaction under the limit's row lock with the same rule as a
 reservation (runner.store.rules.Room): the fleet's charges, grants included, never pass the
 limit. Each call of the worker's runs then takes a row (one request, and its estimate of the
-grant's tokens) with no database round trip, and its settle is noted in memory.
+grant's tokens) with no database round trip, and its settle is noted in memory. A worker
+refused a grant (the minute nearly spent, or runs in line) reserves each call alone and asks
+again GRANT_SECONDS later.
 
 A grant hands out calls for GRANT_SECONDS after it was reserved, and only while it has a row
 and the tokens for the call's estimate; then it is closed, and when its last call has
@@ -35,6 +37,7 @@ alone: no limit its tests set reaches GRANT_FROM_REQUESTS.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -62,6 +65,8 @@ GRANT_LEAST_CALLS = 4
 # How long after its reservation a grant hands out calls (see the module's doc: a killed
 # worker's calls must be sent within the grace its rows count for).
 GRANT_SECONDS = 2.0
+# The lease epoch of a grant's rows until settled (epochs start at 1).
+NO_LEASE = -1
 
 _LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
 _LOCKED_LIMIT_ROW = _LIMIT_ROW.with_for_update()
@@ -134,6 +139,7 @@ class Grants:
         self._open: dict[str, Grant] = {}
         self._by_row: dict[str, Grant] = {}
         self._taking: dict[str, threading.Lock] = {}
+        self._refused: dict[str, float] = {}  # limit: no grant asked for until (monotonic)
 
     def holds(self, limit: str) -> bool:
         """An open grant of `limit` may have room (a hint: `hand_out` decides)."""
@@ -164,6 +170,8 @@ class Grants:
         name = limit_row.name
         with self._lock:
             taking = self._taking.setdefault(name, threading.Lock())
+            if time.monotonic() < self._refused.get(name, 0.0):
+                return None
         with taking:  # one thread takes the grant; the others draw from it
             handed = self.hand_out(name, run_id, epoch, tokens)
             if handed is not None:
@@ -171,6 +179,10 @@ class Grants:
             with self.writer.turn() as connection, connection.begin():
                 grant = self._reserve(connection, name, run_id, epoch, tokens)
             if grant is None:
+                # Near its minute's end or with runs in line, a limit's calls go alone for
+                # a while: asking for a grant at each call would be a transaction more.
+                with self._lock:
+                    self._refused[name] = time.monotonic() + GRANT_SECONDS
                 return None
             with self._lock:
                 old = self._open.get(name)
@@ -204,8 +216,10 @@ class Grants:
                 {
                     "id": row,
                     "limit_name": name,
+                    # Until handed out and settled, a row is no call's: no lease holds it
+                    # (a run's lease would count it in flight in `runner limit list`).
                     "run_id": run_id,
-                    "lease_epoch": epoch,
+                    "lease_epoch": NO_LEASE,
                     "tokens": share + (1 if n < left else 0),
                     "settled": False,
                     "reserved_at": at,
