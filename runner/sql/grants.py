@@ -28,14 +28,15 @@ left for a call's trip to the provider, as for a call reserved alone.
 
 What a grant gives up: for up to GRANT_SECONDS its calls skip the line (a run that parked
 since it was reserved waits for it to close) and a Retry-After heard by another worker or a
-lower limit set meanwhile; `runner limit list` counts an open grant whole; a grant whose
-worker makes no further call keeps its unused rows until its next call of the limit or its
-`close` (else until they age out). The in-memory store (runner.testing) reserves each call
-alone: no limit its tests set reaches GRANT_FROM_REQUESTS.
+lower limit set meanwhile; `runner limit list` counts an open grant whole, and a grant's
+unused rows until it closes (a timer closes it when its time is up, whether or not another
+call comes) and its calls in flight have all settled. The in-memory store (runner.testing)
+reserves each call alone: no limit its tests set reaches GRANT_FROM_REQUESTS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -188,6 +189,11 @@ class Grants:
                 old = self._open.get(name)
                 due = old is not None and self._close(old)
                 self._open[name] = grant
+            # Closed when its time is up even if no call comes to close it: a worker whose
+            # runs stopped calling would hold its unused rows until they aged out.
+            timer = threading.Timer(GRANT_SECONDS + 0.1, self._expire, (grant,))
+            timer.daemon = True
+            timer.start()
             if due:
                 assert old is not None
                 self._write(old)
@@ -255,6 +261,18 @@ class Grants:
         if due:
             assert grant is not None
             self._write(grant)
+
+    def _expire(self, grant: Grant) -> None:
+        """A grant's time is up (on this machine's clock): close it, unless the store's clock
+        says otherwise (a test's manual one), and write it if its calls have all settled."""
+        with self._lock:
+            if grant.closed or grant.gives(0, utc_now(self.clock)):
+                return
+            due = self._close(grant)
+        if due:
+            # Not written (the database away, the store closed): its rows age out instead.
+            with contextlib.suppress(Exception):
+                self._write(grant)
 
     def close(self) -> None:
         """Close every grant; write those whose calls have all settled."""

@@ -138,3 +138,15 @@ def test_a_worker_killed_holding_a_grant_never_lets_a_minute_pass_the_limit(
     busiest = max(sum(1 for t in sent if end_ - 60 < t <= end_) for end_ in sent)
     assert busiest <= PER_MINUTE
     assert len(sent) >= 3 * PER_MINUTE - 4  # the fleet still used the limit
+
+
+def test_a_grant_no_call_comes_back_to_is_closed_and_returns_its_rows(url: str) -> None:
+    with Runner(url, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", requests_per_minute=PER_MINUTE)
+        limits = limits_of(runner, runner.submit(SOLVER_REF, "a"))
+        limits.settle(limits.reserve("m", 10), 7)
+        assert runner.limits()[0].requests == 4
+        wait_until(
+            lambda: (runner.limits()[0].requests, runner.limits()[0].tokens) == (1, 7),
+            what="the grant closed at its time, its one call written, its rows returned",
+        )
