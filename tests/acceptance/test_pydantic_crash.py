@@ -137,7 +137,30 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.fault for case in CASES])
+def _pairs() -> list[object]:
+    """Each fault point with each framework and on each database, in pairs: a fault point
+    runs one framework on SQLite and the other on PostgreSQL, the next the other way round.
+    The journal's code under the two frameworks is one (runner.core.foreign), and each
+    `runner` process here imports a framework for about 1.5 s of CPU: the whole matrix cost
+    twice the time for no path of its own."""
+    pairs: list[object] = []
+    for n, case in enumerate(CASES):
+        frameworks = ("pydantic", "sdk") if n % 2 == 0 else ("sdk", "pydantic")
+        for framework, database in zip(frameworks, ("sqlite", "postgres"), strict=True):
+            marks = [pytest.mark.postgres] if database == "postgres" else []
+            pairs.append(
+                pytest.param(
+                    case,
+                    framework,
+                    database,
+                    marks=marks,
+                    id=f"{database}-{framework}-{case.fault}",
+                )
+            )
+    return pairs
+
+
+@pytest.mark.parametrize(("case", "agents", "db_url"), _pairs(), indirect=["agents", "db_url"])
 def test_a_pydantic_run_killed_at_a_fault_point_resumes_without_repeating_anything(
     case: Case, db_url: str, ledger: Path, chat: ChatServer, agents: Path
 ) -> None:

@@ -65,8 +65,22 @@ def end_orphans(ledger: Path) -> None:
             os.kill(line["pid"], signal.SIGKILL)
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http"])
-@pytest.mark.parametrize("case", CASES, ids=[case.tool for case in CASES])
+def _pairs() -> list[object]:
+    """Each case over each transport, each on one database: stdio on SQLite and HTTP on
+    PostgreSQL for one case, the other way round for the next, so each case and each
+    transport meets both databases. The database's part (the journal, the settlement) does
+    not depend on the transport, and each case costs two `runner` processes and a server."""
+    pairs: list[object] = []
+    for n, case in enumerate(CASES):
+        databases = ("sqlite", "postgres") if n % 2 == 0 else ("postgres", "sqlite")
+        for transport, database in zip(("stdio", "http"), databases, strict=True):
+            marks = [pytest.mark.postgres] if database == "postgres" else []
+            name = f"{database}-{case.tool}-{transport}"
+            pairs.append(pytest.param(case, transport, database, marks=marks, id=name))
+    return pairs
+
+
+@pytest.mark.parametrize(("case", "transport", "db_url"), _pairs(), indirect=["db_url"])
 def test_killed_inside_an_mcp_call_then_resumed(
     case: Case,
     transport: str,
