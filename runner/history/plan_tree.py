@@ -21,9 +21,13 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-# One token: a bracket, or a run of other characters (a backslash takes the next one with
-# it). Each character belongs to exactly one alternative: linear in the text's length.
-_TOKEN = re.compile(r"[(){}]|(?:\\.|[^\s(){}\\])+", re.DOTALL)
+# One token: a constant's bytes (`[ 0 0 -16 63 ]`, outDatum's form), a bracket, or a run
+# of other characters (a backslash takes the next one with it). A constant's bytes are one
+# token because the planner folds a constant expression into megabytes of them
+# (`repeat('y', 16777217)`: 16 million tokens, 13 s of parsing); they hold only numbers,
+# never a function. A string that starts with `[` and is not such a run of numbers is read
+# as a word, as before.
+_TOKEN = re.compile(r"\[(?:\s+-?\d+)*\s+\](?=[\s(){}]|$)|[(){}]|(?:\\.|[^\s(){}\\])+", re.DOTALL)
 
 # Fields that hold a function's oid, and fields that hold operators' oids (an operator
 # runs its function, pg_operator.oprcode).

@@ -45,3 +45,19 @@ def test_the_deadline_is_looked_at_while_parsing() -> None:
     looks: list[int] = []
     parse("(" + " 1" * 50_000 + ")", lambda: looks.append(1))
     assert len(looks) >= 10
+
+
+def test_a_constants_bytes_are_one_token_however_many() -> None:
+    datum = "[ 96 0 0 0" + " 121" * 100_000 + "\n121 ]"  # the server wraps its lines
+    (node,) = parse(f"{{CONST :constlen -1 :constvalue 100005 {datum} :location 7}}")
+    assert isinstance(node, Node)
+    assert node.fields["constvalue"] == ["100005", datum]
+    assert node.fields["location"] == ["7"]
+
+
+def test_a_string_that_only_starts_like_bytes_is_a_word() -> None:
+    (node,) = parse(r"{ALIAS :aliasname [ :colnames ([x] [ 1 ]y) :funcid 12}")
+    assert isinstance(node, Node)
+    assert node.fields["aliasname"] == ["["]
+    assert node.fields["colnames"] == [["[x]", "[", "1", "]y"]]
+    assert called([node]).functions == {12}
