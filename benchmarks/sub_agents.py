@@ -34,13 +34,57 @@ from typing import Any
 import common
 from sqlalchemy import func, select
 
-from runner import Agent, Runner
+from runner import Agent, Runner, Worker
 from runner.sql.database import connect
 from runner.sql.schema import runs
 from runner.testing import FunctionModel, tool_results, turns
 
 RUNNER = Path(sys.executable).parent / "runner"
 FAKES = Path(__file__).resolve().with_name("tree_fakes.py")
+
+
+# -- 0: a sub-agent against a plain tool call -------------------------------------------------
+
+
+def calls_on_a_worker(url: str, calls: int, repeats: int) -> dict[str, Any]:
+    """Runs of `plain_caller` and `sub_caller` (CALLS calls each) taking turns, one at a time,
+    on one in-process `Worker` (4 slots): the wall and CPU (this process's, every thread) a
+    call, from the submit to the run's end."""
+    os.environ["RUNNER_BENCH_CALLS"] = str(calls)
+    worker = Worker(url, concurrency=4, poll=1.0)
+    serving = threading.Thread(target=worker.serve, daemon=True)
+    serving.start()
+    figures: dict[str, dict[str, list[float]]] = {
+        kind: {"wall": [], "cpu": []} for kind in ("plain", "sub")
+    }
+    try:
+        with Runner(url) as runner:
+            for n in range(repeats + 1):  # the first of each is a warm-up
+                for kind, runs_a_call in (("plain", 0), ("sub", 1)):
+                    expected = worker.finished + 1 + calls * runs_a_call
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    run_id = runner.submit(f"{FAKES}:{kind}_caller", "go", id=f"{kind}-{n}")
+                    worker._wake.set()  # as a NOTIFY would on PostgreSQL; SQLite polls
+                    while worker.finished < expected:
+                        time.sleep(0.0005)
+                    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                    assert runner.get(run_id).output == f"{calls} calls", run_id
+                    if n:
+                        figures[kind]["wall"].append(wall * 1000 / calls)
+                        figures[kind]["cpu"].append(cpu * 1000 / calls)
+    finally:
+        worker.stopping.set()
+        worker._wake.set()
+        serving.join()
+    result: dict[str, Any] = {"calls": calls, "repeats": repeats}
+    for measure in ("wall", "cpu"):
+        plain, sub = figures["plain"][measure], figures["sub"][measure]
+        result[measure] = {
+            "plain_ms": common.spread(plain),
+            "sub_ms": common.spread(sub),
+            "over_ms": common.spread([s - p for s, p in zip(sub, plain, strict=True)]),
+        }
+    return result
 
 
 # -- 1 and 2: a tree on workers ---------------------------------------------------------------

@@ -62,3 +62,33 @@ root = Agent(
     max_steps=500,
     max_tokens=100_000,
 )
+
+
+# The cost of a sub-agent over a plain tool call (benchmarks/sub_agents.py, part 1): a
+# caller makes CALLS calls one after the other, one a step, of a plain tool (`plain_caller`)
+# or of a sub-agent that answers at once, one model call (`sub_caller`).
+CALLS_VARIABLE = "RUNNER_BENCH_CALLS"
+
+
+def _caller(tool: str) -> FunctionModel:
+    def move(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        done = turns(transcript)
+        if done < int(os.environ.get(CALLS_VARIABLE, "20")):
+            return {"type": "tool", "name": tool, "args": {"task": f"call {done}"}, "usage": 10}
+        return {"type": "final", "content": f"{done} calls", "usage": 10}
+
+    return FunctionModel(move)
+
+
+def echo(task: str) -> str:
+    return f"did {task}"
+
+
+def _answer(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "final", "content": f"{transcript[0]['content']} done", "usage": 10}
+
+
+answerer = Agent(FunctionModel(_answer), name="answerer")
+_LOTS = {"max_steps": 10_000, "max_tokens": None, "max_repeats": None}
+plain_caller = Agent(_caller("echo"), {"echo": echo}, name="plain-caller", **_LOTS)
+sub_caller = Agent(_caller("echo"), {"echo": answerer.as_tool("echo")}, name="sub-caller", **_LOTS)

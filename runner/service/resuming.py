@@ -19,6 +19,7 @@ from runner.service import revival, scoring
 from runner.service.runner_base import RunnerBase
 from runner.store.protocol import Claim, Observer
 from runner.store.rows import RunRow
+from runner.store.rules import Relay
 
 if TYPE_CHECKING:
     from runner.service.replay import Replay
@@ -186,13 +187,22 @@ class Resuming(RunnerBase):
         return replay_run(run, journal, loaded, budgets)
 
     def execute(
-        self, claim: Claim, agent: Agent, *, pause: threading.Event | None = None
+        self,
+        claim: Claim,
+        agent: Agent,
+        *,
+        pause: threading.Event | None = None,
+        relay: Relay | None = None,
     ) -> AgentResult:
         """Drive a claimed run to its stop with the durable journal (RunPaused if paused).
 
         A run that comes to a call needing a person's answer is left waiting, its lease let
         go: the result then has status `waiting`. A run whose next model call finds no room
         in its provider limit is queued again until there is (RunParked says until when).
+        With `relay` (a worker's slot), a run that parks for its sub-agents' calls hands the
+        slot to its first child (RunWaiting comes out then), and a child whose end is its
+        parent's last hands it back: `relay.next` is the claim to run next
+        (runner.store.rules.Relay).
         """
         from runner.core.loop import drive
         from runner.tracing.run_spans import run_trace
@@ -210,6 +220,7 @@ class Resuming(RunnerBase):
             claim,
             lease_seconds=self.lease_seconds,
             observer=deltas.journaled if observer is None else _both(deltas.journaled, observer),
+            relay=relay,
         )
         spans = run_trace(
             run.id,
@@ -238,6 +249,10 @@ class Resuming(RunnerBase):
                 )
                 traced.finished(result)
         except RunWaiting:
+            if relay is not None and relay.next is not None:
+                # Its slot went to a child: the worker goes on with it, and has no use for
+                # the run's result (a read of its whole journal at each park).
+                raise
             return self.get(run.id)
         except KeyboardInterrupt:
             # Ctrl-C: give the run back at once, for `runner resume` or a worker, rather
@@ -250,7 +265,7 @@ class Resuming(RunnerBase):
         if run.parent_id is not None:
             # A child's end goes to its parent at once (a worker's sweep delivers it if this
             # process dies first); the last child's queues the parent again.
-            self.store.deliver_children(run.parent_id)
+            self.store.deliver_children(run.parent_id, relay)
         return result
 
 

@@ -56,6 +56,7 @@ from runner.errors import (
     RunnerError,
     RunParked,
     RunPaused,
+    RunWaiting,
     first_line,
 )
 from runner.service.database import pool_for
@@ -66,7 +67,7 @@ from runner.store.blob_sweep import BLOB_GRACE_SECONDS
 from runner.store.payloads import Codec
 from runner.store.protocol import Claim, RunStore
 from runner.store.releases import OlderReleases, Releases, held_back
-from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, chosen
+from runner.store.rules import BATCH_SIZE, BATCHES_PER_PASS, Relay, chosen
 from runner.store.scores import DueScore
 
 if TYPE_CHECKING:
@@ -190,6 +191,9 @@ class Worker:
         self.stopping = threading.Event()
         self._wake = threading.Event()
         self._active: dict[str, Future[None]] = {}
+        # Held while the runs in `_active` change: a slot's own thread adds the run it
+        # hands the slot to, beside the serving loop that adds and reaps.
+        self._slots = threading.Lock()
         self._epochs: dict[str, int] = {}  # the epoch of each run's claim in _active
         self._ended: deque[tuple[str, int]] = deque()  # (run id, epoch) of claims that ended
         # The runs this worker parked for a limit, each with the epoch of the claim that
@@ -262,8 +266,10 @@ class Worker:
                     # Graceful stop (or a damaged database, raised by a claim): each run
                     # pauses before its next model call and is released.
                     self.stopping.set()
-                    for future in list(self._active.values()):
-                        future.result()
+                    with self._slots:
+                        slots = set(self._active.values())
+                    for slot in slots:  # a slot's future covers the runs it was handed to
+                        slot.result()
                     self._reap()
         finally:
             self.wakeup.close()
@@ -554,9 +560,10 @@ class Worker:
             run_id, epoch = self._ended.popleft()
             # Only the claim that ended: the run may have been claimed again meanwhile (a
             # person's answer queued it the moment it began to wait).
-            if self._epochs.get(run_id) == epoch:
-                del self._active[run_id], self._epochs[run_id]
-                self._alone.discard(run_id)
+            with self._slots:  # a slot's thread registers the run it hands the slot to
+                if self._epochs.get(run_id) == epoch:
+                    del self._active[run_id], self._epochs[run_id]
+                    self._alone.discard(run_id)
 
     def _progressed(self, run_id: str, _entry: Entry) -> None:
         # Called after each journal commit, on the thread that made it (the run's, or a
@@ -610,15 +617,50 @@ class Worker:
                 run.id,
             )
             self._alone.add(run.id)  # before it starts, so its first entry is seen
-        self._epochs[run.id] = claim.epoch
-        self._active[run.id] = pool.submit(self._execute_and_tell, claim)
+        # The slot's future, done once the slot is free: after this run and any the run
+        # handed the slot to (a tree's relay).
+        slot: Future[None] = Future()
+        with self._slots:
+            self._epochs[run.id] = claim.epoch
+            self._active[run.id] = slot
+        pool.submit(self._execute_and_tell, claim, slot)
 
-    def _execute_and_tell(self, claim: Claim) -> None:
+    def _execute_and_tell(self, claim: Claim, slot: Future[None]) -> None:
         try:
-            self._execute(claim)
+            self._run_slot(claim, slot)
+        except BaseException as exc:
+            slot.set_exception(exc)
+            raise
+        slot.set_result(None)
+
+    def _run_slot(self, claim: Claim, slot: Future[None]) -> None:
+        """Run `claim`, then each run it hands the slot to: a run that parks for its
+        sub-agents' calls goes on with its first child, and a child whose end was the last
+        its parent waited for goes on with the parent, each claimed by the same transaction
+        that made it runnable (runner.store.rules.Relay): no claim, no wake-up between."""
+        ran = claim
+        # One relay for the slot: the journals kept by the runs parked on the way.
+        relay = Relay(self.name, self.runner.lease_seconds, self.runner.max_resumes)
+        try:
+            while True:
+                handed = self._execute(ran, relay)
+                if handed is None:
+                    break
+                self._log(
+                    logging.DEBUG,
+                    f"run {handed.run.id} takes the slot of run {ran.run.id}",
+                    handed.run.id,
+                )
+                with self._slots:  # the slot stays taken: no wake-up, nothing to claim
+                    if self._epochs.get(ran.run.id) == ran.epoch:
+                        del self._active[ran.run.id], self._epochs[ran.run.id]
+                        self._alone.discard(ran.run.id)
+                    self._epochs[handed.run.id] = handed.epoch
+                    self._active[handed.run.id] = slot
+                ran = handed
         finally:
             # Before the future is done: whoever waits for it finds the run ended at once.
-            self._ended.append((claim.run.id, claim.epoch))
+            self._ended.append((ran.run.id, ran.epoch))
             self._wake.set()
 
     def _claim_some(self, skip: list[str]) -> list[Claim]:
@@ -664,7 +706,14 @@ class Worker:
 
     # -- one run --------------------------------------------------------------------------
 
-    def _execute(self, claim: Claim) -> None:
+    def _execute(self, claim: Claim, relay: Relay) -> Claim | None:
+        """Run `claim` to its stop or park; the claim it handed its slot to, if any (none
+        once the worker is stopping)."""
+        relay.next = None
+        self._execute_claim(claim, None if self.stopping.is_set() else relay)
+        return relay.next
+
+    def _execute_claim(self, claim: Claim, relay: Relay | None) -> None:
         run = claim.run
         try:
             agent = self._agent(run.agent, run.id)
@@ -680,10 +729,15 @@ class Worker:
         if not self._may_run_on(claim, agent):
             return
         try:
-            result = self.runner.execute(claim, agent, pause=self.stopping)
+            result = self.runner.execute(claim, agent, pause=self.stopping, relay=relay)
         except RunPaused:
             self._release(claim, None)
             self._log(logging.INFO, f"run {run.id} released for another worker", run.id)
+            return
+        except RunWaiting as waiting:
+            # Parked for its sub-agents' calls, its slot handed to the first child.
+            handed = "" if relay is None or relay.next is None else relay.next.run.id
+            self._log(logging.INFO, f"{waiting}: its slot goes to run {handed}", run.id)
             return
         except RunParked as parked:
             # Queued again in the reservation's transaction: nothing to give back.

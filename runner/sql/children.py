@@ -33,7 +33,7 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.tree import Ancestor, ChildRun, Spend, child_run_id, outcome_of
 from runner.core.waiting import Answer, Asks
-from runner.sql import approvals
+from runner.sql import approvals, leases
 from runner.sql.backend import backend_for
 from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
@@ -41,7 +41,7 @@ from runner.sql.runs import lock_run
 from runner.sql.schema import entries, runs
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import RunRow, amount, counter, entry_row, new_run
-from runner.store.rules import PRIORITY_RANGE
+from runner.store.rules import PRIORITY_RANGE, Relay
 
 # A tree deeper than this is refused outright (max_depth is far smaller in practice): the
 # walk up a run's ancestors never loops, whatever the rows say.
@@ -80,24 +80,51 @@ def child_row(
     return row
 
 
-def insert_child(dialect: Dialect) -> Prepared:
-    """The INSERT of a child run's row (every column of `new_run`'s, by name)."""
-    return prepared(dialect, "insert_child", lambda: insert(runs).values(_child_binds()))
+def insert_child(dialect: Dialect, claimed: bool = False) -> Prepared:
+    """The INSERT of a child run's row (every column of `new_run`'s, by name; `claimed`:
+    and its lease's, see `claimed_child`)."""
+    return prepared(
+        dialect, ("insert_child", claimed), lambda: insert(runs).values(_child_binds(claimed))
+    )
 
 
-def _child_binds() -> dict[Any, Any]:
+# The lease's columns of a child created claimed, beyond new_run's status and epoch.
+_LEASE = ("lease_owner", "lease_expires_at", "leased_at", "last_seen_at")
+
+
+def _child_binds(claimed: bool) -> dict[Any, Any]:
     # The columns new_run fills (whatever later revisions add to it), and the deadline.
     sample = new_run(
         run_id="", agent=None, agent_name=None, release=None, task="", budgets={},
         at=datetime.now(UTC), parent_id="", root_id="",
     )  # fmt: skip
-    names = [*sample, "deadline"]
+    names = [*sample, "deadline", *(_LEASE if claimed else ())]
     return {runs.c[name]: bindparam(name, type_=runs.c[name].type) for name in names}
 
 
 def child_values(row: dict[str, Any]) -> dict[str, Any]:
     """A child row's values for `insert_child` (no deadline: NULL)."""
     return {"deadline": None, **row}
+
+
+def is_claimed(row: dict[str, Any]) -> bool:
+    return "lease_owner" in row
+
+
+def claimed_child(row: dict[str, Any], owner: str, lease_seconds: float) -> dict[str, Any]:
+    """A child row created already claimed for `owner` (runner.store.rules.Relay): running
+    under a lease from its creation, epoch 1, as a claim of it queued would have left it
+    (nothing recorded, no resume)."""
+    at = row["created_at"]
+    return {
+        **row,
+        "status": RunStatus.RUNNING,
+        "lease_epoch": row["lease_epoch"] + 1,
+        "lease_owner": owner,
+        "lease_expires_at": at + timedelta(seconds=lease_seconds),
+        "leased_at": at,
+        "last_seen_at": at,
+    }
 
 
 # -- the ancestors and their spend ---------------------------------------------------------
@@ -179,9 +206,13 @@ def charged(rows: Sequence[Any], order: Sequence[str]) -> list[Ancestor]:
 # -- delivering a child's end ---------------------------------------------------------------
 
 
-def deliver(engine: Engine, parent_id: str, clock: Clock = SYSTEM) -> bool:
+def deliver(
+    engine: Engine, parent_id: str, clock: Clock = SYSTEM, relay: Relay | None = None
+) -> bool:
     """Record the end of each finished child that `parent_id` waits for as its wait's
-    answer; the last one queues the parent again. True if it was queued."""
+    answer; the last one queues the parent again. True if it was queued. With `relay`, the
+    last one claims the parent for the relay's owner in the same transaction instead
+    (`relay.next`): the worker whose child ended goes on with the parent on its slot."""
     at = utc_now(clock)
     with engine.begin() as connection:
         row = lock_run(connection, parent_id)
@@ -197,6 +228,11 @@ def deliver(engine: Engine, parent_id: str, clock: Clock = SYSTEM) -> bool:
         if not ended:
             return False
         seq = found.last_seq + 1
+        kept = None if relay is None else relay.kept.pop(parent.id, None)
+        if kept is not None and len(kept) == seq and relay is not None:
+            relay.kept[parent.id] = kept  # else not the journal as it is: it is read again
+        else:
+            kept = None
         for wait, content, is_error in ended:
             entry = Entry(
                 EntryKind.ANSWER,
@@ -217,6 +253,8 @@ def deliver(engine: Engine, parent_id: str, clock: Clock = SYSTEM) -> bool:
                 )
             )
             seq += 1
+            if kept is not None:
+                kept.append((entry, parent.lease_epoch))
         fault("before_delivery_commit")
         if len(ended) < len(found.waits):
             return False
@@ -229,7 +267,14 @@ def deliver(engine: Engine, parent_id: str, clock: Clock = SYSTEM) -> bool:
                 status=RunStatus.QUEUED, waiting_since=None, wait_expires_at=None, updated_at=at
             )
         )
-        backend_for(connection.dialect.name).wake_workers(connection)
+        if relay is None:
+            backend_for(connection.dialect.name).wake_workers(connection)
+        else:
+            # Claimed as a claim of it queued would (its epoch bumped, fencing out any
+            # writer of an older one), under the parent's row lock taken above.
+            relay.next = leases.take(
+                connection, row, relay.owner, relay.lease_seconds, relay.max_resumes, at
+            )
     fault("after_delivery_commit")
     return True
 

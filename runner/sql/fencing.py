@@ -299,11 +299,10 @@ class Append:
             stopped = Stop(StopReason.CANCELLED)
             cancelled = _finish_parameters(dialect, stopped, counters, fence, at, payloads)
             park = _park_parameters(dialect, parking, fence, at, counters)
-            child = children.insert_child(dialect)
-            made = [
-                (child.sql, child.parameters(children.child_values(new)))
-                for new in parking.children
-            ]
+            made = []
+            for new in parking.children:
+                child = children.insert_child(dialect, children.is_claimed(new))
+                made.append((child.sql, child.parameters(children.child_values(new))))
         charged = None
         if charge is not None and not (charge.spent and charge.above):
             charge = None

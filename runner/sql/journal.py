@@ -33,12 +33,12 @@ from runner.errors import EntryRefused, LeaseLost, RunParked, describe
 from runner.sql import children, fencing, messages, tree_budget
 from runner.sql import runs as store
 from runner.sql.backend import backend_for
-from runner.sql.children import child_row
+from runner.sql.children import child_row, claimed_child
 from runner.sql.database_failures import refused, transient
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing
-from runner.store.rules import Claim
+from runner.store.rules import Claim, Relay
 
 # Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
 # own thread for the outcomes of a step of several calls.
@@ -67,8 +67,11 @@ class SqlJournal:
         heartbeat_seconds: float | None = None,
         heartbeat: Heartbeat | None = None,
         writer: Writer | None = None,
+        relay: Relay | None = None,
     ) -> None:
         self.engine = engine
+        # The worker's slot, handed on to this run's first child when it parks for them.
+        self.relay = relay
         # The runner's writer, shared by all its journals; else one of this journal's own
         # that keeps no connection between writes.
         self.writer = writer or Writer(engine, keep=False)
@@ -88,7 +91,10 @@ class SqlJournal:
         self.observer = observer
         # A run claimed with nothing recorded (most claims of a busy queue) has nothing to
         # read: the claim counted its entries in its own transaction.
-        journal = store.load_entries(engine, self._run_id) if claim.next_seq else []
+        journal = self._kept(claim) if claim.next_seq else []
+        # With a relay, the journal as written so far (entries and epochs), for the relay to
+        # keep when this run parks for its children.
+        self._journal = journal if relay is not None else None
         self._recorded = [entry for entry, _ in journal]
         # Per step, the epoch since which its call may have been tried, and by how many
         # claims already: its action's writer tried it once; after a person's answer (the
@@ -123,6 +129,18 @@ class SqlJournal:
         self._renewed_at = clock.time()
         # Whether a write renews the lease itself (PostgreSQL's fenced statement does).
         self._renews_lease = backend_for(engine.dialect.name).writes_renew_lease
+
+    def _kept(self, claim: Claim) -> list[tuple[Entry, int]]:
+        """The journal of a claimed run with something recorded: as the relay kept it when
+        the run parked, if it is all there (as long as the claim counted), else read."""
+        kept = None if self.relay is None else self.relay.kept.pop(claim.run.id, None)
+        if kept is not None and len(kept) == claim.next_seq:
+            return kept
+        return store.load_entries(self.engine, claim.run.id)
+
+    def _written(self, entries: Sequence[Entry]) -> None:
+        if self._journal is not None:
+            self._journal.extend((entry, self.epoch) for entry in entries)
 
     @property
     def run_id(self) -> str:
@@ -189,14 +207,25 @@ class SqlJournal:
             # A step's waits (one per call that needs an answer) go in this one commit, with
             # the child runs its sub-agents' calls start.
             parking = self._parking
+            relay = self.relay if children else None
             if children:
                 at = utc_now(self.clock)
                 payloads = payloads_of(self.engine)
-                rows = tuple(child_row(child, self._run, at, payloads) for child in children)
-                parking = replace(parking, children=rows)
+                rows = [child_row(child, self._run, at, payloads) for child in children]
+                if relay is not None:
+                    # The first child takes this run's slot, claimed as it is created: no
+                    # worker has to find it queued and claim it.
+                    rows[0] = claimed_child(rows[0], relay.owner, relay.lease_seconds)
+                parking = replace(parking, children=tuple(rows))
             cancelled = self._write(tuple(entries), None, parking).cancel
             self.seq += len(entries)
+            self._written(entries)
             fault("after_wait_commit")
+            if relay is not None and not cancelled:
+                # A cancelled run created no child: it finished in the same transaction.
+                if self._journal is not None:
+                    relay.kept[self._run_id] = self._journal
+                relay.next = store.claimed(self.engine, children[0].id)
             if self.observer is not None:
                 for entry in entries:
                     self.observer(self._run_id, entry)
@@ -211,6 +240,7 @@ class SqlJournal:
             fault(before)
             self._cancel, self._messages = self._write(entries, stop)
             self.seq += len(entries)
+            self._written(entries)
             # Committed before the tool runs: a crash now leaves a pending call, never a lost
             # one (for a step of several calls, every call is pending at once).
             fault(after)
@@ -333,6 +363,7 @@ class SqlJournal:
                     connection, self._run_id, self.epoch, self.seq, step, counters, self.clock
                 )
             self.seq += len(delivered)
+            self._written(delivered)
             self._messages = 0
             # Journaled and marked delivered in one commit: a crash from here on leaves them
             # in the journal, for the next worker to replay, and never in the inbox again.

@@ -58,7 +58,7 @@ def claim_run(
             if run.wait_expires_at is None or run.wait_expires_at > at:
                 return Claim(run, run.lease_epoch, 0, crash_loop=False)  # still waits
             row = _timed_out(connection, run, at)
-        return _take(connection, row, owner, lease_seconds, max_resumes, at)
+        return take(connection, row, owner, lease_seconds, max_resumes, at)
 
 
 def _timed_out(connection: Connection, run: RunRow, at: datetime) -> Row[Any]:
@@ -67,7 +67,7 @@ def _timed_out(connection: Connection, run: RunRow, at: datetime) -> Row[Any]:
     return connection.execute(select(runs).where(runs.c.id == run.id)).one()
 
 
-def _take(
+def take(
     connection: Connection,
     row: Row[Any],
     owner: str,
@@ -241,7 +241,7 @@ def claim_some(
             queue = row._mapping["queue"]
             if row._mapping["status"] == RunStatus.WAITING:
                 row = _timed_out(connection, RunRow.of(row), at)
-            claim = _take(connection, row, owner, lease_seconds, max_resumes, at)
+            claim = take(connection, row, owner, lease_seconds, max_resumes, at)
             slots.took(queue, holds_slot)
             claims.append(claim)
             if suspect:

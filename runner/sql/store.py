@@ -68,7 +68,7 @@ from runner.store.payloads import Codec, Payloads
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.releases import OlderReleases, ReleaseInfo, Releases
 from runner.store.rows import LimitInfo, QueueInfo, RunRow, ScheduleRow
-from runner.store.rules import Expired, Rules
+from runner.store.rules import Expired, Relay, Rules
 from runner.store.scores import DueScore, ScoreClaim, ScoreRow
 
 
@@ -225,8 +225,8 @@ class SqlStore:
 
     # -- trees of runs ----------------------------------------------------------------------
 
-    def deliver_children(self, parent_id: str) -> bool:
-        return children.deliver(self.engine, parent_id, self._clock)
+    def deliver_children(self, parent_id: str, relay: Relay | None = None) -> bool:
+        return children.deliver(self.engine, parent_id, self._clock, relay)
 
     def deliver_ended(self) -> int:
         return children.deliver_ended(self.engine, self._clock)
@@ -286,13 +286,19 @@ class SqlStore:
         leases.release_run(self.engine, run_id, epoch, error, clock=self._clock)
 
     def open_journal(
-        self, claim: Claim, *, lease_seconds: float, observer: Observer | None = None
+        self,
+        claim: Claim,
+        *,
+        lease_seconds: float,
+        observer: Observer | None = None,
+        relay: Relay | None = None,
     ) -> SqlJournal:
         return SqlJournal(
             self.engine,
             claim,
             lease_seconds=lease_seconds,
             observer=observer,
+            relay=relay,
             clock=self._clock,
             heartbeat=self.heartbeat,
             writer=self.writer,

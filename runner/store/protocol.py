@@ -34,7 +34,7 @@ from runner.store.follow import Follow
 from runner.store.releases import OlderReleases, ReleaseInfo, Releases
 from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Claim as Claim  # re-exported: what a claim holds
-from runner.store.rules import Expired, Rules
+from runner.store.rules import Expired, Relay, Rules
 from runner.store.scores import DueScore, ScoreClaim, ScoreRow
 
 # Told of each journal entry after its commit, on the thread that wrote it.
@@ -178,9 +178,10 @@ class RunStore(Protocol):
 
     # -- trees of runs (runner.sql.children) ---------------------------------------------
 
-    def deliver_children(self, parent_id: str) -> bool:
+    def deliver_children(self, parent_id: str, relay: Relay | None = None) -> bool:
         """Record the end of each finished child the parent waits for as its answer; the
-        last queues the parent again (True then). Exactly once, whoever races for it."""
+        last queues the parent again (True then). Exactly once, whoever races for it. With
+        `relay`, the last claims the parent for the relay's owner instead (`relay.next`)."""
         ...
 
     def deliver_ended(self) -> int:
@@ -230,9 +231,16 @@ class RunStore(Protocol):
         ...
 
     def open_journal(
-        self, claim: Claim, *, lease_seconds: float, observer: Observer | None = None
+        self,
+        claim: Claim,
+        *,
+        lease_seconds: float,
+        observer: Observer | None = None,
+        relay: Relay | None = None,
     ) -> OpenJournal:
-        """The claimed run's journal: every write fenced by the claim's epoch."""
+        """The claimed run's journal: every write fenced by the claim's epoch. With
+        `relay`, a park for sub-agents' calls creates its first child claimed for the
+        relay's owner (`relay.next`): a store that cannot leaves `next` empty."""
         ...
 
     def run_deltas(self, run_id: str) -> RunDeltas:

@@ -202,6 +202,28 @@ class Claim:
     stalled: int = 0
 
 
+@dataclass
+class Relay:
+    """A worker's slot handed along a tree of runs, with no claim between its runs: a run
+    that parks for its sub-agents' calls creates its first child already claimed for
+    `owner` (in the transaction that creates it, epoch 1), and the child whose end is the
+    last its parent waited for takes the parent back (claimed in the delivery's
+    transaction, its epoch bumped as any claim bumps it). The store sets `next`: the claim
+    the worker runs next on the same slot. A worker that dies between the two holds a
+    lease that lapses like any other, and the next claimer takes the run over."""
+
+    owner: str
+    lease_seconds: float
+    max_resumes: int
+    next: Claim | None = None
+    # The journals (entries with the epoch that wrote each) of the runs parked on the way,
+    # by run: a parent taken back goes on from these and its children's ends, without
+    # reading its journal again (each resume read it whole: a parent's cost grew with the
+    # square of its children). Used only while it is as long as the journal in the
+    # database when taken back.
+    kept: dict[str, list[tuple[Entry, int]]] = field(default_factory=dict)
+
+
 def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
     """What is known of a crash loop: takeovers with no journal entry, after owners that
     died holding the run. Whether the run itself killed them, nobody can tell."""

@@ -52,6 +52,7 @@ from runner.store.rows import (
     plain_text,
 )
 from runner.store.rules import (
+    Relay,
     check_limit,
     check_queue,
     crash_loop_error,
@@ -222,7 +223,7 @@ class InMemoryStore(
     # -- trees of runs: the in-memory store runs a sub-agent's child inline, inside the
     # parent's call (as run_agent does), so no child run is ever stored, parked or owed.
 
-    def deliver_children(self, parent_id: str) -> bool:
+    def deliver_children(self, parent_id: str, relay: Relay | None = None) -> bool:
         return False
 
     def deliver_ended(self) -> int:
@@ -496,7 +497,12 @@ class InMemoryStore(
             self._wake()
 
     def open_journal(
-        self, claim: Claim, *, lease_seconds: float, observer: Observer | None = None
+        self,
+        claim: Claim,
+        *,
+        lease_seconds: float,
+        observer: Observer | None = None,
+        relay: Relay | None = None,  # no child runs here: nothing to hand on
     ) -> MemoryRunJournal:
         return MemoryRunJournal(self, claim, lease_seconds=lease_seconds, observer=observer)
 
