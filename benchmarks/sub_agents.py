@@ -1,8 +1,16 @@
-"""Sub-agents: a tree's parked parents hold no worker slot, workers share a tree, and a
-root's token budget holds over randomised trees.
+"""Sub-agents: what one costs over a plain tool call, a tree's parked parents hold no worker
+slot, workers share a tree, and a root's token budget holds over randomised trees.
 
     .venv/bin/python benchmarks/sub_agents.py [--trees 50] [--no-postgres] [--json out.json]
+    .venv/bin/python benchmarks/sub_agents.py --calls-only [--calls 20] [--repeats 5]
 
+0. A sub-agent against a plain tool call, on SQLite and PostgreSQL: one in-process `Worker`
+   (4 slots) runs a run of CALLS calls one after the other (one a step) of a plain tool
+   (`tree_fakes.py:plain_caller`), then one whose tool is a sub-agent that answers at once,
+   one model call (`sub_caller`), taking turns REPEATS times after a warm-up of each. The
+   figures are the wall and the CPU (this process's, every thread) a call, from the submit
+   to the run's end, and the sub-agent's cost over the plain call's, run by run. The
+   machine's load says how much other work shared it.
 1. One `runner worker --once --concurrency 20` (the real command) runs a tree three levels
    deep (benchmarks/tree_fakes.py): a root, 4 middles, 20 leaves, each leaf's tool taking
    1 s (RUNNER_BENCH_LEAF_SECONDS). While it runs, this process samples the tree's runs by
@@ -287,14 +295,48 @@ def random_trees(url: str, trees: int, seed: int) -> dict[str, Any]:
     }
 
 
+def sub_agent_costs(options: Any, folder: Path, pg: str | None, results: dict[str, Any]) -> None:
+    shown = []
+    url = common.sqlite_url(folder, "calls")
+    shown.append(("SQLite", calls_on_a_worker(url, options.calls, options.repeats)))
+    if pg is not None:
+        with common.scratch_postgres(pg) as pg_url:
+            shown.append(("PostgreSQL", calls_on_a_worker(pg_url, options.calls, options.repeats)))
+    results["calls"] = {label: figures for label, figures in shown}
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    common.print_table(
+        f"A sub-agent against a plain tool call: ms a call, median (min-max) of "
+        f"{options.repeats} runs of {options.calls} calls each (load average {load})",
+        ["database", "", "plain call", "sub-agent call", "sub-agent over plain"],
+        [
+            (
+                label,
+                measure,
+                common.fmt_spread(figures[measure]["plain_ms"], 2),
+                common.fmt_spread(figures[measure]["sub_ms"], 2),
+                common.fmt_spread(figures[measure]["over_ms"], 2),
+            )
+            for label, figures in shown
+            for measure in ("wall", "cpu")
+        ],
+    )
+
+
 def main() -> None:
     p = common.parser(__doc__)
     p.add_argument("--trees", type=int, default=50, help="randomised trees (part 3)")
     p.add_argument("--seed", type=int, default=24)
+    p.add_argument("--calls", type=int, default=20, help="calls a run (part 0)")
+    p.add_argument("--repeats", type=int, default=5, help="runs of each kind (part 0)")
+    p.add_argument("--calls-only", action="store_true", help="part 0 alone")
     options = p.parse_args()
     pg = common.postgres_url_or_none(options)
     results: dict[str, Any] = {}
     with common.scratch_folder(options.dir) as folder:
+        sub_agent_costs(options, folder, pg, results)
+        if options.calls_only:
+            common.write_json(options.json, "sub_agents", options, results)
+            return
         shown = []
         url = common.sqlite_url(folder, "tree")
         shown.append(tree_on_workers(url, folder, "sqlite-1-worker", 1, 20))

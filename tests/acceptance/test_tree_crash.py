@@ -3,10 +3,17 @@ lead and two concurrent sub-agents, each calling a plain tool with an effect) is
 while the children are being created, while they run, and while their ends are delivered;
 `runner resume` of the lead then finishes the tree. An external ledger shows every child
 started exactly once (one child run per call, its id derived from the call's key) and each
-child's non-idempotent tool ran at most once; the root's spend is the sum of the tree's."""
+child's non-idempotent tool ran at most once; the root's spend is the sum of the tree's.
+
+The same of `runner worker`, killed while it holds a run that a transaction made runnable and
+claimed for it at once (its slot handed along the tree, runner.store.rules.Relay): a child
+created claimed with its parent's park, a parent claimed back with its last child's end.
+Another worker takes each over once its lease lapses, and finishes the tree."""
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,6 +22,7 @@ from sqlalchemy import select
 from runner.core.tree import child_run_id
 from runner.sql.database import connect
 from runner.sql.schema import entries, runs
+from tests.conditions import wait_until
 
 from .harness import KILLED, cli, cli_env, described
 
@@ -69,7 +77,54 @@ def test_a_tree_killed_then_resumed_starts_each_child_once(
     resumed = cli("resume", root, db_url=db_url, ledger=ledger)
     assert resumed.returncode == 0, described(resumed)
     assert resumed.stdout.strip() == ANSWER
+    finished_once(db_url, root, ledger)
 
+
+# Where a worker dies holding a run claimed for it by the transaction that made it runnable.
+RELAY_FAULTS = [
+    "after_wait_commit@1",  # the lead parked, its first child created claimed for the worker
+    "after_delivery_commit@1",  # the last child's end delivered, the lead claimed back
+]
+
+
+@pytest.mark.parametrize("fault", RELAY_FAULTS)
+def test_a_worker_killed_holding_a_run_handed_to_it_leaves_it_to_the_next(
+    fault: str, db_url: str, ledger: Path
+) -> None:
+    root = "relay-" + fault.replace("@", "-")
+    submitted = cli(
+        "submit", f"{AGENTS}:lead", "research", "--id", root, db_url=db_url, ledger=ledger
+    )
+    assert submitted.returncode == 0, described(submitted)
+    worker = ["worker", "--once", "--lease", "3", "--concurrency", "2"]
+    killed = cli(*worker, db_url=db_url, ledger=ledger, fault=fault)
+    assert killed.returncode == KILLED, described(killed)
+    held = [row for row in tree(db_url, root) if row.status == "running"]
+    assert held and all(row.lease_owner is not None for row in held)
+    if fault.startswith("after_delivery"):
+        assert [row.id for row in held] == [root]  # claimed back with its child's end
+
+    def lapsed() -> bool:
+        ends = [row.lease_expires_at for row in tree(db_url, root) if row.status == "running"]
+        return all(_aware(end) < datetime.now(UTC) for end in ends)
+
+    wait_until(lapsed, what="the dead worker's leases to lapse")
+    served = cli(*worker, db_url=db_url, ledger=ledger)
+    assert served.returncode == 0, described(served)
+    shown = cli("show", root, "--json", db_url=db_url, ledger=ledger)
+    assert json.loads(shown.stdout)["output"] == ANSWER, described(shown)
+    finished_once(db_url, root, ledger)
+
+
+def _aware(moment: datetime | str) -> datetime:
+    if isinstance(moment, str):  # SQLite through a plain engine: text
+        moment = datetime.fromisoformat(moment)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def finished_once(db_url: str, root: str, ledger: Path) -> None:
+    """The tree of `root` finished: each child started and delivered once, each effect run
+    at most once, and the root's spend the tree's."""
     rows = {row.id: row for row in tree(db_url, root)}
     lead = rows.pop(root)
     # One child per call, each the run its call's key names, finished with its answer.
