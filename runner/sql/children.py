@@ -41,7 +41,7 @@ from runner.sql.runs import lock_run
 from runner.sql.schema import entries, runs
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import RunRow, amount, counter, entry_row, new_run
-from runner.store.rules import PRIORITY_RANGE, Relay
+from runner.store.rules import PRIORITY_RANGE, Claim, Relay
 
 # A tree deeper than this is refused outright (max_depth is far smaller in practice): the
 # walk up a run's ancestors never loops, whatever the rows say.
@@ -109,6 +109,22 @@ def child_values(row: dict[str, Any]) -> dict[str, Any]:
 
 def is_claimed(row: dict[str, Any]) -> bool:
     return "lease_owner" in row
+
+
+# The columns of a run's row that a new child's leaves to their defaults (all NULL).
+_UNSET = dict.fromkeys(
+    [
+        *("deadline", "error", "finished_at", "output", "output_format", "stop_reason"),
+        *("waiting_since", "wait_expires_at", "parked_reason"),
+    ]
+)
+
+
+def claim_of(row: dict[str, Any]) -> Claim:
+    """The claim of a child created claimed (`claimed_child`), from the row it was inserted
+    with: read back, it would be the same."""
+    run = RunRow.of({**_UNSET, **row})
+    return Claim(run, run.lease_epoch, 0, crash_loop=False)
 
 
 def claimed_child(row: dict[str, Any], owner: str, lease_seconds: float) -> dict[str, Any]:

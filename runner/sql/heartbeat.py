@@ -4,7 +4,7 @@ A worker with a thousand runs in flight renews their thousand leases with one UP
 held (run id, epoch) pairs every beat, on one thread, and learns from what it returns which
 runs another worker took: those journals are marked lost, and their next write raises
 LeaseLost. A foreground `Runner.run` uses the same heartbeat with its one lease. The thread
-runs while something is held and stops when the last lease is let go.
+runs while something is held and stops once nothing has been held for LINGER_SECONDS.
 """
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from runner.core.clock import SYSTEM, Clock
 from runner.sql import lease_renewals, writer
+
+# How long the thread waits for another lease once the last is let go, before it stops: a
+# worker's slot goes from run to run along a tree (runner.store.rules.Relay), each letting
+# its lease go just before the next is held, and starting a thread for each cost more than
+# the rest of taking a run up.
+LINGER_SECONDS = 1.0
 
 
 class Held(Protocol):
@@ -57,6 +63,7 @@ class Heartbeat:
         """Renew `lease` from the next beat on, until `drop`."""
         with self._changed:
             self._held[lease.run_id] = lease
+            self._changed.notify_all()  # a thread that lingers goes on beating
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name="runner-heartbeat", daemon=True
@@ -68,7 +75,7 @@ class Heartbeat:
             if self._held.get(lease.run_id) is lease:
                 del self._held[lease.run_id]
             if not self._held:
-                self._changed.notify_all()  # nothing to renew: the thread stops now
+                self._changed.notify_all()  # nothing to renew: the thread waits, then stops
 
     def close(self) -> None:
         """Stop beating (the leases still held expire unless let go)."""
@@ -83,6 +90,10 @@ class Heartbeat:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._closed or not self._held, self.interval)
+                if not self._closed and not self._held:
+                    self._changed.wait_for(lambda: self._closed or bool(self._held), LINGER_SECONDS)
+                    if not self._closed and self._held:
+                        continue  # a lease came: its first beat an interval from now
                 if self._closed or not self._held:
                     self._thread = None
                     return

@@ -31,6 +31,7 @@ from runner.core.stop_reasons import StopReason
 from runner.core.tree import ChildRun, Place, Spend, TreeStop, TreeStopped, ancestors_stop
 from runner.errors import EntryRefused, LeaseLost, RunParked, describe
 from runner.sql import children, fencing, messages, tree_budget
+from runner.sql import children as children_sql
 from runner.sql import runs as store
 from runner.sql.backend import backend_for
 from runner.sql.children import child_row, claimed_child
@@ -225,7 +226,7 @@ class SqlJournal:
                 # A cancelled run created no child: it finished in the same transaction.
                 if self._journal is not None:
                     relay.kept[self._run_id] = self._journal
-                relay.next = store.claimed(self.engine, children[0].id)
+                relay.next = children_sql.claim_of(rows[0])
             if self.observer is not None:
                 for entry in entries:
                     self.observer(self._run_id, entry)

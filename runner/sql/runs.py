@@ -35,7 +35,6 @@ from runner.store.rows import RunRow as RunRow  # re-exported: rows are built wi
 from runner.store.rows import decode as decode
 from runner.store.rows import entry_of as entry_of
 from runner.store.rows import new_run, seal_task
-from runner.store.rules import Claim
 
 # -- values in and out ----------------------------------------------------------------------
 
@@ -151,13 +150,6 @@ def starts_with(column: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
 def get_run(engine: Engine, run_id: str) -> RunRow:
     with plain_reading(engine) as reader:
         return reads.get_run(reader, run_id)
-
-
-def claimed(engine: Engine, run_id: str) -> Claim:
-    """The claim of a run created claimed (runner.store.rules.Relay): epoch 1, nothing
-    recorded. Read with a plain read, after the commit that created it."""
-    run = get_run(engine, run_id)
-    return Claim(run, run.lease_epoch, 0, crash_loop=False)
 
 
 def find_run(engine: Engine, prefix: str) -> RunRow:
