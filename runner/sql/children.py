@@ -276,21 +276,30 @@ def deliver(
             return False
         # Queued again; unlike a person's answer, the deadline does not move: the time
         # its children took is the tree's.
-        connection.execute(
-            update(runs)
-            .where(runs.c.id == parent.id, runs.c.status == RunStatus.WAITING)
-            .values(
-                status=RunStatus.QUEUED, waiting_since=None, wait_expires_at=None, updated_at=at
-            )
-        )
-        if relay is None:
-            backend_for(connection.dialect.name).wake_workers(connection)
-        else:
+        if relay is not None:
             # Claimed as a claim of it queued would (its epoch bumped, fencing out any
             # writer of an older one), under the parent's row lock taken above.
             relay.next = leases.take(
-                connection, row, relay.owner, relay.lease_seconds, relay.max_resumes, at
+                connection,
+                row,
+                relay.owner,
+                relay.lease_seconds,
+                relay.max_resumes,
+                at,
+                unwait=True,
             )
+        else:
+            connection.execute(
+                update(runs)
+                .where(runs.c.id == parent.id, runs.c.status == RunStatus.WAITING)
+                .values(
+                    status=RunStatus.QUEUED,
+                    waiting_since=None,
+                    wait_expires_at=None,
+                    updated_at=at,
+                )
+            )
+            backend_for(connection.dialect.name).wake_workers(connection)
     fault("after_delivery_commit")
     return True
 

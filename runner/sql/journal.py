@@ -28,7 +28,15 @@ from runner.core.faults import fault
 from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.limits import Estimate, estimated
 from runner.core.stop_reasons import StopReason
-from runner.core.tree import ChildRun, Place, Spend, TreeStop, TreeStopped, ancestors_stop
+from runner.core.tree import (
+    Ancestor,
+    ChildRun,
+    Place,
+    Spend,
+    TreeStop,
+    TreeStopped,
+    ancestors_stop,
+)
 from runner.errors import EntryRefused, LeaseLost, RunParked, describe
 from runner.sql import children, fencing, messages, tree_budget
 from runner.sql import children as children_sql
@@ -39,6 +47,7 @@ from runner.sql.database_failures import refused, transient
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing
+from runner.store.rows import RunRow
 from runner.store.rules import Claim, Relay
 
 # Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
@@ -113,7 +122,7 @@ class SqlJournal:
         self._run = claim.run
         # A child run: the runs above it (nearest first), charged what it spends as it
         # spends it, whose budgets (and cancels) it checks before each model call.
-        self._ancestors = children.ancestors(engine, claim.run) if claim.run.parent_id else []
+        self._ancestors = self._ancestors_of(claim.run)
         self._above = tuple(ancestor.run_id for ancestor in self._ancestors)
         self._spent = self._recorded[-1].counters if self._recorded else Counters()
         self.seq = len(self._recorded)
@@ -138,6 +147,14 @@ class SqlJournal:
         if kept is not None and len(kept) == claim.next_seq:
             return kept
         return store.load_entries(self.engine, claim.run.id)
+
+    def _ancestors_of(self, run: RunRow) -> list[Ancestor]:
+        if run.parent_id is None:
+            return []
+        handed = None if self.relay is None else self.relay.above
+        if handed is not None and handed[0] == run.id:
+            return list(handed[1])
+        return children.ancestors(self.engine, run)
 
     def _written(self, entries: Sequence[Entry]) -> None:
         if self._journal is not None:
@@ -226,6 +243,10 @@ class SqlJournal:
                 # A cancelled run created no child: it finished in the same transaction.
                 if self._journal is not None:
                     relay.kept[self._run_id] = self._journal
+                run = self._run
+                below = Spend(run.below_steps, run.below_tokens, run.below_cost)
+                me = Ancestor(self._run_id, run.budgets, Spend.of(self._spent) + below)
+                relay.above = (children[0].id, [me, *self._ancestors])
                 relay.next = children_sql.claim_of(rows[0])
             if self.observer is not None:
                 for entry in entries:

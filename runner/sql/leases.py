@@ -74,12 +74,15 @@ def take(
     lease_seconds: float,
     max_resumes: int,
     at: datetime,
+    *,
+    unwait: bool = False,
 ) -> Claim:
     """Bump the epoch and take the lease, in the caller's transaction (row already locked).
 
     One UPDATE ... RETURNING (both backends have it) gives back the row as taken. A run
     nobody held counts its journal in that UPDATE; a takeover counts it first, to know
-    whether the last holder made progress.
+    whether the last holder made progress. `unwait`: the run was waiting, and its wait
+    ends in the same statement (a parent claimed back with its last child's end).
     """
     run = RunRow.of(row)
     m = row._mapping
@@ -123,7 +126,10 @@ def take(
         if counted:
             del values["progress_seq"]
         bound = {f"new_{name}": value for name, value in values.items()}
-        fresh = connection.execute(_take_statement(counted), {"run_id": run.id, **bound}).one()
+        if unwait:
+            bound.update(new_waiting_since=None, new_wait_expires_at=None)
+        statement = _take_statement(counted, unwait)
+        fresh = connection.execute(statement, {"run_id": run.id, **bound}).one()
     return Claim(
         RunRow.of(fresh),
         epoch,
@@ -158,10 +164,12 @@ _TAKEN = (
 
 
 @functools.cache
-def _take_statement(counted: bool) -> Any:
+def _take_statement(counted: bool, unwait: bool = False) -> Any:
     """The UPDATE ... RETURNING of a claim, built once for each shape (building one costs
-    more than running it): `counted`, the journal's length is counted in it."""
-    values: dict[str, Any] = {name: bindparam(f"new_{name}") for name in _TAKEN}
+    more than running it): `counted`, the journal's length is counted in it; `unwait`, the
+    run's wait ends in it."""
+    names = (*_TAKEN, "waiting_since", "wait_expires_at") if unwait else _TAKEN
+    values: dict[str, Any] = {name: bindparam(f"new_{name}") for name in names}
     if counted:
         values["progress_seq"] = _RECORDED_HERE
     return update(runs).where(runs.c.id == bindparam("run_id")).values(values).returning(*runs.c)

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind, transcript_of
@@ -30,6 +30,11 @@ from runner.core.status import RunStatus
 from runner.core.waiting import Answer, Asks, Wait
 from runner.errors import LeaseHeld, NotWaiting, WrongAnswer
 from runner.store.rows import COUNTER_MAX, RunRow
+
+if TYPE_CHECKING:
+    # Named only in a relay's annotation: `runner list` and `show` never load the trees'
+    # module (tests/integration/test_startup_imports.py).
+    from runner.core.tree import Ancestor
 
 # -- queues -----------------------------------------------------------------------------------
 
@@ -222,6 +227,10 @@ class Relay:
     # square of its children). Used only while it is as long as the journal in the
     # database when taken back.
     kept: dict[str, list[tuple[Entry, int]]] = field(default_factory=dict)
+    # The child handed the slot and the runs above it as its parent knew them when it
+    # parked (nearest first): the child reads none of them again before it starts (its
+    # model calls' reservations read them in their own transactions).
+    above: tuple[str, list[Ancestor]] | None = None
 
 
 def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
