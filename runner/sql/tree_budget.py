@@ -30,6 +30,7 @@ price): it is checked as spent, as before.
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,8 +52,11 @@ from runner.store.rows import COUNTER_MAX, RunRow
 # call ends is not known ahead.
 TREE_RECHECK_SECONDS = 0.5
 # Rows that no longer count are deleted by the reservations of their tree; those a tree left
-# behind at its end, by any reservation once this old.
+# behind at its end, by a reservation once this old, looked for at most once a
+# SWEEP_EVERY_SECONDS in a process (each look was a statement of every child's model call).
 STALE_SECONDS = 3600.0
+SWEEP_EVERY_SECONDS = 60.0
+_swept_at = [float("-inf")]  # when this process last looked (monotonic)
 
 
 @dataclass(frozen=True)
@@ -94,11 +98,13 @@ def reserve(
     connection.execute(
         delete(tree_reservations).where(t.root_id == root, (t.run_id == run.id) | ~counting())
     )
-    connection.execute(
-        delete(tree_reservations).where(
-            t.reserved_at < at - timedelta(seconds=STALE_SECONDS), ~counting()
+    if time.monotonic() - _swept_at[0] >= SWEEP_EVERY_SECONDS:
+        _swept_at[0] = time.monotonic()
+        connection.execute(
+            delete(tree_reservations).where(
+                t.reserved_at < at - timedelta(seconds=STALE_SECONDS), ~counting()
+            )
         )
-    )
     # The calls in flight first, then the spend: a write committed between the two reads
     # (its entry ends its row's hold, its charge adds its usage) is counted twice, never
     # missed.
