@@ -734,10 +734,10 @@ class Worker:
             self._release(claim, None)
             self._log(logging.INFO, f"run {run.id} released for another worker", run.id)
             return
-        except RunWaiting as waiting:
+        except RunWaiting:
             # Parked for its sub-agents' calls, its slot handed to the first child.
-            handed = "" if relay is None or relay.next is None else relay.next.run.id
-            self._log(logging.INFO, f"{waiting}: its slot goes to run {handed}", run.id)
+            waits = [] if relay is None else relay.waits
+            self._log(logging.INFO, f"run {run.id} {_waiting_words(run.id, waits)}", run.id)
             return
         except RunParked as parked:
             # Queued again in the reservation's transaction: nothing to give back.

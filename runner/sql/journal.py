@@ -48,7 +48,7 @@ from runner.sql.heartbeat import Heartbeat
 from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing
 from runner.store.rows import RunRow
-from runner.store.rules import Claim, Relay
+from runner.store.rules import Claim, Relay, wait_of
 
 # Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
 # own thread for the outcomes of a step of several calls.
@@ -247,6 +247,7 @@ class SqlJournal:
                 below = Spend(run.below_steps, run.below_tokens, run.below_cost)
                 me = Ancestor(self._run_id, run.budgets, Spend.of(self._spent) + below)
                 relay.above = (children[0].id, [me, *self._ancestors])
+                relay.waits = [wait_of(run, entry, at) for entry in entries]
                 relay.next = children_sql.claim_of(rows[0])
             if self.observer is not None:
                 for entry in entries:

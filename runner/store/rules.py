@@ -231,6 +231,8 @@ class Relay:
     # parked (nearest first): the child reads none of them again before it starts (its
     # model calls' reservations read them in their own transactions).
     above: tuple[str, list[Ancestor]] | None = None
+    # What the run that handed the slot on waits for (its worker says so).
+    waits: list[Wait] = field(default_factory=list)
 
 
 def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:
