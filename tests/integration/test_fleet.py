@@ -246,7 +246,7 @@ def test_a_runner_dropped_unclosed_leaves_no_connection_open(tmp_path: Path) -> 
 
     run_and_drop()
     for thread in threading.enumerate():
-        if thread.name == "runner-heartbeat":  # it ends once its last lease is let go
+        if thread.name == "runner-heartbeat":  # it ends a second after its last lease goes
             thread.join(timeout=10)
     gc.collect()  # the cycles, which give the kept connection back to a pool that is itself
     gc.collect()  # garbage: the next collection frees the pool and closes the connection
