@@ -48,9 +48,18 @@ class Resuming(RunnerBase):
         comes and carries on.
         """
         loaded = self._agent(agent)
+        ref = loaded.reference()
+        if id is None:
+            # A new id: inserted and claimed in one commit, never queued for a worker.
+            row = self._new_row(loaded, ref, task, None, budgets)[0]
+            claim = self.store.create_claimed(
+                row, lease_seconds=self.lease_seconds, max_resumes=self.max_resumes
+            )
+            if claim is not None:
+                return self._go_on(row["id"], loaded, False, False, wait, {}, claim=claim)
         # No NOTIFY: this process runs it now, and a woken worker would only race it.
-        run_id = self._create(loaded, loaded.reference(), task, id, budgets, wake=False)
-        return self.resume(run_id, agent=loaded, wait=wait)
+        run_id = self._create(loaded, ref, task, id, budgets, wake=False)
+        return self._go_on(run_id, loaded, False, False, wait, {}, exact=True)
 
     def resume(
         self,
@@ -70,9 +79,29 @@ class Resuming(RunnerBase):
         A waiting run returns as it is (status `waiting`), or with `wait`, once answered, goes
         on; with `wait`, a run that another worker took up meanwhile is followed to its end.
         """
+        return self._go_on(run_id, agent, steal, revive, wait, budgets)
+
+    def _go_on(
+        self,
+        run_id: str,
+        agent: Agent | str | None,
+        steal: bool,
+        revive: bool,
+        wait: bool,
+        budgets: dict[str, Any],
+        *,
+        exact: bool = False,
+        claim: Claim | None = None,
+    ) -> AgentResult:
+        """`resume`'s loop; `exact`: `run_id` is a whole id (no prefix to look up); `claim`:
+        the run's lease, taken already (its first round)."""
         while True:
             try:
-                result = self._resume(run_id, agent, steal, revive, budgets)
+                if claim is not None:
+                    exact, taken, claim = True, claim, None
+                    result = self._execute_claimed(taken, agent)
+                else:
+                    result = self._resume(run_id, agent, steal, revive, budgets, exact)
             except LeaseHeld:
                 if not wait:
                     raise
@@ -136,25 +165,40 @@ class Resuming(RunnerBase):
         steal: bool,
         revive: bool,
         budgets: dict[str, Any],
+        exact: bool = False,
     ) -> AgentResult:
-        run = self.store.find_run(run_id)
         revived = False
-        if run.status is RunStatus.FINISHED:
-            if not budgets and not revive:
-                return self.get(run.id)
-            self.revive(run.id, **budgets)
-            revived = True
+        if exact and not budgets and not revive:
+            # Nothing to do before the claim, which reads the row itself (a finished run
+            # comes back as it is): a read a run fewer.
+            found_id = run_id
+        else:
+            run = self.store.find_run(run_id)
+            found_id = run.id
+            if run.status is RunStatus.FINISHED:
+                if not budgets and not revive:
+                    return self.get(run.id)
+                self.revive(run.id, **budgets)
+                revived = True
         claim = self.store.claim_run(
-            run.id, lease_seconds=self.lease_seconds, max_resumes=self.max_resumes, steal=steal
+            found_id, lease_seconds=self.lease_seconds, max_resumes=self.max_resumes, steal=steal
         )
+        return self._execute_claimed(claim, agent, {} if revived else budgets)
+
+    def _execute_claimed(
+        self, claim: Claim, agent: Agent | str | None, budgets: dict[str, Any] | None = None
+    ) -> AgentResult:
+        """Drive a run this process has just claimed (or found finished, or still waiting);
+        `budgets` extend it first."""
+        run_id = claim.run.id
         if claim.run.status in (RunStatus.FINISHED, RunStatus.WAITING):
-            return self.get(run.id)  # finished, or still waiting for its answer
+            return self.get(run_id)  # finished, or still waiting for its answer
         try:
             loaded = self._agent(agent) if agent is not None else self._stored_agent(claim.run)
-            if budgets and not revived:
+            if budgets:
                 claim = revival.extend_run(self.store, claim, budgets)
         except (RunnerError, ValueError):
-            self.store.release_run(run.id, claim.epoch)
+            self.store.release_run(run_id, claim.epoch)
             raise
         return self.execute(claim, loaded)
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from runner.core.agent import Agent, load_agent, with_budgets
+from runner.core.budgets import Budgets
 from runner.core.clock import Clock, utc_now
 from runner.core.ids import new_run_id
 from runner.core.journal import Entry
@@ -149,6 +150,26 @@ class RunnerBase:
         wake: bool = True,
         at: submissions.Placement | None = None,
     ) -> str:
+        row, chosen, queue, priority = self._new_row(agent, ref, task, run_id, budgets, at)
+        run_id = str(row["id"])
+        if not self.store.create_run(row, wake=wake):
+            existing = self.store.get_run(run_id)
+            submissions.refuse_another(
+                existing, self.store, ref, agent.name, task, chosen.as_dict(), queue, priority
+            )
+        return run_id
+
+    def _new_row(
+        self,
+        agent: Agent,
+        ref: str | None,
+        task: str,
+        run_id: str | None,
+        budgets: Any,
+        at: submissions.Placement | None = None,
+    ) -> tuple[dict[str, Any], Budgets, str | None, int | None]:
+        """A new run's row (`new_run`), its task and placement checked; its budgets, queue
+        and priority as asked (for a conflict's check)."""
         submissions.check_task(task)
         placed = at or submissions.Placement()
         queue = None if placed.queue is None else check_queue(placed.queue)
@@ -168,12 +189,7 @@ class RunnerBase:
             priority=0 if priority is None else priority,
             not_before=placed.not_before,
         )
-        if not self.store.create_run(row, wake=wake):
-            existing = self.store.get_run(run_id)
-            submissions.refuse_another(
-                existing, self.store, ref, agent.name, task, chosen.as_dict(), queue, priority
-            )
-        return run_id
+        return row, chosen, queue, priority
 
     @staticmethod
     def _new_id(run_id: str | None) -> str:

@@ -12,11 +12,12 @@ its own transaction.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, bindparam, func, select, update
+from sqlalchemy import Connection, Engine, Row, bindparam, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.status import RunStatus
@@ -26,11 +27,12 @@ from runner.sql import approvals
 from runner.sql import queues as queue_limits
 from runner.sql import releases as release_rules
 from runner.sql.backend import backend_for
+from runner.sql.payloads import payloads_of
 from runner.sql.runnable import Ahead, journal_length, next_claimable
 from runner.sql.runs import RunRow, lock_run, stopped_values
 from runner.sql.schema import entries, runs
 from runner.store.releases import Releases
-from runner.store.rows import plain_text
+from runner.store.rows import plain_text, seal_task
 from runner.store.rules import Claim, crash_loop_error, refuse_if_held
 
 
@@ -59,6 +61,27 @@ def claim_run(
                 return Claim(run, run.lease_epoch, 0, crash_loop=False)  # still waits
             row = _timed_out(connection, run, at)
         return take(connection, row, owner, lease_seconds, max_resumes, at)
+
+
+def create_claimed(
+    engine: Engine,
+    row: Mapping[str, Any],
+    *,
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    clock: Clock = SYSTEM,
+) -> Claim | None:
+    """Insert a run (a row of `new_run`) and take its lease, in ONE transaction: the run this
+    process runs at once (`Runner.run`), one commit where inserting, then claiming, took two,
+    and never seen queued by another worker. None, nothing written, when its id exists."""
+    try:
+        with engine.begin() as connection:
+            sealed = seal_task(row, payloads_of(engine))
+            inserted = connection.execute(insert(runs).values(**sealed).returning(*runs.c)).one()
+            return _take(connection, inserted, owner, lease_seconds, max_resumes, utc_now(clock))
+    except IntegrityError:
+        return None
 
 
 def _timed_out(connection: Connection, run: RunRow, at: datetime) -> Row[Any]:

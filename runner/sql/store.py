@@ -255,6 +255,18 @@ class SqlStore:
             clock=self._clock,
         )
 
+    def create_claimed(
+        self, row: Mapping[str, Any], *, lease_seconds: float, max_resumes: int
+    ) -> Claim | None:
+        return leases.create_claimed(
+            self.engine,
+            row,
+            owner=self._owner,
+            lease_seconds=lease_seconds,
+            max_resumes=max_resumes,
+            clock=self._clock,
+        )
+
     def claim_some(
         self,
         *,

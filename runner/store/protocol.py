@@ -208,6 +208,13 @@ class RunStore(Protocol):
         live holder has it."""
         ...
 
+    def create_claimed(
+        self, row: Mapping[str, Any], *, lease_seconds: float, max_resumes: int
+    ) -> Claim | None:
+        """`create_run` and `claim_run` (for this process) at once, in one commit: None,
+        nothing written, if its id exists."""
+        ...
+
     def claim_some(
         self,
         *,

@@ -297,6 +297,16 @@ class InMemoryStore(
                 self._time_out(row, at)
             return self._take(row, owner or self._owner, lease_seconds, max_resumes, at)
 
+    def create_claimed(
+        self, row: Mapping[str, Any], *, lease_seconds: float, max_resumes: int
+    ) -> Claim | None:
+        at = self._now()
+        with self._lock:
+            if row["id"] in self.runs:
+                return None
+            self._insert(row)
+            return self._take(self._row(row["id"]), self._owner, lease_seconds, max_resumes, at)
+
     def _take(
         self, row: Row, owner: str, lease_seconds: float, max_resumes: int, at: datetime
     ) -> Claim:

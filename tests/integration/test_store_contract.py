@@ -22,6 +22,7 @@ from runner.core.clock import ManualClock
 from runner.errors import RunnerError
 from runner.service.worker import Worker
 from runner.store.releases import OlderReleases, Releases
+from runner.store.rows import new_run
 from runner.testing import FunctionModel, InMemoryStore, ScriptedModel, call, final, tool_results
 
 from .agents import SOLVER_REF
@@ -132,6 +133,20 @@ def claiming(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
         outcome.append(claims(runner, 1, skip_agents=["not/this.py:agent"]))
     refused(outcome, lambda: runner.store.claim_run("b", lease_seconds=30, max_resumes=2))
     outcome.append(seen(runner, "a", "b", "c", "d", "e", "f", "later"))
+
+
+def creating_claimed(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """A run inserted and claimed at once (`Runner.run`'s); an id taken: nothing written."""
+    at = datetime.fromtimestamp(START, UTC)
+    row = new_run(
+        run_id="fresh", agent=SOLVER_REF, agent_name="solver", release="1", task="a task",
+        budgets={"max_steps": 3, "max_seconds": 60}, at=at,
+    )  # fmt: skip
+    for _ in range(2):
+        claim = runner.store.create_claimed(row, lease_seconds=30, max_resumes=2)
+        outcome.append(claim and (claim.run.id, claim.epoch, claim.next_seq, claim.stalled))
+    outcome.append(seen(runner, "fresh"))
+    refused(outcome, lambda: runner.store.claim_run("fresh", lease_seconds=30, max_resumes=2))
 
 
 def answering(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
@@ -318,6 +333,7 @@ def releasing(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
 
 SCENARIOS = [
     claiming,
+    creating_claimed,
     answering,
     reviving,
     serving,
