@@ -523,6 +523,33 @@ def _wait_for(
             raise CallTimedOut(f"no result after {timeout:g}s")
 
 
+async def watched(awaitable: Any, timeout: float | None, watch: Watch | None) -> Any:
+    """Await `awaitable` on the running loop as `invoke` awaits one from a thread: given up
+    (cancelled) with CallTimedOut once `timeout` passes, with CallInterrupted once `watch()`
+    names a reason (asked every WATCH_EVERY seconds)."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(awaitable)
+    ends = None if timeout is None else loop.time() + max(timeout, 0.0)
+    while True:
+        left = None if ends is None else max(ends - loop.time(), 0.0)
+        if watch is not None:
+            left = WATCH_EVERY if left is None else min(left, WATCH_EVERY)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=left)
+        except asyncio.CancelledError:
+            task.cancel()  # the caller was cancelled: so is its call
+            raise
+        if done:
+            return task.result()
+        why = None if watch is None else watch()
+        if why is not None:
+            task.cancel()
+            raise CallInterrupted(why)
+        if ends is not None and loop.time() >= ends:
+            task.cancel()
+            raise CallTimedOut(f"no result after {timeout:g}s")
+
+
 def described(exc: BaseException | None) -> str:
     """A failed call of user code as the model and the journal are told it: `Type: message`."""
     return "unknown error" if exc is None else f"{type(exc).__name__}: {exc}"

@@ -42,10 +42,11 @@ from typing import Any, NoReturn
 
 from runner.core.actions import Action, ActionKind, Call, parse_action
 from runner.core.budgets import Budgets
-from runner.core.calls import described, invoke, on_shared_loop
+from runner.core.calls import CallTimedOut, described, invoke, on_shared_loop, watched
 from runner.core.clock import SYSTEM, Clock
 from runner.core.counters import Counters
 from runner.core.deltas import DeltaSink, DeltaStream, current_stream
+from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Entry, EntryKind, Journal, Stop, transcript_of
 from runner.core.limits import NO_LIMITS, Draw, Limits, limit_wait_entry
 from runner.core.listings import listings_change, listings_entry
@@ -54,6 +55,7 @@ from runner.core.model_call import (
     CancelledInFlight,
     ModelCall,
     ModelFailed,
+    ModelTimedOut,
     OutOfTime,
 )
 from runner.core.result import AgentResult
@@ -65,7 +67,7 @@ from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool
 from runner.core.tree import ChildRun, Place, child_run_id, spawn_budgets
 from runner.core.waiting import Answer, Asks, observation_of, wait_entry
-from runner.errors import ReplayMismatch, RunWaiting
+from runner.errors import ModelFatal, ReplayMismatch, RunPaused, RunWaiting
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,8 @@ class ForeignRun:
         self.spans = spans
         self.writing = threading.Lock()
         self.entries: list[Entry] = []  # every entry of the run, recorded then written
+        # Entries kept for the run's next write (its task): committed with it, before it.
+        self.unwritten: list[Entry] = []
         self.steps: dict[int, _Step] = {}
         self.step = 0  # the step of the framework's last model request
         self.pending_reply: tuple[int, Reply] | None = None  # a reply with no call, unjudged
@@ -227,10 +231,18 @@ class ForeignRun:
             elif entry.kind is EntryKind.RESPONSE:
                 step.response = entry
 
-    def begin(self) -> None:
-        """The run's first entry (its task), unless recorded; `max_depth` for a child."""
+    def begin(self, keep_task: bool = False) -> None:
+        """The run's first entry (its task), unless recorded; `max_depth` for a child.
+        `keep_task`: written with the run's first write (its first action, most often), a
+        commit a run fewer; a crash before that leaves no entry, and the resume writes it.
+        Not for a run whose first model call streams: its followers see the task first."""
         if not self.task_recorded:
-            self._append(Entry(EntryKind.TASK, 0, self.rules.counters, content=self.task))
+            task = Entry(EntryKind.TASK, 0, self.rules.counters, content=self.task)
+            if keep_task:
+                self.unwritten.append(task)
+                self.entries.append(task)
+            else:
+                self._append(task)
         max_depth = self.rules.budgets.max_depth
         if max_depth is not None and self.place.depth > max_depth:
             error = f"a sub-agent {self.place.depth} deep below its root (max_depth={max_depth})"
@@ -304,6 +316,8 @@ class ForeignRun:
         waiting, journaled now in one write; the framework adds them as user turns."""
         step = self.steps.setdefault(self.step, _Step())
         if not step.actions:  # live: what was sent since
+            if self.unwritten and getattr(self.journal, "messages_waiting", True):
+                self._flush()  # the task before the messages
             fresh = list(self.journal.messages(self.step, self.rules.counters))
             self.entries.extend(fresh)
             step.messages.extend(fresh)
@@ -315,6 +329,7 @@ class ForeignRun:
         reply_of: Callable[[Any], LiveReply],
         shown: Any,
         loop: asyncio.AbstractEventLoop,
+        failed: Exception | None = None,
     ) -> Any:
         """The model's response to this step's request, asked now (the journal holds none):
         the checks before it, its retries (`request` is called again on failure), the stop
@@ -322,33 +337,11 @@ class ForeignRun:
         framework's request, a coroutine for the framework's `loop`, handed where the pieces
         of a streamed response go (None: nobody follows them); `reply_of` turns what it
         returned into (Reply, the framework's response); `shown` is what the request sends
-        (its messages), for the provider limit's estimate. Called off the framework's loop."""
-        if self.place.below:
-            # What its sub-agents spent before this process took the run up.
-            self.rules.charge(self.place.below)
-            self.place = replace(self.place, below=Place().below)
-        early = self.model_call.check(self.rules.counters.steps)
-        if early is not None:
-            self._stop(Stop(early))
-        if self.step > self.rules.budgets.max_steps:
-            self._stop(Stop(StopReason.MAX_STEPS))
-        tree = self.rules.tree_stop() or (
-            self.journal.tree_stop() if hasattr(self.journal, "tree_stop") else None
-        )
-        if tree is not None:
-            self._stop(Stop(tree.reason, error=tree.error))
+        (its messages), for the provider limit's estimate; `failed`, what the first attempt
+        raised if `ask_on_loop` made it. Called off the framework's loop."""
+        self._before_request()
         answered: list[LiveReply] = []
-
-        def answer(response: Any) -> dict[str, Any]:
-            live = reply_of(response)
-            answered[:] = [live]
-            reply = live[0]
-            # What traces and the provider limit read of it: the calls, or the text, and usage.
-            usage = {"tokens": reply.tokens, "cost": reply.cost}
-            if reply.calls:
-                calls = [{"name": c.tool, "args": c.args, "id": c.id} for c in reply.calls]
-                return {"type": "tool", "calls": calls, "text": reply.text, "usage": usage}
-            return {"type": "final", "content": reply.text or "", "usage": usage}
+        answer = self._answer(reply_of, answered)
 
         def pieces() -> Pieces | None:
             stream = current_stream()  # the call's context has it
@@ -365,7 +358,7 @@ class ForeignRun:
         # on a busy machine costs more than the rest of the step's Python.
         self.model_call.model = on_loop if on_shared_loop(loop) else from_thread
         try:
-            self.model_call.ask(shown, self.rules.budgets, self.step)
+            self.model_call.ask(shown, self.rules.budgets, self.step, failed)
         except OutOfTime:
             self._stop(Stop(StopReason.TIME_BUDGET))
         except CancelledInFlight:
@@ -376,7 +369,103 @@ class ForeignRun:
         self._record_reply(reply)
         return response
 
-    def _record_reply(self, reply: Reply) -> None:
+    def asks_on_loop(self) -> bool:
+        """Whether `ask_on_loop` may make this step's request: nothing around its first
+        attempt waits for the database (no provider limit to reserve from, no tree above to
+        hold the call against), so the framework's loop need not hand it to a thread."""
+        return self.model_call.draw is None and self.place.depth == 0
+
+    async def ask_on_loop(
+        self,
+        request: Callable[[Pieces | None], Coroutine[Any, Any, Any]],
+        reply_of: Callable[[Any], LiveReply],
+        shown: Any,
+    ) -> Any:
+        """`ask`, its first attempt awaited on the framework's loop (when `asks_on_loop`;
+        the request streams to nobody), with no thread between. A first attempt that fails
+        goes on in `ask` on a thread (its retries sleep). The reply's calls are kept for the
+        run's next write, which is the first call's, before its tool runs (`call`): a
+        step's action and its tool share the thread the framework runs the tool on."""
+        self._before_request()
+        call = self.model_call
+        call.held = None  # a root holds nothing against a tree (`ModelCall.hold_tree`)
+        remaining = call.remaining()
+        if remaining is not None and remaining <= 0:
+            self._stop(Stop(StopReason.TIME_BUDGET))
+        own = self.rules.budgets.model_timeout
+        run_ends_first = own is None or (remaining is not None and remaining <= own)
+        answered: list[LiveReply] = []
+        answer = self._answer(reply_of, answered)
+        failed: Exception | None = None
+        try:
+            with self.spans.model_call(self.step) as span, checking(call.stop_requested):
+                output = await watched(
+                    request(None), remaining if run_ends_first else own, call.stop_requested
+                )
+                span.returned(answer(output))
+        except CallTimedOut:
+            if run_ends_first:
+                self._stop(Stop(StopReason.TIME_BUDGET))
+            failed = ModelTimedOut(
+                f"model call took longer than its model_timeout, {own:g} s: given up"
+            )
+        except CallInterrupted as exc:
+            if exc.reason == "paused":
+                raise RunPaused(f"run {self.journal.run_id} paused during its model call") from None
+            self._stop(Stop(StopReason.CANCELLED))
+        except ModelFatal as exc:
+            self._stop(Stop(StopReason.MODEL_ERROR, error=described(exc)))
+        except Exception as exc:
+            failed = exc
+        if failed is not None:
+            loop = asyncio.get_running_loop()
+            return await asyncio.to_thread(self.ask, request, reply_of, shown, loop, failed)
+        # In memory: the calls are committed by the first of them to run, on its own thread
+        # (`call`), before its tool runs (a budget that stops the run here writes at once).
+        self._record_reply(answered[0][0], keep=True)
+        return answered[0][1]
+
+    def _before_request(self) -> None:
+        """The checks before a model request: charges from below, pause, cancel, deadline,
+        steps, the tree's budgets."""
+        if self.place.below:
+            # What its sub-agents spent before this process took the run up.
+            self.rules.charge(self.place.below)
+            self.place = replace(self.place, below=Place().below)
+        early = self.model_call.check(self.rules.counters.steps)
+        if early is not None:
+            self._stop(Stop(early))
+        if self.step > self.rules.budgets.max_steps:
+            self._stop(Stop(StopReason.MAX_STEPS))
+        tree = self.rules.tree_stop() or (
+            self.journal.tree_stop() if hasattr(self.journal, "tree_stop") else None
+        )
+        if tree is not None:
+            self._stop(Stop(tree.reason, error=tree.error))
+
+    @staticmethod
+    def _answer(
+        reply_of: Callable[[Any], LiveReply], answered: list[LiveReply]
+    ) -> Callable[[Any], dict[str, Any]]:
+        """What the model call makes of the framework's response: the reply kept in
+        `answered`, and what traces and the provider limit read of it (the calls or the
+        text, and usage)."""
+
+        def answer(response: Any) -> dict[str, Any]:
+            live = reply_of(response)
+            answered[:] = [live]
+            reply = live[0]
+            usage = {"tokens": reply.tokens, "cost": reply.cost}
+            if reply.calls:
+                calls = [{"name": c.tool, "args": c.args, "id": c.id} for c in reply.calls]
+                return {"type": "tool", "calls": calls, "text": reply.text, "usage": usage}
+            return {"type": "final", "content": reply.text or "", "usage": usage}
+
+        return answer
+
+    def _record_reply(self, reply: Reply, keep: bool = False) -> None:
+        """The reply as the step's rows; `keep`: left for the run's next write (the first of
+        its calls, which commits them before its tool runs: `call`), else written now."""
         step = self.steps.setdefault(self.step, _Step())
         if not reply.calls:
             # Judged at the framework's next move: its end (final) or a new request.
@@ -397,11 +486,14 @@ class ForeignRun:
         step.actions = rows
         if reply.raw is not None:  # before the actions: a step's calls stay together
             step.response = self._response_entry(reply.raw)
-            self._append_many([step.response, *rows])
-        elif len(rows) == 1:
-            self._append(rows[0])
-        else:
+            rows = [step.response, *rows]
+        if keep:
+            self.unwritten.extend(rows)
+            self.entries.extend(rows)
+        elif len(rows) > 1 or self.unwritten:
             self._append_many(rows)
+        else:
+            self._append(rows[0])
 
     def _response_entry(self, raw: Any) -> Entry:
         return Entry(
@@ -421,8 +513,7 @@ class ForeignRun:
             self._finish(stop)  # a reply with no call: nothing to refuse
         else:
             refused = refused_entries(EntryKind.REFUSED, self.step, self.rules.counters, action)
-            self.journal.append_many(refused, stop)
-            self.entries.extend(refused)
+            self._append_many(refused, stop)
         raise Stopped(stop)
 
     def _close_step(self, returned: Mapping[str, Outcome], retry: str | None) -> None:
@@ -498,6 +589,12 @@ class ForeignRun:
 
     # -- tool calls ---------------------------------------------------------------------------
 
+    def runs_live(self, call_id: str) -> bool:
+        """Whether this call of the current step is past the journal's end (its step's action
+        written by this process): `call` then runs the tool, with nothing to settle first."""
+        step = self.steps.get(self.step)
+        return step is not None and not step.recorded and step.call(call_id) is not None
+
     def recorded_outcome(self, call_id: str) -> Outcome | None:
         """The outcome the journal holds for this call of the current step, if any."""
         entry = self._call(call_id)
@@ -522,6 +619,8 @@ class ForeignRun:
         recorded = step.outcomes.get(key)
         if recorded is not None:
             return Outcome(str(recorded.content), recorded.is_error)
+        with self.writing:
+            self._flush()  # the step's calls, if kept (`ask_on_loop`): before any tool runs
         declared = tool or self.tools.get(entry.tool or "") or Tool(run)
         runs = ToolRuns(
             {entry.tool or "": replace(declared, fn=run, sub_agent=None)},
@@ -570,6 +669,7 @@ class ForeignRun:
             )
             wait = wait_entry(call, Asks.CHILD, self.rules.counters)
             with self.writing:
+                self._flush()
                 if not self.journal.wait([wait], [child]):
                     raise Stopped(Stop(StopReason.CANCELLED))  # the cancel ended the run
             step.waits[key] = wait
@@ -635,6 +735,7 @@ class ForeignRun:
             return answers
         if new_waits:
             with self.writing:
+                self._flush()
                 if not self.journal.wait(new_waits):
                     raise Stopped(Stop(StopReason.CANCELLED))  # the cancel ended the run
             for wait in new_waits:
@@ -712,14 +813,26 @@ class ForeignRun:
     # -- writing ----------------------------------------------------------------------------
 
     def _append(self, entry: Entry, stop: Stop | None = None) -> None:
+        if self.unwritten:
+            self._append_many([entry], stop)
+            return
         self.journal.append(entry, stop)
         self.entries.append(entry)
 
-    def _append_many(self, entries: Sequence[Entry]) -> None:
-        self.journal.append_many(entries)
+    def _append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
+        kept, self.unwritten = self.unwritten, []
+        self.journal.append_many([*kept, *entries], stop)
         self.entries.extend(entries)
 
+    def _flush(self) -> None:
+        """Write what was kept for the run's next write, alone: a write of another shape
+        (a wait, the run's end, messages) comes next."""
+        if self.unwritten:
+            kept, self.unwritten = self.unwritten, []
+            self.journal.append_many(kept)
+
     def _finish(self, stop: Stop) -> None:
+        self._flush()
         self.journal.finish(stop, self.rules.counters)
 
     def _stop(self, stop: Stop) -> NoReturn:
@@ -744,14 +857,16 @@ def drive_foreign(
     options: dict[str, Any],
     loop: Callable[[ForeignRun, str], Any],
     stop_for: Callable[[ForeignRun, Exception], StopReason | None],
+    streams: bool = False,
 ) -> AgentResult:
     """runner.core.loop.drive's part for a framework's agent: its own `loop` (a coroutine
     function of the run and the task), journaled. `stop_for` names the stop an exception of
-    the framework's means (None: not the framework's, raised on)."""
+    the framework's means (None: not the framework's, raised on); `streams`: the agent's
+    model requests stream their pieces to the run's followers."""
     options.pop("context", None)  # what a framework's model is shown is the framework's
     run = ForeignRun(tools, task, budgets, journal, **options)
     try:
-        run.begin()
+        run.begin(keep_task=not streams)
         output = invoke(loop, (run, task), {}, None)
         stop = run.end(output)
     except Stopped as stopped:

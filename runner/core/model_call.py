@@ -105,8 +105,15 @@ class ModelCall:
             return True
         return self.journal.cancel_requested()
 
-    def ask(self, transcript: list[dict[str, Any]], budgets: Budgets, step: int) -> Any:
+    def ask(
+        self,
+        transcript: list[dict[str, Any]],
+        budgets: Budgets,
+        step: int,
+        failed: Exception | None = None,
+    ) -> Any:
         """Call the model, retrying exceptions with backoff; never past the deadline.
+        `failed`: the first attempt was made elsewhere and raised this (it is retried).
 
         A child run's call holds its estimate against its tree's budgets first (TreeStopped
         if they are spent, RunParked if calls in flight hold them): the hold ends with the
@@ -117,16 +124,22 @@ class ModelCall:
             raise ModelFailed(f"context: {described(exc)}") from None
         hold = self.held = self.hold_tree(shown, step)
         try:
-            return self.attempts(shown, budgets, step)
+            return self.attempts(shown, budgets, step, failed)
         except BaseException:
             self.release_tree(hold)
             raise
 
-    def attempts(self, shown: list[dict[str, Any]], budgets: Budgets, step: int) -> Any:
+    def attempts(
+        self,
+        shown: list[dict[str, Any]],
+        budgets: Budgets,
+        step: int,
+        failed: Exception | None = None,
+    ) -> Any:
         """The model's output for `shown`, retrying exceptions with backoff."""
-        last: Exception | None = None
+        last: Exception | None = failed
         backoff = Backoff(budgets.retry_backoff)
-        for attempt in range(budgets.model_retries + 1):
+        for attempt in range(1 if failed else 0, budgets.model_retries + 1):
             if attempt:
                 pause = backoff.next()
                 if isinstance(last, ModelRetryable) and last.retry_after is not None:

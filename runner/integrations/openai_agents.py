@@ -167,7 +167,9 @@ class RunnerAgent(Agent):
         **options: Any,
     ) -> AgentResult:
         """runner.core.loop.drive's part for an Agents SDK agent: its own loop, journaled."""
-        return drive_foreign(tools, task, budgets, journal, options, self._run, _stop_for)
+        return drive_foreign(
+            tools, task, budgets, journal, options, self._run, _stop_for, self.stream
+        )
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
         async with AsyncExitStack() as stack:

@@ -43,9 +43,11 @@ Pydantic AI (`pip install "runner[pydantic-ai]"`) is imported when this module i
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -77,6 +79,7 @@ from runner.core.foreign import (
     idempotent_said,
 )
 from runner.core.journal import Journal
+from runner.core.kept_threads import KeptThreads, runs_in_context
 from runner.core.result import AgentResult
 from runner.core.stop_reasons import StopReason
 from runner.core.tools import Reconcile, Tool
@@ -145,6 +148,7 @@ class RunnerAgent(Agent):
         said = idempotent_said(idempotent)
         has_mcp = _key_mcp_calls(agent)
         declared = _declarations(agent, {name for name, yes in said.items() if yes}, has_mcp)
+        self.sync_functions = _sync_functions(agent)
         # What the user says of MCP tools, checked against what their servers list.
         self.mcp_idempotent = {name: yes for name, yes in said.items() if name not in declared}
         self.stream = stream
@@ -198,12 +202,17 @@ class RunnerAgent(Agent):
         **options: Any,
     ) -> AgentResult:
         """runner.core.loop.drive's part for a Pydantic AI agent: its own loop, journaled."""
-        return drive_foreign(tools, task, budgets, journal, options, self._run, _stop_for)
+        return drive_foreign(
+            tools, task, budgets, journal, options, self._run, _stop_for, self.stream
+        )
 
     async def _run(self, run: ForeignRun, task: str) -> Any:
         try:
-            journaled = _Journaled(run, self.mcp_idempotent, self.stream)
-            result = await self.agent.run(task, deps=self.deps, capabilities=[journaled])
+            journaled = _Journaled(run, self.mcp_idempotent, self.stream, self.sync_functions)
+            # The framework's sync functions (tools, a sync model function) on threads kept
+            # between calls, where a tool call is also journaled (`_ToolCall`).
+            with PydanticAgent.using_thread_executor(_THREADS):
+                result = await self.agent.run(task, deps=self.deps, capabilities=[journaled])
         except BaseExceptionGroup as group:  # a task group's: the first of ours inside
             raise _first_of(group) from None
         return pydantic_core.to_jsonable_python(result.output)
@@ -246,11 +255,16 @@ class _Journaled(AbstractCapability[Any]):
     approvals go through the run's journal."""
 
     def __init__(
-        self, run: ForeignRun, mcp_idempotent: Mapping[str, bool], stream: bool = False
+        self,
+        run: ForeignRun,
+        mcp_idempotent: Mapping[str, bool],
+        stream: bool = False,
+        sync_functions: Mapping[str, Callable[..., Any]] | None = None,
     ) -> None:
         self.run = run
         self.mcp_idempotent = mcp_idempotent
         self.stream = stream
+        self.sync_functions = sync_functions or {}
 
     async def wrap_model_request(
         self, ctx: Any, *, request_context: ModelRequestContext, handler: Any
@@ -260,7 +274,10 @@ class _Journaled(AbstractCapability[Any]):
             unknown = sorted(set(self.mcp_idempotent) - set(listings))
             if unknown:
                 raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
-            await asyncio.to_thread(self.run.listed, listings)
+            if listings or self.run.listings is not None:
+                await asyncio.to_thread(self.run.listed, listings)  # it writes, or may
+            else:
+                self.run.listed(listings)  # no listing before or now: nothing to write
         returned, retry = _returned(request_context.messages)
         # On the loop, not a thread: both read what this process holds (a write only when the
         # step before has something to settle, or messages came), and two hops to a thread
@@ -287,12 +304,17 @@ class _Journaled(AbstractCapability[Any]):
                 raise
             return response
 
+        def reply_of(response: pm.ModelResponse) -> tuple[Reply, pm.ModelResponse]:
+            return _reply_of(response, params), response
+
+        if not self.stream and self.run.asks_on_loop():
+            # Its first attempt awaited here, no thread between (ForeignRun.ask_on_loop).
+            asked: pm.ModelResponse = await self.run.ask_on_loop(
+                request, reply_of, request_context.messages
+            )
+            return asked
         response: pm.ModelResponse = await asyncio.to_thread(
-            self.run.ask,
-            request,
-            lambda r: (_reply_of(r, params), r),
-            request_context.messages,
-            asyncio.get_running_loop(),
+            self.run.ask, request, reply_of, request_context.messages, asyncio.get_running_loop()
         )
         return response
 
@@ -302,6 +324,14 @@ class _Journaled(AbstractCapability[Any]):
         recorded = self.run.recorded_outcome(call.tool_call_id)  # in memory: on the loop
         if recorded is not None:
             return _replayed(recorded)
+        function = self.sync_functions.get(call.tool_name)
+        if (
+            function is not None
+            and not _is_mcp(tool_def)
+            and self.run.runs_live(call.tool_call_id)
+            and _threads_in_use()
+        ):
+            return await self._on_its_thread(call, function, args, handler)
         loop = asyncio.get_running_loop()
         raised: list[BaseException] = []
         returned: list[Any] = []
@@ -322,6 +352,47 @@ class _Journaled(AbstractCapability[Any]):
             raise raised[0]  # the framework counts its retries as it would unwrapped
         if returned and not outcome.is_error:
             return returned[0]
+        return _replayed(outcome)
+
+    async def _on_its_thread(
+        self, call: pm.ToolCallPart, function: Callable[..., Any], args: Any, handler: Any
+    ) -> Any:
+        """A sync function tool's live call: the framework runs it on one of `_THREADS`,
+        which journals it there (`_ToolCall`): no thread of runner's own between, and its
+        outcome committed before the framework hears of it."""
+        here = _ToolCall(self.run, call.tool_call_id, function)
+        token = _HERE.set(here)
+        try:
+            value = await handler(args)
+        except _Settled:
+            assert here.outcome is not None
+            return _replayed(here.outcome)
+        except Exception as exc:
+            if here.outcome is None:
+                return await self._journal_after(call, None, exc)
+            if isinstance(exc, ModelRetry):
+                raise
+            return _replayed(here.outcome)
+        finally:
+            _HERE.reset(token)
+        if here.outcome is None:
+            return await self._journal_after(call, value, None)
+        return _replayed(here.outcome) if here.outcome.is_error else value
+
+    async def _journal_after(self, call: pm.ToolCallPart, value: Any, exc: Exception | None) -> Any:
+        """The tool call's outcome journaled after the framework ended it without its function
+        on one of `_THREADS` (a hook answered for it, or the user's own executor ran it)."""
+
+        def ended(**_args: Any) -> str:
+            if exc is not None:
+                raise exc
+            return _text_of(value)
+
+        outcome = await asyncio.to_thread(self.run.call, call.tool_call_id, ended)
+        if isinstance(exc, ModelRetry):
+            raise exc
+        if exc is None and not outcome.is_error:
+            return value
         return _replayed(outcome)
 
     async def handle_deferred_tool_calls(
@@ -391,6 +462,103 @@ def _declarations(
     if unknown and not has_mcp:
         raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
     return declared
+
+
+def _sync_functions(agent: PydanticAgent[Any, Any]) -> dict[str, Callable[..., Any]]:
+    """The agent's sync function tools, by name: the framework runs each in a thread."""
+    found: dict[str, Callable[..., Any]] = {}
+    for toolset in agent.toolsets:
+        if not isinstance(toolset, FunctionToolset):
+            continue
+        for name, tool in toolset.tools.items():
+            declared = getattr(tool.function, _DECLARED, None)
+            if isinstance(declared, Tool) and declared.sub_agent is not None:
+                continue  # it parks its run for a child run: ForeignRun.call's own path
+            if not tool.function_schema.is_async:
+                found[name] = tool.function_schema.function
+    return found
+
+
+class _Settled(Exception):
+    """A tool call settled without its function running (a crash left it pending): raised
+    from its thread to `wrap_tool_execute`, which hands the framework the recorded outcome."""
+
+
+class _ToolCall:
+    """A live call of a sync function tool, for the thread the framework runs it on: that
+    thread journals it (`ForeignRun.call`: the tool run under runner's declaration, its
+    outcome committed), then hands the framework what the function returned or raised."""
+
+    def __init__(self, run: ForeignRun, call_id: str, function: Callable[..., Any]) -> None:
+        self.run = run
+        self.call_id = call_id
+        self.function = function
+        self.taken = False
+        self.outcome: Outcome | None = None
+
+    def takes(self, call: Callable[[], Any]) -> bool:
+        """Whether `call` (the framework's partial of the function) is this tool call's."""
+        if self.taken or getattr(call, "func", None) is not self.function:
+            return False
+        self.taken = True
+        return True
+
+    def journaled(self, call: Callable[[], Any]) -> Any:
+        raised: list[Exception] = []
+        returned: list[Any] = []
+
+        def tool(**_args: Any) -> str:  # the framework bound the validated args already
+            try:
+                value = call()
+            except Exception as exc:
+                raised.append(exc)
+                raise
+            returned.append(value)
+            return _text_of(value)
+
+        self.outcome = self.run.call(self.call_id, tool)
+        if raised:
+            raise raised[0]  # as the function raised it: `wrap_tool_execute` maps it
+        if returned and not self.outcome.is_error:
+            return returned[0]
+        raise _Settled
+
+
+# The tool call in flight in this task, for the thread its function runs on.
+_HERE: contextvars.ContextVar[_ToolCall | None] = contextvars.ContextVar(
+    "runner_pydantic_ai_tool_call", default=None
+)
+
+
+class _Threads(KeptThreads):
+    """Threads for a RunnerAgent's sync functions; a live tool call's is journaled on it."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if runs_in_context(fn) is not None and len(args) == 1 and not kwargs:
+            return super().submit(fn, _on_thread, args[0])  # `_on_thread` in that context
+        return super().submit(fn, *args, **kwargs)
+
+
+def _on_thread(call: Callable[[], Any]) -> Any:
+    here = _HERE.get()
+    if here is None or not here.takes(call):
+        return call()
+    return here.journaled(call)
+
+
+_THREADS = _Threads()
+
+
+def _threads_in_use() -> bool:
+    """Whether the framework hands its sync functions to `_THREADS` here (not to the user's
+    own executor, nor inline): read from Pydantic AI's own settings, None if it moved them."""
+    from pydantic_ai import _utils
+
+    executor = getattr(_utils, "_thread_executor", None)
+    inline = getattr(_utils, "_disable_threads", None)
+    if executor is None or inline is None:
+        return False
+    return executor.get() is _THREADS and not inline.get()
 
 
 # The keys Pydantic AI's MCPToolset puts in each of its tools' definitions (`metadata`): the

@@ -56,6 +56,8 @@ Observer = Callable[[str, Entry], None]
 
 # Each kind's fault points around the commit of a write that begins with it.
 _FAULTS = {kind: (f"before_{kind}_commit", f"after_{kind}_commit") for kind in EntryKind}
+# Entries that may go first in the commit of another's, whose fault points it keeps.
+_RIDERS = (EntryKind.RESPONSE, EntryKind.TASK)
 
 # A write that failed on a lost connection is tried again after these waits (doubling,
 # jittered): the cap is what a run may lag behind its database's return.
@@ -257,8 +259,9 @@ class SqlJournal:
     def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
         with self._writing:
             self._check_lease()
-            # A framework's whole response rides in its action's commit: the action's points.
-            first = entries[1] if entries[0].kind is EntryKind.RESPONSE else entries[0]
+            # A framework's whole response, and a framework run's task, ride in its action's
+            # commit: the action's points.
+            first = next((e for e in entries if e.kind not in _RIDERS), entries[0])
             before, after = _FAULTS[first.kind]
             fault(before)
             self._cancel, self._messages = self._write(entries, stop)
@@ -401,6 +404,11 @@ class SqlJournal:
             self._check_lease()
             with self.writer.turn() as connection:
                 fencing.finish_run(connection, self._run_id, self.epoch, stop, counters, self.clock)
+
+    @property
+    def messages_waiting(self) -> bool:
+        """Whether messages sent to the run wait for `messages` (its last write heard)."""
+        return bool(self._messages)
 
     def cancel_requested(self) -> bool:
         self._check_lease()
