@@ -175,7 +175,8 @@ class ForeignRun:
         self.spans = spans
         self.writing = threading.Lock()
         self.entries: list[Entry] = []  # every entry of the run, recorded then written
-        # Entries kept for the run's next write (its task): committed with it, before it.
+        # Entries kept for the run's next write (its task; a step's calls, until the first
+        # of them runs): committed in its commit, before its own rows.
         self.unwritten: list[Entry] = []
         self.steps: dict[int, _Step] = {}
         self.step = 0  # the step of the framework's last model request
