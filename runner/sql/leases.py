@@ -79,7 +79,7 @@ def create_claimed(
         with engine.begin() as connection:
             sealed = seal_task(row, payloads_of(engine))
             inserted = connection.execute(insert(runs).values(**sealed).returning(*runs.c)).one()
-            return _take(connection, inserted, owner, lease_seconds, max_resumes, utc_now(clock))
+            return take(connection, inserted, owner, lease_seconds, max_resumes, utc_now(clock))
     except IntegrityError:
         return None
 
