@@ -6,7 +6,8 @@ stop rules with the counters they read (`stop_rules`), and how a call in flight 
 must stop (`interrupts`) and where the pieces of a streaming response go while it is in flight
 (`deltas`). What it works on: what the model asked for (`actions`), a step's action as journal
 entries and back (`steps`), the tools and how user code is called (`tools`, `calls`; a
-framework's sync functions on threads kept between calls: `kept_threads`), the tool
+framework's sync functions on threads kept between calls: `kept_threads`; the one thread
+that watches every call in flight for a cancel or a pause: `watching`), the tool
 listings a run started with (`listings`), agents a new process can rebuild (`agent`), the limits
 of a run (`budgets`, `budget_changes`), its running totals (`counters`) and why it stopped
 (`stop_reasons`), the journal protocol and the in-memory journal (`journal`), what a resumed

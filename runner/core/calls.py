@@ -25,17 +25,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future, wait
 from typing import Any
 
+from runner.core import watching
 from runner.core.interrupts import CallInterrupted
+from runner.core.watching import WATCH_EVERY, Watch
 
 
 class CallTimedOut(Exception):
     """The call did not return within its time limit."""
-
-
-# Why a call in flight must be given up now ("cancelled", "paused"), or None: asked every
-# WATCH_EVERY seconds while a watched call runs.
-Watch = Callable[[], str | None]
-WATCH_EVERY = 0.2
 
 
 def invoke(
@@ -341,7 +337,15 @@ class _ThreadCall:
             self.wake.wait(left)  # a wake-up may be an abandoned call's, late: look again
             return self.ended
 
-        _wait_for(ended, timeout, watch)
+        if watch is None:
+            _wait_for(ended, timeout, None)
+        else:
+            # Asked by the one watcher thread, which wakes this caller only for a reason.
+            key = watching.watcher().add(watch, self.wake)
+            try:
+                _wait_for(ended, timeout, watch, every=None)
+            finally:
+                watching.watcher().remove(key)
         if self.error is not None:
             raise self.error
         return self.value
@@ -417,6 +421,7 @@ def _after_fork() -> None:
     idle and no background loop (the parent's, never run in the child, would take an async
     call and never run it)."""
     global _SPARE, _callers, _loop, _loop_lock
+    watching.after_fork()
     _SPARE = _SpareThreads()
     _callers = threading.local()
     _loop = None
@@ -504,16 +509,20 @@ def _result(
 
 
 def _wait_for(
-    ended: Callable[[float | None], bool], timeout: float | None, watch: Watch | None
+    ended: Callable[[float | None], bool],
+    timeout: float | None,
+    watch: Watch | None,
+    every: float | None = WATCH_EVERY,
 ) -> None:
     """Wait until `ended(seconds)` (which waits at most that long, None: for ever) says the
     call ended; CallTimedOut once `timeout` passes, CallInterrupted once `watch` names a
-    reason (asked every WATCH_EVERY seconds)."""
+    reason (asked every `every` seconds, and after each wake-up: None, when the watcher
+    thread asks it and wakes `ended`'s wait)."""
     ends = None if timeout is None else time.monotonic() + max(timeout, 0.0)
     while True:
         left = None if ends is None else max(ends - time.monotonic(), 0.0)
-        if watch is not None:
-            left = WATCH_EVERY if left is None else min(left, WATCH_EVERY)
+        if watch is not None and every is not None:
+            left = every if left is None else min(left, every)
         if ended(left):
             return
         why = None if watch is None else watch()

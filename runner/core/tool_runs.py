@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runner.core.actions import Action, ActionKind
-from runner.core.calls import CallTimedOut, Together, Watch, described, invoke
+from runner.core.calls import CallTimedOut, Together, described, invoke
 from runner.core.counters import Counters
 from runner.core.faults import fault
 from runner.core.interrupts import CallInterrupted
@@ -27,6 +27,7 @@ from runner.core.tools import (
 )
 from runner.core.tree_inline import InlineParent
 from runner.core.waiting import Answer, observation_of
+from runner.core.watching import Watch
 from runner.errors import RunPaused
 
 Outcome = tuple[str, bool, int]  # (content, is_error, attempt)
