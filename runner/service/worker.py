@@ -215,6 +215,9 @@ class Worker:
         self._backed_up = False
         self._free_since: float | None = None
         self.finished = 0
+        # Whether a drain that claimed nothing, and saw a due run free, has claimed once
+        # more since (see _passed_over).
+        self._claimed_again = False
         # Scorers of ended runs (runner.service.scoring), on threads of their own: a scorer
         # takes no run's slot. Looked for after a run of an agent with scorers ends, and
         # every SWEEP_SECONDS (a run another process ended, a lapsed claim).
@@ -295,6 +298,7 @@ class Worker:
                     continue
                 claimed = self._claim_into(pool)
             if claimed:
+                self._claimed_again = False
                 continue
             idle = self._db_wait or self.poll
             if self.drain and not self._active and self._drained():
@@ -305,8 +309,8 @@ class Worker:
                     continue
                 parked_for = self._parked_for()
                 if parked_for is None:
-                    if self._held_runnable():
-                        continue  # a claim passed a run over that is runnable still
+                    if self._passed_over():
+                        continue  # a claim passed over a run that is runnable still
                     break
                 idle = min(idle, parked_for)
             # Awake for the next tick: no sooner (no busy polling), no later.
@@ -350,22 +354,31 @@ class Worker:
             return None
         return max(0.0, (min(wakes) - now).total_seconds())
 
-    def _held_runnable(self) -> bool:
-        """For a drain that claimed nothing: whether a run it could take is held for a
-        moment by another transaction (a follower's mark, another claimer), so the claim
-        passed it over. It waits a poll (or a wake-up) and claims again."""
+    def _passed_over(self) -> bool:
+        """For a drain that claimed nothing: whether to claim again rather than end. A
+        claim passes over a run another transaction holds for a moment (a follower's mark,
+        another claimer: SKIP LOCKED on PostgreSQL); the drain waits a poll (or a wake-up)
+        while one is held. A due run seen free may have been held at the claim and freed
+        since, or be left by a rule of the claim's own (a full queue, another release, an
+        agent that will not load): one more claim tells which."""
         try:
-            held = self.store.held_runnable(self.queues, self.runner.now())
+            due = self.store.due_queued(self.queues, self.runner.now())
         except self.store.outages as exc:
             corrupt = self.store.damaged(exc)
             if corrupt is not None:
                 raise corrupt from None
             self._db_wait = self._db_backoff.next()
-            held = True  # not known: look again once the database answers
-        if held:
+            self._wake.wait(self._db_wait)  # not known: look again once the database answers
+            return True
+        if due.held:
             self._log(logging.DEBUG, "a runnable run is held by another transaction: looking again")
+            self._claimed_again = False
             self._wake.wait(self._db_wait or self.poll)
-        return held
+            return True
+        if due.free and not self._claimed_again:
+            self._claimed_again = True
+            return True
+        return False
 
     def _gathering(self) -> float:
         """Seconds to wait for more slots to free before claiming (0: claim now). Only

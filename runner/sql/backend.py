@@ -102,7 +102,7 @@ class Backend:
     # PostgreSQL.
     partitions_journal = False
     # Whether a claim passes over a run another transaction holds (SKIP LOCKED), rather
-    # than wait for it: PostgreSQL (runner.sql.runnable.held_runnable).
+    # than wait for it: PostgreSQL (runner.sql.runnable.due_queued).
     claims_pass_held = False
 
     def create_engine(

@@ -18,9 +18,10 @@ from runner.core.status import RunStatus
 from runner.sql import queues as queue_limits
 from runner.sql import releases as release_rules
 from runner.sql.backend import backend_for
-from runner.sql.runs import starts_with
+from runner.sql.runs import reading, starts_with
 from runner.sql.schema import entries, runs
 from runner.store.owner import is_dead, local_prefix
+from runner.store.rows import DueQueued
 
 
 def next_claimable(
@@ -147,50 +148,43 @@ def _next_runnable(
         kept.append(first._mapping["id"])
 
 
-# How many queued runs `held_runnable` looks at: a drain that found nothing to claim asks
-# it once, and a held run is one being claimed or marked by a follower, a moment.
-_HELD_LOOK = 50
+# How many queued runs `due_queued` looks at: a drain that found nothing to claim asks it,
+# and a held run is one being claimed or marked by a follower, a moment.
+_DUE_LOOK = 50
 
 
-def held_runnable(engine: Engine, queues: Sequence[str] | None, at: datetime) -> bool:
-    """Whether a run in `queues` (None: any), queued and due by `at`, is held right now by
-    another transaction: another claimer taking it, or a follower's mark (FOR SHARE, see
-    runner.sql.follows). A claim passes such a run over (SKIP LOCKED), so a drain that
-    found nothing to claim asks this before it ends: the run is runnable still, and the
-    drain looks again rather than leave it queued. Only the first `_HELD_LOOK` due runs
-    are looked at; on SQLite a claim never passes a run over (the file's write lock
-    serialises claims): False."""
-    if not backend_for(engine.dialect.name).claims_pass_held:
-        return False
+def due_queued(engine: Engine, queues: Sequence[str] | None, at: datetime) -> DueQueued:
+    """The runs in `queues` (None: any) queued and due by `at` (the first `_DUE_LOOK`):
+    how many are free, and how many another transaction holds right now: another claimer
+    taking one, or a follower's mark (FOR SHARE, see runner.sql.follows). A claim on
+    PostgreSQL passes a held run over (SKIP LOCKED), so a drain that found nothing to
+    claim asks this before it ends. On SQLite none is ever held (the file's write lock
+    serialises claims)."""
     due = (runs.c.status == RunStatus.QUEUED) & (
         runs.c.not_before.is_(None) | (runs.c.not_before <= at)
     )
     if queues is not None:
         due = due & runs.c.queue.in_(queues)
+    seen_query = (
+        select(runs.c.id)
+        .where(due)
+        .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
+        .limit(_DUE_LOOK)
+    )
+    if not backend_for(engine.dialect.name).claims_pass_held:
+        with reading(engine) as connection:
+            return DueQueued(free=len(connection.execute(seen_query).all()))
     with engine.connect() as connection, connection.begin() as transaction:
-        seen = (
-            connection.execute(
-                select(runs.c.id)
-                .where(due)
-                .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
-                .limit(_HELD_LOOK)
-            )
-            .scalars()
-            .all()
-        )
+        seen = connection.execute(seen_query).scalars().all()
         if not seen:
-            return False
+            return DueQueued()
         # Locked only to learn which are free; rolled back at once. A run claimed since
-        # it was seen is no longer due and counts as held: the drain looks once more.
-        free = (
-            connection.execute(
-                select(runs.c.id).where(runs.c.id.in_(seen), due).with_for_update(skip_locked=True)
-            )
-            .scalars()
-            .all()
-        )
+        # it was seen is no longer due: counted as held, the drain looks once more.
+        free = connection.execute(
+            select(runs.c.id).where(runs.c.id.in_(seen), due).with_for_update(skip_locked=True)
+        ).all()
         transaction.rollback()
-    return len(free) < len(seen)
+    return DueQueued(free=len(free), held=len(seen) - len(free))
 
 
 # The way of being runnable that most claims take (queued), the first of the three.

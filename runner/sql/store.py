@@ -67,7 +67,7 @@ from runner.store.payload_config import configured
 from runner.store.payloads import Codec, Payloads
 from runner.store.protocol import Claim, Decide, Observer
 from runner.store.releases import OlderReleases, ReleaseInfo, Releases
-from runner.store.rows import LimitInfo, QueueInfo, RunRow, ScheduleRow
+from runner.store.rows import DueQueued, LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Expired, Relay, Rules
 from runner.store.scores import DueScore, ScoreClaim, ScoreRow
 
@@ -448,8 +448,8 @@ class SqlStore:
     def first_parked(self, queues: Sequence[str] | None, by: datetime) -> datetime | None:
         return limit_line.first_parked(self.engine, queues, by)
 
-    def held_runnable(self, queues: Sequence[str] | None, at: datetime) -> bool:
-        return runnable.held_runnable(self.engine, queues, at)
+    def due_queued(self, queues: Sequence[str] | None, at: datetime) -> DueQueued:
+        return runnable.due_queued(self.engine, queues, at)
 
     # -- waking and writing ------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from runner.store.blob_sweep import Swept
 from runner.store.delta_writer import RunDeltas
 from runner.store.follow import Follow
 from runner.store.releases import OlderReleases, ReleaseInfo, Releases
-from runner.store.rows import Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
+from runner.store.rows import DueQueued, Fired, LimitInfo, QueueInfo, RunRow, ScheduleRow
 from runner.store.rules import Claim as Claim  # re-exported: what a claim holds
 from runner.store.rules import Expired, Relay, Rules
 from runner.store.scores import DueScore, ScoreClaim, ScoreRow
@@ -399,10 +399,10 @@ class RunStore(Protocol):
         by a limit (queued, in a limit's line); None if there is none by then."""
         ...
 
-    def held_runnable(self, queues: Sequence[str] | None, at: datetime) -> bool:
-        """Whether a run in `queues` (None: any), queued and due by `at`, is held by
-        another transaction right now, so that a claim passed it over: a drain that
-        claimed nothing looks again. False where claims never pass a run over."""
+    def due_queued(self, queues: Sequence[str] | None, at: datetime) -> DueQueued:
+        """The runs in `queues` (None: any) queued and due by `at`: how many are free now,
+        and how many another transaction holds (a claim passed them over). A drain that
+        claimed nothing asks before it ends."""
         ...
 
     # -- waking and writing ------------------------------------------------------------------

@@ -182,6 +182,17 @@ def entry_of(row: Columns) -> Entry:
 
 
 @dataclass(frozen=True)
+class DueQueued:
+    """The queued runs due now in a worker's queues, as a drain that claimed nothing sees
+    them right after: `held` by another transaction at that moment (a claim passes such a
+    run over), or `free` (a claim may take it, unless a rule of its own leaves it: a full
+    queue, another release, an agent that will not load)."""
+
+    free: int = 0
+    held: int = 0
+
+
+@dataclass(frozen=True)
 class ScheduleRow:
     """A schedule as stored (see the table `schedules` in docs/reference/schema.md)."""
 

@@ -46,6 +46,7 @@ from runner.store.protocol import Claim, Decide, Observer
 from runner.store.releases import OlderReleases, Releases
 from runner.store.rows import (
     FORKED_EPOCH,
+    DueQueued,
     QueueInfo,
     RunRow,
     entry_of,
@@ -344,8 +345,17 @@ class InMemoryStore(
             )
         return Claim(RunRow.of(row), epoch, recorded, crash_loop=crash_loop, stalled=stalled)
 
-    def held_runnable(self, queues: Sequence[str] | None, at: datetime) -> bool:
-        return False  # a claim takes the store's lock: it never passes a run over
+    def due_queued(self, queues: Sequence[str] | None, at: datetime) -> DueQueued:
+        # A claim takes the store's lock: it never passes a run over (none is held).
+        with self._lock:
+            free = sum(
+                1
+                for run in self.runs.values()
+                if run["status"] == RunStatus.QUEUED
+                and (run["not_before"] is None or run["not_before"] <= at)
+                and (queues is None or run["queue"] in queues)
+            )
+        return DueQueued(free=free)
 
     def claim_some(
         self,
