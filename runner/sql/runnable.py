@@ -333,26 +333,17 @@ def _orphan_here(
     lease: the same test `runner resume` makes. Candidates are read without locks, then the
     one found is locked only if its lease is still the dead process's.
     """
-    query = (
-        select(runs.c.id, runs.c.lease_owner, runs.c.lease_epoch)
-        .where(
-            runs.c.status == RunStatus.RUNNING,
-            runs.c.lease_expires_at >= at,
-            starts_with(runs.c.lease_owner, local_prefix()),
-        )
-        .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
-        .limit(_ORPHAN_SCAN)
+    query = _orphans_query(
+        local_prefix(), queues is not None, bool(full), bool(skip_agents), releases.kind
     )
-    query = _within(
-        query,
-        queues is not None,
-        bool(full),
-        bool(skip_agents),
-        releasing=releases.kind,
-    )
-    params = _bounds(skip_agents, queues, full, **releases.params)
+    params = _bounds(skip_agents, queues, full, at=at, **releases.params)
+    # A busy worker's scan finds its own live runs, one holder fifty times: asked once.
+    dead: dict[str, bool] = {}
     for candidate in connection.execute(query, params).all():
-        if not is_dead(candidate.lease_owner):
+        owner = candidate.lease_owner
+        if owner not in dead:
+            dead[owner] = is_dead(owner)
+        if not dead[owner]:
             continue
         still = (
             select(runs)
@@ -367,6 +358,30 @@ def _orphan_here(
         if row is not None:
             return row
     return None
+
+
+@functools.cache
+def _orphans_query(
+    prefix: str,
+    served: bool,
+    passed: bool,
+    skipping: bool,
+    releasing: release_rules.Keeping = "",
+) -> Select[Any]:
+    """`_orphan_here`'s scan, built once for each shape of its bounds (building it cost
+    more than running it, on every claim of a busy worker)."""
+    at = bindparam("at", type_=runs.c.lease_expires_at.type)
+    query = (
+        select(runs.c.id, runs.c.lease_owner, runs.c.lease_epoch)
+        .where(
+            runs.c.status == RunStatus.RUNNING,
+            runs.c.lease_expires_at >= at,
+            starts_with(runs.c.lease_owner, prefix),
+        )
+        .order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id)
+        .limit(_ORPHAN_SCAN)
+    )
+    return _within(query, served, passed, skipping, releasing=releasing)
 
 
 def _stalls(connection: Connection, row: Row[Any]) -> bool:

@@ -90,3 +90,25 @@ def test_a_batch_reads_its_queued_runs_in_one_select(db_url: str) -> None:
     assert taken == [run_id for run_id in ids if run_id in taken]  # claim order: oldest first
     # The queued runs once, the running and waiting ways once each: not one SELECT a run.
     assert len(selects) <= 4
+
+
+def test_a_claim_asks_once_whether_a_holder_of_many_runs_here_is_dead(
+    db_url: str, monkeypatch: Any
+) -> None:
+    """A busy worker's orphan scan finds its own live runs, one holder fifty times: whether
+    that holder is dead is asked once a scan, not once a run."""
+    from runner.sql import runnable
+
+    asked: Counter[str] = Counter()
+    is_dead = runnable.is_dead
+
+    def counted(owner: str) -> bool:
+        asked[owner] += 1
+        return is_dead(owner)
+
+    with Runner(db_url) as runner:
+        ids = runner.submit_many(AGENT, [f"t{i}" for i in range(5)]).ids
+        assert sorted(batch(runner, 5, owner=runner.owner)) == sorted(ids)
+        monkeypatch.setattr(runnable, "is_dead", counted)
+        assert batch(runner, 5) == []  # all five held by a live holder on this host
+    assert asked == Counter({runner.owner: 1})
