@@ -21,7 +21,9 @@ journaled by `compacting`), what the loop tells a tracer (`spans`), the result o
 backoff (`backoff`), run ids (`ids`), text as UTF-8 can carry it (`utf8`), named fault points
 for crash tests (`faults`), and seed 004's scripted contract over the loop (`agent_loop`). A run
 whose loop is another framework's goes through the journal at each of its model requests and
-tool calls (`foreign`). It knows no SQL, no command line, no provider and no tracing library.
+tool calls (`foreign`; what such a run holds and writes: `foreign_record`; its requests:
+`foreign_requests`; its tool calls: `foreign_calls`; the values its glue passes:
+`foreign_values`). It knows no SQL, no command line, no provider and no tracing library.
 
 It may import: only the shared leaves (`runner.errors`, `runner.defaults`, `runner.lazy`).
 """
