@@ -143,9 +143,9 @@ def test_the_calls_commit_together_then_each_outcome_alone(db_url: str) -> None:
     with Runner(db_url, lease_seconds=600) as runner, commits_and_inserts(runner) as counts:
         result = runner.run(agent, "go")
     assert result.output == "0 | 1 | 2 | 3"
-    # Create, claim, the task; ONE commit (and one fenced INSERT) for the four calls, one
-    # commit per outcome; the answer.
-    assert counts == [3 + 1 + 4 + 1, 1 + 1 + 4 + 1]
+    # Create the run claimed (one commit), the task; ONE commit (and one fenced INSERT) for
+    # the four calls, one commit per outcome; the answer.
+    assert counts == [2 + 1 + 4 + 1, 1 + 1 + 4 + 1]
 
 
 def test_tool_calls_pairs_every_call_with_its_own_outcome(db_url: str) -> None:
