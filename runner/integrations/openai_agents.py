@@ -43,11 +43,10 @@ its answer the parent's. Sub-agents not named run inside the parent's run.
 
 The glue is split by idea: what an agent reaches and declares (its handoffs, `as_tool()`
 agents, MCP servers, function tools: runner.integrations.openai_agents_reach), the copies of
-the agents whose tools, MCP listings and handoffs go through the journal, sub-agents as child
-runs included (runner.integrations.openai_agents_journaled), and the model wrapper that
-journals each request and turns the SDK's responses into `Reply` and back
-(runner.integrations.openai_agents_model). This module holds `RunnerAgent`, which drives the
-SDK's `Runner` over them, and `wrap`.
+the agents whose model requests, tool calls, MCP listings and handoffs go through the
+journal, sub-agents as child runs included (runner.integrations.openai_agents_journaled), and
+the SDK's responses turned into `Reply` and back (runner.integrations.openai_agents_responses).
+This module holds `RunnerAgent`, which drives the SDK's `Runner` over them, and `wrap`.
 
 The SDK (`pip install "runner[openai-agents]"`) is imported when this module is.
 """

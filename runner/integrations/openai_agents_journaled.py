@@ -2,6 +2,9 @@
 function tool calls, MCP tool listings and handoffs go through the run's journal
 (runner.integrations.openai_agents): made afresh for each run by `RunnerAgent`.
 
+Each model request is answered from the journal or asked through it (`ForeignRun.ask`),
+streamed or not, a provider's refusal (a 4xx other than 408, 409, 429) not retried; the
+conversions to and from runner's `Reply` are runner.integrations.openai_agents_responses'.
 A tool call is run, or settled, by runner.core.foreign's `ForeignRun.call`; an MCP tool is
 declared as its server's annotations say (runner.mcp.settlement); the messages sent to the run
 enter the SDK's input in their places. A sub-agent named as a child run is called through its
@@ -16,7 +19,7 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pydantic_core
 from agents import Agent as SdkAgent
@@ -25,27 +28,24 @@ from agents import handoff as sdk_handoff
 from agents.handoffs.history import default_handoff_history_mapper
 from agents.items import ModelResponse
 from agents.models.interface import Model, ModelProvider
+from openai import APIStatusError
 
-from runner.core.agent import SubAgent
-from runner.core.foreign import (
-    ForeignRun,
-    Outcome,
-    Reply,
-)
+from runner.core.agent import Agent, SubAgent
+from runner.core.foreign import ForeignRun, Outcome, Pieces, Reply
 from runner.core.tools import Tool
-from runner.errors import RunWaiting
-from runner.integrations.openai_agents_model import (
+from runner.errors import ModelFatal, RunWaiting
+from runner.integrations.openai_agents_reach import _called, _declared, _target
+from runner.integrations.openai_agents_responses import (
     _args_of,
     _completed,
+    _cost_of,
+    _drained,
     _items_of,
-    _JournaledModel,
+    _reply_of,
     _response_of,
+    _returned,
 )
-from runner.integrations.openai_agents_reach import _called, _declared, _target
 from runner.mcp.settlement import settlement_of
-
-if TYPE_CHECKING:
-    from runner.integrations.openai_agents import RunnerAgent
 
 
 class _Journaled:
@@ -56,7 +56,7 @@ class _Journaled:
         self,
         run: ForeignRun,
         provider: ModelProvider,
-        children: Mapping[int, RunnerAgent],
+        children: Mapping[int, Agent],
         mcp_idempotent: Mapping[str, bool],
         stream: bool = False,
     ) -> None:
@@ -66,6 +66,8 @@ class _Journaled:
         self.made: dict[int, SdkAgent[Any]] = {}
         # The sub-agents that run as child runs: in a durable run only (in memory, where
         # nothing parks, they run inside the run as any other).
+        # Each a RunnerAgent, by the id of the SDK agent it wraps (typed as runner's Agent:
+        # runner.integrations.openai_agents imports this module, not the other way round).
         self.children = children if getattr(run.journal, "parks_children", False) else {}
         # The conversation of the last request and its response, and the call ids it asked
         # for by tool name: a handoff learns from them which call it is and what it hands on.
@@ -116,11 +118,11 @@ class _Journaled:
     def handoff(self, handoff: Any) -> Any:
         target = _target(handoff)
         child = None if target is None else self.children.get(id(target))
-        if child is not None:
-            return self.child_handoff(handoff, child)
+        if target is not None and child is not None:  # the child wraps `target`
+            return self.child_handoff(handoff, target, child)
         return self.agent(handoff) if isinstance(handoff, SdkAgent) else handoff
 
-    def child_handoff(self, handoff: Any, child: RunnerAgent) -> Handoff[Any, Any]:
+    def child_handoff(self, handoff: Any, target: SdkAgent[Any], child: Agent) -> Handoff[Any, Any]:
         """A handoff to a sub-agent as a child run: the child takes the conversation so far
         (as the SDK's nested handoff history summarises it) as its task; once it ends, its
         answer is this run's (relayed by an agent that asks no model)."""
@@ -132,7 +134,7 @@ class _Journaled:
             task = str(default_handoff_history_mapper(self.conversation)[0].get("content"))
             declared = Tool(_declared, sub_agent=sub)
             outcome = await asyncio.to_thread(run.call, call_id, _declared, declared, task)
-            return _relay(child.agent, outcome.content)
+            return _relay(target, outcome.content)
 
         return dataclasses.replace(made, on_invoke_handoff=on_invoke_handoff)
 
@@ -210,7 +212,7 @@ class _Journaled:
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
 
-    def child_tool(self, tool: FunctionTool, child: RunnerAgent) -> FunctionTool:
+    def child_tool(self, tool: FunctionTool, child: Agent) -> FunctionTool:
         """An `agent.as_tool()` tool whose call starts a child run of the sub-agent on the
         call's `input`; the child's answer (or why it stopped) is the call's result."""
         run, sub = self.run, SubAgent(child, child.budgets)
@@ -236,6 +238,99 @@ class _Journaled:
             return outcome.content
 
         return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)
+
+
+class _JournaledModel(Model):
+    """A model whose every response goes through the run's journal."""
+
+    def __init__(self, inner: Model, journaled: _Journaled) -> None:
+        self.inner = inner
+        self.journaled = journaled
+        self.run = journaled.run
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        args, kwargs, shown, recorded = await self.prepared(args, kwargs)
+        if recorded is not None:
+            return self.noted(shown, recorded, _response_of(recorded))
+        response, _events = await self.ask(args, kwargs, shown, self.journaled.stream)
+        return self.noted(shown, _reply_of(response), response)
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """The response as `Runner.run_streamed` reads it: the model's own stream events once
+        the journal has the response (their pieces went to the run's followers as they
+        came), or, replayed from the journal, its completed event alone."""
+        args, kwargs, shown, recorded = await self.prepared(args, kwargs)
+        if recorded is not None:
+            yield _completed(self.noted(shown, recorded, _response_of(recorded)))
+            return
+        response, events = await self.ask(args, kwargs, shown, True)
+        self.noted(shown, _reply_of(response), response)
+        for event in events:
+            yield event
+
+    async def prepared(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any], Any, Reply | None]:
+        """The request's arguments with the messages sent to the run in its input, that
+        input, and the journal's reply to it (None: the model is asked)."""
+        if not self.run.listings_checked:
+            listings = self.journaled.listings
+            unknown = sorted(set(self.journaled.mcp_idempotent) - set(listings))
+            if unknown:
+                raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
+            await asyncio.to_thread(self.run.listed, dict(listings))
+        positional = len(args) > 1  # `input` is the second parameter of both requests
+        given = args[1] if positional else kwargs.get("input", [])
+        # On the loop, not a thread: both read what this process holds (a write only when the
+        # step before has something to settle, or messages came), and two hops to a thread
+        # and back cost more than that on a busy machine (docs/performance.md).
+        recorded = self.run.recorded_reply(_returned(given), None)
+        shown = self.journaled.shown(given)
+        if positional:
+            args = (args[0], shown, *args[2:])
+        else:
+            kwargs["input"] = shown
+        return args, kwargs, shown, recorded
+
+    async def ask(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], shown: Any, stream: bool
+    ) -> tuple[ModelResponse, list[Any]]:
+        """The model asked through the run's journal (`ForeignRun.ask`): its response, and
+        the events of its stream when it streamed."""
+        events: list[Any] = []
+
+        async def request(pieces: Pieces | None) -> ModelResponse:
+            events.clear()  # a retry's stream starts afresh
+            try:
+                if stream:
+                    return await _drained(
+                        self.inner.stream_response(*args, **kwargs), pieces, events
+                    )
+                response: ModelResponse = await self.inner.get_response(*args, **kwargs)
+            except APIStatusError as exc:
+                # A request the provider refused (bad, unauthorised, too long) is refused
+                # again: no retry. Timeouts, conflicts, rate limits and 5xx are retried.
+                if 400 <= exc.status_code < 500 and exc.status_code not in (408, 409, 429):
+                    raise ModelFatal(f"{type(exc).__name__}: {exc}") from None
+                raise
+            return response
+
+        model = getattr(self.inner, "model", None)
+        name = model if isinstance(model, str) else None
+        response: ModelResponse = await asyncio.to_thread(
+            self.run.ask,
+            request,
+            lambda r: (_reply_of(r, _cost_of(name, r.usage)), r),
+            shown,
+            asyncio.get_running_loop(),
+        )
+        return response, events
+
+    def noted(self, shown: Any, reply: Reply, response: ModelResponse) -> ModelResponse:
+        """The response, noted for a handoff that follows it."""
+        self.journaled.call_ids = {call.tool: call.id or "" for call in reply.calls}
+        self.journaled.conversation = [*_items_of(shown), *response.to_input_items()]
+        return response
 
 
 class _Relay(Model):

@@ -1,26 +1,21 @@
-"""The model wrapper of an OpenAI Agents SDK agent (runner.integrations.openai_agents): each
-request goes through the run's journal (`ForeignRun.ask`), streamed or not, and the SDK's
-responses become runner's `Reply` and back.
-
-A response the journal holds is handed back as the SDK first got it (output items a reply does
-not say, such as reasoning and the provider's item ids, kept whole), the model not asked again;
-a streamed request's pieces reach the run's followers as they come and the journal records the
-whole response once. A response's cost comes from genai-prices' table when it is installed.
+"""The OpenAI Agents SDK's responses and runner's `Reply`, each made from the other
+(runner.integrations.openai_agents): a response as the journal records it, and a journaled
+reply handed back as the SDK first got it (output items a reply does not say, such as
+reasoning and the provider's item ids, kept whole); a model's stream read to its end; the
+SDK's input read for the calls' outcomes; a response's cost by genai-prices' table when it
+is installed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents import Usage
 from agents.exceptions import AgentsException
 from agents.items import ModelResponse
 from agents.models.fake_id import FAKE_RESPONSES_ID
-from agents.models.interface import Model
-from openai import APIStatusError
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
@@ -40,103 +35,6 @@ from runner.core.foreign import (
     Pieces,
     Reply,
 )
-from runner.errors import ModelFatal
-
-if TYPE_CHECKING:
-    from runner.integrations.openai_agents_journaled import _Journaled
-
-
-class _JournaledModel(Model):
-    """A model whose every response goes through the run's journal."""
-
-    def __init__(self, inner: Model, journaled: _Journaled) -> None:
-        self.inner = inner
-        self.journaled = journaled
-        self.run = journaled.run
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        args, kwargs, shown, recorded = await self.prepared(args, kwargs)
-        if recorded is not None:
-            return self.noted(shown, recorded, _response_of(recorded))
-        response, _events = await self.ask(args, kwargs, shown, self.journaled.stream)
-        return self.noted(shown, _reply_of(response), response)
-
-    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        """The response as `Runner.run_streamed` reads it: the model's own stream events once
-        the journal has the response (their pieces went to the run's followers as they
-        came), or, replayed from the journal, its completed event alone."""
-        args, kwargs, shown, recorded = await self.prepared(args, kwargs)
-        if recorded is not None:
-            yield _completed(self.noted(shown, recorded, _response_of(recorded)))
-            return
-        response, events = await self.ask(args, kwargs, shown, True)
-        self.noted(shown, _reply_of(response), response)
-        for event in events:
-            yield event
-
-    async def prepared(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any], Any, Reply | None]:
-        """The request's arguments with the messages sent to the run in its input, that
-        input, and the journal's reply to it (None: the model is asked)."""
-        if not self.run.listings_checked:
-            listings = self.journaled.listings
-            unknown = sorted(set(self.journaled.mcp_idempotent) - set(listings))
-            if unknown:
-                raise ValueError(f"idempotent names no tool of the agent: {', '.join(unknown)}")
-            await asyncio.to_thread(self.run.listed, dict(listings))
-        positional = len(args) > 1  # `input` is the second parameter of both requests
-        given = args[1] if positional else kwargs.get("input", [])
-        # On the loop, not a thread: both read what this process holds (a write only when the
-        # step before has something to settle, or messages came), and two hops to a thread
-        # and back cost more than that on a busy machine (docs/performance.md).
-        recorded = self.run.recorded_reply(_returned(given), None)
-        shown = self.journaled.shown(given)
-        if positional:
-            args = (args[0], shown, *args[2:])
-        else:
-            kwargs["input"] = shown
-        return args, kwargs, shown, recorded
-
-    async def ask(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], shown: Any, stream: bool
-    ) -> tuple[ModelResponse, list[Any]]:
-        """The model asked through the run's journal (`ForeignRun.ask`): its response, and
-        the events of its stream when it streamed."""
-        events: list[Any] = []
-
-        async def request(pieces: Pieces | None) -> ModelResponse:
-            events.clear()  # a retry's stream starts afresh
-            try:
-                if stream:
-                    return await _drained(
-                        self.inner.stream_response(*args, **kwargs), pieces, events
-                    )
-                response: ModelResponse = await self.inner.get_response(*args, **kwargs)
-            except APIStatusError as exc:
-                # A request the provider refused (bad, unauthorised, too long) is refused
-                # again: no retry. Timeouts, conflicts, rate limits and 5xx are retried.
-                if 400 <= exc.status_code < 500 and exc.status_code not in (408, 409, 429):
-                    raise ModelFatal(f"{type(exc).__name__}: {exc}") from None
-                raise
-            return response
-
-        model = getattr(self.inner, "model", None)
-        name = model if isinstance(model, str) else None
-        response: ModelResponse = await asyncio.to_thread(
-            self.run.ask,
-            request,
-            lambda r: (_reply_of(r, _cost_of(name, r.usage)), r),
-            shown,
-            asyncio.get_running_loop(),
-        )
-        return response, events
-
-    def noted(self, shown: Any, reply: Reply, response: ModelResponse) -> ModelResponse:
-        """The response, noted for a handoff that follows it."""
-        self.journaled.call_ids = {call.tool: call.id or "" for call in reply.calls}
-        self.journaled.conversation = [*_items_of(shown), *response.to_input_items()]
-        return response
 
 
 async def _drained(
