@@ -1,7 +1,7 @@
 """A Pydantic AI agent on pydantic-ai's Anthropic model class, thinking enabled, under
-`RunnerAgent` (tests/acceptance/frameworks/pydantic_anthropic_agents.py), on SQLite and
-PostgreSQL: run to its end, and run again with the `runner` process SIGKILLed right after its
-first response (a signed thinking block and a tool call) was journaled, then resumed and
+`RunnerAgent` (tests/acceptance/frameworks/pydantic_anthropic_agents.py), on PostgreSQL:
+run to its end, and run again with the `runner` process SIGKILLed right after its first
+response (a signed thinking block and a tool call) was journaled, then resumed and
 replayed.
 
 The Messages server in this process answers by how many tool results the conversation holds
@@ -88,6 +88,12 @@ def runner(*args: str, db_url: str, ledger: Path, url: str, fault: str | None = 
     return cli(*args, db_url=db_url, ledger=ledger, env=env)
 
 
+# One database: what is under test is the model class's parts kept whole through the journal,
+# which both stores write alike (the kill matrix of test_pydantic_crash.py runs each fault
+# point on both); each of the four `runner` processes imports pydantic-ai and anthropic.
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 def test_an_anthropic_thinking_run_killed_after_its_response_resumes_with_the_same_history(
     db_url: str, tmp_path: Path, messages: MessagesServer
 ) -> None:
