@@ -97,16 +97,8 @@ class ToolCalls(ForeignRecord):
             budgets = spawn_budgets(
                 sub.budgets, self.rules.budgets, self.rules.spent(), self.model_call.remaining()
             )
-            child = ChildRun(
-                id=child_run_id(self.journal.run_id, key),
-                parent_id=self.journal.run_id,
-                call_key=key,
-                agent=sub.agent.reference(),
-                agent_name=sub.agent.name,
-                release=sub.agent.release,
-                task=task if isinstance(task, str) else json.dumps(call.args),
-                budgets=budgets.as_dict(),
-            )
+            said = task if isinstance(task, str) else json.dumps(call.args)
+            child = ChildRun.started(self.journal.run_id, key, sub.agent, said, budgets)
             wait = wait_entry(call, Asks.CHILD, self.rules.counters)
             with self.writing:
                 self._flush()

@@ -506,16 +506,7 @@ class _Loop:
                 sub.budgets, self.rules.budgets, self.rules.spent(), self.model_call.remaining()
             )
             children.append(
-                ChildRun(
-                    id=child_run_id(self.journal.run_id, key),
-                    parent_id=self.journal.run_id,
-                    call_key=key,
-                    agent=sub.agent.reference(),
-                    agent_name=sub.agent.name,
-                    release=sub.agent.release,
-                    task=_task_of(wait) or "",
-                    budgets=budgets.as_dict(),
-                )
+                ChildRun.started(self.journal.run_id, key, sub.agent, _task_of(wait) or "", budgets)
             )
         return children
 

@@ -198,6 +198,23 @@ class ChildRun:
     task: str
     budgets: dict[str, Any]
 
+    @classmethod
+    def started(
+        cls, parent_id: str, call_key: str, agent: Any, task: str, budgets: Budgets
+    ) -> ChildRun:
+        """The child run that the parent's call `call_key` starts with `agent`: its id
+        derived from the key, so a crash re-attaches to it."""
+        return cls(
+            id=child_run_id(parent_id, call_key),
+            parent_id=parent_id,
+            call_key=call_key,
+            agent=agent.reference(),
+            agent_name=agent.name,
+            release=agent.release,
+            task=task,
+            budgets=budgets.as_dict(),
+        )
+
 
 def outcome_of(
     run_id: str,
