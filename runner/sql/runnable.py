@@ -12,7 +12,18 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Integer, Row, Select, bindparam, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Integer,
+    Row,
+    Select,
+    and_,
+    bindparam,
+    func,
+    select,
+)
 
 from runner.core.status import RunStatus
 from runner.sql import queues as queue_limits
@@ -148,6 +159,14 @@ def _next_runnable(
         kept.append(first._mapping["id"])
 
 
+def _queued_by(at: Any) -> ColumnElement[bool]:
+    """Queued and due by `at` (a value or a bound parameter): the first way of being
+    runnable, and what a drain asks about."""
+    return and_(
+        runs.c.status == RunStatus.QUEUED, runs.c.not_before.is_(None) | (runs.c.not_before <= at)
+    )
+
+
 # How many queued runs `due_queued` looks at: a drain that found nothing to claim asks it,
 # and a held run is one being claimed or marked by a follower, a moment.
 _DUE_LOOK = 50
@@ -160,9 +179,7 @@ def due_queued(engine: Engine, queues: Sequence[str] | None, at: datetime) -> Du
     PostgreSQL passes a held run over (SKIP LOCKED), so a drain that found nothing to
     claim asks this before it ends. On SQLite none is ever held (the file's write lock
     serialises claims)."""
-    due = (runs.c.status == RunStatus.QUEUED) & (
-        runs.c.not_before.is_(None) | (runs.c.not_before <= at)
-    )
+    due = _queued_by(at)
     if queues is not None:
         due = due & runs.c.queue.in_(queues)
     seen_query = (
@@ -242,8 +259,7 @@ def _runnable_queries(
     (building one costs more than running it)."""
     at = bindparam("at", type_=runs.c.lease_expires_at.type)
     ways = (
-        (runs.c.status == RunStatus.QUEUED)
-        & (runs.c.not_before.is_(None) | (runs.c.not_before <= at)),
+        _queued_by(at),
         (runs.c.status == RunStatus.RUNNING)
         & (runs.c.lease_expires_at.is_(None) | (runs.c.lease_expires_at < at)),
         (runs.c.status == RunStatus.WAITING) & (runs.c.wait_expires_at < at),
