@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,7 +38,6 @@ from runner.sql import approvals, leases
 from runner.sql.backend import backend_for
 from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
-from runner.sql.runs import lock_run
 from runner.sql.schema import entries, runs
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import RunRow, amount, counter, entry_row, new_run
@@ -229,79 +229,109 @@ def deliver(
     answer; the last one queues the parent again. True if it was queued. With `relay`, the
     last one claims the parent for the relay's owner in the same transaction instead
     (`relay.next`): the worker whose child ended goes on with the parent on its slot."""
-    at = utc_now(clock)
     with engine.begin() as connection:
-        row = lock_run(connection, parent_id)
-        if row is None:
-            return False
-        parent = RunRow.of(row)
-        if parent.status is not RunStatus.WAITING:
-            return False
-        found = approvals.open_waits(connection, parent.id)
-        if found is None:
-            return False
-        ended = _ended_children(connection, parent.id, [entry for entry, _ in found.waits])
-        if not ended:
-            return False
-        seq = found.last_seq + 1
-        kept = None if relay is None else relay.kept.pop(parent.id, None)
-        if kept is not None and len(kept) == seq and relay is not None:
-            relay.kept[parent.id] = kept  # else not the journal as it is: it is read again
-        else:
-            kept = None
-        for wait, content, is_error in ended:
-            entry = Entry(
-                EntryKind.ANSWER,
-                wait.step,
-                wait.counters,
-                content=content,
-                tool=wait.tool,
-                idempotency_key=wait.idempotency_key,
-                is_error=is_error,
-                answer=Answer.ENDED,
-                answered_by=None,
-            )
-            connection.execute(
-                insert(runs.metadata.tables["entries"]).values(
-                    entry_row(
-                        parent.id, seq, parent.lease_epoch, entry, at, payloads_of(connection)
-                    )
-                )
-            )
-            seq += 1
-            if kept is not None:
-                kept.append((entry, parent.lease_epoch))
-        fault("before_delivery_commit")
-        if len(ended) < len(found.waits):
-            return False
-        # Queued again; unlike a person's answer, the deadline does not move: the time
-        # its children took is the tree's.
-        if relay is not None:
-            # Claimed as a claim of it queued would (its epoch bumped, fencing out any
-            # writer of an older one), under the parent's row lock taken above.
-            relay.next = leases.take(
-                connection,
-                row,
-                relay.owner,
-                relay.lease_seconds,
-                relay.max_resumes,
-                at,
-                unwait=True,
-            )
-        else:
-            connection.execute(
-                update(runs)
-                .where(runs.c.id == parent.id, runs.c.status == RunStatus.WAITING)
-                .values(
-                    status=RunStatus.QUEUED,
-                    waiting_since=None,
-                    wait_expires_at=None,
-                    updated_at=at,
-                )
-            )
-            backend_for(connection.dialect.name).wake_workers(connection)
+        delivered = deliver_in(connection, parent_id, utc_now(clock), relay)
+    return settled(delivered, relay)
+
+
+def settled(delivered: Delivered, relay: Relay | None) -> bool:
+    """After the commit of a delivery (`deliver_in`): the parent's claim handed to the
+    relay, and whether the parent was made runnable (queued, or claimed)."""
+    if not delivered.runnable:
+        return False
     fault("after_delivery_commit")
+    if relay is not None and delivered.claim is not None:
+        relay.next = delivered.claim
     return True
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What a delivery did in its transaction: whether it made the parent runnable, and
+    the parent's claim if it took it for a relay (handed on only once committed)."""
+
+    runnable: bool = False
+    claim: Claim | None = None
+
+
+_LOCKED = select(runs).where(runs.c.id == bindparam("run_id")).with_for_update()
+_CHILDREN = select(runs).where(runs.c.id.in_(bindparam("ids", expanding=True)))
+_ANSWER = insert(entries)
+_UNWAIT = (
+    update(runs)
+    .where(runs.c.id == bindparam("run_id"), runs.c.status == RunStatus.WAITING)
+    .values(
+        status=RunStatus.QUEUED,
+        waiting_since=None,
+        wait_expires_at=None,
+        updated_at=bindparam("at", type_=runs.c.updated_at.type),
+    )
+)
+
+
+def deliver_in(
+    connection: Connection, parent_id: str, at: datetime, relay: Relay | None = None
+) -> Delivered:
+    """`deliver`'s work in the caller's transaction (a child's last write delivers its own
+    end in its own: runner.sql.journal): the caller commits, then calls `settled`."""
+    row = connection.execute(_LOCKED, {"run_id": parent_id}).first()
+    if row is None:
+        return Delivered()
+    parent = RunRow.of(row)
+    if parent.status is not RunStatus.WAITING:
+        return Delivered()
+    found = approvals.open_waits(connection, parent.id)
+    if found is None:
+        return Delivered()
+    ended = _ended_children(connection, parent.id, [entry for entry, _ in found.waits])
+    if not ended:
+        return Delivered()
+    seq = found.last_seq + 1
+    kept = None if relay is None else relay.kept.pop(parent.id, None)
+    if kept is not None and len(kept) == seq and relay is not None:
+        relay.kept[parent.id] = kept  # else not the journal as it is: it is read again
+    else:
+        kept = None
+    payloads = payloads_of(connection)
+    for wait, content, is_error in ended:
+        entry = Entry(
+            EntryKind.ANSWER,
+            wait.step,
+            wait.counters,
+            content=content,
+            tool=wait.tool,
+            idempotency_key=wait.idempotency_key,
+            is_error=is_error,
+            answer=Answer.ENDED,
+            answered_by=None,
+        )
+        connection.execute(
+            _ANSWER, entry_row(parent.id, seq, parent.lease_epoch, entry, at, payloads)
+        )
+        seq += 1
+        if kept is not None:
+            kept.append((entry, parent.lease_epoch))
+    fault("before_delivery_commit")
+    if len(ended) < len(found.waits):
+        return Delivered()
+    # Queued again; unlike a person's answer, the deadline does not move: the time
+    # its children took is the tree's.
+    if relay is not None:
+        # Claimed as a claim of it queued would (its epoch bumped, fencing out any
+        # writer of an older one), under the parent's row lock taken above.
+        claim = leases.take(
+            connection,
+            row,
+            relay.owner,
+            relay.lease_seconds,
+            relay.max_resumes,
+            at,
+            unwait=True,
+        )
+        return Delivered(True, claim)
+    connection.execute(_UNWAIT, {"run_id": parent.id, "at": at})
+    backend_for(connection.dialect.name).wake_workers(connection)
+    return Delivered(True)
 
 
 def _ended_children(
@@ -316,7 +346,7 @@ def _ended_children(
     }
     if not keyed:
         return []
-    rows = connection.execute(select(runs).where(runs.c.id.in_(list(keyed)))).all()
+    rows = connection.execute(_CHILDREN, {"ids": list(keyed)}).all()
     children = {row.id: RunRow.of(row) for row in rows}
     ended = []
     for child_id, wait in keyed.items():

@@ -37,14 +37,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, select, text, update
+from sqlalchemy import Connection, bindparam, delete, exists, select, text, update
 
 from runner.core.clock import Clock, utc_now
 from runner.core.status import RunStatus
 from runner.core.tree import Spend, TreeStop, ancestors_stop, crowded
 from runner.errors import LeaseLost
 from runner.sql.backend import backend_for
-from runner.sql.children import ancestor_of
+from runner.sql.children import charged
 from runner.sql.schema import entries, runs, tree_reservations
 from runner.store.rows import COUNTER_MAX, RunRow
 
@@ -79,6 +79,31 @@ def counting() -> Any:
     return held & ~recorded
 
 
+# A reservation's statements, built once: building them for every child's model call cost
+# more CPU than the database's work (issue 39's profile).
+_t = tree_reservations.c
+_ROOT, _RUN = bindparam("root", type_=_t.root_id.type), bindparam("run", type_=_t.run_id.type)
+# The run's own rows (a hold its last call left counting), and those that no longer count.
+_DROP_DONE = delete(tree_reservations).where(_t.root_id == _ROOT, (_t.run_id == _RUN) | ~counting())
+_DROP_STALE = delete(tree_reservations).where(
+    _t.reserved_at < bindparam("old", type_=_t.reserved_at.type), ~counting()
+)
+_HELD = select(_t.above, _t.tokens).where(_t.root_id == _ROOT)
+# What `ancestor_of` needs of each run above, and no more of its row.
+_ABOVE = select(
+    runs.c.id,
+    runs.c.budgets,
+    runs.c.steps,
+    runs.c.tokens,
+    runs.c.cost,
+    runs.c.below_steps,
+    runs.c.below_tokens,
+    runs.c.below_cost,
+    runs.c.cancel_requested,
+).where(runs.c.id.in_(bindparam("above", expanding=True)))
+_HOLD = tree_reservations.insert()
+
+
 def reserve(
     connection: Connection,
     run: RunRow,
@@ -94,29 +119,18 @@ def reserve(
     root = run.root_id or above[-1]
     _lock_tree(connection, root)
     at = utc_now(clock)
-    t = tree_reservations.c
-    connection.execute(
-        delete(tree_reservations).where(t.root_id == root, (t.run_id == run.id) | ~counting())
-    )
+    connection.execute(_DROP_DONE, {"root": root, "run": run.id})
     if time.monotonic() - _swept_at[0] >= SWEEP_EVERY_SECONDS:
         _swept_at[0] = time.monotonic()
-        connection.execute(
-            delete(tree_reservations).where(
-                t.reserved_at < at - timedelta(seconds=STALE_SECONDS), ~counting()
-            )
-        )
+        connection.execute(_DROP_STALE, {"old": at - timedelta(seconds=STALE_SECONDS)})
     # The calls in flight first, then the spend: a write committed between the two reads
     # (its entry ends its row's hold, its charge adds its usage) is counted twice, never
     # missed.
     held: dict[str, Spend] = {}
-    for row in connection.execute(select(t.above, t.tokens).where(t.root_id == root)):
+    for row in connection.execute(_HELD, {"root": root}):
         for run_id in _ids(row.above):
             held[run_id] = held.get(run_id, Spend()) + Spend(1, int(row.tokens), 0.0)
-    found = {
-        row.id: ancestor_of(RunRow.of(row))
-        for row in connection.execute(select(runs).where(runs.c.id.in_(list(above))))
-    }
-    ancestors = [found[run_id] for run_id in above if run_id in found]
+    ancestors = charged(connection.execute(_ABOVE, {"above": list(above)}).all(), above)
     stop = ancestors_stop(ancestors)
     if stop is not None:
         return stop
@@ -140,16 +154,17 @@ def reserve(
         return until
     hold = Held(uuid.uuid4().hex)
     connection.execute(
-        tree_reservations.insert().values(
-            id=hold.id,
-            root_id=root,
-            run_id=run.id,
-            lease_epoch=epoch,
-            step=step,
-            above=list(above),
-            tokens=min(max(tokens, 0), COUNTER_MAX),
-            reserved_at=at,
-        )
+        _HOLD,
+        {
+            "id": hold.id,
+            "root_id": root,
+            "run_id": run.id,
+            "lease_epoch": epoch,
+            "step": step,
+            "above": list(above),
+            "tokens": min(max(tokens, 0), COUNTER_MAX),
+            "reserved_at": at,
+        },
     )
     return hold
 
