@@ -306,9 +306,10 @@ class Resuming(RunnerBase):
         finally:
             deltas.close()
         result.run_id = run.id
-        if run.parent_id is not None:
+        if run.parent_id is not None and not getattr(journal, "delivered", False):
             # A child's end goes to its parent at once (a worker's sweep delivers it if this
-            # process dies first); the last child's queues the parent again.
+            # process dies first); the last child's queues the parent again. A SQL journal
+            # delivers it in the commit of the child's last entry, if it wrote one.
             self.store.deliver_children(run.parent_id, relay)
         return result
 

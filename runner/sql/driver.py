@@ -31,7 +31,7 @@ import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection
@@ -194,3 +194,32 @@ class Write:
             self.dbapi_connection.commit()  # autocommit: nothing left to commit, no trip
         except BaseException as exc:
             connection._handle_dbapi_exception(exc, None, None, None, None)
+
+
+class Statements(Protocol):
+    """Where a write's statements run: a `Write` of its own, or `Within` a transaction."""
+
+    def execute(self, sql: str, parameters: Parameters = ()) -> None: ...
+
+    def rows(self, sql: str, parameters: Parameters) -> Sequence[Any]: ...
+
+    def count(self, sql: str, parameters: Parameters) -> int: ...
+
+
+class Within:
+    """A write's statements run inside a transaction of SQLAlchemy's own on `connection`,
+    one that holds more than the journal's statements (a child's last write delivers its end
+    to its parent in the same commit: runner.sql.journal). Through `exec_driver_sql`: the
+    engine's listeners hear each, as they hear the rest of that transaction."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+
+    def execute(self, sql: str, parameters: Parameters = ()) -> None:
+        self.connection.exec_driver_sql(sql, parameters)
+
+    def rows(self, sql: str, parameters: Parameters) -> Sequence[Any]:
+        return self.connection.exec_driver_sql(sql, parameters).fetchall()
+
+    def count(self, sql: str, parameters: Parameters) -> int:
+        return self.connection.exec_driver_sql(sql, parameters).rowcount

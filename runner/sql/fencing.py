@@ -334,7 +334,7 @@ class Append:
             and self.charge is None
         )
 
-    def run(self, write: driver.Write) -> Heard:
+    def run(self, write: driver.Statements) -> Heard:
         """The write's statements in `write`'s transaction; what it heard of the run."""
         run_id = self.run_id
         heard = Heard(False, 0)
@@ -517,6 +517,6 @@ def _finish_parameters(
     return statement.sql, statement.parameters(values)
 
 
-def _finish(write: driver.Write, run_id: str, finish: tuple[str, Parameters]) -> None:
+def _finish(write: driver.Statements, run_id: str, finish: tuple[str, Parameters]) -> None:
     if write.count(*finish) != 1:
         raise LeaseLost(f"run {run_id} was taken over by another worker: not finishing it")

@@ -38,7 +38,7 @@ from runner.core.tree import (
     ancestors_stop,
 )
 from runner.errors import EntryRefused, LeaseLost, RunParked, describe
-from runner.sql import children, fencing, messages, tree_budget
+from runner.sql import children, driver, fencing, messages, tree_budget
 from runner.sql import children as children_sql
 from runner.sql import runs as store
 from runner.sql.backend import backend_for
@@ -135,6 +135,9 @@ class SqlJournal:
         # every write reads it again (runner.sql.messages delivers them).
         self._messages = claim.run.undelivered_messages
         self._writing = threading.Lock()
+        # A child run's end, delivered to its parent in the commit of its last write (with a
+        # relay, the parent claimed for it there too): nothing left to deliver after it.
+        self.delivered = False
         self.lost = threading.Event()
         # When the lease was last surely renewed: a write that failed on a lost connection is
         # tried again only while the lease lasts.
@@ -328,7 +331,8 @@ class SqlJournal:
         charge: fencing.TreeCharge | None = None,
         written_at: datetime | None = None,
     ) -> fencing.Heard:
-        """One try, through the writer (writer.Writer: in a group commit)."""
+        """One try, through the writer (writer.Writer: in a group commit), or with a child's
+        end in a transaction of its own that delivers it."""
         append = fencing.Append.of(
             self.engine.dialect,
             self._run_id,
@@ -344,6 +348,8 @@ class SqlJournal:
             written_at,
         )
         try:
+            if stop is not None and self._run.parent_id is not None:
+                return self._commit_delivering(append, self._run.parent_id)
             return self.writer.commit(append)
         except IntegrityError:
             if not retried:
@@ -355,6 +361,20 @@ class SqlJournal:
             if written is None:
                 raise
             return written
+
+    def _commit_delivering(self, append: fencing.Append, parent_id: str) -> fencing.Heard:
+        """A child's last write and its end's delivery to its parent (runner.sql.children),
+        ONE transaction: a crash leaves both or neither, and a relay's worker goes on with
+        the parent it claimed there (the end and the claim were two transactions, and the
+        delivery's alone more statements than the child's whole answer)."""
+        with self.writer.turn() as connection:
+            with connection.begin():
+                heard = append.run(driver.Within(connection))
+                at = utc_now(self.clock)
+                delivered = children.deliver_in(connection, parent_id, at, self.relay)
+            self.delivered = True
+        children.settled(delivered, self.relay)
+        return heard
 
     def _lease_has(self, seconds: float) -> bool:
         """Whether the lease surely lasts `seconds` more (with a margin for clock error)."""
