@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import NoReturn
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.backoff import Backoff
@@ -128,6 +128,9 @@ class SqlJournal:
         self._above = tuple(ancestor.run_id for ancestor in self._ancestors)
         self._spent = self._recorded[-1].counters if self._recorded else Counters()
         self.seq = len(self._recorded)
+        # A child run's task, held back from its own commit to ride in the next one (its
+        # first model call's hold, before the model is asked): see `append_many`.
+        self._held_back: tuple[Entry, ...] = ()
         # Every write reports the run's cancel flag: the loop's check before each model call
         # costs no query of its own.
         self._cancel = claim.run.cancel_requested
@@ -195,7 +198,10 @@ class SqlJournal:
             return None
         with self._writing:
             self._check_lease()
+            held_back = self._with_held_back(())
             with self.writer.turn() as connection, connection.begin():
+                if held_back:  # the child's task: journaled with its first call's hold
+                    heard = self._append_in(connection, held_back)
                 decided = tree_budget.reserve(
                     connection,
                     self._run,
@@ -205,6 +211,11 @@ class SqlJournal:
                     estimated(estimate),
                     self.clock,
                 )
+            if held_back:
+                self._cancel, self._messages = heard
+                self.seq += len(held_back)
+                self._written(held_back)
+                self._observe(held_back)
         if isinstance(decided, tree_budget.Held):
             return decided
         if isinstance(decided, TreeStop):
@@ -216,6 +227,21 @@ class SqlJournal:
             limit=None,
             until=decided.timestamp(),
         )
+
+    def _append_in(self, connection: Connection, entries: Sequence[Entry]) -> fencing.Heard:
+        """Write `entries` (spending nothing: no charge) in the caller's transaction."""
+        append = fencing.Append.of(
+            self.engine.dialect,
+            self._run_id,
+            self.epoch,
+            self.seq,
+            entries,
+            None,
+            self.lease_seconds,
+            self.clock,
+            payloads=payloads_of(self.engine),
+        )
+        return append.run(driver.Within(connection))
 
     def release_tree(self, hold: tree_budget.Held) -> None:
         with self.writer.turn() as connection, connection.begin():
@@ -240,9 +266,10 @@ class SqlJournal:
                     # worker has to find it queued and claim it.
                     rows[0] = claimed_child(rows[0], relay.owner, relay.lease_seconds)
                 parking = replace(parking, children=tuple(rows))
-            cancelled = self._write(tuple(entries), None, parking).cancel
-            self.seq += len(entries)
-            self._written(entries)
+            written = self._with_held_back(entries)
+            cancelled = self._write(tuple(written), None, parking).cancel
+            self.seq += len(written)
+            self._written(written)
             fault("after_wait_commit")
             if relay is not None and not cancelled:
                 # A cancelled run created no child: it finished in the same transaction.
@@ -254,28 +281,65 @@ class SqlJournal:
                 relay.above = (children[0].id, [me, *self._ancestors])
                 relay.waits = [wait_of(run, entry, at) for entry in entries]
                 relay.next = children_sql.claim_of(rows[0])
-            if self.observer is not None:
-                for entry in entries:
-                    self.observer(self._run_id, entry)
+            self._observe(written)
         return not cancelled
 
     def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
         with self._writing:
             self._check_lease()
+            if self._holds_back(entries, stop):
+                # A child's task goes in the commit of its first model call's hold (or of
+                # whatever it writes first): a commit fewer a sub-agent, and still journaled
+                # before any model call. A crash before leaves nothing: a resume writes it.
+                self._held_back = tuple(entries)
+                return
             # A framework's whole response, and a framework run's task, ride in its action's
             # commit: the action's points.
             first = next((e for e in entries if e.kind not in _RIDERS), entries[0])
             before, after = _FAULTS[first.kind]
             fault(before)
+            entries = self._with_held_back(entries)
             self._cancel, self._messages = self._write(entries, stop)
             self.seq += len(entries)
             self._written(entries)
             # Committed before the tool runs: a crash now leaves a pending call, never a lost
             # one (for a step of several calls, every call is pending at once).
             fault(after)
-            if self.observer is not None:
-                for entry in entries:
-                    self.observer(self._run_id, entry)
+            self._observe(entries)
+
+    def _holds_back(self, entries: Sequence[Entry], stop: Stop | None) -> bool:
+        """Whether `entries` are a child run's task, first in its journal and to be held
+        back (a root holds nothing: its first model call takes no hold to ride in)."""
+        return (
+            bool(self._above)
+            and stop is None
+            and self.seq == 0
+            and not self._held_back
+            and len(entries) == 1
+            and entries[0].kind is EntryKind.TASK
+        )
+
+    def _with_held_back(self, entries: Sequence[Entry]) -> Sequence[Entry]:
+        """`entries` with the task held back before them, which they take along."""
+        if not self._held_back:
+            return entries
+        held, self._held_back = self._held_back, ()
+        return (*held, *entries)
+
+    def _flush_held_back(self) -> None:
+        """Write the task held back, in a commit of its own (before a write that cannot
+        take it along)."""
+        if self._held_back:
+            entries = self._with_held_back(())
+            self._cancel, self._messages = self._write(entries, None)
+            self.seq += len(entries)
+            self._written(entries)
+            self._observe(entries)
+
+    def _observe(self, entries: Sequence[Entry]) -> None:
+        if self.observer is not None:
+            for entry in entries:
+                self.observer(self._run_id, entry)
 
     def _write(
         self,
@@ -403,6 +467,7 @@ class SqlJournal:
             return ()  # the last write heard of none: no query
         with self._writing:
             self._check_lease()
+            self._flush_held_back()
             fault("before_message_commit")
             with self.writer.turn() as connection:
                 delivered = messages.deliver(
@@ -414,14 +479,13 @@ class SqlJournal:
             # Journaled and marked delivered in one commit: a crash from here on leaves them
             # in the journal, for the next worker to replay, and never in the inbox again.
             fault("after_message_commit")
-            if self.observer is not None:
-                for entry in delivered:
-                    self.observer(self._run_id, entry)
+            self._observe(delivered)
         return delivered
 
     def finish(self, stop: Stop, counters: Counters) -> None:
         with self._writing:
             self._check_lease()
+            self._flush_held_back()
             with self.writer.turn() as connection:
                 fencing.finish_run(connection, self._run_id, self.epoch, stop, counters, self.clock)
 
