@@ -270,10 +270,15 @@ _UNWAIT = (
 
 
 def deliver_in(
-    connection: Connection, parent_id: str, at: datetime, relay: Relay | None = None
+    connection: Connection,
+    parent_id: str,
+    at: datetime,
+    relay: Relay | None = None,
+    known: Ended | None = None,
 ) -> Delivered:
     """`deliver`'s work in the caller's transaction (a child's last write delivers its own
-    end in its own: runner.sql.journal): the caller commits, then calls `settled`."""
+    end in its own: runner.sql.journal): the caller commits, then calls `settled`. `known`:
+    the end of a child that this transaction finished (its row is not read again)."""
     row = connection.execute(_LOCKED, {"run_id": parent_id}).first()
     if row is None:
         return Delivered()
@@ -283,7 +288,7 @@ def deliver_in(
     found = approvals.open_waits(connection, parent.id)
     if found is None:
         return Delivered()
-    ended = _ended_children(connection, parent.id, [entry for entry, _ in found.waits])
+    ended = _ended_children(connection, parent.id, [entry for entry, _ in found.waits], known)
     if not ended:
         return Delivered()
     seq = found.last_seq + 1
@@ -334,8 +339,17 @@ def deliver_in(
     return Delivered(True)
 
 
+@dataclass(frozen=True)
+class Ended:
+    """A child's end as its parent's observation (`outcome_of`), known without its row."""
+
+    run_id: str
+    content: str
+    is_error: bool
+
+
 def _ended_children(
-    connection: Connection, parent_id: str, waits: Sequence[Entry]
+    connection: Connection, parent_id: str, waits: Sequence[Entry], known: Ended | None = None
 ) -> list[tuple[Entry, str, bool]]:
     """The parent's open child waits whose child has ended (or is gone), with the
     observation each child's end makes."""
@@ -346,12 +360,15 @@ def _ended_children(
     }
     if not keyed:
         return []
-    rows = connection.execute(_CHILDREN, {"ids": list(keyed)}).all()
+    others = [child_id for child_id in keyed if known is None or child_id != known.run_id]
+    rows = connection.execute(_CHILDREN, {"ids": others}).all() if others else []
     children = {row.id: RunRow.of(row) for row in rows}
     ended = []
     for child_id, wait in keyed.items():
         child = children.get(child_id)
-        if child is None:
+        if known is not None and child_id == known.run_id:
+            ended.append((wait, known.content, known.is_error))
+        elif child is None:
             ended.append((wait, f"SubAgentStopped: run {child_id} is gone (pruned?)", True))
         elif child.status is RunStatus.FINISHED:
             content, is_error = outcome_of(

@@ -98,14 +98,11 @@ def prepared(dialect: Dialect, key: Hashable, build: Callable[[], ClauseElement]
     return found
 
 
-class Write:
-    """One write transaction on a connection's driver connection, as a `with` block:
-    committed when the block ends, rolled back if it raises. `one_statement`: the block
-    runs exactly one statement (which the backend may then run as its own transaction)."""
+class _OnCursor:
+    """Statements on the driver connection's own cursor beneath `connection`."""
 
-    def __init__(self, connection: Connection, *, one_statement: bool = False) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
-        self.one_statement = one_statement
         pooled = connection.connection  # reconnects if invalidated
         dbapi_connection = pooled.dbapi_connection
         assert dbapi_connection is not None
@@ -126,6 +123,38 @@ class Write:
             or connection.dispatch.before_cursor_execute
             or connection.dispatch.after_cursor_execute
         )
+
+    def execute(self, sql: str, parameters: Parameters = ()) -> None:
+        if self.watched:
+            self.connection._cursor_execute(self.cursor, sql, parameters)
+            return
+        try:
+            self.cursor.execute(sql, parameters)
+        except BaseException as exc:
+            self.connection._handle_dbapi_exception(exc, sql, parameters, self.cursor, None)
+
+    def rows(self, sql: str, parameters: Parameters) -> Sequence[Any]:
+        """Run a statement; the rows it returns (all of them: a statement with RETURNING is
+        done only once they are read)."""
+        self.execute(sql, parameters)
+        rows: Sequence[Any] = self.cursor.fetchall()
+        return rows
+
+    def count(self, sql: str, parameters: Parameters) -> int:
+        """Run a statement; how many rows it changed."""
+        self.execute(sql, parameters)
+        changed: int = self.cursor.rowcount
+        return changed
+
+
+class Write(_OnCursor):
+    """One write transaction on a connection's driver connection, as a `with` block:
+    committed when the block ends, rolled back if it raises. `one_statement`: the block
+    runs exactly one statement (which the backend may then run as its own transaction)."""
+
+    def __init__(self, connection: Connection, *, one_statement: bool = False) -> None:
+        super().__init__(connection)
+        self.one_statement = one_statement
         self.switched = False
 
     def __enter__(self) -> Write:
@@ -163,28 +192,6 @@ class Write:
         with contextlib.suppress(Exception):  # a lost connection's cursor may not close
             self.cursor.close()
 
-    def execute(self, sql: str, parameters: Parameters = ()) -> None:
-        if self.watched:
-            self.connection._cursor_execute(self.cursor, sql, parameters)
-            return
-        try:
-            self.cursor.execute(sql, parameters)
-        except BaseException as exc:
-            self.connection._handle_dbapi_exception(exc, sql, parameters, self.cursor, None)
-
-    def rows(self, sql: str, parameters: Parameters) -> Sequence[Any]:
-        """Run a statement; the rows it returns (all of them: a statement with RETURNING is
-        done only once they are read)."""
-        self.execute(sql, parameters)
-        rows: Sequence[Any] = self.cursor.fetchall()
-        return rows
-
-    def count(self, sql: str, parameters: Parameters) -> int:
-        """Run a statement; how many rows it changed."""
-        self.execute(sql, parameters)
-        changed: int = self.cursor.rowcount
-        return changed
-
     def _commit(self) -> None:
         connection = self.connection
         if self.watched or connection.dispatch.commit:
@@ -206,20 +213,8 @@ class Statements(Protocol):
     def count(self, sql: str, parameters: Parameters) -> int: ...
 
 
-class Within:
-    """A write's statements run inside a transaction of SQLAlchemy's own on `connection`,
-    one that holds more than the journal's statements (a child's last write delivers its end
-    to its parent in the same commit: runner.sql.journal). Through `exec_driver_sql`: the
-    engine's listeners hear each, as they hear the rest of that transaction."""
-
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-
-    def execute(self, sql: str, parameters: Parameters = ()) -> None:
-        self.connection.exec_driver_sql(sql, parameters)
-
-    def rows(self, sql: str, parameters: Parameters) -> Sequence[Any]:
-        return self.connection.exec_driver_sql(sql, parameters).fetchall()
-
-    def count(self, sql: str, parameters: Parameters) -> int:
-        return self.connection.exec_driver_sql(sql, parameters).rowcount
+class Within(_OnCursor):
+    """A write's statements on the driver's cursor inside a transaction of SQLAlchemy's own
+    on `connection`, one that holds more than the journal's statements (a child's last write
+    delivers its end to its parent in the same commit: runner.sql.journal). It neither
+    begins nor ends the transaction."""

@@ -36,6 +36,7 @@ from runner.core.tree import (
     TreeStop,
     TreeStopped,
     ancestors_stop,
+    outcome_of,
 )
 from runner.errors import EntryRefused, LeaseLost, RunParked, describe
 from runner.sql import children, driver, fencing, messages, tree_budget
@@ -47,7 +48,7 @@ from runner.sql.database_failures import refused, transient
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing
-from runner.store.rows import RunRow
+from runner.store.rows import RunRow, plain_text
 from runner.store.rules import Claim, Relay, wait_of
 
 # Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
@@ -413,7 +414,7 @@ class SqlJournal:
         )
         try:
             if stop is not None and self._run.parent_id is not None:
-                return self._commit_delivering(append, self._run.parent_id)
+                return self._commit_delivering(append, self._run.parent_id, stop)
             return self.writer.commit(append)
         except IntegrityError:
             if not retried:
@@ -426,16 +427,24 @@ class SqlJournal:
                 raise
             return written
 
-    def _commit_delivering(self, append: fencing.Append, parent_id: str) -> fencing.Heard:
+    def _commit_delivering(
+        self, append: fencing.Append, parent_id: str, stop: Stop
+    ) -> fencing.Heard:
         """A child's last write and its end's delivery to its parent (runner.sql.children),
         ONE transaction: a crash leaves both or neither, and a relay's worker goes on with
         the parent it claimed there (the end and the claim were two transactions, and the
         delivery's alone more statements than the child's whole answer)."""
+        known = None
+        if stop.output is None or isinstance(stop.output, str):  # as its row gives it back
+            run = self._run
+            error = plain_text(stop.error)
+            content, is_error = outcome_of(run.id, stop.reason, stop.output, error, run.budgets)
+            known = children.Ended(run.id, content, is_error)
         with self.writer.turn() as connection:
             with connection.begin():
                 heard = append.run(driver.Within(connection))
                 at = utc_now(self.clock)
-                delivered = children.deliver_in(connection, parent_id, at, self.relay)
+                delivered = children.deliver_in(connection, parent_id, at, self.relay, known)
             self.delivered = True
         children.settled(delivered, self.relay)
         return heard
