@@ -43,8 +43,10 @@ from runner.core.clock import Clock, utc_now
 from runner.core.status import RunStatus
 from runner.core.tree import Spend, TreeStop, ancestors_stop, crowded
 from runner.errors import LeaseLost
+from runner.sql import driver
 from runner.sql.backend import backend_for
 from runner.sql.children import charged
+from runner.sql.driver import Prepared, prepared
 from runner.sql.schema import entries, runs, tree_reservations
 from runner.store.rows import COUNTER_MAX, RunRow
 
@@ -68,40 +70,59 @@ class Held:
 
 def counting() -> Any:
     """A row of `tree_reservations` still holds its ancestors' budgets: its run is running
-    under the lease that reserved it, and its journal has not recorded the call's step."""
+    under the lease that reserved it, and its journal has not recorded the call's step.
+    Binds `running` (RunStatus.RUNNING): the statements run as their driver takes them."""
     t = tree_reservations.c
     held = exists().where(
         runs.c.id == t.run_id,
         runs.c.lease_epoch == t.lease_epoch,
-        runs.c.status == RunStatus.RUNNING,
+        runs.c.status == bindparam("running", type_=runs.c.status.type),
     )
     recorded = exists().where(entries.c.run_id == t.run_id, entries.c.steps >= t.step)
     return held & ~recorded
 
 
-# A reservation's statements, built once: building them for every child's model call cost
-# more CPU than the database's work (issue 39's profile).
+# A reservation's statements, rendered once per dialect and run on the driver's cursor: a
+# child's model call built its four each time, which cost more CPU than the database's work
+# (issue 39's profile).
 _t = tree_reservations.c
 _ROOT, _RUN = bindparam("root", type_=_t.root_id.type), bindparam("run", type_=_t.run_id.type)
-# The run's own rows (a hold its last call left counting), and those that no longer count.
-_DROP_DONE = delete(tree_reservations).where(_t.root_id == _ROOT, (_t.run_id == _RUN) | ~counting())
-_DROP_STALE = delete(tree_reservations).where(
-    _t.reserved_at < bindparam("old", type_=_t.reserved_at.type), ~counting()
-)
-_HELD = select(_t.above, _t.tokens).where(_t.root_id == _ROOT)
-# What `ancestor_of` needs of each run above, and no more of its row.
-_ABOVE = select(
-    runs.c.id,
-    runs.c.budgets,
-    runs.c.steps,
-    runs.c.tokens,
-    runs.c.cost,
-    runs.c.below_steps,
-    runs.c.below_tokens,
-    runs.c.below_cost,
-    runs.c.cancel_requested,
-).where(runs.c.id.in_(bindparam("above", expanding=True)))
-_HOLD = tree_reservations.insert()
+
+
+def _drop_done() -> Any:
+    """The run's own rows (a hold its last call left counting), and those that no longer
+    count."""
+    return delete(tree_reservations).where(_t.root_id == _ROOT, (_t.run_id == _RUN) | ~counting())
+
+
+def _drop_stale() -> Any:
+    return delete(tree_reservations).where(
+        _t.reserved_at < bindparam("old", type_=_t.reserved_at.type), ~counting()
+    )
+
+
+def _held() -> Any:
+    return select(_t.above, _t.tokens).where(_t.root_id == _ROOT)
+
+
+def _above(count: int) -> Any:
+    """What `charged` reads of each of `count` runs above, and no more of their rows."""
+    ids = [bindparam(f"above_{i}", type_=runs.c.id.type) for i in range(count)]
+    return select(
+        runs.c.id,
+        runs.c.budgets,
+        runs.c.steps,
+        runs.c.tokens,
+        runs.c.cost,
+        runs.c.below_steps,
+        runs.c.below_tokens,
+        runs.c.below_cost,
+        runs.c.cancel_requested,
+    ).where(runs.c.id.in_(ids))
+
+
+def _run(on: driver.Within, statement: Prepared, values: dict[str, Any]) -> Sequence[Any]:
+    return on.rows(statement.sql, statement.parameters(values))
 
 
 def reserve(
@@ -119,18 +140,27 @@ def reserve(
     root = run.root_id or above[-1]
     _lock_tree(connection, root)
     at = utc_now(clock)
-    connection.execute(_DROP_DONE, {"root": root, "run": run.id})
+    dialect, on = connection.dialect, driver.Within(connection)
+    running = str(RunStatus.RUNNING)
+    drop = prepared(dialect, "tree_drop_done", _drop_done)
+    on.execute(drop.sql, drop.parameters({"root": root, "run": run.id, "running": running}))
     if time.monotonic() - _swept_at[0] >= SWEEP_EVERY_SECONDS:
         _swept_at[0] = time.monotonic()
-        connection.execute(_DROP_STALE, {"old": at - timedelta(seconds=STALE_SECONDS)})
+        old = at - timedelta(seconds=STALE_SECONDS)
+        stale = prepared(dialect, "tree_drop_stale", _drop_stale)
+        on.execute(stale.sql, stale.parameters({"old": old, "running": running}))
     # The calls in flight first, then the spend: a write committed between the two reads
     # (its entry ends its row's hold, its charge adds its usage) is counted twice, never
     # missed.
     held: dict[str, Spend] = {}
-    for row in connection.execute(_HELD, {"root": root}):
-        for run_id in _ids(row.above):
-            held[run_id] = held.get(run_id, Spend()) + Spend(1, int(row.tokens), 0.0)
-    ancestors = charged(connection.execute(_ABOVE, {"above": list(above)}).all(), above)
+    holds = prepared(
+        dialect, "tree_held", lambda: select(_t.above, _t.tokens).where(_t.root_id == _ROOT)
+    )
+    for ids, reserved in _run(on, holds, {"root": root}):
+        for run_id in _ids(ids):
+            held[run_id] = held.get(run_id, Spend()) + Spend(1, int(reserved), 0.0)
+    read = prepared(dialect, ("tree_above", len(above)), lambda: _above(len(above)))
+    ancestors = charged(_run(on, read, {f"above_{i}": id_ for i, id_ in enumerate(above)}), above)
     stop = ancestors_stop(ancestors)
     if stop is not None:
         return stop
@@ -153,18 +183,21 @@ def reserve(
             raise LeaseLost(f"run {run.id} was taken over by another worker")
         return until
     hold = Held(uuid.uuid4().hex)
-    connection.execute(
-        _HOLD,
-        {
-            "id": hold.id,
-            "root_id": root,
-            "run_id": run.id,
-            "lease_epoch": epoch,
-            "step": step,
-            "above": list(above),
-            "tokens": min(max(tokens, 0), COUNTER_MAX),
-            "reserved_at": at,
-        },
+    insert = prepared(dialect, "tree_hold", tree_reservations.insert)
+    on.execute(
+        insert.sql,
+        insert.parameters(
+            {
+                "id": hold.id,
+                "root_id": root,
+                "run_id": run.id,
+                "lease_epoch": epoch,
+                "step": step,
+                "above": list(above),
+                "tokens": min(max(tokens, 0), COUNTER_MAX),
+                "reserved_at": at,
+            }
+        ),
     )
     return hold
 
