@@ -11,9 +11,11 @@ tree, a child's end delivered to its parent, and a cancel carried down.
   its next model call.
 - A child's end is delivered (`deliver`) as the `answer` of its parent's wait: ONE
   transaction on the locked parent, only while it still waits for that call (exactly one
-  delivery wins any race); the last one queues the parent again. It is tried as soon as the
-  child ends, by whoever ended it, and swept up by every worker's poll (`deliver_ended`), so
-  a crash between a child's end and its delivery strands no parent.
+  delivery wins any race); the last one queues the parent again. A child whose end is an
+  entry delivers it in that entry's commit (`deliver_in`, runner.sql.journal); any other
+  end is delivered as soon as the child ends, by whoever ended it, and swept up by every
+  worker's poll (`deliver_ended`), so a crash between a child's end and its delivery
+  strands no parent.
 - A cancel of any run asks every run below it to stop too (`subtree`).
 """
 

@@ -7,7 +7,7 @@ So before its model call a child reserves from every ancestor's budget: one tran
 serialised with every other reservation of the same tree (PostgreSQL: an advisory lock on
 the root; SQLite: BEGIN IMMEDIATE), reads each ancestor's committed spend (its own and what
 was charged below it) and the calls in flight below it (the rows of `tree_reservations`: one
-step and the call's estimate of tokens each), and
+step and the call's estimate of tokens each) in one statement, and
 
 - stops the run, if an ancestor is cancelled or its committed spend leaves no room already
   (the same rule as a run's own budget, `over_budget`);

@@ -34,8 +34,8 @@ FAULTS = [
     "after_wait_commit@1",  # children created, the lead parked, no child has run
     "after_action_commit@3",  # both children running: the second's call committed
     "during_tool@1",  # a child's effect done, its outcome not recorded
-    "after_final_commit@1",  # a child ended, its end not yet delivered
-    "before_delivery_commit@1",  # a child's end being delivered, not committed
+    "after_final_commit@1",  # a child ended, its end delivered in the same commit
+    "before_delivery_commit@1",  # a child's last entry and its delivery, not committed
     "after_delivery_commit@1",  # a child's end delivered
 ]
 
