@@ -10,6 +10,7 @@ which errors mean a damaged database, how idle workers are woken) it asks
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import threading
@@ -139,13 +140,20 @@ class Backend:
         epoch (a group commit of one statement): its SQL for the driver, or None where the
         backend has none (SQLite shares a transaction instead: runner.sql.group_commit).
 
-        Bound by column, each an array of the rows' values in ENTRY_COLUMNS order (and
-        `fence_expiry`, `fence_renew_after`: each row's run's lease renewal), so one text,
-        prepared once by the server, serves any number of rows. It returns a row (run_id,
-        seq, cancel flag, undelivered messages) per entry written: a run with none was
-        fenced out.
+        Bound as ONE parameter, `batch`: a JSON array of the rows, each an object of the
+        entry's values by column name (a JSON column's value as its JSON text) and
+        `fence_expiry`, `fence_renew_after` (its run's lease renewal), so one text, prepared
+        once by the server, serves any number of rows, and the driver adapts one string
+        rather than each value of an array. It returns a row (run_id, seq, cancel flag,
+        undelivered messages) per entry written: a run with none was fenced out.
         """
         return None
+
+    def json_text(self, dbapi_connection: Any) -> Callable[[Any], str | None]:
+        """How the driver of `dbapi_connection` writes a JSON column's bound value (as its
+        bind processor made it) as text: `fenced_insert_runs` carries that text in its
+        batch, byte for byte what a row's own write sends. Only where that statement is."""
+        raise NotImplementedError
 
     def begin_write(
         self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
@@ -339,9 +347,9 @@ _NETWORK_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _array_types() -> dict[str, str]:
-    """Each entries column's type as an array's element type, without a length: a value
-    too long is refused by the INSERT (as fenced_insert's is), never cut by a cast."""
+def _column_types() -> dict[str, str]:
+    """Each entries column's type, without a length: a value too long is refused by the
+    INSERT (as fenced_insert's is), never cut by a cast."""
     from sqlalchemy.dialects.postgresql.base import PGDialect
 
     dialect = PGDialect()  # type: ignore[no-untyped-call]
@@ -351,20 +359,26 @@ def _array_types() -> dict[str, str]:
     }
 
 
+@functools.cache
 def _fenced_insert_runs_sql() -> str:
     # fenced_insert's statement, for the rows of several runs: each run's row is locked and
     # its lease renewed (once a third of it is spent) only while its epoch is the one its
     # rows carry, and only the rows of runs so fenced go in. The runs' rows are locked in id
     # order (`locked`: sorted, then FOR UPDATE) so that this statement and another that
     # locks several runs' rows at once take them in one order, and cannot deadlock.
-    types = _array_types()
+    # Built at the first group commit, not at import: it imports PostgreSQL's dialect,
+    # which a SQLite process has no use for.
+    # A JSON column is read from the batch as its text, and cast in the INSERT: kept byte
+    # for byte as a row's own write keeps it (JSON, not JSONB: schema.Json).
+    types = _column_types()
+    json = {name for name, kind in types.items() if kind == "JSON"}
     columns = ", ".join(ENTRY_COLUMNS)
-    arrays = ", ".join(f"%({name})s::{types[name]}[]" for name in ENTRY_COLUMNS)
+    record = ", ".join(f"{n} {'TEXT' if n in json else types[n]}" for n in ENTRY_COLUMNS)
+    inserted = ", ".join(f"{n}::json" if n in json else n for n in ENTRY_COLUMNS)
     return f"""\
 WITH batch AS (
-    SELECT * FROM unnest({arrays},
-        %(fence_expiry)s::timestamptz[], %(fence_renew_after)s::timestamptz[])
-        AS b({columns}, fence_expiry, fence_renew_after)
+    SELECT * FROM json_to_recordset(%(batch)s::json)
+        AS b({record}, fence_expiry timestamptz, fence_renew_after timestamptz)
 ), locked AS (
     SELECT id FROM runs WHERE id IN (SELECT run_id FROM batch) ORDER BY id FOR UPDATE
 ), fences AS (
@@ -381,13 +395,10 @@ WITH batch AS (
     RETURNING runs.id, runs.cancel_requested, runs.undelivered_messages
 )
 INSERT INTO entries ({columns})
-SELECT {columns} FROM batch WHERE run_id IN (SELECT id FROM fenced)
+SELECT {inserted} FROM batch WHERE run_id IN (SELECT id FROM fenced)
 RETURNING run_id, seq,
     (SELECT cancel_requested FROM fenced WHERE fenced.id = entries.run_id),
     (SELECT undelivered_messages FROM fenced WHERE fenced.id = entries.run_id)"""
-
-
-_FENCED_INSERT_RUNS = _fenced_insert_runs_sql()
 
 
 class PostgresBackend(Backend):
@@ -484,7 +495,24 @@ class PostgresBackend(Backend):
         )
 
     def fenced_insert_runs(self) -> str:
-        return _FENCED_INSERT_RUNS
+        return _fenced_insert_runs_sql()
+
+    def json_text(self, dbapi_connection: Any) -> Callable[[Any], str | None]:
+        from psycopg.adapt import PyFormat
+
+        dumpers: dict[type, Any] = {}
+
+        def text(value: Any) -> str | None:
+            if value is None:
+                return None
+            kind = type(value)
+            dumper = dumpers.get(kind)
+            if dumper is None:  # psycopg's Json wrapper, with the dumps it was given
+                dumper = dbapi_connection.adapters.get_dumper(kind, PyFormat.TEXT)
+                dumper = dumpers[kind] = dumper(kind, dbapi_connection)
+            return bytes(dumper.dump(value)).decode()
+
+        return text
 
     def begin_write(
         self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool

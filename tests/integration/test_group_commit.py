@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, Text, cast, event, select
 
 from runner import Agent, Runner
 from runner.core.counters import Counters
@@ -28,6 +28,7 @@ from runner.sql import cancels, leases
 from runner.sql import runs as store
 from runner.sql.database import open_engine, upgrade
 from runner.sql.journal import SqlJournal
+from runner.sql.schema import entries
 from runner.sql.writer import Writer
 from tests.conditions import wait_until
 
@@ -289,6 +290,51 @@ def test_a_write_alone_is_its_own_transaction(engine: Engine) -> None:
     journal.append(action(journal))
     assert commits.count == 1
     assert kinds(engine, "r0") == ["task", "action"]
+    writer.close()
+
+
+def test_entries_written_together_are_those_a_write_alone_makes(engine: Engine) -> None:
+    # Every column, a JSON argument's text byte for byte (JSON keeps 1.5e17 and a NUL as
+    # given), timestamps, a float and text past ASCII: the shared write (PostgreSQL: one
+    # JSON batch) stores what each run's own write stores.
+    writer = Writer(engine)
+    runs = journals(engine, writer, 3)
+    args = {"n": 1.5e17, "s": "caf\u00e9 \u0000 \U0001f600", "l": [1, None, True], "f": 0.1}
+    made = {
+        j.run_id: replace(
+            tool_action(j.run_id, 1, "add", args, Counters(steps=1, cost=0.3), tokens=7),
+            content='l\u00e0 \u2014 "quoted"',
+            cost=0.1,
+            error="not an error, a text",
+        )
+        for j in runs
+    }
+    alone = runs.pop()
+    alone.append(made[alone.run_id])
+    group = writer.group
+    assert group is not None
+    before = (group.transactions, group.writes)
+    outcomes = together(
+        writer, engine, {j.run_id: lambda j=j: j.append(made[j.run_id]) for j in runs}
+    )
+    assert outcomes == {j.run_id: None for j in runs}
+    assert (group.transactions - before[0], group.writes - before[1]) == (1, 2)  # shared
+
+    def row(run_id: str) -> dict[str, Any]:
+        with engine.connect() as connection:
+            found = connection.execute(
+                select(entries, cast(entries.c.args, Text).label("args_text")).where(
+                    entries.c.run_id == run_id, entries.c.seq == 1
+                )
+            ).one()
+        values = dict(found._mapping)
+        del values["run_id"], values["idempotency_key"], values["created_at"]
+        return values
+
+    mine = row(alone.run_id)
+    assert mine["args"] == args and mine["tool"] == "add"
+    for journal in runs:
+        assert row(journal.run_id) == mine
     writer.close()
 
 
