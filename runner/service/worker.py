@@ -96,6 +96,12 @@ CLAIMS_PER_TRANSACTION = 100
 CLAIM_GATHER_SECONDS = 0.02
 # How many slots it waits for: an eighth of its concurrency (none below 16 runs at once).
 CLAIM_GATHER_SHARE = 8
+# A claim that took nothing is followed by another that a run's end prompts no sooner than
+# this: when a worker's queue runs dry, each of its runs' ends woke it to claim again (115
+# claims of nothing in the last second of a drain of a thousand runs, each several
+# statements). Any other wake-up (a NOTIFY, the poll) claims at once; a run's end can free a
+# full queue's slot, whose next run waits this long at most.
+EMPTY_CLAIM_PAUSE = 0.05
 # How often a worker looks for children's ends still owed to their parents (see deliver_ended)
 # and for cancelled runs whose lease lapsed (see _finish_cancels).
 SWEEP_SECONDS = 1.0
@@ -214,6 +220,8 @@ class Worker:
         # when slots have been free without a claim (see CLAIM_GATHER_SECONDS).
         self._backed_up = False
         self._free_since: float | None = None
+        # When the last claim took nothing (monotonic time; None: it took runs).
+        self._found_none_at: float | None = None
         self.finished = 0
         # Whether a drain that claimed nothing, and saw a due run free, has claimed once
         # more since (see _passed_over).
@@ -285,14 +293,14 @@ class Worker:
             # Cleared before looking, not after: a wake-up that comes while this looks
             # (a run submitted just after the claim found none) must not be lost.
             self._wake.clear()
-            self._reap()
+            ended = self._reap()
             self._fire_ticks()
             self._prune()
             self._finish_cancels()
             self._score()
             claimed = False
             if len(self._active) < self.concurrency:
-                gather = self._gathering()
+                gather = max(self._gathering(), self._pausing(ended))
                 if gather > 0:
                     self._wake.wait(gather)  # a run that ends meanwhile wakes it to count
                     continue
@@ -392,6 +400,15 @@ class Worker:
         if self._free_since is None:
             self._free_since = now
         return max(0.0, self._free_since + CLAIM_GATHER_SECONDS - now)
+
+    def _pausing(self, ended: int) -> float:
+        """Seconds to wait before claiming again (0: claim now): only after a claim that
+        took nothing, when what woke the worker was `ended` runs' ends and others still
+        run (see EMPTY_CLAIM_PAUSE). A worker left with no run claims at once: a drain then
+        ends, and a suspect is claimed only by an idle worker."""
+        if self._found_none_at is None or not ended or not self._active or self.stopping.is_set():
+            return 0.0
+        return max(0.0, self._found_none_at + EMPTY_CLAIM_PAUSE - time.monotonic())
 
     def _ticks_due_in(self) -> float:
         """Seconds until this worker looks for due ticks again (0 or less: now)."""
@@ -509,11 +526,15 @@ class Worker:
 
     def _score(self) -> None:
         # The scorers of ended runs that no live worker runs, a few at a time. A drain
-        # (`once`) looks at every pass: it exits only when none is left.
+        # (`once`) with no run left looks at every pass: it exits only when none is left.
+        # While its runs go on it looks as a server does (every SWEEP_SECONDS, and after a
+        # run of an agent with scorers ends): a look at every pass was a query each time a
+        # run ended, a thousand in a drain of a thousand runs.
         if self._scorers is None:
             return
         now = time.monotonic()
-        if not self.once and now - self._scores_at < SWEEP_SECONDS:
+        every_pass = self.once and not self._active
+        if not every_pass and now - self._scores_at < SWEEP_SECONDS:
             return
         self._scores_at = now
         with self._scoring_lock:
@@ -566,10 +587,13 @@ class Worker:
             self._scores_at = -SWEEP_SECONDS  # look again at once: more may be due
             self._wake.set()
 
-    def _reap(self) -> None:
+    def _reap(self) -> int:
         # The runs that ended since the last look (told by their futures): a worker with a
-        # thousand runs in flight does not look through all of them at every claim.
+        # thousand runs in flight does not look through all of them at every claim. How
+        # many ended.
+        ended = 0
         while self._ended:
+            ended += 1
             run_id, epoch = self._ended.popleft()
             # Only the claim that ended: the run may have been claimed again meanwhile (a
             # person's answer queued it the moment it began to wait).
@@ -577,6 +601,7 @@ class Worker:
                 if self._epochs.get(run_id) == epoch:
                     del self._active[run_id], self._epochs[run_id]
                     self._alone.discard(run_id)
+        return ended
 
     def _progressed(self, run_id: str, _entry: Entry) -> None:
         # Called after each journal commit, on the thread that made it (the run's, or a
@@ -612,6 +637,7 @@ class Worker:
         self._db_backoff.reset()
         self._db_wait = 0.0
         self._free_since = None
+        self._found_none_at = None if claims else time.monotonic()
         self._backed_up = len(claims) >= min(free, CLAIMS_PER_TRANSACTION)
         for claim in claims:
             self._start(claim, pool)
