@@ -240,15 +240,19 @@ def claim_some(
     is taken as it comes.
     """
     at = utc_now(clock)
-    claims: list[Claim] = []
+    claims: list[Claim | None] = []
     with engine.begin() as connection:
+        # The fresh runs found (nobody held them), taken together: see _Together.
+        together = _Together(connection, owner, lease_seconds, at)
         kept_to = release_rules.kept_to(releases)
         full = queue_limits.full_queues(connection, at, queues)
         slots = queue_limits.Slots(connection, at)
         refused: list[str] = []  # queues found with no room under their lock, this batch
         spent: set[int] = set()  # the ways of being runnable found empty, this batch
         kept: list[str] = []  # runs found under a lapsed lease that the claimer executes
-        ahead = Ahead(limit)  # the queued runs read (and locked) ahead, for the whole batch
+        # The queued runs read (and locked) ahead, for the whole batch: the runs taken
+        # together are updated before they are read again.
+        ahead = Ahead(limit, before_reading=lambda: together.take(claims))
         while len(claims) < limit:
             found = next_claimable(
                 connection,
@@ -272,12 +276,114 @@ def claim_some(
             queue = row._mapping["queue"]
             if row._mapping["status"] == RunStatus.WAITING:
                 row = _timed_out(connection, RunRow.of(row), at)
-            claim = take(connection, row, owner, lease_seconds, max_resumes, at)
+            if together.fits(row, max_resumes):
+                together.add(len(claims), row)
+                claims.append(None)  # its claim once the runs together are updated
+            else:
+                claims.append(take(connection, row, owner, lease_seconds, max_resumes, at))
             slots.took(queue, holds_slot)
-            claims.append(claim)
             if suspect:
                 break  # it runs alone
-    return claims
+        together.take(claims)
+    return [claim for claim in claims if claim is not None]
+
+
+class _Together:
+    """The fresh runs a claim transaction found (queued, nobody held them: no takeover to
+    count, no crash loop), taken by ONE UPDATE ... RETURNING for the batch rather than one
+    each: the same values `take` sets (the epoch bumped, the lease, the journal's length
+    counted in the statement), one statement for each new deadline among them (usually one
+    in all). A claim of a hundred runs was a hundred UPDATEs, each describing the run's 35
+    columns again (docs/performance.md, A thousand runs in one worker). The rows are locked
+    already (FOR UPDATE; SQLite's BEGIN IMMEDIATE), so each epoch is the one read plus one.
+    """
+
+    def __init__(
+        self, connection: Connection, owner: str, lease_seconds: float, at: datetime
+    ) -> None:
+        self.connection = connection
+        self.bound = {
+            "new_status": RunStatus.RUNNING,
+            "new_lease_owner": owner,
+            "new_lease_expires_at": at + timedelta(seconds=lease_seconds),
+            "new_leased_at": at,
+            "new_last_seen_at": at,
+            "new_updated_at": at,
+        }
+        self.at = at
+        self._rows: list[tuple[int, Row[Any]]] = []  # (its place in the claims, the row)
+
+    def fits(self, row: Row[Any], max_resumes: int) -> bool:
+        m = row._mapping
+        return m["lease_owner"] is None and not m["stalled_resumes"] > max_resumes
+
+    def add(self, place: int, row: Row[Any]) -> None:
+        self._rows.append((place, row))
+
+    def take(self, claims: list[Claim | None]) -> None:
+        """Update the runs added so far, and put each one's claim in its place."""
+        if not self._rows:
+            return
+        by_deadline: dict[datetime | None, list[tuple[int, Row[Any]]]] = {}
+        for place, row in self._rows:
+            by_deadline.setdefault(self._deadline(row), []).append((place, row))
+        self._rows = []
+        for deadline, rows in by_deadline.items():
+            bound: dict[str, Any] = {**self.bound, "ids": [row._mapping["id"] for _, row in rows]}
+            if deadline is not None:
+                bound["new_deadline"] = deadline
+            statement = _take_together_statement(deadline is not None)
+            fresh = {r._mapping["id"]: r for r in self.connection.execute(statement, bound)}
+            for place, row in rows:
+                m = row._mapping
+                taken = fresh.get(m["id"])
+                epoch = m["lease_epoch"] + 1
+                if taken is None or taken._mapping["lease_epoch"] != epoch:  # locked: never
+                    raise RuntimeError(f"run {m['id']} changed under its claim's lock")
+                claims[place] = Claim(
+                    RunRow.of(taken),
+                    epoch,
+                    taken._mapping["progress_seq"],
+                    crash_loop=False,
+                    stalled=m["stalled_resumes"],
+                )
+
+    def _deadline(self, row: Row[Any]) -> datetime | None:
+        """The deadline the claim sets (None: the run keeps its own), as `take` sets it."""
+        m = row._mapping
+        if m["deadline"] is not None:
+            return None
+        max_seconds = RunRow.of(row).budgets.get("max_seconds")
+        if max_seconds is None:
+            return None
+        return self.at + timedelta(seconds=float(max_seconds))
+
+
+@functools.cache
+def _take_together_statement(deadline: bool) -> Any:
+    """`_Together`'s UPDATE ... RETURNING, built once for each shape: `deadline`, it sets
+    one (bound as "new_deadline")."""
+    counted = (
+        select(func.count())
+        .select_from(entries)
+        .where(entries.c.run_id == runs.c.id)
+        .scalar_subquery()
+    )
+    names = ("status", "lease_owner", "lease_expires_at", "leased_at", "last_seen_at")
+    values: dict[str, Any] = {name: bindparam(f"new_{name}") for name in names}
+    values.update(
+        lease_epoch=runs.c.lease_epoch + 1,
+        progress_seq=counted,
+        updated_at=bindparam("new_updated_at"),
+    )
+    if deadline:
+        values["deadline"] = bindparam("new_deadline")
+    return (
+        update(runs)
+        .where(runs.c.id.in_(bindparam("ids", expanding=True)))
+        .values(values)
+        .returning(*runs.c)
+    )
 
 
 def release_run(

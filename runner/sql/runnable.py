@@ -8,7 +8,7 @@ found here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -140,6 +140,8 @@ def _next_runnable(
             if way in spent or (way == _QUEUED and queued is not None):
                 continue
             if way == _QUEUED:
+                if ahead.before_reading is not None:
+                    ahead.before_reading()
                 rows = connection.execute(query, params).all()
                 ahead.read(rows)
                 row = ahead.next(full)
@@ -218,9 +220,13 @@ class Ahead:
     passed over, as the query would have passed it over.
     """
 
-    def __init__(self, wanted: int) -> None:
+    def __init__(self, wanted: int, before_reading: Callable[[], None] | None = None) -> None:
         self.wanted = max(1, wanted)
         self._rows: list[Row[Any]] = []
+        # Called before the queued runs are read again: a claim that updates the runs it
+        # took only later (leases._Together) updates them here, or the read finds them
+        # queued still, and locked by this very transaction, which SKIP LOCKED passes not.
+        self.before_reading = before_reading
 
     def read(self, rows: Sequence[Row[Any]]) -> None:
         self._rows = list(reversed(rows))  # popped from the end, first in claim order

@@ -14,10 +14,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from runner import Runner
 from runner.sql import leases
+from runner.sql.schema import runs
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"
@@ -112,3 +113,83 @@ def test_a_claim_asks_once_whether_a_holder_of_many_runs_here_is_dead(
         monkeypatch.setattr(runnable, "is_dead", counted)
         assert batch(runner, 5) == []  # all five held by a live holder on this host
     assert asked == Counter({runner.owner: 1})
+
+
+def test_fresh_runs_are_taken_by_one_update_as_a_claim_of_one_takes_them(db_url: str) -> None:
+    """The fresh runs of a batch (nobody held them) are taken by ONE UPDATE for each new
+    deadline among them, each row left as a claim of it alone leaves it: status, owner,
+    epoch, lease, journal length, deadline from its budget, counters of resumes."""
+    with Runner(db_url) as runner:
+        alone = runner.submit(AGENT, "alone", max_seconds=60)
+        timed = [runner.submit(AGENT, f"t{i}", max_seconds=60) for i in range(3)]
+        plain = [runner.submit(AGENT, f"p{i}") for i in range(2)]
+        clock = runner.clock
+        leases.claim_run(
+            runner.engine, alone, owner="tester:1:1", lease_seconds=30, max_resumes=3, clock=clock
+        )
+        updates: list[str] = []
+
+        def seen(_c: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if statement.lstrip().upper().startswith("UPDATE RUNS"):
+                updates.append(statement)
+
+        event.listen(runner.engine, "before_cursor_execute", seen)
+        try:
+            taken = leases.claim_some(
+                runner.engine,
+                limit=10,
+                owner="tester:1:1",
+                lease_seconds=30,
+                max_resumes=3,
+                clock=clock,
+            )
+        finally:
+            event.remove(runner.engine, "before_cursor_execute", seen)
+        assert [claim.run.id for claim in taken] == [*timed, *plain]  # in claim order
+        assert len(updates) == 2  # the runs given a deadline, then the others
+        with runner.engine.connect() as connection:
+            rows = {
+                row.id: row._mapping
+                for row in connection.execute(select(runs).where(runs.c.id.in_(timed + plain)))
+            }
+            mine = connection.execute(select(runs).where(runs.c.id == alone)).one()._mapping
+
+    def claimed(row: Any) -> dict[str, Any]:
+        """What a claim sets, its times less the claim's own time."""
+        at = row["leased_at"]
+        values = {name: row[name] for name in CLAIM_SETS}
+        values["lease_expires_at"] -= at
+        values["last_seen_at"] -= at
+        values["updated_at"] -= at
+        if values["deadline"] is not None:
+            values["deadline"] -= at
+        return values
+
+    for claim in taken:
+        assert (claim.epoch, claim.next_seq, claim.stalled) == (1, 0, 0)
+        assert claim.run.lease_epoch == 1 and claim.run.status == "running"
+        expected = claimed(mine)
+        if claim.run.id in plain:
+            expected["deadline"] = None
+        assert claimed(rows[claim.run.id]) == expected
+
+
+def test_a_batch_reading_its_queue_again_finds_none_it_took(db_url: str) -> None:
+    """A batch whose runs read ahead ran out on a full queue's run reads the queued runs
+    again: those it took (updated together, later) are updated first, not found again."""
+    with Runner(db_url) as runner:
+        runner.set_queue_limit("tight", 1)
+        ids = [
+            runner.submit(AGENT, task, queue=queue)
+            for task, queue in (("o0", "open"), ("o1", "open"), ("t0", "tight"), ("t1", "tight"))
+        ]
+        later = runner.submit(AGENT, "o2", queue="open")
+        taken = batch(runner, 4)
+    assert taken == [ids[0], ids[1], ids[2], later]
+
+
+# The columns a claim sets (leases.take).
+CLAIM_SETS = (
+    "status", "lease_owner", "lease_epoch", "lease_expires_at", "last_seen_at", "resumes",
+    "stalled_resumes", "progress_seq", "deadline", "updated_at",
+)  # fmt: skip
