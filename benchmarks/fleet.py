@@ -10,7 +10,9 @@ real model's latency, for `--calls` calls (three tool calls, then the answer). T
 
 Reported, per repetition: the wall time from starting the worker process to its exit
 (start-up included) and the window from the first claim to the last finish (the runs' own
-timestamps); the worker process's CPU time (all its threads); the peak number of runs in
+timestamps), with its parts outside the window: from the start to the first claim, and from
+the last finish to the exit; the time from the first claim to the last (filling the slots);
+the worker process's CPU time (all its threads); the peak number of runs in
 flight (claimed and not yet finished, from those timestamps); the peak number of database
 connections the worker process held, sampled every 10 ms (PostgreSQL: the backends
 connected to the scratch database, which nothing but the worker uses meanwhile; SQLite: the
@@ -36,7 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +178,7 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
     close: Callable[[], None] = lambda: None  # noqa: E731
     with log.open("w") as stderr:
         started = time.perf_counter()
+        started_at = datetime.now(UTC)
         worker = subprocess.Popen(command, env=env, stderr=stderr, stdout=subprocess.DEVNULL)
         if sqlite_file is not None:
             probe = sqlite_connections(worker.pid, sqlite_file)
@@ -186,6 +189,7 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
             with Peak(probe) as connections:
                 code = worker.wait(timeout=600)
             wall = time.perf_counter() - started
+            ended_at = datetime.now(UTC)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
         finally:
             close()
@@ -212,9 +216,10 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
     # commits a drain makes at most, to set their time in a row beside the drain.
     commits = written + len(rows)
     commit_ms = commit_latency(url, first_run)
-    spans = [(r.leased_at, r.finished_at) for r in rows]
+    spans = [(_utc(r.leased_at), _utc(r.finished_at)) for r in rows]
     first = min(start for start, _ in spans)
     last = max(end for _, end in spans)
+    last_claim = max(start for start, _ in spans)
     return {
         "runs": options.runs,
         "concurrency": concurrency,
@@ -222,6 +227,9 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
         "wall_seconds": wall,
         "worker_cpu_seconds": cpu,
         "window_seconds": (last - first).total_seconds(),
+        "to_first_claim_seconds": (first - started_at).total_seconds(),
+        "claims_seconds": (last_claim - first).total_seconds(),
+        "after_last_finish_seconds": (ended_at - last).total_seconds(),
         "commits": commits,
         "commit_ms": commit_ms,
         "serial_commit_seconds": commits * commit_ms / 1000,
@@ -230,6 +238,11 @@ def drain(url: str, options: Any, sqlite_file: Path | None) -> dict[str, Any]:
         "connection_samples": connections.samples,
         "pool": pool.group(0) if pool else None,
     }
+
+
+def _utc(value: datetime) -> datetime:
+    """A run's timestamp, aware (SQLite's come back naive, in UTC)."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def main() -> None:
@@ -261,6 +274,9 @@ def main() -> None:
             "concurrency",
             "worker wall s",
             "first claim to last finish s",
+            "start to first claim s",
+            "first to last claim s",
+            "last finish to exit s",
             "peak runs in flight",
             "peak connections",
             "worker CPU s",
@@ -276,6 +292,9 @@ def main() -> None:
                 r["concurrency"],
                 f"{r['wall_seconds']:.1f}",
                 f"{r['window_seconds']:.1f}",
+                f"{r['to_first_claim_seconds']:.2f}",
+                f"{r['claims_seconds']:.2f}",
+                f"{r['after_last_finish_seconds']:.2f}",
                 r["peak_in_flight"],
                 r["peak_connections"],
                 f"{r['worker_cpu_seconds']:.1f}",
