@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -117,9 +117,20 @@ NO_LIMITS: Limits = NoLimits()
 
 def estimate_tokens(shown: Any, max_tokens: int | None) -> int:
     """The tokens reserved for a call sending `shown` (see the module's doc)."""
-    text = json.dumps(shown, default=str, ensure_ascii=False)
+    return tokens_of(len(json.dumps(shown, default=str, ensure_ascii=False)), max_tokens)
+
+
+def tokens_of(characters: int, max_tokens: int | None) -> int:
+    """The estimate of a call whose prompt's JSON is `characters` long."""
     allowance = DEFAULT_OUTPUT_TOKENS if max_tokens is None else max_tokens
-    return math.ceil(len(text) / CHARS_PER_TOKEN) + allowance
+    return math.ceil(characters / CHARS_PER_TOKEN) + allowance
+
+
+def characters_added(messages: Sequence[Any]) -> int:
+    """How much longer `messages` make a prompt's JSON (a list): each item and its ", "
+    (the brackets and the one separator fewer make up for each other in a list of one
+    or more, so a list's JSON is exactly this long when it is its items)."""
+    return sum(len(json.dumps(m, default=str, ensure_ascii=False)) + 2 for m in messages)
 
 
 def limit_of(model: Any, named: str | None = None) -> str | None:
@@ -142,24 +153,44 @@ class Draw:
     limit: str
     max_tokens: int | None = None
     waited: Callable[[Reservation], None] | None = None
+    # The length of the JSON of the last prompt whose estimate was made (None: none yet).
+    characters: int | None = None
 
     def reserve(self, shown: Any) -> Reservation:
-        reservation = self.limits.reserve(
-            self.limit, lambda: estimate_tokens(shown, self.max_tokens)
-        )
+        reservation = self.limits.reserve(self.limit, lambda: self._estimate(shown))
         fault("after_limit_reserve")
         if reservation.waited > 0 and self.waited is not None:
             self.waited(reservation)
         return reservation
 
+    def _estimate(self, shown: Any) -> int:
+        self.characters = len(json.dumps(shown, default=str, ensure_ascii=False))
+        return tokens_of(self.characters, self.max_tokens)
+
+    def ahead(self, characters: int) -> None:
+        """The run's next call will send a prompt whose JSON is about `characters` long, right
+        after the journal's next write: a store may reserve it in that write
+        (runner.sql.limit_rides), so that the call's own reservation costs no commit."""
+        reserve_ahead = getattr(self.limits, "reserve_ahead", None)
+        if reserve_ahead is not None:
+            reserve_ahead(self.limit, lambda: tokens_of(characters, self.max_tokens))
+
     def settle(self, reservation: Reservation, output: Any) -> None:
-        """Settle with the usage `output` reports (None: the call failed, it used none)."""
+        """Settle with the usage `output` reports (None: the call failed, it used none).
+
+        A call that gave an output is recorded by the journal's next write, which a store
+        may settle it in (`settle_later`); a failed one is settled at once (a run that
+        retries it may wait first, and its slot of a concurrency is free meanwhile)."""
         used = 0
         if output is not None:
             try:
                 used = parse_action(output).tokens
             except Exception:  # an output the loop will call invalid: charge the estimate
                 used = reservation.tokens
+            later = getattr(self.limits, "settle_later", None)
+            if later is not None:
+                later(reservation, used)
+                return
         self.limits.settle(reservation, used)
 
     def failed(self, exc: BaseException) -> None:

@@ -20,7 +20,13 @@ from runner.core.deltas import DeltaSink, streaming
 from runner.core.faults import fault
 from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Journal
-from runner.core.limits import Draw, Reservation, estimate_tokens, max_tokens_of
+from runner.core.limits import (
+    Draw,
+    Reservation,
+    characters_added,
+    estimate_tokens,
+    max_tokens_of,
+)
 from runner.core.spans import Spans
 from runner.core.stop_reasons import StopReason
 from runner.errors import ModelFatal, ModelRetryable, RunParked, RunPaused
@@ -78,6 +84,10 @@ class ModelCall:
         # The tree hold of the last call `ask` made, left for the entry that records its
         # output to end (`release_tree` ends it sooner, for an entry at a step not its own).
         self.held: object | None = None
+        # The transcript's length at the last call `ask` made, and the length of the JSON of
+        # the prompt it sent (for the next call's reservation made ahead: `expect`).
+        self._asked: int | None = None
+        self._sent: int | None = None
 
     def check(self, steps: int) -> StopReason | None:
         """Why the run must stop before asking the model for step `steps + 1`, if it must.
@@ -122,6 +132,7 @@ class ModelCall:
             shown = self.shown(transcript)
         except Exception as exc:  # the same transcript would fail the same way again
             raise ModelFailed(f"context: {described(exc)}") from None
+        self._asked, self._sent = len(transcript), None
         hold = self.held = self.hold_tree(shown, step)
         try:
             return self.attempts(shown, budgets, step, failed)
@@ -215,8 +226,30 @@ class ModelCall:
         with contextlib.suppress(Exception):
             release(hold)
 
+    def expect(self, transcript: list[dict[str, Any]], message: dict[str, Any] | None) -> None:
+        """The journal's next write records `message` (None: nothing shown to the model), and
+        the next model call follows it at once, sent `transcript` with it: its reservation
+        may be made in that write (`Draw.ahead`), reckoned from the last call's prompt and
+        what the transcript gained since (exact with no context function; a context's
+        prompt is taken to grow as the transcript does, and a call it does not cover
+        reserves alone)."""
+        if self.draw is None:
+            return
+        added = [] if message is None else [message]
+        if self._asked is None:
+            if self.context is not None or transcript:
+                return  # the first call this process makes of a run under way: not known
+            self.draw.ahead(characters_added(added))
+        elif self._sent is not None:
+            self.draw.ahead(self._sent + characters_added([*transcript[self._asked :], *added]))
+
     def reserve(self, shown: list[dict[str, Any]]) -> Reservation | None:
-        return None if self.draw is None else self.draw.reserve(shown)
+        if self.draw is None:
+            return None
+        self.draw.characters = None  # made anew if the limit is set
+        reservation = self.draw.reserve(shown)
+        self._sent = self.draw.characters
+        return reservation
 
     def settle(self, reservation: Reservation | None, output: Any) -> None:
         if reservation is not None and self.draw is not None:

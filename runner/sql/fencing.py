@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import JSON, Connection, Engine, Update, bindparam, null, select, update
@@ -39,6 +39,9 @@ from runner.sql.payloads import payloads_of
 from runner.sql.schema import entries, runs
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import ENTRY_COLUMNS, amount, counter, entry_values, plain_text, sealed
+
+if TYPE_CHECKING:
+    from runner.sql.limit_rides import Ride
 
 # The most entries one statement writes: a model asking for hundreds of calls at once must
 # not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements
@@ -241,6 +244,8 @@ class Append:
     # `write_together`; and the fence they are written under.
     together: tuple[tuple[Any, ...], ...] | None = None
     fence: dict[str, Any] = field(default_factory=dict)
+    # The run's limit writes riding in this one (runner.sql.limit_rides.Ride), if any.
+    ride: Ride | None = None
 
     @classmethod
     def of(
@@ -257,6 +262,7 @@ class Append:
         charge: TreeCharge | None = None,
         payloads: Payloads = PLAIN,
         written_at: datetime | None = None,
+        ride: Ride | None = None,
     ) -> Append:
         """`written_at`: the entries' `created_at` (default now), the same in every try of
         one write, so that a retry lands in the month partition of its first try and is
@@ -278,7 +284,8 @@ class Append:
             )
             values = _rows(rows, fence)
             inserts = [(statement.sql, statement.parameters(values))]
-            if stop is None and parking is None and not (charge and charge.spent and charge.above):
+            alone = stop is not None or parking is not None or ride is not None
+            if not alone and not (charge and charge.spent and charge.above):
                 together = rows  # may share a statement with other runs' (write_together)
         else:
             inserts = []
@@ -324,6 +331,7 @@ class Append:
             charged,
             together,
             fence,
+            ride,
         )
 
     @property
@@ -333,6 +341,7 @@ class Append:
             and self.finish is None
             and self.park is None
             and self.charge is None
+            and self.ride is None
         )
 
     def run(self, write: driver.Statements) -> Heard:
@@ -345,6 +354,8 @@ class Append:
             if not written:
                 raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
             heard = Heard(bool(written[0][1]), written[0][2])
+        if self.ride is not None:
+            self.ride.run(write)
         if self.charge is not None and self.charge_statement is not None:
             returned = write.rows(*self.charge_statement)
             self.charge.ancestors = children.charged(returned, self.charge.above)

@@ -141,6 +141,13 @@ class Grants:
         self._by_row: dict[str, Grant] = {}
         self._taking: dict[str, threading.Lock] = {}
         self._refused: dict[str, float] = {}  # limit: no grant asked for until (monotonic)
+        # The limits whose last call here was reserved alone (no grant): the runs reserve
+        # their next calls ahead, in their journal writes (runner.sql.limit_rides).
+        self.alone: set[str] = set()
+
+    def refusing(self, limit: str) -> bool:
+        """Whether this worker asks for no grant of `limit` now (one was refused lately)."""
+        return time.monotonic() < self._refused.get(limit, 0.0)
 
     def holds(self, limit: str) -> bool:
         """An open grant of `limit` may have room (a hint: `hand_out` decides)."""

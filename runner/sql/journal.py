@@ -12,6 +12,7 @@ its lock, one at a time. The lease is renewed by the runner's one heartbeat
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -46,6 +47,7 @@ from runner.sql.backend import backend_for
 from runner.sql.children import child_row, claimed_child
 from runner.sql.database_failures import refused, transient
 from runner.sql.heartbeat import Heartbeat
+from runner.sql.limit_rides import Ride, Riders
 from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing
 from runner.store.rows import RunRow, plain_text
@@ -81,8 +83,11 @@ class SqlJournal:
         heartbeat: Heartbeat | None = None,
         writer: Writer | None = None,
         relay: Relay | None = None,
+        riders: Riders | None = None,
     ) -> None:
         self.engine = engine
+        # The run's limit writes that ride in its journal writes (runner.sql.limit_rides).
+        self.riders = riders
         # The worker's slot, handed on to this run's first child when it parks for them.
         self.relay = relay
         # The runner's writer, shared by all its journals; else one of this journal's own
@@ -355,6 +360,25 @@ class SqlJournal:
         cannot fix it) ends the run with the reason recorded, instead of leaving it to be
         taken over, asked the same question, and refused again until crash_loop.
         """
+        riders = self.riders
+        ride = None if riders is None else riders.take()
+        if riders is None or ride is None:
+            return self._write_all(entries, stop, parking, None)
+        try:
+            heard = self._write_all(entries, stop, parking, ride)
+        except BaseException:
+            riders.undo(ride)
+            raise
+        riders.done(ride)
+        return heard
+
+    def _write_all(
+        self,
+        entries: Sequence[Entry],
+        stop: Stop | None,
+        parking: fencing.Parking | None,
+        ride: Ride | None,
+    ) -> fencing.Heard:
         backoff = None  # made at the first failure: most writes never need one
         retried = False
         written_at = utc_now(self.clock)  # every try's entries stamped alike (Append.of)
@@ -364,7 +388,7 @@ class SqlJournal:
             charge = fencing.TreeCharge(self._above, spent)
         while True:
             try:
-                heard = self._commit(entries, stop, parking, retried, charge, written_at)
+                heard = self._commit(entries, stop, parking, retried, charge, written_at, ride)
             except (LeaseLost, IntegrityError):
                 raise
             except Exception as exc:
@@ -395,6 +419,7 @@ class SqlJournal:
         retried: bool,
         charge: fencing.TreeCharge | None = None,
         written_at: datetime | None = None,
+        ride: Ride | None = None,
     ) -> fencing.Heard:
         """One try, through the writer (writer.Writer: in a group commit), or with a child's
         end in a transaction of its own that delivers it."""
@@ -411,6 +436,7 @@ class SqlJournal:
             charge,
             payloads_of(self.engine),
             written_at,
+            ride,
         )
         try:
             if stop is not None and self._run.parent_id is not None:
@@ -527,6 +553,11 @@ class SqlJournal:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.riders is not None:
+            # What no journal write carried: written now (or, if that fails, left counting
+            # as calls never settled do).
+            with contextlib.suppress(Exception):
+                self.riders.flush()
         self.heartbeat.drop(self)
         if self._own_heartbeat:
             self.heartbeat.close()

@@ -146,17 +146,24 @@ _TOTALS = {flying: _totals(flying) for flying in (False, True)}
 def charged(connection: Connection, name: str, at: datetime, *, in_flight: bool) -> Charged:
     """What `name` has charged over the minute up to `at` (as `charges`), its totals summed
     in the database; the charges themselves are read only if asked for (Charged.listed)."""
-    since = at - timedelta(seconds=COUNTED_SECONDS)
-    tokens, requests, flying = connection.execute(
-        _TOTALS[in_flight],
-        {
-            "name": name,
-            "at": at,
-            "since": since,
-            "unsettled_since": since - timedelta(seconds=UNSETTLED_GRACE_SECONDS),
-        },
-    ).one()
+    tokens, requests, flying = connection.execute(_TOTALS[in_flight], totals_bound(name, at)).one()
     return Charged(int(tokens), int(requests), int(flying), lambda: charges(connection, name, at))
+
+
+def totals(in_flight: bool) -> Any:
+    """The statement `charged` sums with (bound by `totals_bound`)."""
+    return _TOTALS[in_flight]
+
+
+def totals_bound(name: str, at: datetime) -> dict[str, Any]:
+    """The values of `totals`' binds for limit `name` at `at`."""
+    since = at - timedelta(seconds=COUNTED_SECONDS)
+    return {
+        "name": name,
+        "at": at,
+        "since": since,
+        "unsettled_since": since - timedelta(seconds=UNSETTLED_GRACE_SECONDS),
+    }
 
 
 def live_waiter(at: Any, graced: Any = None) -> Any:

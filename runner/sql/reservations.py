@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, bindparam, case, delete, select, update
 
@@ -43,6 +44,9 @@ from runner.sql.limits import charged, live_waiter, waiter_grace_from
 from runner.sql.runs import reading
 from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits, runs
 from runner.sql.writer import Writer
+
+if TYPE_CHECKING:
+    from runner.sql.limit_rides import Riders
 from runner.store.rows import COUNTER_MAX
 from runner.store.rules import Room, aware
 
@@ -53,10 +57,10 @@ _LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
 _LOCKED_LIMIT = _LIMIT_ROW.with_for_update()
 _r, _w = limit_reservations.c, limit_waiters.c
 _AT, _GRACED = bindparam("at", type_=Timestamp), bindparam("graced", type_=Timestamp)
-_DROP_OLD = delete(limit_reservations).where(
+DROP_OLD = delete(limit_reservations).where(
     _r.limit_name == bindparam("name"), _r.reserved_at < bindparam("old", type_=Timestamp)
 )
-_DROP_GONE_WAITERS = delete(limit_waiters).where(
+DROP_GONE_WAITERS = delete(limit_waiters).where(
     _w.limit_name == bindparam("name"), ~live_waiter(_AT, _GRACED)
 )
 # The limit's line, in no order: a run finds its own place in it, and those ahead.
@@ -81,7 +85,7 @@ SWEEP_SECONDS = 1.0
 _SWEPT: dict[tuple[str, str], float] = {}
 
 
-def _sweep_due(connection: Connection, name: str) -> bool:
+def sweep_due(connection: Connection, name: str) -> bool:
     key = (str(connection.engine.url), name)
     now = time.monotonic()
     if now - _SWEPT.get(key, -SWEEP_SECONDS) < SWEEP_SECONDS:
@@ -102,19 +106,32 @@ class SqlLimits:
         writer: Writer,
         clock: Clock = SYSTEM,
         grants: Grants | None = None,
+        riders: Riders | None = None,
     ) -> None:
         self.engine, self.run_id, self.epoch = engine, run_id, epoch
         self.writer, self.clock, self.grants = writer, clock, grants
+        # The run's journal writes, which carry its settles and reserve its next call ahead
+        # (runner.sql.limit_rides); None: each is a transaction of its own.
+        self.riders = riders
         # Reservations of a limit with no concurrency when reserved: no line waits on their
         # settle, which needs no lock of the limit's row nor look at its line.
         self._no_line: set[str] = set()
 
     def reserve(self, limit: str, estimate: Estimate) -> Reservation:
-        grants = self.grants
+        riders, grants = self.riders, self.grants
+        if riders is not None and riders.has_ready():  # reserved in the step's last write
+            tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
+            ready = riders.ready(limit, tokens)
+            if ready is not None:
+                reservation, concurrency = ready
+                if not concurrency:
+                    self._no_line.add(reservation.id or "")
+                return reservation
         if grants is not None and grants.holds(limit):  # a busy limit: from memory
             tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
             handed = grants.hand_out(limit, self.run_id, self.epoch, tokens)
             if handed is not None:
+                grants.alone.discard(limit)
                 return handed
         # An adapter draws from `provider/model` by default, set or not: a limit that is not
         # set costs a plain read, never SQLite's write lock (nor the estimate).
@@ -126,9 +143,16 @@ class SqlLimits:
         if grants is not None:
             handed = grants.take(row, self.run_id, self.epoch, tokens)
             if handed is not None:
+                grants.alone.discard(limit)
                 return handed
+            grants.alone.add(limit)  # its next calls are reserved in the run's writes
+        wakes: set[str] = set()
         with self.writer.turn() as connection, connection.begin():
+            if riders is not None:  # what waits for the run's next write goes in this one
+                wakes = riders.flush_into(connection)
             decided = _reserve(connection, self.run_id, self.epoch, limit, tokens, self.clock)
+        if riders is not None and wakes:
+            riders.wake(wakes)
         if isinstance(decided, Reservation):
             if row.concurrency is None and decided.id is not None:
                 self._no_line.add(decided.id)
@@ -160,6 +184,30 @@ class SqlLimits:
             connection.execute(_SETTLE, {"reservation": reservation.id, "used": used, "at": at})
             if limit is not None and limit.concurrency is not None:
                 wake_line(connection, limit, at)
+
+    def settle_later(self, reservation: Reservation, tokens: int) -> None:
+        """As `settle`, for a call whose output the run's next journal write records: the
+        settle goes in that write's transaction (runner.sql.limit_rides)."""
+        riders = self.riders
+        if reservation.id is None or riders is None:
+            self.settle(reservation, tokens)
+            return
+        if self.grants is not None and self.grants.settle(reservation, tokens):
+            return  # a call of a grant: settled with the grant's others
+        used = min(max(tokens, 0), COUNTER_MAX)
+        wakes = reservation.id not in self._no_line
+        self._no_line.discard(reservation.id)
+        riders.settle_later(reservation.limit, reservation.id, used, wakes=wakes)
+
+    def reserve_ahead(self, limit: str, estimate: Estimate) -> None:
+        """The run's next call will reserve about `estimate` tokens of `limit` right after
+        its next journal write: reserve it in that write, if this worker reserves that
+        limit's calls alone (no grant), so that the call costs no commit of its own."""
+        riders, grants = self.riders, self.grants
+        if riders is None or grants is None or limit not in grants.alone:
+            return
+        tokens = min(max(estimated(estimate), 0), COUNTER_MAX)
+        riders.want(limit, tokens, grants_may=not grants.refusing(limit))
 
     def back_off(self, limit: str, seconds: float) -> None:
         until = utc_now(self.clock) + timedelta(seconds=max(seconds, 0.0))
@@ -197,10 +245,10 @@ def _reserve(
     # And the line keeps only runs still coming back: one that finished while parked (a
     # cancel), or never came back past its grace, goes (it queues again if it returns).
     # Both only now and then: the reads below pass over what they would delete.
-    if _sweep_due(connection, name):
+    if sweep_due(connection, name):
         old = at - timedelta(seconds=2 * WINDOW_SECONDS)
-        connection.execute(_DROP_OLD, {"name": name, "old": old})
-        connection.execute(_DROP_GONE_WAITERS, bound)
+        connection.execute(DROP_OLD, {"name": name, "old": old})
+        connection.execute(DROP_GONE_WAITERS, bound)
     totals = charged(connection, name, at, in_flight=limit.concurrency is not None)
     line = connection.execute(_LINE, bound).all()
     mine = next((waiter for waiter in line if waiter.run_id == run_id), None)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
+from weakref import WeakValueDictionary
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -54,6 +55,7 @@ from runner.sql.follows import Followers
 from runner.sql.grants import Grants
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.journal import SqlJournal
+from runner.sql.limit_rides import Riders
 from runner.sql.payloads import bind_payloads
 from runner.sql.reservations import ScorerLimits, SqlLimits
 from runner.sql.schedules import Fired
@@ -110,6 +112,8 @@ class SqlStore:
         self._owner = this_process()
         # This worker's grants of busy limits, shared by its runs (runner.sql.grants).
         self.grants = Grants(self.engine, self.writer, self._clock)
+        # The open journals' limit writes, by run and lease, while their journals live.
+        self._riders: WeakValueDictionary[tuple[str, int], Riders] = WeakValueDictionary()
         # One heartbeat for every run this store's runner executes: one statement a beat
         # renews all their leases (a third of the lease apart unless `heartbeat_seconds`).
         self.heartbeat = Heartbeat(
@@ -305,6 +309,9 @@ class SqlStore:
         observer: Observer | None = None,
         relay: Relay | None = None,
     ) -> SqlJournal:
+        riders = Riders(claim.run.id, claim.epoch, self.writer, self._clock, self.grants.alone)
+        # The run's limits (`run_limits`, asked for while its journal is open) share them.
+        self._riders[(claim.run.id, claim.epoch)] = riders
         return SqlJournal(
             self.engine,
             claim,
@@ -314,6 +321,7 @@ class SqlStore:
             clock=self._clock,
             heartbeat=self.heartbeat,
             writer=self.writer,
+            riders=riders,
         )
 
     def run_deltas(self, run_id: str) -> RunDeltas:
@@ -442,7 +450,13 @@ class SqlStore:
 
     def run_limits(self, run_id: str, epoch: int) -> SqlLimits:
         return SqlLimits(
-            self.engine, run_id, epoch, writer=self.writer, clock=self._clock, grants=self.grants
+            self.engine,
+            run_id,
+            epoch,
+            writer=self.writer,
+            clock=self._clock,
+            grants=self.grants,
+            riders=self._riders.get((run_id, epoch)),
         )
 
     def first_parked(self, queues: Sequence[str] | None, by: datetime) -> datetime | None:

@@ -1,0 +1,409 @@
+"""A run's limit writes riding in its journal's commits: the settle of a model call in the
+commit that records its output, the next call's reservation in the commit that records the
+observation before it. A call reserved alone (a limit too small for grants, one with a
+concurrency, or a busy one while runs wait in its line) then costs no commit of its own.
+
+A call's reservation and settle were two commits more per model call (runner.sql.
+reservations), where the step commits anyway right before the call (its observation) and
+right after it (its action). So:
+
+- A settle is noted (`settle_later`) and written by the run's next journal write, in its
+  transaction, at that write's time: later than the call ended, so its minute starts no
+  earlier than the provider's. Until then the call counts at its estimate, and against the
+  concurrency while the lease lives, as a call in flight. A worker that dies first leaves
+  it unsettled: it counts from its reservation plus the grace, as any call never settled.
+- The next call's reservation is asked for (`want`) just before the write of the observation
+  that the call follows, with the loop's estimate of what it will send; the write reserves
+  it under the limit's row lock by the same rule as a reservation alone (runner.store.rules.
+  Room: the minute's charges, the runs in line ahead, the concurrency, a Retry-After). If it
+  does not fit, nothing is reserved and nobody is parked: the call reserves alone, which
+  parks the run. A reservation so made is `ready` for the run's next call of that limit for
+  READY_SECONDS (as a grant's calls: a worker killed before sending it leaves it counting
+  whole from its reservation plus the grace, and a call sent from it left within
+  READY_SECONDS); a call whose estimate it does not cover, or that comes later, reserves
+  alone, and the one left over is deleted by the next write (no call was sent with it).
+- A settle of a call under a concurrency also locks the limit's row, as a settle alone
+  does; if runs wait in the limit's line, they are woken once the write has committed, in a
+  transaction of the limit's row (runner.sql.limit_line.wake_line): either the settle is
+  committed before a run parks (which then sees the slot free) or the run is in line when
+  the settle looks.
+
+The statements run on the journal write's own cursor (runner.sql.driver), rendered once.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import Connection, bindparam, case, delete, select, true, update
+from sqlalchemy.engine import Dialect
+
+from runner.core.clock import Clock, utc_now
+from runner.core.limits import WINDOW_SECONDS, Reservation
+from runner.sql import driver
+from runner.sql.grants import size_of
+from runner.sql.limit_line import wake_line
+from runner.sql.limits import live_waiter, totals, totals_bound, waiter_grace_from
+from runner.sql.reservations import DROP_GONE_WAITERS, DROP_OLD, sweep_due
+from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits
+from runner.sql.writer import Writer
+from runner.store.rules import Charged, Room
+
+# How long after its reservation a reservation made in a journal write serves the run's next
+# call (a killed worker's call must be sent within the grace its row counts for: as grants).
+READY_SECONDS = 2.0
+
+_r, _w, _l = limit_reservations.c, limit_waiters.c, limits.c
+_AT = bindparam("at", type_=Timestamp)
+
+
+def _lock_limit() -> Any:
+    backing_off = case((_l.backoff_until > _AT, 1), else_=0)
+    return (
+        select(_l.tokens_per_minute, _l.requests_per_minute, _l.concurrency, backing_off)
+        .where(_l.name == bindparam("name"))
+        .with_for_update()
+    )
+
+
+def _line() -> Any:
+    graced = bindparam("graced", type_=Timestamp)
+    return select(_w.run_id, _w.tokens).where(
+        _w.limit_name == bindparam("name"), live_waiter(_AT, graced)
+    )
+
+
+def _reserve() -> Any:
+    return limit_reservations.insert().values(
+        id=bindparam("id"),
+        limit_name=bindparam("name"),
+        run_id=bindparam("run"),
+        lease_epoch=bindparam("epoch"),
+        tokens=bindparam("tokens"),
+        settled=bindparam("settled"),
+        reserved_at=_AT,
+    )
+
+
+def _settle() -> Any:
+    return (
+        update(limit_reservations)
+        .where(_r.id == bindparam("reservation"))
+        .values(tokens=bindparam("used"), settled=true(), settled_at=_AT)
+    )
+
+
+def _drop() -> Any:
+    return delete(limit_reservations).where(_r.id == bindparam("reservation"))
+
+
+_STATEMENTS: dict[str, Callable[[], Any]] = {
+    "lock_limit": _lock_limit,
+    "line": _line,
+    "reserve": _reserve,
+    "settle": _settle,
+    "drop": _drop,
+    "totals": lambda: totals(False),
+    "totals_in_flight": lambda: totals(True),
+    "drop_old": lambda: DROP_OLD,
+    "drop_gone_waiters": lambda: DROP_GONE_WAITERS,
+}
+
+
+# The values of each statement's literals (its anonymous binds: a sum's 0, a case's 1).
+_LITERALS: WeakKeyDictionary[Dialect, dict[str, dict[str, Any]]] = WeakKeyDictionary()
+
+
+def _literals(dialect: Dialect, name: str) -> dict[str, Any]:
+    by_name = _LITERALS.setdefault(dialect, {})
+    found = by_name.get(name)
+    if found is None:
+        compiled = _STATEMENTS[name]().compile(dialect=dialect)
+        found = by_name[name] = {
+            key: bind.value for key, bind in compiled.binds.items() if not bind.required
+        }
+    return found
+
+
+def _run(write: driver.Write, name: str, values: dict[str, Any]) -> list[Any]:
+    """Statement `name` of this module on the write's cursor; the rows it returned."""
+    dialect: Dialect = write.connection.dialect
+    statement = driver.prepared(dialect, ("limit_rides", name), _STATEMENTS[name])
+    write.execute(statement.sql, statement.parameters({**_literals(dialect, name), **values}))
+    if write.cursor.description is None:
+        return []
+    return list(write.cursor.fetchall())
+
+
+@dataclass(frozen=True)
+class Settle:
+    """A call's settle, noted until the run's next write."""
+
+    limit: str
+    reservation: str
+    used: int
+    wakes: bool  # the limit had a concurrency when reserved: lock its row, wake its line
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The reservation the run's next call wants, of `tokens` from `limit`."""
+
+    limit: str
+    tokens: int
+    grants_may: bool  # the worker would ask for a grant of the limit now
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A reservation made in a journal write, for the run's next call of its limit."""
+
+    reservation: Reservation
+    at: datetime  # when it was reserved (the store's clock)
+    concurrency: bool  # the limit had one: the call's settle wakes its line
+
+
+@dataclass
+class Ride:
+    """What one journal write carries for its run's limits, and what came of it (read only
+    once the write has committed)."""
+
+    run_id: str
+    epoch: int
+    clock: Clock
+    settles: tuple[Settle, ...] = ()
+    drops: tuple[str, ...] = ()  # reservations made ahead and not used: no call was sent
+    wanted: Wanted | None = None
+    reserved: Ready | None = None
+    wakes: set[str] = field(default_factory=set)  # limits whose line waits for a slot
+    grantable: bool = False  # the wanted limit would give this worker a grant now
+
+    def run(self, write: driver.Write) -> None:
+        """The ride's statements in the journal write's transaction (after its fence held).
+        Run again from the start if the write is tried again."""
+        self.reserved, self.wakes, self.grantable = None, set(), False
+        if self.settles:
+            at = utc_now(self.clock)
+            for settle in self.settles:
+                if settle.wakes:
+                    _run(write, "lock_limit", {"name": settle.limit, "at": at})
+                values = {"reservation": settle.reservation, "used": settle.used, "at": at}
+                _run(write, "settle", values)
+                if settle.wakes:
+                    line = {"name": settle.limit, "at": at, "graced": waiter_grace_from(at)}
+                    if _run(write, "line", line):
+                        self.wakes.add(settle.limit)
+        for reservation in self.drops:
+            _run(write, "drop", {"reservation": reservation})
+        if self.wanted is not None:
+            self.reserved = self._reserve(write, self.wanted)
+
+    def _reserve(self, write: driver.Write, wanted: Wanted) -> Ready | None:
+        """The wanted reservation if it fits now, by a reservation alone's rule
+        (runner.sql.reservations._reserve); None if not: the call will reserve alone."""
+        name = wanted.limit
+        locked = _run(write, "lock_limit", {"name": name, "at": utc_now(self.clock)})
+        if not locked or locked[0][3]:
+            return None  # not set (any more), or a Retry-After holds it back
+        tokens_per_minute, requests_per_minute, concurrency, _ = locked[0]
+        limit = {
+            "tokens_per_minute": tokens_per_minute,
+            "requests_per_minute": requests_per_minute,
+            "concurrency": concurrency,
+            "backoff_until": None,
+        }
+        at = utc_now(self.clock)  # read under the lock: every reservation of the limit in order
+        graced = waiter_grace_from(at)
+        if sweep_due(write.connection, name):
+            old = at - timedelta(seconds=2 * WINDOW_SECONDS)
+            _run(write, "drop_old", {"name": name, "old": old})
+            _run(write, "drop_gone_waiters", {"name": name, "at": at, "graced": graced})
+        in_flight = concurrency is not None
+        [(tokens, requests, flying)] = _run(
+            write, "totals_in_flight" if in_flight else "totals", totals_bound(name, at)
+        )
+        ahead = []
+        for run_id, waiting in _run(write, "line", {"name": name, "at": at, "graced": graced}):
+            if run_id == self.run_id:
+                return None  # in line itself: its place is taken up by a reservation alone
+            ahead.append(int(waiting))
+        grant = wanted.grants_may and not ahead
+        if grant and size_of(SimpleNamespace(**limit), wanted.tokens) is not None:
+            # A busy limit with nobody in line again: its calls go back to grants.
+            self.grantable = True
+            return None
+        charged = Charged(int(tokens), int(requests), int(flying), lambda: ())
+        if not Room(limit, at, charged, ahead, wanted.tokens).fits():
+            return None
+        reservation = Reservation(name, uuid.uuid4().hex, wanted.tokens)
+        values = {
+            "id": reservation.id,
+            "name": name,
+            "run": self.run_id,
+            "epoch": self.epoch,
+            "tokens": wanted.tokens,
+            "settled": False,
+            "at": at,
+        }
+        _run(write, "reserve", values)
+        return Ready(reservation, at, concurrency is not None)
+
+
+class Riders:
+    """One run's limit writes waiting for its next journal write (under one lease): shared by
+    its journal (runner.sql.journal), which carries them, and its limits
+    (runner.sql.reservations.SqlLimits), which note them."""
+
+    def __init__(
+        self, run_id: str, epoch: int, writer: Writer, clock: Clock, alone: set[str]
+    ) -> None:
+        self.run_id, self.epoch, self.writer, self.clock = run_id, epoch, writer, clock
+        # The limits whose calls this worker reserves alone (no grant): shared by its runs.
+        self.alone = alone
+        self._lock = threading.Lock()
+        self._settles: list[Settle] = []
+        self._drops: list[str] = []
+        self._wanted: Wanted | None = None
+        self._ready: Ready | None = None
+
+    # -- what the limits note ---------------------------------------------------------------
+
+    def settle_later(self, limit: str, reservation: str, used: int, *, wakes: bool) -> None:
+        """Settle `reservation` at `used` tokens in the run's next write (`wakes`: the limit
+        had a concurrency when it was reserved)."""
+        with self._lock:
+            self._settles.append(Settle(limit, reservation, used, wakes))
+
+    def want(self, limit: str, tokens: int, *, grants_may: bool) -> None:
+        """Reserve `tokens` of `limit` for the run's next call in its next journal write
+        (`grants_may`: unless the limit would give a grant now: the call takes one)."""
+        with self._lock:
+            self._wanted = Wanted(limit, tokens, grants_may)
+
+    def has_ready(self) -> bool:
+        return self._ready is not None
+
+    def ready(self, limit: str, tokens: int) -> tuple[Reservation, bool] | None:
+        """The reservation made ahead for this call, if it is of `limit`, covers `tokens`
+        and is recent enough, and whether its limit has a concurrency; one that is not is
+        dropped (by the next write)."""
+        with self._lock:
+            ready, self._ready = self._ready, None
+            if ready is None:
+                return None
+            reservation = ready.reservation
+            age = utc_now(self.clock) - ready.at
+            if (
+                reservation.limit == limit
+                and tokens <= reservation.tokens
+                and timedelta(0) <= age < timedelta(seconds=READY_SECONDS)
+            ):
+                return reservation, ready.concurrency
+            assert reservation.id is not None
+            self._drops.append(reservation.id)
+            return None
+
+    # -- what the journal carries -----------------------------------------------------------
+
+    def take(self) -> Ride | None:
+        """What the run's next journal write carries (None: nothing)."""
+        with self._lock:
+            if not self._settles and not self._drops and self._wanted is None:
+                return None
+            ride = Ride(
+                self.run_id,
+                self.epoch,
+                self.clock,
+                tuple(self._settles),
+                tuple(self._drops),
+                self._wanted,
+            )
+            self._settles, self._drops, self._wanted = [], [], None
+            if ride.wanted is not None and self._ready is not None:
+                # Asked for anew: the one made before serves no call now.
+                assert self._ready.reservation.id is not None
+                ride = Ride(
+                    ride.run_id,
+                    ride.epoch,
+                    ride.clock,
+                    ride.settles,
+                    (*ride.drops, self._ready.reservation.id),
+                    ride.wanted,
+                )
+                self._ready = None
+            return ride
+
+    def done(self, ride: Ride) -> None:
+        """`ride`'s write committed: its reservation is ready, its lines are woken."""
+        if ride.reserved is not None:
+            with self._lock:
+                self._ready = ride.reserved
+        if ride.grantable and ride.wanted is not None:
+            self.alone.discard(ride.wanted.limit)
+        for limit in sorted(ride.wakes):
+            self._wake(limit)
+
+    def undo(self, ride: Ride) -> None:
+        """`ride`'s write failed: its settles and drops wait for the next write (what it
+        reserved, if its commit did happen, counts until its minute is over)."""
+        with self._lock:
+            self._settles[:0] = ride.settles
+            self._drops[:0] = ride.drops
+
+    def flush_into(self, connection: Connection) -> set[str]:
+        """Write what waits in `connection`'s transaction (a reservation alone's); the
+        limits whose lines to wake once it has committed (`wake`)."""
+        with self._lock:
+            settles, drops = self._settles, self._drops
+            self._settles, self._drops = [], []
+        wakes: set[str] = set()
+        if not settles and not drops:
+            return wakes
+        at = utc_now(self.clock)
+        for settle in settles:
+            if settle.wakes:
+                connection.execute(select(_l.name).where(_l.name == settle.limit).with_for_update())
+            connection.execute(
+                _settle(), {"reservation": settle.reservation, "used": settle.used, "at": at}
+            )
+            if settle.wakes:
+                wakes.add(settle.limit)
+        for reservation in drops:
+            connection.execute(_drop(), {"reservation": reservation})
+        return wakes
+
+    def flush(self) -> None:
+        """Write what waits now, in a transaction of its own (the run's lease ends, or no
+        journal write follows), and give back a reservation made ahead and not used."""
+        with self._lock:
+            if self._ready is not None:
+                assert self._ready.reservation.id is not None
+                self._drops.append(self._ready.reservation.id)
+                self._ready = None
+            self._wanted = None
+            if not self._settles and not self._drops:
+                return
+        with self.writer.turn() as connection, connection.begin():
+            wakes = self.flush_into(connection)
+        for limit in sorted(wakes):
+            self._wake(limit)
+
+    def wake(self, limits_: Iterable[str]) -> None:
+        for limit in sorted(limits_):
+            self._wake(limit)
+
+    def _wake(self, limit: str) -> None:
+        """Wake `limit`'s line (a settle freed a slot): in a transaction of the limit's row."""
+        with self.writer.turn() as connection, connection.begin():
+            row = connection.execute(
+                select(limits).where(_l.name == limit).with_for_update()
+            ).first()
+            if row is not None and row.concurrency is not None:
+                wake_line(connection, row, utc_now(self.clock))

@@ -1,0 +1,142 @@
+"""A model call reserved alone, its reservation and settle riding in the run's journal
+writes (runner.sql.limit_rides), on SQLite and PostgreSQL: a run's limited calls cost no
+commit of their own, a call's end still wakes the runs waiting for its slot, and a worker
+killed after such a reservation (its call sent, settled only in its memory) never lets a
+minute pass the limit."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, select
+
+from runner import Runner
+from runner.core.clock import ManualClock
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
+from runner.errors import RunParked
+from runner.sql.schema import limit_reservations
+from tests.conftest import fresh_database
+
+from .agents import SOLVER_REF, limited_solver_agent, solver_agent
+
+LEASE = 30.0
+PER_MINUTE = 5
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from fresh_database(request, request.param, tmp_path)
+
+
+@contextmanager
+def commits(engine: Engine) -> Iterator[list[int]]:
+    """The commits made on `engine` inside the block (a one-item list, counting)."""
+    counted = [0]
+
+    def count(_connection: Any) -> None:
+        counted[0] += 1
+
+    event.listen(engine, "commit", count)
+    try:
+        yield counted
+    finally:
+        event.remove(engine, "commit", count)
+
+
+class Worker:
+    """A run held by hand: its journal and its limits, as a worker's loop drives them."""
+
+    def __init__(self, runner: Runner, run_id: str) -> None:
+        claim = runner.store.claim_run(run_id, lease_seconds=LEASE, max_resumes=99, steal=True)
+        self.journal = runner.store.open_journal(claim, lease_seconds=LEASE)
+        self.limits = runner.store.run_limits(run_id, claim.epoch)
+
+    def write(self, reservation: Any = None, *, ahead: bool = True) -> None:
+        """The step's write: `reservation`'s call settled in it, the next call reserved."""
+        if reservation is not None:
+            self.limits.settle_later(reservation, 10)
+        if ahead:
+            self.limits.reserve_ahead("m", 10)
+        self.journal.append(Entry(EntryKind.TASK, 0, Counters(), content="step"))
+
+
+def test_a_run_whose_calls_are_reserved_alone_commits_as_often_as_one_with_no_limit(
+    url: str,
+) -> None:
+    with Runner(url, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", requests_per_minute=100, concurrency=3)
+        runner.run(limited_solver_agent, "1")  # the worker learns the limit gives no grant
+        with commits(runner.engine) as limited:
+            run_id = runner.run(limited_solver_agent, "2").run_id
+        with commits(runner.engine) as unlimited:
+            runner.run(solver_agent, "3")
+        assert limited == unlimited
+        with runner.engine.connect() as connection:
+            rows = connection.execute(
+                select(limit_reservations).where(limit_reservations.c.run_id == run_id)
+            ).all()
+        assert [row.settled for row in rows] == [True, True]  # its two calls, settled
+
+
+def test_a_call_s_end_in_a_journal_write_wakes_the_run_waiting_for_its_slot(url: str) -> None:
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", concurrency=1)
+        holder, waiter = runner.submit(SOLVER_REF, "a"), runner.submit(SOLVER_REF, "b")
+        held = Worker(runner, holder)
+        call = held.limits.reserve("m", 10)
+        with pytest.raises(RunParked):
+            Worker(runner, waiter).limits.reserve("m", 10)
+        held.write(call, ahead=False)  # the call settled in the step's write
+        woken = runner.store.claim_some(
+            limit=10, owner="tester:2:1", lease_seconds=LEASE, max_resumes=3
+        )
+        assert [claim.run.id for claim in woken] == [waiter]  # at once, not at its recheck
+
+
+def test_a_worker_killed_after_a_call_reserved_in_its_write_never_passes_the_limit(
+    url: str,
+) -> None:
+    """The provider's count in every sliding minute stays within the limit: the killed
+    worker's calls (the second reserved in its step's write, sent, and settled only in its
+    memory) and every call the fleet makes after it, over three minutes."""
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", requests_per_minute=PER_MINUTE)
+        dead, survivor = runner.submit(SOLVER_REF, "dead"), runner.submit(SOLVER_REF, "next")
+        killed = Worker(runner, dead)
+        sent = []
+        first = killed.limits.reserve("m", 10)  # alone: the worker learns it gives no grant
+        sent.append(clock.time())
+        with commits(runner.engine) as counted:
+            killed.write(first)  # the first call settled, the second reserved: one commit
+            second = killed.limits.reserve("m", 10)
+            sent.append(clock.time())
+            killed.limits.settle_later(second, 10)
+        assert counted == [1]
+        [info] = runner.limits()
+        assert (info.requests, info.in_flight) == (2, 1)  # the second in flight
+        del killed  # SIGKILLed: nothing more is written, its lease lapses
+        end = clock.time() + 180
+        worker = Worker(runner, survivor)
+        reservation = None
+        while clock.time() < end:
+            try:
+                worker.write(reservation)  # the last call's settle, the next reserved
+                reservation = worker.limits.reserve("m", 10)
+            except RunParked as parked:  # claimed again at its wake-up, as a worker would
+                clock.advance(max(parked.until - clock.time(), 0.05))
+                worker, reservation = Worker(runner, survivor), None
+                continue
+            sent.append(clock.time())  # sent and answered at once
+            clock.advance(1)
+    sent.sort()
+    busiest = max(sum(1 for t in sent if end_ - 60 < t <= end_) for end_ in sent)
+    assert busiest <= PER_MINUTE
+    assert len(sent) >= 3 * PER_MINUTE - 1  # the fleet still used the limit
