@@ -42,7 +42,7 @@ from types import SimpleNamespace
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, bindparam, case, delete, select, true, update
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, select, true, update
 from sqlalchemy.engine import Dialect
 
 from runner.core.clock import Clock, utc_now
@@ -75,8 +75,25 @@ def _lock_limit() -> Any:
 
 def _line() -> Any:
     graced = bindparam("graced", type_=Timestamp)
-    return select(_w.run_id, _w.tokens).where(
-        _w.limit_name == bindparam("name"), live_waiter(_AT, graced)
+    waiting = and_(_w.limit_name == bindparam("name"), live_waiter(_AT, graced))
+    return select(_w.run_id).where(waiting).limit(1)
+
+
+def _room(in_flight: bool) -> Any:
+    """What the minute charged (runner.sql.limits.totals), then the runs in line other than
+    this one (how many, their tokens) and whether this one is: one round trip."""
+    waiting = and_(
+        _w.limit_name == bindparam("name"),
+        live_waiter(_AT, bindparam("graced", type_=Timestamp)),
+    )
+    others = and_(waiting, _w.run_id != bindparam("run"))
+    return totals(in_flight).add_columns(
+        select(func.count()).select_from(limit_waiters).where(others).scalar_subquery(),
+        select(func.coalesce(func.sum(_w.tokens), 0)).where(others).scalar_subquery(),
+        select(func.count())
+        .select_from(limit_waiters)
+        .where(waiting, _w.run_id == bindparam("run"))
+        .scalar_subquery(),
     )
 
 
@@ -110,8 +127,8 @@ _STATEMENTS: dict[str, Callable[[], Any]] = {
     "reserve": _reserve,
     "settle": _settle,
     "drop": _drop,
-    "totals": lambda: totals(False),
-    "totals_in_flight": lambda: totals(True),
+    "room": lambda: _room(False),
+    "room_in_flight": lambda: _room(True),
     "drop_old": lambda: DROP_OLD,
     "drop_gone_waiters": lambda: DROP_GONE_WAITERS,
 }
@@ -225,16 +242,15 @@ class Ride:
             old = at - timedelta(seconds=2 * WINDOW_SECONDS)
             _run(write, "drop_old", {"name": name, "old": old})
             _run(write, "drop_gone_waiters", {"name": name, "at": at, "graced": graced})
-        in_flight = concurrency is not None
-        [(tokens, requests, flying)] = _run(
-            write, "totals_in_flight" if in_flight else "totals", totals_bound(name, at)
-        )
-        ahead = []
-        for run_id, waiting in _run(write, "line", {"name": name, "at": at, "graced": graced}):
-            if run_id == self.run_id:
-                return None  # in line itself: its place is taken up by a reservation alone
-            ahead.append(int(waiting))
-        grant = wanted.grants_may and not ahead
+        bound = {**totals_bound(name, at), "graced": graced, "run": self.run_id}
+        [found] = _run(write, "room" if concurrency is None else "room_in_flight", bound)
+        tokens, requests, flying, others, others_tokens, in_line = map(int, found)
+        if in_line:
+            return None  # in line itself: its place is taken up by a reservation alone
+        # The runs ahead (all in line: this one is not), as Room counts them: their number
+        # and their tokens' sum.
+        ahead = [others_tokens, *[0] * (others - 1)] if others else []
+        grant = wanted.grants_may and not others
         if grant and size_of(SimpleNamespace(**limit), wanted.tokens) is not None:
             # A busy limit with nobody in line again: its calls go back to grants.
             self.grantable = True

@@ -57,12 +57,13 @@ class Worker:
         self.journal = runner.store.open_journal(claim, lease_seconds=LEASE)
         self.limits = runner.store.run_limits(run_id, claim.epoch)
 
-    def write(self, reservation: Any = None, *, ahead: bool = True) -> None:
-        """The step's write: `reservation`'s call settled in it, the next call reserved."""
+    def write(self, reservation: Any = None, *, used: int = 10, ahead: int | None = 10) -> None:
+        """The step's write: `reservation`'s call settled in it at `used` tokens, and the
+        next call's `ahead` reserved in it if it fits."""
         if reservation is not None:
-            self.limits.settle_later(reservation, 10)
-        if ahead:
-            self.limits.reserve_ahead("m", 10)
+            self.limits.settle_later(reservation, used)
+        if ahead is not None:
+            self.limits.reserve_ahead("m", ahead)
         self.journal.append(Entry(EntryKind.TASK, 0, Counters(), content="step"))
 
 
@@ -93,11 +94,26 @@ def test_a_call_s_end_in_a_journal_write_wakes_the_run_waiting_for_its_slot(url:
         call = held.limits.reserve("m", 10)
         with pytest.raises(RunParked):
             Worker(runner, waiter).limits.reserve("m", 10)
-        held.write(call, ahead=False)  # the call settled in the step's write
+        held.write(call, ahead=None)  # the call settled in the step's write
         woken = runner.store.claim_some(
             limit=10, owner="tester:2:1", lease_seconds=LEASE, max_resumes=3
         )
         assert [claim.run.id for claim in woken] == [waiter]  # at once, not at its recheck
+
+
+def test_a_call_reserved_in_a_write_leaves_room_for_the_runs_in_line(url: str) -> None:
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", tokens_per_minute=1_000)
+        first, waiter = runner.submit(SOLVER_REF, "a"), runner.submit(SOLVER_REF, "b")
+        worker = Worker(runner, first)
+        call = worker.limits.reserve("m", 400)
+        with pytest.raises(RunParked):  # 400 + 700 > 1,000: in line, 700 ahead of later calls
+            Worker(runner, waiter).limits.reserve("m", 700)
+        worker.write(call, used=400, ahead=200)  # 400 + 700 + 200 > 1,000: nothing reserved
+        assert runner.limits()[0].requests == 1
+        with pytest.raises(RunParked):  # alone, behind the run in line
+            worker.limits.reserve("m", 200)
 
 
 def test_a_worker_killed_after_a_call_reserved_in_its_write_never_passes_the_limit(
