@@ -90,6 +90,9 @@ class Backend:
     notifies = False
     # Whether several runs' journal entries can go in one statement (fenced_insert_runs).
     writes_runs_together = False
+    # Whether a write's round trips cost more than its statements: a limit's settle riding
+    # in a journal write goes in the fenced insert's statement, as a CTE (limit_rides).
+    settles_in_insert = False
     # Whether the database takes one writer at a time per file, so a process's writers
     # take turns on a lock of its own first (runner.sql.writer): SQLite.
     one_writer_per_file = False
@@ -410,6 +413,7 @@ class PostgresBackend(Backend):
     writes_renew_lease = True
     partitions_journal = True
     writes_runs_together = True
+    settles_in_insert = True
     claims_pass_held = True
     title = "PostgreSQL"
     notifies = True

@@ -201,6 +201,16 @@ class Ride:
     reserved: Ready | None = None
     wakes: set[str] = field(default_factory=set)  # limits whose line waits for a slot
     grantable: bool = False  # the wanted limit would give this worker a grant now
+    # Its one settle goes in the write's fenced insert, as a CTE (runner.sql.fencing).
+    in_insert: bool = False
+
+    def one_settle(self) -> tuple[str, int] | None:
+        """The ride's reservation and usage if it is one settle alone, with no line to wake:
+        what a backend that `settles_in_insert` writes in the entry's statement."""
+        if len(self.settles) != 1 or self.drops or self.wanted is not None:
+            return None
+        settle = self.settles[0]
+        return None if settle.wakes else (settle.reservation, settle.used)
 
     def run(self, write: driver.Write) -> None:
         """The ride's statements in the journal write's transaction (after its fence held).
