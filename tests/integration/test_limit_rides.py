@@ -71,7 +71,7 @@ def test_a_run_whose_calls_are_reserved_alone_commits_as_often_as_one_with_no_li
     url: str,
 ) -> None:
     with Runner(url, lease_seconds=LEASE) as runner:
-        runner.set_limit("m", requests_per_minute=100, concurrency=3)
+        runner.set_limit("m", requests_per_minute=100)  # (a concurrency: the next test)
         runner.run(limited_solver_agent, "1")  # the worker learns the limit gives no grant
         with commits(runner.engine) as limited:
             run_id = runner.run(limited_solver_agent, "2").run_id
