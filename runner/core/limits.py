@@ -15,8 +15,8 @@ The store implements `Limits` (SQL, shared by every worker); `NO_LIMITS` reserve
 
 The rest of this feature (docs/architecture.md, "Where a feature lives"):
 `runner.store.rules`, `runner.sql.limits`, `runner.sql.reservations`, `runner.sql.grants`,
-`runner.sql.limit_line`, `runner.testing.memory_limits`, `runner.service.limiting`,
-`runner.cli.limits`, `runner.history.limit_use`.
+`runner.sql.limit_rides`, `runner.sql.limit_line`, `runner.testing.memory_limits`,
+`runner.service.limiting`, `runner.cli.limits`, `runner.history.limit_use`.
 """
 
 from __future__ import annotations
@@ -167,13 +167,13 @@ class Draw:
         self.characters = len(json.dumps(shown, default=str, ensure_ascii=False))
         return tokens_of(self.characters, self.max_tokens)
 
-    def ahead(self, characters: int) -> None:
-        """The run's next call will send a prompt whose JSON is about `characters` long, right
-        after the journal's next write: a store may reserve it in that write
+    def ahead(self, characters: Callable[[], int]) -> None:
+        """The run's next call will send a prompt whose JSON is about `characters()` long,
+        right after the journal's next write: a store may reserve it in that write
         (runner.sql.limit_rides), so that the call's own reservation costs no commit."""
         reserve_ahead = getattr(self.limits, "reserve_ahead", None)
         if reserve_ahead is not None:
-            reserve_ahead(self.limit, lambda: tokens_of(characters, self.max_tokens))
+            reserve_ahead(self.limit, lambda: tokens_of(characters(), self.max_tokens))
 
     def settle(self, reservation: Reservation, output: Any) -> None:
         """Settle with the usage `output` reports (None: the call failed, it used none).

@@ -236,12 +236,13 @@ class ModelCall:
         if self.draw is None:
             return
         added = [] if message is None else [message]
-        if self._asked is None:
+        asked, sent = self._asked, self._sent
+        if asked is None:
             if self.context is not None or transcript:
                 return  # the first call this process makes of a run under way: not known
-            self.draw.ahead(characters_added(added))
-        elif self._sent is not None:
-            self.draw.ahead(self._sent + characters_added([*transcript[self._asked :], *added]))
+            self.draw.ahead(lambda: characters_added(added))
+        elif sent is not None:
+            self.draw.ahead(lambda: sent + characters_added([*transcript[asked:], *added]))
 
     def reserve(self, shown: list[dict[str, Any]]) -> Reservation | None:
         if self.draw is None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import JSON, Connection, Engine, Update, bindparam, null, select, true, update
@@ -40,8 +40,16 @@ from runner.sql.schema import entries, limit_reservations, runs
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import ENTRY_COLUMNS, amount, counter, entry_values, plain_text, sealed
 
-if TYPE_CHECKING:
-    from runner.sql.limit_rides import Ride
+
+class Ride(Protocol):
+    """A run's limit writes riding in a journal write (runner.sql.limit_rides.Ride)."""
+
+    in_insert: bool  # its one settle goes in the fenced insert (set by Append.of)
+
+    def one_settle(self) -> tuple[str, int] | None: ...
+
+    def run(self, write: driver.Write) -> None: ...
+
 
 # The most entries one statement writes: a model asking for hundreds of calls at once must
 # not reach the drivers' limits on bound values (SQLite's is 32,766), and few statements

@@ -50,8 +50,15 @@ from runner.core.limits import WINDOW_SECONDS, Reservation
 from runner.sql import driver
 from runner.sql.grants import size_of
 from runner.sql.limit_line import wake_line
-from runner.sql.limits import live_waiter, totals, totals_bound, waiter_grace_from
-from runner.sql.reservations import DROP_GONE_WAITERS, DROP_OLD, sweep_due
+from runner.sql.limits import (
+    DROP_GONE_WAITERS,
+    DROP_OLD,
+    live_waiter,
+    sweep_due,
+    totals,
+    totals_bound,
+    waiter_grace_from,
+)
 from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits
 from runner.sql.writer import Writer
 from runner.store.rules import Charged, Room

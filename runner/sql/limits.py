@@ -14,6 +14,7 @@ nothing holds a slot past the lease.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -218,3 +219,30 @@ def list_limits(engine: Engine, at: datetime) -> list[LimitInfo]:
                 )
             )
     return found
+
+
+# -- sweeping ---------------------------------------------------------------------------------
+
+_AT, _GRACED = bindparam("at", type_=Timestamp), bindparam("graced", type_=Timestamp)
+# A limit's charges past their minutes, and the runs gone from its line.
+DROP_OLD = delete(limit_reservations).where(
+    limit_reservations.c.limit_name == bindparam("name"),
+    limit_reservations.c.reserved_at < bindparam("old", type_=Timestamp),
+)
+DROP_GONE_WAITERS = delete(limit_waiters).where(
+    limit_waiters.c.limit_name == bindparam("name"), ~live_waiter(_AT, _GRACED)
+)
+# How often this process deletes them (the reads above pass over both): a sweep was two
+# round trips of every reservation.
+SWEEP_SECONDS = 1.0
+_SWEPT: dict[tuple[str, str], float] = {}
+
+
+def sweep_due(connection: Connection, name: str) -> bool:
+    """Whether a reservation of limit `name` on `connection`'s database sweeps it now."""
+    key = (str(connection.engine.url), name)
+    now = time.monotonic()
+    if now - _SWEPT.get(key, -SWEEP_SECONDS) < SWEEP_SECONDS:
+        return False
+    _SWEPT[key] = now
+    return True

@@ -22,10 +22,8 @@ raised. Its next claim resumes it from its journal and reserves again.
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, Engine, bindparam, case, delete, select, update
 
@@ -40,13 +38,18 @@ from runner.core.status import RunStatus
 from runner.errors import LeaseLost, RunParked
 from runner.sql.grants import Grants
 from runner.sql.limit_line import wake_line
-from runner.sql.limits import charged, live_waiter, waiter_grace_from
+from runner.sql.limit_rides import Riders
+from runner.sql.limits import (
+    DROP_GONE_WAITERS,
+    DROP_OLD,
+    charged,
+    live_waiter,
+    sweep_due,
+    waiter_grace_from,
+)
 from runner.sql.runs import reading
 from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits, runs
 from runner.sql.writer import Writer
-
-if TYPE_CHECKING:
-    from runner.sql.limit_rides import Riders
 from runner.store.rows import COUNTER_MAX
 from runner.store.rules import Room, aware
 
@@ -57,12 +60,6 @@ _LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
 _LOCKED_LIMIT = _LIMIT_ROW.with_for_update()
 _r, _w = limit_reservations.c, limit_waiters.c
 _AT, _GRACED = bindparam("at", type_=Timestamp), bindparam("graced", type_=Timestamp)
-DROP_OLD = delete(limit_reservations).where(
-    _r.limit_name == bindparam("name"), _r.reserved_at < bindparam("old", type_=Timestamp)
-)
-DROP_GONE_WAITERS = delete(limit_waiters).where(
-    _w.limit_name == bindparam("name"), ~live_waiter(_AT, _GRACED)
-)
 # The limit's line, in no order: a run finds its own place in it, and those ahead.
 _LINE = select(_w.run_id, _w.waiting_since, _w.tokens).where(
     _w.limit_name == bindparam("name"), live_waiter(_AT, _GRACED)
@@ -76,22 +73,6 @@ _SETTLE = (
     .where(_r.id == bindparam("reservation"))
     .values(tokens=bindparam("used"), settled=True, settled_at=bindparam("at", type_=Timestamp))
 )
-
-
-# How often this process deletes a limit's charges past their minutes, and the runs gone
-# from its line (runner.sql.limits' reads pass over both): a sweep was two round trips of
-# every reservation.
-SWEEP_SECONDS = 1.0
-_SWEPT: dict[tuple[str, str], float] = {}
-
-
-def sweep_due(connection: Connection, name: str) -> bool:
-    key = (str(connection.engine.url), name)
-    now = time.monotonic()
-    if now - _SWEPT.get(key, -SWEEP_SECONDS) < SWEEP_SECONDS:
-        return False
-    _SWEPT[key] = now
-    return True
 
 
 class SqlLimits:
