@@ -8,10 +8,11 @@ and a tool call a step, then the answer) run by `Runner.run`, timed, three ways 
 going first: its agent drawing from no limit (`none`); from a limit of tokens and requests a
 minute (`minute`: set far above what runs, so no call ever waits), its calls drawn from the
 worker's grants (runner.sql.grants); from the same limit with each call reserved and settled
-alone, as every call was before grants and as a limit under 1,000 requests a minute still is
-(`minute-alone`: two commits more a call; the issue measured 12.9 ms over the unlimited call
-on PostgreSQL); and from one that also caps the calls at once (`concurrency`: never a grant,
-and its settle also looks at the limit's line). On SQLite and PostgreSQL, in one run.
+alone, as a limit under 1,000 requests a minute is (`minute-alone`: its reservation and
+settle riding in the run's journal writes, runner.sql.limit_rides; before them, two commits
+more a call, and the issue measured 12.9 ms over the unlimited call on PostgreSQL); and from
+one that also caps the calls at once (`concurrency`: never a grant, and its settle also locks
+the limit's row and looks at its line). On SQLite and PostgreSQL, in one run.
 
 Reported per model call: the wall and this process's CPU time (the database server's is
 not in it) of each way, median of `--repeats` (min-max), and the limited call less the

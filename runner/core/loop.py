@@ -188,11 +188,11 @@ class _Loop:
         self.compacting: Compacting | None = None  # with a Compaction context
 
     def run(self, spans: Spans) -> AgentResult:
-        asked = {"role": "user", "content": self.task}
         if self.replay.take(0, (EntryKind.TASK,)) is None:
-            self.model_call.expect(self.transcript, asked)  # the first call follows the task
-            self.journal.append(Entry(EntryKind.TASK, 0, self.rules.counters, content=self.task))
-        self.transcript.append(asked)
+            task = Entry(EntryKind.TASK, 0, self.rules.counters, content=self.task)
+            self.model_call.expect(self.transcript, task)  # the first call follows the task
+            self.journal.append(task)
+        self.transcript.append({"role": "user", "content": self.task})
         changed = self.listed()
         if changed is not None:
             self.journal.finish(changed, self.rules.counters)
@@ -370,7 +370,7 @@ class _Loop:
         reason = self.rules.after_tools(observed)
         if fresh:
             if reason is None:  # the next model call follows the observation at once
-                self.model_call.expect(self.transcript, observed.message())
+                self.model_call.expect(self.transcript, observed)
             # The stop (if any) is written with the observation: one commit for the step.
             self.journal.append(observed, self.rules.stop_with(reason))
         self.show(observed)

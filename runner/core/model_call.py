@@ -19,7 +19,7 @@ from runner.core.context import Context
 from runner.core.deltas import DeltaSink, streaming
 from runner.core.faults import fault
 from runner.core.interrupts import CallInterrupted, checking
-from runner.core.journal import Journal
+from runner.core.journal import Entry, Journal
 from runner.core.limits import (
     Draw,
     Reservation,
@@ -226,15 +226,15 @@ class ModelCall:
         with contextlib.suppress(Exception):
             release(hold)
 
-    def expect(self, transcript: list[dict[str, Any]], message: dict[str, Any] | None) -> None:
-        """The journal's next write records `message` (None: nothing shown to the model), and
-        the next model call follows it at once, sent `transcript` with it: its reservation
-        may be made in that write (`Draw.ahead`), reckoned from the last call's prompt and
-        what the transcript gained since (exact with no context function; a context's
-        prompt is taken to grow as the transcript does, and a call it does not cover
-        reserves alone)."""
+    def expect(self, transcript: list[dict[str, Any]], entry: Entry) -> None:
+        """The journal's next write records `entry`, and the next model call follows it at
+        once, sent `transcript` with the entry's message: its reservation may be made in
+        that write (`Draw.ahead`), reckoned from the last call's prompt and what the
+        transcript gained since (exact with no context function; a context's prompt is
+        taken to grow as the transcript does, and a call it does not cover reserves alone)."""
         if self.draw is None:
             return
+        message = entry.message()
         added = [] if message is None else [message]
         asked, sent = self._asked, self._sent
         if asked is None:
