@@ -27,8 +27,16 @@ right after it (its action). So:
   transaction of the limit's row (runner.sql.limit_line.wake_line): either the settle is
   committed before a run parks (which then sees the slot free) or the run is in line when
   the settle looks.
+- Only a limit whose last call this worker reserved alone is reserved ahead (`alone`, kept by
+  runner.sql.reservations.SqlLimits): a busy one goes on with grants, and a write that finds
+  a busy limit with nobody in line again reserves nothing, so its calls go back to them.
+- What no write carried (the run stopped before its next call, or its lease ends) is written
+  when its journal closes (`flush`); a reservation made ahead and not used is deleted then.
 
-The statements run on the journal write's own cursor (runner.sql.driver), rendered once.
+The statements run on the journal write's own cursor (runner.sql.driver), rendered once. On
+PostgreSQL, whose round trips cost more than its statements, a settle with no line to look
+at goes in the fenced insert's own statement, as a CTE (runner.sql.fencing), so the write of
+a call's output stays one statement in autocommit.
 """
 
 from __future__ import annotations
@@ -272,7 +280,7 @@ class Ride:
             # A busy limit with nobody in line again: its calls go back to grants.
             self.grantable = True
             return None
-        charged = Charged(int(tokens), int(requests), int(flying), lambda: ())
+        charged = Charged(tokens, requests, flying, lambda: ())
         if not Room(limit, at, charged, ahead, wanted.tokens).fits():
             return None
         reservation = Reservation(name, uuid.uuid4().hex, wanted.tokens)
