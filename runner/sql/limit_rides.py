@@ -164,14 +164,20 @@ def _literals(dialect: Dialect, name: str) -> dict[str, Any]:
     return found
 
 
-def _run(write: driver.Write, name: str, values: dict[str, Any]) -> list[Any]:
+# The statements that return rows (the others change them).
+_READS = frozenset({"lock_limit", "line", "room", "room_in_flight"})
+
+
+def _run(
+    write: driver.Statements, dialect: Dialect, name: str, values: dict[str, Any]
+) -> list[Any]:
     """Statement `name` of this module on the write's cursor; the rows it returned."""
-    dialect: Dialect = write.connection.dialect
     statement = driver.prepared(dialect, ("limit_rides", name), _STATEMENTS[name])
-    write.execute(statement.sql, statement.parameters({**_literals(dialect, name), **values}))
-    if write.cursor.description is None:
-        return []
-    return list(write.cursor.fetchall())
+    parameters = statement.parameters({**_literals(dialect, name), **values})
+    if name in _READS:
+        return list(write.rows(statement.sql, parameters))
+    write.execute(statement.sql, parameters)
+    return []
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,8 @@ class Ride:
     run_id: str
     epoch: int
     clock: Clock
+    dialect: Dialect
+    database: str  # the database's URL, which a limit's sweeps are timed by
     settles: tuple[Settle, ...] = ()
     drops: tuple[str, ...] = ()  # reservations made ahead and not used: no call was sent
     wanted: Wanted | None = None
@@ -227,7 +235,7 @@ class Ride:
         settle = self.settles[0]
         return None if settle.wakes else (settle.reservation, settle.used)
 
-    def run(self, write: driver.Write) -> None:
+    def run(self, write: driver.Statements) -> None:
         """The ride's statements in the journal write's transaction (after its fence held).
         Run again from the start if the write is tried again."""
         self.reserved, self.wakes, self.grantable = None, set(), False
@@ -235,23 +243,26 @@ class Ride:
             at = utc_now(self.clock)
             for settle in self.settles:
                 if settle.wakes:
-                    _run(write, "lock_limit", {"name": settle.limit, "at": at})
+                    self._run(write, "lock_limit", {"name": settle.limit, "at": at})
                 values = {"reservation": settle.reservation, "used": settle.used, "at": at}
-                _run(write, "settle", values)
+                self._run(write, "settle", values)
                 if settle.wakes:
                     line = {"name": settle.limit, "at": at, "graced": waiter_grace_from(at)}
-                    if _run(write, "line", line):
+                    if self._run(write, "line", line):
                         self.wakes.add(settle.limit)
         for reservation in self.drops:
-            _run(write, "drop", {"reservation": reservation})
+            self._run(write, "drop", {"reservation": reservation})
         if self.wanted is not None:
             self.reserved = self._reserve(write, self.wanted)
 
-    def _reserve(self, write: driver.Write, wanted: Wanted) -> Ready | None:
+    def _run(self, write: driver.Statements, name: str, values: dict[str, Any]) -> list[Any]:
+        return _run(write, self.dialect, name, values)
+
+    def _reserve(self, write: driver.Statements, wanted: Wanted) -> Ready | None:
         """The wanted reservation if it fits now, by a reservation alone's rule
         (runner.sql.reservations._reserve); None if not: the call will reserve alone."""
         name = wanted.limit
-        locked = _run(write, "lock_limit", {"name": name, "at": utc_now(self.clock)})
+        locked = self._run(write, "lock_limit", {"name": name, "at": utc_now(self.clock)})
         if not locked or locked[0][3]:
             return None  # not set (any more), or a Retry-After holds it back
         tokens_per_minute, requests_per_minute, concurrency, _ = locked[0]
@@ -263,12 +274,12 @@ class Ride:
         }
         at = utc_now(self.clock)  # read under the lock: every reservation of the limit in order
         graced = waiter_grace_from(at)
-        if sweep_due(write.connection, name):
+        if sweep_due(self.database, name):
             old = at - timedelta(seconds=2 * WINDOW_SECONDS)
-            _run(write, "drop_old", {"name": name, "old": old})
-            _run(write, "drop_gone_waiters", {"name": name, "at": at, "graced": graced})
+            self._run(write, "drop_old", {"name": name, "old": old})
+            self._run(write, "drop_gone_waiters", {"name": name, "at": at, "graced": graced})
         bound = {**totals_bound(name, at), "graced": graced, "run": self.run_id}
-        [found] = _run(write, "room" if concurrency is None else "room_in_flight", bound)
+        [found] = self._run(write, "room" if concurrency is None else "room_in_flight", bound)
         tokens, requests, flying, others, others_tokens, in_line = map(int, found)
         if in_line:
             return None  # in line itself: its place is taken up by a reservation alone
@@ -293,7 +304,7 @@ class Ride:
             "settled": False,
             "at": at,
         }
-        _run(write, "reserve", values)
+        self._run(write, "reserve", values)
         return Ready(reservation, at, concurrency is not None)
 
 
@@ -358,27 +369,24 @@ class Riders:
         with self._lock:
             if not self._settles and not self._drops and self._wanted is None:
                 return None
+            drops = tuple(self._drops)
+            if self._wanted is not None and self._ready is not None:
+                # Asked for anew: the one made before serves no call now.
+                assert self._ready.reservation.id is not None
+                drops += (self._ready.reservation.id,)
+                self._ready = None
+            engine = self.writer.engine
             ride = Ride(
                 self.run_id,
                 self.epoch,
                 self.clock,
+                engine.dialect,
+                str(engine.url),
                 tuple(self._settles),
-                tuple(self._drops),
+                drops,
                 self._wanted,
             )
             self._settles, self._drops, self._wanted = [], [], None
-            if ride.wanted is not None and self._ready is not None:
-                # Asked for anew: the one made before serves no call now.
-                assert self._ready.reservation.id is not None
-                ride = Ride(
-                    ride.run_id,
-                    ride.epoch,
-                    ride.clock,
-                    ride.settles,
-                    (*ride.drops, self._ready.reservation.id),
-                    ride.wanted,
-                )
-                self._ready = None
             return ride
 
     def done(self, ride: Ride) -> None:

@@ -238,9 +238,9 @@ SWEEP_SECONDS = 1.0
 _SWEPT: dict[tuple[str, str], float] = {}
 
 
-def sweep_due(connection: Connection, name: str) -> bool:
-    """Whether a reservation of limit `name` on `connection`'s database sweeps it now."""
-    key = (str(connection.engine.url), name)
+def sweep_due(database: str, name: str) -> bool:
+    """Whether a reservation of limit `name` in `database` (its URL) sweeps it now."""
+    key = (database, name)
     now = time.monotonic()
     if now - _SWEPT.get(key, -SWEEP_SECONDS) < SWEEP_SECONDS:
         return False

@@ -226,7 +226,7 @@ def _reserve(
     # And the line keeps only runs still coming back: one that finished while parked (a
     # cancel), or never came back past its grace, goes (it queues again if it returns).
     # Both only now and then: the reads below pass over what they would delete.
-    if sweep_due(connection, name):
+    if sweep_due(str(connection.engine.url), name):
         old = at - timedelta(seconds=2 * WINDOW_SECONDS)
         connection.execute(DROP_OLD, {"name": name, "old": old})
         connection.execute(DROP_GONE_WAITERS, bound)
