@@ -232,17 +232,21 @@ class ModelCall:
         that write (`Draw.ahead`), reckoned from the last call's prompt and what the
         transcript gained since (exact with no context function; a context's prompt is
         taken to grow as the transcript does, and a call it does not cover reserves alone)."""
-        if self.draw is None:
-            return
-        message = entry.message()
-        added = [] if message is None else [message]
         asked, sent = self._asked, self._sent
-        if asked is None:
-            if self.context is not None or transcript:
-                return  # the first call this process makes of a run under way: not known
-            self.draw.ahead(lambda: characters_added(added))
-        elif sent is not None:
-            self.draw.ahead(lambda: sent + characters_added([*transcript[asked:], *added]))
+        if self.draw is None or (asked is not None and sent is None):
+            return
+        if asked is None and (self.context is not None or transcript):
+            return  # the first call this process makes of a run under way: not known
+
+        def characters() -> int:  # made only if the store wants the reservation
+            message = entry.message()
+            added = [] if message is None else [message]
+            if asked is None:
+                return characters_added(added)
+            assert sent is not None
+            return sent + characters_added([*transcript[asked:], *added])
+
+        self.draw.ahead(characters)
 
     def reserve(self, shown: list[dict[str, Any]]) -> Reservation | None:
         if self.draw is None:
