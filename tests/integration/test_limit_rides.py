@@ -116,6 +116,28 @@ def test_a_call_reserved_in_a_write_leaves_room_for_the_runs_in_line(url: str) -
             worker.limits.reserve("m", 200)
 
 
+def test_a_journal_closing_writes_what_no_write_carried(url: str) -> None:
+    """A run that stops after its step's write (cancelled, paused, out of time) gives back
+    the reservation that write made for a call it never sends, and settles what is noted."""
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", requests_per_minute=PER_MINUTE)
+        worker = Worker(runner, runner.submit(SOLVER_REF, "a"))
+        first = worker.limits.reserve("m", 10)
+        worker.write(first)  # the first call settled, the next one reserved
+        assert (runner.limits()[0].requests, runner.limits()[0].in_flight) == (2, 1)
+        with worker.journal:  # the run stops here, without its next call
+            pass
+        [info] = runner.limits()
+        assert (info.requests, info.tokens, info.in_flight) == (1, 10, 0)
+        other = Worker(runner, runner.submit(SOLVER_REF, "b"))
+        other.limits.settle_later(other.limits.reserve("m", 10), 7)  # its output not written
+        with other.journal:
+            pass
+        [info] = runner.limits()
+        assert (info.requests, info.tokens, info.in_flight) == (2, 17, 0)
+
+
 def test_a_worker_killed_after_a_call_reserved_in_its_write_never_passes_the_limit(
     url: str,
 ) -> None:
