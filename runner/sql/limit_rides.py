@@ -276,7 +276,7 @@ class Ride:
         graced = waiter_grace_from(at)
         if sweep_due(self.database, name):
             old = at - timedelta(seconds=2 * WINDOW_SECONDS)
-            self._run(write, "drop_old", {"name": name, "old": old})
+            self._run(write, "drop_old", {"name": name, "old": old, "at": at})
             self._run(write, "drop_gone_waiters", {"name": name, "at": at, "graced": graced})
         bound = {**totals_bound(name, at), "graced": graced, "run": self.run_id}
         [found] = self._run(write, "room" if concurrency is None else "room_in_flight", bound)

@@ -8,8 +8,11 @@ call reserved in the last minute, each at its reported usage once settled, or at
 estimate until then. A call whose worker died before settling it still counts, at its
 estimate, for the rest of its minute: the provider may well have received it and charged
 it to its own minute, and a call sent again by the run's next worker is a second request
-there. It stops counting as in flight (against the concurrency) once its lease is gone:
-nothing holds a slot past the lease.
+there. A call not settled counts as in flight (against the concurrency) for as long as the
+lease that reserved it lives, however long ago that was: a slow model's call past its minute
+no longer counts against tokens and requests per minute, but still holds its slot (and its
+row is kept until it settles). It stops counting as in flight once its lease is gone: nothing
+holds a slot past the lease.
 """
 
 from __future__ import annotations
@@ -84,36 +87,56 @@ def remove_limit(engine: Engine, name: str) -> None:
 # -- what a limit has charged -----------------------------------------------------------------
 
 
-def held_by_live_lease(at: Any) -> Any:
-    """A reservation's run is still held under the lease that reserved it, at `at`."""
+def held_by_live_lease(at: Any, reservations: Any = limit_reservations) -> Any:
+    """A reservation's run is still held under the lease that reserved it, at `at`
+    (`reservations`: the table, or an alias of it)."""
     return exists().where(
-        runs.c.id == limit_reservations.c.run_id,
-        runs.c.lease_epoch == limit_reservations.c.lease_epoch,
+        runs.c.id == reservations.c.run_id,
+        runs.c.lease_epoch == reservations.c.lease_epoch,
         runs.c.status == RunStatus.RUNNING,
         runs.c.lease_expires_at >= at,
     )
 
 
+# The calls reserved before a limit's minute (and its grace) that are still in flight: not
+# settled, their lease alive. Read apart from the minute's so that both reads stay ranges of
+# the index on (limit_name, reserved_at); this one passes over the rows not yet swept.
+_older = limit_reservations.alias("older")
+
+
+def _in_flight_before(name: Any, before: Any, at: Any) -> Any:
+    return and_(
+        _older.c.limit_name == name,
+        _older.c.reserved_at <= before,
+        _older.c.settled == false(),
+        held_by_live_lease(at, _older),
+    )
+
+
 def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
-    """The calls charged to `name` over the minute up to `at`, oldest first."""
+    """The calls charged to `name` over the minute up to `at`, oldest first, then those in
+    flight since before it (Charge.counted False)."""
     r = limit_reservations.c
     since = at - timedelta(seconds=COUNTED_SECONDS)
-    found = connection.execute(
+    unsettled_since = since - timedelta(seconds=UNSETTLED_GRACE_SECONDS)
+    minute = (
         select(r.tokens, r.reserved_at, r.settled, r.settled_at)
         .add_columns(held_by_live_lease(at).label("live"))
-        .where(
-            r.limit_name == name,
-            r.reserved_at > since - timedelta(seconds=UNSETTLED_GRACE_SECONDS),
-        )
+        .where(r.limit_name == name, r.reserved_at > unsettled_since)
     )
-    charged = []
-    for row in found:
+    older = select(
+        _older.c.tokens, _older.c.reserved_at, _older.c.settled, _older.c.settled_at, true()
+    ).where(_in_flight_before(name, unsettled_since, at))
+    charged, flying = [], []
+    for row in connection.execute(minute.union_all(older)):
         settled_at = None if row.settled_at is None else aware(row.settled_at)
         start = counted_from(aware(row.reserved_at), bool(row.settled), settled_at)
-        if start > since:
-            in_flight = not row.settled and bool(row.live)
+        in_flight = not row.settled and bool(row.live)
+        if aware(row.reserved_at) <= unsettled_since:
+            flying.append(Charge(int(row.tokens), start, True, counted=False))
+        elif start > since:
             charged.append(Charge(int(row.tokens), start, in_flight))
-    return sorted(charged, key=lambda charge: charge.reserved_at)
+    return sorted(charged, key=lambda charge: charge.reserved_at) + flying
 
 
 def _totals(in_flight: bool) -> Any:
@@ -125,12 +148,17 @@ def _totals(in_flight: bool) -> Any:
     flying: Any = 0
     if in_flight:
         flying = case((and_(r.settled == false(), held_by_live_lease(at)), 1), else_=0)
+    in_flight_total: Any = func.coalesce(func.sum(flying), 0)
+    if in_flight:  # and the calls in flight since before the minute (a slow model's)
+        older = select(func.count()).select_from(_older)
+        older = older.where(_in_flight_before(bindparam("name"), unsettled_since, at))
+        in_flight_total = in_flight_total + older.scalar_subquery()
     # counted_from in SQL: a settled call from its settle, one not settled from its
     # reservation plus the grace; counted while that is within the minute.
     return select(
         func.coalesce(func.sum(r.tokens), 0),
         func.count(),
-        func.coalesce(func.sum(flying), 0),
+        in_flight_total,
     ).where(
         r.limit_name == bindparam("name"),
         r.reserved_at > unsettled_since,
@@ -198,7 +226,7 @@ def list_limits(engine: Engine, at: datetime) -> list[LimitInfo]:
     with reading(engine) as connection:
         rows = list(connection.execute(select(limits).order_by(limits.c.name)))
         for row in rows:
-            charged = charges(connection, row.name, at)
+            charged = Charged.of(charges(connection, row.name, at))
             waiting = connection.execute(
                 select(func.count())
                 .select_from(limit_waiters)
@@ -211,9 +239,9 @@ def list_limits(engine: Engine, at: datetime) -> list[LimitInfo]:
                     tokens_per_minute=row.tokens_per_minute,
                     requests_per_minute=row.requests_per_minute,
                     concurrency=row.concurrency,
-                    tokens=sum(charge.tokens for charge in charged),
-                    requests=len(charged),
-                    in_flight=sum(charge.in_flight for charge in charged),
+                    tokens=charged.tokens,
+                    requests=charged.requests,
+                    in_flight=charged.in_flight,
                     waiting=int(waiting),
                     backoff_until=backoff if backoff is not None and backoff > at else None,
                 )
@@ -224,10 +252,12 @@ def list_limits(engine: Engine, at: datetime) -> list[LimitInfo]:
 # -- sweeping ---------------------------------------------------------------------------------
 
 _AT, _GRACED = bindparam("at", type_=Timestamp), bindparam("graced", type_=Timestamp)
-# A limit's charges past their minutes, and the runs gone from its line.
+# A limit's charges past their minutes, and the runs gone from its line. A call still in
+# flight under a live lease stays, however old: it holds a slot of the concurrency.
 DROP_OLD = delete(limit_reservations).where(
     limit_reservations.c.limit_name == bindparam("name"),
     limit_reservations.c.reserved_at < bindparam("old", type_=Timestamp),
+    ~and_(limit_reservations.c.settled == false(), held_by_live_lease(_AT)),
 )
 DROP_GONE_WAITERS = delete(limit_waiters).where(
     limit_waiters.c.limit_name == bindparam("name"), ~live_waiter(_AT, _GRACED)

@@ -228,7 +228,7 @@ def _reserve(
     # Both only now and then: the reads below pass over what they would delete.
     if sweep_due(str(connection.engine.url), name):
         old = at - timedelta(seconds=2 * WINDOW_SECONDS)
-        connection.execute(DROP_OLD, {"name": name, "old": old})
+        connection.execute(DROP_OLD, {"name": name, "old": old, "at": at})
         connection.execute(DROP_GONE_WAITERS, bound)
     totals = charged(connection, name, at, in_flight=limit.concurrency is not None)
     line = connection.execute(_LINE, bound).all()

@@ -467,6 +467,10 @@ class Charge:
     # Not settled yet, under a live lease: a call in flight (its tokens are the estimate,
     # as are those of a call not settled whose lease is gone, counted but not in flight).
     in_flight: bool
+    # Within its minute: its tokens and its request count against the limit's minute. A call
+    # in flight longer than that (a slow model) no longer does, but still holds its slot of
+    # the concurrency for as long as its lease lives.
+    counted: bool = True
 
 
 @dataclass(frozen=True)
@@ -483,11 +487,12 @@ class Charged:
 
     @classmethod
     def of(cls, charges: Sequence[Charge]) -> Charged:
+        counted = [charge for charge in charges if charge.counted]
         return cls(
-            sum(charge.tokens for charge in charges),
-            len(charges),
+            sum(charge.tokens for charge in counted),
+            len(counted),
             sum(charge.in_flight for charge in charges),
-            lambda: charges,
+            lambda: counted,
         )
 
 
@@ -578,6 +583,8 @@ class Room:
         charges age out oldest first); now, if they cannot free that much."""
         freed = 0
         for charge in self.charged.listed():
+            if not charge.counted:
+                continue  # past its minute already: its ageing out frees nothing
             freed += amount(charge)
             if freed >= excess:
                 return charge.reserved_at

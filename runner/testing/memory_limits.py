@@ -15,6 +15,7 @@ from runner.store.rows import COUNTER_MAX, LimitInfo
 from runner.store.rules import (
     WAITER_GRACE_SECONDS,
     Charge,
+    Charged,
     Room,
     Waiter,
     check_limit_name,
@@ -56,7 +57,7 @@ class MemoryLimits(MemoryRows):
             found = []
             for name in sorted(self.provider_limits):
                 row = self.provider_limits[name]
-                charged = self._charges(name, now)
+                charged = Charged.of(self._charges(name, now))
                 backoff = row["backoff_until"]
                 found.append(
                     LimitInfo(
@@ -64,9 +65,9 @@ class MemoryLimits(MemoryRows):
                         tokens_per_minute=row["tokens_per_minute"],
                         requests_per_minute=row["requests_per_minute"],
                         concurrency=row["concurrency"],
-                        tokens=sum(charge.tokens for charge in charged),
-                        requests=len(charged),
-                        in_flight=sum(charge.in_flight for charge in charged),
+                        tokens=charged.tokens,
+                        requests=charged.requests,
+                        in_flight=charged.in_flight,
                         waiting=sum(
                             1
                             for (limit, run_id) in self.limit_waiters
@@ -96,15 +97,21 @@ class MemoryLimits(MemoryRows):
     # -- the rules, as runner.sql.limits reads them -------------------------------------------
 
     def _charges(self, name: str, at: datetime) -> list[Charge]:
+        """The minute's charges, oldest first, then the calls in flight since before it
+        (runner.sql.limits.charges: they hold a slot of the concurrency while their lease
+        lives, whatever their age)."""
         since = at - timedelta(seconds=COUNTED_SECONDS)
-        found = []
+        found, flying = [], []
         for row in self.reservations.values():
-            start = counted_from(row["reserved_at"], row["settled"], row.get("settled_at"))
-            if row["limit_name"] != name or not start > since:
+            if row["limit_name"] != name:
                 continue
+            start = counted_from(row["reserved_at"], row["settled"], row.get("settled_at"))
             live = self._lease_live(row["run_id"], row["lease_epoch"], at)
-            found.append(Charge(row["tokens"], start, not row["settled"] and live))
-        return sorted(found, key=lambda charge: charge.reserved_at)
+            if start > since:
+                found.append(Charge(row["tokens"], start, not row["settled"] and live))
+            elif not row["settled"] and live:  # in flight since before the minute
+                flying.append(Charge(row["tokens"], start, True, counted=False))
+        return sorted(found, key=lambda charge: charge.reserved_at) + flying
 
     def _lease_live(self, run_id: str, epoch: int, at: datetime) -> bool:
         run = self.runs.get(run_id)

@@ -21,6 +21,7 @@ from runner import Agent, Runner, ask_human, current_call, tool
 from runner.core.clock import ManualClock
 from runner.errors import RunnerError
 from runner.service.worker import Worker
+from runner.sql import limits as sql_limits
 from runner.store.releases import OlderReleases, Releases
 from runner.store.rows import new_run
 from runner.testing import FunctionModel, InMemoryStore, ScriptedModel, call, final, tool_results
@@ -331,6 +332,39 @@ def releasing(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
     outcome.append(runner.row("c1").parked_reason)
 
 
+def calling_long(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """A model call in flight past its minute (a slow model) holds its slot of a limit's
+    concurrency while its lease lives, and its row outlives the sweep of old charges; its
+    settle frees the slot, and a dead worker's call holds none once its lease is gone."""
+    runner.set_limit("slow/model", concurrency=1)
+    for run_id in ("a", "b", "c"):
+        runner.submit(SOLVER_REF, f"task {run_id}", id=run_id)
+
+    def claimed(run_id: str) -> Any:
+        found = runner.store.claim_run(run_id, lease_seconds=600, max_resumes=5)
+        assert found is not None
+        return runner.store.run_limits(run_id, found.epoch)
+
+    def in_use() -> list[Any]:
+        return [(limit.requests, limit.in_flight, limit.waiting) for limit in runner.limits()]
+
+    a_limits = claimed("a")
+    first = a_limits.reserve("slow/model", 10)
+    clock.advance(150)  # past the minute, its grace and the sweep's two minutes: a's lease lives
+    refused(outcome, lambda: claimed("b").reserve("slow/model", 10))
+    outcome.append(in_use())
+    a_limits.settle(first, 20)  # wakes b, parked for the slot
+    outcome.append(since_start(runner.row("b").not_before))
+    outcome.append(claimed("b").reserve("slow/model", 10).tokens)
+    clock.advance(601)  # b's worker died in its call: its lease is gone, and with it its slot
+    outcome.append(claimed("c").reserve("slow/model", 10).tokens)
+    outcome.append(in_use())
+
+
+def since_start(moment: datetime | None) -> float | None:
+    return None if moment is None else round(moment.timestamp() - START, 3)
+
+
 SCENARIOS = [
     claiming,
     creating_claimed,
@@ -349,3 +383,13 @@ def test_the_memory_store_and_the_database_agree(db_url: str, scenario: Scenario
     memory, database = outcomes(scenario, db_url)
     assert memory == database
     assert memory  # the scenario observed something
+
+
+def test_a_call_in_flight_past_its_minute_holds_its_slot(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_limits, "SWEEP_SECONDS", 0.0)  # every reservation sweeps
+    memory, database = outcomes(calling_long, db_url)
+    assert memory == database
+    assert memory[0][0] == "RunParked"  # a second call while the first is in flight, 150 s on
+    assert memory[1:] == [[(0, 1, 1)], 150.0, 10, 10, [(1, 1, 0)]]
