@@ -50,11 +50,11 @@ def invoke(
         # Longer than a lock can wait (an infinite budget, or a far deadline) would raise
         # OverflowError in the wait: it is no limit at all in practice.
         timeout = None
-    if _is_async(fn):
+    if is_async(fn):
         return _await(fn(*args, **kwargs), timeout, watch)
     if timeout is None and watch is None:
         result = fn(*args, **kwargs)
-        if type(result) in _PLAIN:  # what models and tools return: never awaitable
+        if type(result) in PLAIN:  # what models and tools return: never awaitable
             return result
         return _await(result, None) if inspect.isawaitable(result) else result
     return _in_thread(fn, args, kwargs, timeout, watch)
@@ -62,7 +62,44 @@ def invoke(
 
 # Results that cannot be awaitable: checked by exact type first, since inspect.isawaitable
 # asks the Awaitable ABC, which costs more than the rest of a call's bookkeeping.
-_PLAIN = frozenset({str, dict, list, int, float, bool, type(None)})
+PLAIN = frozenset({str, dict, list, int, float, bool, type(None)})
+
+
+def awaited(result: Any, timeout: float | None, watch: Watch | None) -> Any:
+    """What a sync call's `result` stands for: itself, or, if awaitable, what it gives when
+    awaited within `timeout` seconds (CallTimedOut past it)."""
+    if inspect.isawaitable(result):
+        return _await(result, timeout, watch)
+    return result
+
+
+class SpareCall:
+    """`fn()` started on a spare thread (`spare_call`): `wake` is set when it ends (and may
+    be set for other reasons: look at `ended`), `outcome()` is its value or raises its
+    exception."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._call = _ThreadCall(fn, (), {})
+        _SPARE.run(self._call)
+
+    @property
+    def wake(self) -> _Signal | _LockSignal:
+        return self._call.wake
+
+    @property
+    def ended(self) -> bool:
+        return self._call.ended
+
+    def outcome(self) -> Any:
+        if self._call.error is not None:
+            raise self._call.error
+        return self._call.value
+
+
+def spare_call(fn: Callable[[], Any]) -> SpareCall:
+    return SpareCall(fn)
 
 
 class Together:
@@ -178,7 +215,7 @@ class _Helpers:
 _async: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def is_async(fn: Callable[..., Any]) -> bool:
     try:
         return _async[fn]
     except (KeyError, TypeError):  # TypeError: an object that takes no weak reference
@@ -322,7 +359,7 @@ class _ThreadCall:
         """Run the call (on the spare thread); `finish` then tells its caller."""
         try:
             result = self.context.run(self.fn, *self.args, **self.kwargs)
-            if type(result) not in _PLAIN and inspect.isawaitable(result):
+            if type(result) not in PLAIN and inspect.isawaitable(result):
                 result = _await(result, None)
             self.value = result
         except BaseException as exc:  # handed to the waiting caller, never lost

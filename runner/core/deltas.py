@@ -99,16 +99,17 @@ def current_stream() -> DeltaStream | None:
 
 
 @contextmanager
-def streaming(sink: DeltaSink | None, step: int) -> Iterator[None]:
+def streaming(sink: DeltaSink | None, step: int) -> Iterator[DeltaStream | None]:
     """Make the calls inside stream their pieces to `sink` as step `step`'s (nothing if
-    `sink` is None); once they end, every piece is handed on before this returns."""
+    `sink` is None); once they end, every piece is handed on before this returns. The
+    stream it gives may be ended sooner, from another thread (a call given up)."""
     if sink is None:
-        yield
+        yield None
         return
     stream = DeltaStream(sink, step)
     token = _current.set(stream)
     try:
-        yield
+        yield stream
     finally:
         _current.reset(token)
         stream.end()

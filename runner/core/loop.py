@@ -16,6 +16,7 @@ module of their own.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -24,6 +25,7 @@ from typing import Any
 from runner.core.actions import Action, ActionKind, parse_action
 from runner.core.budget_changes import before_changes
 from runner.core.budgets import Budgets
+from runner.core.calls import is_async
 from runner.core.clock import SYSTEM, Clock
 from runner.core.compacting import Compacting
 from runner.core.compaction import Compacted, Compaction
@@ -40,6 +42,7 @@ from runner.core.limits import (
     max_tokens_of,
 )
 from runner.core.listings import listings_change, listings_entry, listings_of
+from runner.core.loop_host import LoopHost, Overrun
 from runner.core.model_call import (
     Cancel,
     CancelledInFlight,
@@ -83,6 +86,7 @@ def drive(
     deltas: DeltaSink | None = None,
     limit: str | None = None,
     limits: Limits = NO_LIMITS,
+    own_thread: bool = False,
 ) -> AgentResult:
     """Run (or resume) one agent loop to its stop, recording everything in `journal`.
 
@@ -97,6 +101,9 @@ def drive(
     `deltas` takes the pieces of a streaming model's responses in flight (runner.core.deltas).
     `limit` names the provider limit each model call reserves from in `limits` (and settles
     with after); a reservation the run waited for is journaled (`limit_wait`).
+    With `own_thread`, the loop runs on a thread of its own and calls a sync model inline,
+    while this thread watches the call's deadline and the run's cancel (runner.core.loop_host):
+    no thread handoff a model call.
     """
     recorded = journal.recorded()
     # Each recorded step is replayed under the budgets it ran with.
@@ -157,9 +164,27 @@ def drive(
     loop.depth = place.depth
     loop.below = place.below
     try:
+        if own_thread and _hostable(model, journal):
+            host = LoopHost(model_call.stop_requested)
+            model_call.host = host
+            return host.run(lambda: loop.run(spans), lambda gone: loop.resume(gone, spans))
         return loop.run(spans)
     finally:
         tool_runs.close()
+
+
+def _hostable(model: Model, journal: Journal) -> bool:
+    """Whether the loop can run on a thread of its own with its model called inline: a
+    sync model, a journal with no hold on a tree's budgets (a durable child's: a step begun
+    again would hold twice), and a caller outside an event loop (a run inside an async tool,
+    whose calls of async tools need the very loop its caller blocks)."""
+    if is_async(model) or getattr(journal, "holds_tree", False):
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
 
 
 class _Loop:
@@ -205,12 +230,23 @@ class _Loop:
             )
             self.journal.finish(too_deep, self.rules.counters)
             return self.result(too_deep)
-        step = 0
+        return self.steps_from(1, spans)
+
+    def resume(self, abandoned: Overrun[Any], spans: Spans) -> AgentResult:
+        """Go on from the start of the step whose model call was abandoned on another
+        thread (runner.core.loop_host): nothing of the step after that call has run, and
+        its attempts go on from that call's end."""
+        self.model_call.resumed = abandoned
+        return self.steps_from(abandoned.step, spans)
+
+    def steps_from(self, first: int, spans: Spans) -> AgentResult:
+        step = first - 1
         while True:
             step += 1
             self.replay.changes()  # a change recorded before this step applies to it
             if step > self.rules.budgets.max_steps:
                 break
+            self.model_call.at = step
             with spans.step(step):
                 stop = self.step(step)
             if stop is not None:

@@ -8,6 +8,7 @@ import contextlib
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from runner.core.actions import Action, ActionKind, parse_action
@@ -16,7 +17,7 @@ from runner.core.budgets import Budgets
 from runner.core.calls import CallTimedOut, described, invoke
 from runner.core.clock import Clock
 from runner.core.context import Context
-from runner.core.deltas import DeltaSink, streaming
+from runner.core.deltas import DeltaSink, DeltaStream, streaming
 from runner.core.faults import fault
 from runner.core.interrupts import CallInterrupted, checking
 from runner.core.journal import Entry, Journal
@@ -27,6 +28,7 @@ from runner.core.limits import (
     estimate_tokens,
     max_tokens_of,
 )
+from runner.core.loop_host import Abandoned, LoopHost, Overrun
 from runner.core.spans import Spans
 from runner.core.stop_reasons import StopReason
 from runner.errors import ModelFatal, ModelRetryable, RunParked, RunPaused
@@ -52,6 +54,24 @@ class ModelTimedOut(Exception):
 
 class CancelledInFlight(Exception):
     """The run was cancelled while its model call was in flight, and the call gave up."""
+
+
+@dataclass
+class _Attempt:
+    """What an attempt made on a loop's own thread leaves for the thread that goes on after
+    it is abandoned (runner.core.loop_host)."""
+
+    attempt: int
+    backoff: Backoff
+    reservation: Reservation | None
+    run_ends_first: bool
+    own: float | None
+    stream: DeltaStream | None
+
+    def given_up(self) -> None:
+        """Its call was abandoned: no piece it still reads reaches a follower."""
+        if self.stream is not None:
+            self.stream.end()
 
 
 class ModelCall:
@@ -88,6 +108,12 @@ class ModelCall:
         # the prompt it sent (for the next call's reservation made ahead: `expect`).
         self._asked: int | None = None
         self._sent: int | None = None
+        # Set by `drive` when the loop runs on a thread of its own (runner.core.loop_host):
+        # the model is then called inline, and `at` is the loop's step it is called in.
+        self.host: LoopHost | None = None
+        self.at = 0
+        # A call abandoned on another thread, whose attempts this thread goes on with.
+        self.resumed: Overrun[_Attempt] | None = None
 
     def check(self, steps: int) -> StopReason | None:
         """Why the run must stop before asking the model for step `steps + 1`, if it must.
@@ -147,43 +173,60 @@ class ModelCall:
         step: int,
         failed: Exception | None = None,
     ) -> Any:
-        """The model's output for `shown`, retrying exceptions with backoff."""
+        """The model's output for `shown`, retrying exceptions with backoff. After a call
+        abandoned on another thread (`resumed`), the attempts go on from that one's end."""
         last: Exception | None = failed
         backoff = Backoff(budgets.retry_backoff)
-        for attempt in range(1 if failed else 0, budgets.model_retries + 1):
-            if attempt:
-                pause = backoff.next()
-                if isinstance(last, ModelRetryable) and last.retry_after is not None:
-                    pause = max(pause, last.retry_after)  # the provider said when to return
+        first = 1 if failed else 0
+        resumed, self.resumed = self.resumed, None
+        if resumed is not None:
+            backoff, first = resumed.carried.backoff, resumed.carried.attempt
+        for attempt in range(first, budgets.model_retries + 1):
+            if resumed is not None:
+                made = resumed.carried  # this attempt was made: only its end is left
+                reservation, run_ends_first, own = made.reservation, made.run_ends_first, made.own
+            else:
+                if attempt:
+                    pause = backoff.next()
+                    if isinstance(last, ModelRetryable) and last.retry_after is not None:
+                        pause = max(pause, last.retry_after)  # the provider said when
+                    remaining = self.remaining()
+                    if remaining is not None and remaining <= pause:
+                        raise OutOfTime
+                    self.clock.sleep(pause)
                 remaining = self.remaining()
-                if remaining is not None and remaining <= pause:
+                if remaining is not None and remaining <= 0:
                     raise OutOfTime
-                self.clock.sleep(pause)
-            remaining = self.remaining()
-            if remaining is not None and remaining <= 0:
-                raise OutOfTime
-            own = budgets.model_timeout
-            run_ends_first = own is None or (remaining is not None and remaining <= own)
-            # Outside the try: a run parked for its limit (RunParked) is no model failure.
-            reservation = self.reserve(shown)
+                own = budgets.model_timeout
+                run_ends_first = own is None or (remaining is not None and remaining <= own)
+                # Outside the try: a run parked for its limit (RunParked) is no model failure.
+                reservation = self.reserve(shown)
             output = None
+            settled_here = True
             try:
+                if resumed is not None:
+                    error, resumed = resumed.error, None
+                    raise error  # what the abandoned call raised for its caller
                 with (
                     self.spans.model_call(step) as call,
                     checking(self.stop_requested),
-                    streaming(self.deltas, step),
+                    streaming(self.deltas, step) as stream,
                 ):
                     if reservation is not None:
                         call.limited(reservation.limit, reservation.waited)
-                    output = invoke(
-                        self.model,
-                        (shown,),
-                        {},
-                        remaining if run_ends_first else own,
-                        watch=self.stop_requested,
-                    )
+                    timeout = remaining if run_ends_first else own
+                    if self.host is not None:
+                        made = _Attempt(attempt, backoff, reservation, run_ends_first, own, stream)
+                        output = self.host.call(self.model, (shown,), timeout, self.at, made)
+                    else:
+                        output = invoke(
+                            self.model, (shown,), {}, timeout, watch=self.stop_requested
+                        )
                     call.returned(output)
                 return output
+            except Abandoned:
+                settled_here = False  # given up: the thread going on settles it
+                raise
             except CallTimedOut:
                 if run_ends_first:
                     raise OutOfTime from None
@@ -203,7 +246,8 @@ class ModelCall:
                 if self.draw is not None:
                     self.draw.failed(exc)  # a 429's Retry-After holds every run back
             finally:
-                self.settle(reservation, output)
+                if settled_here:
+                    self.settle(reservation, output)
         raise ModelFailed(described(last))
 
     def hold_tree(self, shown: list[dict[str, Any]], step: int) -> object | None:

@@ -274,6 +274,8 @@ class Resuming(RunnerBase):
             resumes=run.resumes,
             tracer_provider=self.tracer_provider,
         )
+        # runner's own loop runs on a thread of its own, its model called inline there.
+        own: dict[str, Any] = {"own_thread": True} if agent.loop is None else {}
         try:
             with journal, spans as traced:
                 result = (agent.loop or drive)(
@@ -290,6 +292,7 @@ class Resuming(RunnerBase):
                     deltas=deltas,
                     limit=agent.limit,
                     limits=self.store.run_limits(run.id, claim.epoch),
+                    **own,
                 )
                 traced.finished(result)
         except RunWaiting:

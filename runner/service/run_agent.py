@@ -86,6 +86,7 @@ def run_agent(
             clock=clock,
             context=context,
             spans=spans,
+            own_thread=True,
         )
         spans.finished(result)
     return result

@@ -195,6 +195,11 @@ class SqlJournal:
     def tree_stop(self) -> TreeStop | None:
         return ancestors_stop(self._ancestors)
 
+    @property
+    def holds_tree(self) -> bool:
+        """Whether its model calls hold against the budgets of runs above (a child's do)."""
+        return bool(self._above)
+
     def hold_tree(self, step: int, estimate: Estimate) -> tree_budget.Held | None:
         """Hold step `step`'s model call (a step and `estimate` tokens) against the budgets
         of the runs above (runner.sql.tree_budget): TreeStopped if one is spent or

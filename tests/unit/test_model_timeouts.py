@@ -120,3 +120,36 @@ def test_threads_are_spare_between_calls_and_one_hung_call_holds_up_no_other() -
     for _ in range(50):
         invoke(lambda: None, (), {}, 5.0)
     assert threading.active_count() <= before + 1  # reused, not one more per call
+
+
+def test_a_step_whose_call_was_given_up_goes_on_once_and_the_late_answer_is_dropped() -> None:
+    # run_agent's loop calls the model inline on a thread of its own; a call given up there
+    # is left to its thread, and the step goes on from its start on another.
+    release = threading.Event()
+    late = threading.Event()
+    calls: list[int] = []
+    ran: list[int] = []
+
+    def model(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        calls.append(len(transcript))
+        if len(calls) == 2:  # step 2's first attempt hangs, and answers only once let go
+            release.wait(30)
+            late.set()
+            return {"type": "final", "content": "late"}
+        if len(transcript) < 5:
+            return {"type": "tool", "name": "work", "args": {"n": len(transcript)}}
+        return {"type": "final", "content": "done"}
+
+    def work(n: int) -> int:
+        ran.append(n)
+        return n
+
+    result = run_agent(model, {"work": work}, "task", model_timeout=0.2, retry_backoff=0)
+    release.set()
+    assert late.wait(30)
+    assert (result.stop_reason, result.output) == ("final", "done")
+    assert calls == [1, 3, 3, 5]  # step 2 asked twice (the first given up), then step 3
+    assert ran == [1, 3]  # each step's tool ran once
+    assert [m["role"] for m in result.transcript] == ["user"] + ["assistant", "tool"] * 2 + [
+        "assistant"
+    ]

@@ -85,10 +85,17 @@ def test_max_parallel_tools_1_runs_the_calls_in_order_on_the_loops_thread() -> N
         seen.append(("end", n, threading.current_thread().name))
         return n
 
-    model = batch_then_answer(*(call("work", n=n) for n in range(3)))
+    answer = batch_then_answer(*(call("work", n=n) for n in range(3)))
+    loops: list[str] = []
+
+    def model(transcript: Transcript) -> dict[str, Any]:
+        loops.append(threading.current_thread().name)  # run_agent calls it on its loop's
+        return answer(transcript)
+
     run_agent(model, {"work": work}, "task", max_parallel_tools=1)
-    me = threading.current_thread().name
-    assert seen == [(edge, n, me) for n in range(3) for edge in ("start", "end")]
+    loop = loops[0]
+    assert loops == [loop, loop]
+    assert seen == [(edge, n, loop) for n in range(3) for edge in ("start", "end")]
 
 
 def test_observations_are_shown_in_call_order_and_journaled_as_they_end() -> None:
