@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from runner.sql import schema
 from runner.sql.database import open_engine, upgrade
 
 POSTGRES_URL = os.environ.get(
@@ -85,18 +86,10 @@ def postgres_database() -> Iterator[str]:
         admin.dispose()
 
 
-# Every table a test may fill, emptied between tests on the session's PostgreSQL.
-TABLES = (
-    "runs",
-    "entries",
-    "queues",
-    "schedules",
-    "limits",
-    "limit_reservations",
-    "limit_waiters",
-    "follows",
-    "tree_reservations",
-)
+# Every table a test may fill, emptied between tests on the session's PostgreSQL: the
+# schema's own (a table no foreign key ties to `runs`, such as `deltas`, kept the rows of the
+# test before).
+TABLES = tuple(sorted(schema.metadata.tables))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
