@@ -176,9 +176,12 @@ def drive(
 def _hostable(model: Model, journal: Journal) -> bool:
     """Whether the loop can run on a thread of its own with its model called inline: a
     sync model, a journal with no hold on a tree's budgets (a durable child's: a step begun
-    again would hold twice), and a caller outside an event loop (a run inside an async tool,
-    whose calls of async tools need the very loop its caller blocks)."""
+    again would hold twice) that any thread may write (not an in-memory SQLite database's),
+    and a caller outside an event loop (a run inside an async tool, whose calls of async
+    tools need the very loop its caller blocks)."""
     if is_async(model) or getattr(journal, "holds_tree", False):
+        return False
+    if getattr(journal, "thread_bound", False):
         return False
     try:
         asyncio.get_running_loop()

@@ -196,6 +196,13 @@ class SqlJournal:
         return ancestors_stop(self._ancestors)
 
     @property
+    def thread_bound(self) -> bool:
+        """Whether only this thread may write it: an in-memory SQLite database is one per
+        thread's connection, so another thread would find no tables."""
+        url = self.writer.engine.url
+        return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+    @property
     def holds_tree(self) -> bool:
         """Whether its model calls hold against the budgets of runs above (a child's do)."""
         return bool(self._above)
