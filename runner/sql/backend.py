@@ -80,6 +80,10 @@ class Listening(Protocol):
 class Backend:
     """What one database needs done its own way. Subclasses hold the two real ones."""
 
+    def thread_bound(self, url: URL) -> bool:
+        """Whether only the thread that opened the database at `url` can see it."""
+        return False
+
     name: str
     title: str  # the database's name for people
     # Whether `runner` may migrate a brand-new, empty database by itself on first use.
@@ -240,6 +244,10 @@ class SqliteBackend(Backend):
     title = "SQLite"
     migrates_fresh_files = True
     one_writer_per_file = True
+
+    def thread_bound(self, url: URL) -> bool:
+        # An in-memory database is one per thread's connection.
+        return url.database in (None, "", ":memory:")
 
     def create_engine(
         self,

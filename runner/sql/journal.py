@@ -199,8 +199,8 @@ class SqlJournal:
     def thread_bound(self) -> bool:
         """Whether only this thread may write it: an in-memory SQLite database is one per
         thread's connection, so another thread would find no tables."""
-        url = self.writer.engine.url
-        return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+        engine = self.writer.engine
+        return backend_for(engine.dialect.name).thread_bound(engine.url)
 
     @property
     def holds_tree(self) -> bool:
