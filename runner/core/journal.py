@@ -265,6 +265,8 @@ class MemoryJournal:
     _last: Counters = field(default_factory=Counters)
 
     parks_children = False
+    # Nobody outside the process can ask it to stop: `cancel_requested` is always False.
+    cancellable = False
 
     def recorded(self) -> Sequence[Entry]:
         return ()

@@ -165,7 +165,8 @@ def drive(
     loop.below = place.below
     try:
         if own_thread and _hostable(model, journal):
-            host = LoopHost(model_call.stop_requested)
+            # A run nothing can stop from outside (run_agent's, with no cancel) is not watched.
+            host = LoopHost(model_call.stop_requested if model_call.watchable() else None)
             model_call.host = host
             return host.run(lambda: loop.run(spans), lambda gone: loop.resume(gone, spans))
         return loop.run(spans)

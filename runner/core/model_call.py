@@ -127,6 +127,15 @@ class ModelCall:
             return StopReason.TIME_BUDGET
         return None
 
+    def watchable(self) -> bool:
+        """Whether `stop_requested` can ever name a reason (a cancel, a pause, a journal
+        somebody else can cancel)."""
+        return (
+            self.cancel is not None
+            or self.pause is not None
+            or getattr(self.journal, "cancellable", True)
+        )
+
     def stop_requested(self) -> str | None:
         """Why a model call in flight should give up (runner.core.interrupts)."""
         if self.pause is not None and self.pause.is_set():
