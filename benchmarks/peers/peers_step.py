@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/peers/peers_step.py [--n 50] [--runs 4] [--reps 10]
         [--only sqlite|postgresql] [--labels plain,runner_memory] [--peers-python PATH]
+        [--baseline-python PATH]
 
 One agent step (a scripted model call that returns one tool call, then that call;
 `workload.py`) made durable by runner (`Runner.run`), by LangGraph (sync checkpointer), by
@@ -15,6 +16,8 @@ timed runs of N steps; its figures are the timed runs' wall time and its own CPU
 runs every contender once, the order rotated from one repetition to the next; ratios are
 taken inside a repetition, then their median and range over the repetitions. The 1-minute
 load average is sampled every 5 s. On a shared machine only the ratios mean much.
+`--baseline-python` (another checkout's venv: the code before a change) runs runner's
+contenders under it too, in the same rotation, and gives each one's ratio to its baseline.
 
 runner's contenders run under this interpreter (runner's venv); the others under the
 peers' venv, `--peers-python` (default: $RUNNER_BENCH_PEERS_PYTHON, else `.venv-peers/bin/
@@ -48,7 +51,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 class Contender(NamedTuple):
     label: str
-    interpreter: str  # "runner" or "peers"
+    interpreter: str  # "runner", "peers" or "baseline"
     script: str
     mode: list[str]  # the script's arguments before TARGET
     db: str  # "sqlite", "postgresql" or "none": what TARGET is
@@ -91,6 +94,26 @@ RATIOS = [
     ("DBOS / raw 2 commits, PostgreSQL", "dbos_pg", "raw_two_pg"),
     ("raw 2 / raw 1, PostgreSQL", "raw_two_pg", "raw_one_pg"),
 ]
+
+
+def baselines() -> list[Contender]:
+    """runner's contenders again, under `--baseline-python` (the code before a change)."""
+    return [
+        c._replace(label=f"{c.label}_baseline", interpreter="baseline")
+        for c in CONTENDERS
+        if c.interpreter == "runner"
+    ]
+
+
+def baseline_ratios() -> list[tuple[str, str, str]]:
+    return [
+        (f"{c.label} / its baseline", c.label, f"{c.label}_baseline")
+        for c in CONTENDERS
+        if c.interpreter == "runner"
+    ] + [
+        ("baseline / raw 2 commits, SQLite", "runner_sqlite_baseline", "raw_two_sqlite"),
+        ("baseline / raw 2 commits, PostgreSQL", "runner_pg_baseline", "raw_two_pg"),
+    ]
 
 
 class LoadSampler:
@@ -163,16 +186,27 @@ def main() -> None:
         ),
         help="the peers' venv's interpreter (README.md)",
     )
+    p.add_argument(
+        "--baseline-python",
+        help="another checkout's venv interpreter: runner's contenders run under it too, as "
+        "`<label>_baseline`, each compared with its baseline inside each repetition",
+    )
     options = p.parse_args()
     postgres = None if options.only == "sqlite" else common.postgres_url_or_none(options)
+    contenders = CONTENDERS + (baselines() if options.baseline_python else [])
+    ratios_named = RATIOS + (baseline_ratios() if options.baseline_python else [])
     chosen = [
         c
-        for c in CONTENDERS
+        for c in contenders
         if (c.db == "none" or c.db == (options.only or c.db))
         and (c.db != "postgresql" or postgres is not None)
-        and (not options.labels or c.label in options.labels.split(","))
+        and (not options.labels or c.label.removesuffix("_baseline") in options.labels.split(","))
     ]
-    interpreters = {"runner": sys.executable, "peers": options.peers_python}
+    interpreters = {
+        "runner": sys.executable,
+        "peers": options.peers_python,
+        "baseline": options.baseline_python or "",
+    }
     if any(c.interpreter == "peers" for c in chosen) and not Path(options.peers_python).exists():
         raise SystemExit(f"no peers' interpreter at {options.peers_python}: see README.md")
     reps: list[dict[str, dict[str, Any]]] = []
@@ -183,7 +217,7 @@ def main() -> None:
             if c.db == "sqlite":
                 targets[c.label] = str(folder / f"{c.label}.db")
             elif c.db == "postgresql" and postgres is not None:
-                scratch = common.scratch_postgres if c.interpreter == "runner" else plain_postgres
+                scratch = plain_postgres if c.interpreter == "peers" else common.scratch_postgres
                 targets[c.label] = stack.enter_context(scratch(postgres))
             else:
                 targets[c.label] = "-"
@@ -219,7 +253,7 @@ def main() -> None:
                 [r[num]["cpu_per_step_us"] / r[den]["cpu_per_step_us"] for r in reps]
             ),
         }
-        for name, num, den in RATIOS
+        for name, num, den in ratios_named
         if num in labels and den in labels
     }
     load_figures = {
