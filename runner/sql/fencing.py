@@ -88,14 +88,11 @@ def _fenced_insert_settling(dialect: Dialect, rows: int) -> Prepared:
 
     def build() -> Any:
         r = limit_reservations.c
+        at = bindparam("ride_at", type_=r.settled_at.type)
         settled = (
             update(limit_reservations)
             .where(r.id == bindparam("ride_reservation"))
-            .values(
-                tokens=bindparam("ride_used"),
-                settled=true(),
-                settled_at=bindparam("ride_at", type_=r.settled_at.type),
-            )
+            .values(tokens=bindparam("ride_used"), settled=true(), settled_at=at, counted_from=at)
             .cte("ride_settled")
         )
         return backend_for(dialect.name).fenced_insert(rows).add_cte(settled)

@@ -48,7 +48,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from runner.core.clock import Clock, utc_now
 from runner.core.limits import Reservation
-from runner.sql.limits import charged, live_waiter
+from runner.sql.limits import charged, counted_at_reserve, live_waiter
 from runner.sql.schema import limit_reservations, limit_waiters, limits
 from runner.sql.writer import Writer
 from runner.store.rows import COUNTER_MAX
@@ -72,6 +72,7 @@ NO_LEASE = -1
 _LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
 _LOCKED_LIMIT_ROW = _LIMIT_ROW.with_for_update()
 _r = limit_reservations.c
+_AT = bindparam("at", type_=_r.settled_at.type)
 _SETTLE_ROW = (
     update(limit_reservations)
     .where(_r.id == bindparam("row_id"))
@@ -80,7 +81,8 @@ _SETTLE_ROW = (
         lease_epoch=bindparam("epoch"),
         tokens=bindparam("used"),
         settled=True,
-        settled_at=bindparam("at"),
+        settled_at=_AT,
+        counted_from=_AT,  # a settled call's minute starts at its settle
     )
 )
 _RETURN_ROWS = delete(limit_reservations).where(_r.id.in_(bindparam("row_ids", expanding=True)))
@@ -236,6 +238,7 @@ class Grants:
                     "tokens": share + (1 if n < left else 0),
                     "settled": False,
                     "reserved_at": at,
+                    "counted_from": counted_at_reserve(at),
                 }
                 for n, row in enumerate(rows)
             ],

@@ -61,6 +61,7 @@ from runner.sql.limit_line import wake_line
 from runner.sql.limits import (
     DROP_GONE_WAITERS,
     DROP_OLD,
+    counted_at_reserve,
     live_waiter,
     sweep_due,
     totals,
@@ -121,6 +122,7 @@ def _reserve() -> Any:
         tokens=bindparam("tokens"),
         settled=bindparam("settled"),
         reserved_at=_AT,
+        counted_from=bindparam("counted_from", type_=Timestamp),
     )
 
 
@@ -128,7 +130,7 @@ def _settle() -> Any:
     return (
         update(limit_reservations)
         .where(_r.id == bindparam("reservation"))
-        .values(tokens=bindparam("used"), settled=true(), settled_at=_AT)
+        .values(tokens=bindparam("used"), settled=true(), settled_at=_AT, counted_from=_AT)
     )
 
 
@@ -303,6 +305,7 @@ class Ride:
             "tokens": wanted.tokens,
             "settled": False,
             "at": at,
+            "counted_from": counted_at_reserve(at),
         }
         self._run(write, "reserve", values)
         return Ready(reservation, at, concurrency is not None)

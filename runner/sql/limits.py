@@ -4,15 +4,19 @@ A limit is a row of `limits` (tokens and requests per minute, calls at once); th
 charged to it are rows of `limit_reservations`, and the runs in line for it rows of
 `limit_waiters` (runner.sql.reservations reserves and settles them). What a limit has
 charged is counted here, once, for reservations and for `runner limit list` alike: every
-call reserved in the last minute, each at its reported usage once settled, or at its
-estimate until then. A call whose worker died before settling it still counts, at its
-estimate, for the rest of its minute: the provider may well have received it and charged
-it to its own minute, and a call sent again by the run's next worker is a second request
-there. A call not settled counts as in flight (against the concurrency) for as long as the
-lease that reserved it lives, however long ago that was: a slow model's call past its minute
-no longer counts against tokens and requests per minute, but still holds its slot (and its
-row is kept until it settles). It stops counting as in flight once its lease is gone: nothing
-holds a slot past the lease.
+call whose minute (runner.core.limits.counted_from) overlaps the minute up to now, each at
+its reported usage once settled, or at its estimate until then. A row keeps where its
+minute starts (`counted_from`: its reservation plus the grace, then its settle), and the
+reads are ranges of it: a call that ran longer than a minute, however long ago it was
+reserved, is charged its usage for the minute after its settle, as the provider charges it.
+A call whose worker died before settling it still counts, at its estimate, for the rest of
+its minute: the provider may well have received it and charged it to its own minute, and a
+call sent again by the run's next worker is a second request there. A call not settled
+counts as in flight (against the concurrency) for as long as the lease that reserved it
+lives, however long ago that was: a slow model's call past its minute no longer counts
+against tokens and requests per minute, but still holds its slot (and its row is kept until
+it settles). It stops counting as in flight once its lease is gone: nothing holds a slot
+past the lease.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from sqlalchemy import (
 )
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.limits import COUNTED_SECONDS, UNSETTLED_GRACE_SECONDS, counted_from
+from runner.core.limits import COUNTED_SECONDS, counted_from
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.sql.runs import reading, store_named
@@ -98,16 +102,16 @@ def held_by_live_lease(at: Any, reservations: Any = limit_reservations) -> Any:
     )
 
 
-# The calls reserved before a limit's minute (and its grace) that are still in flight: not
+# The calls whose minute started before a limit's minute that are still in flight: not
 # settled, their lease alive. Read apart from the minute's so that both reads stay ranges of
-# the index on (limit_name, reserved_at); this one passes over the rows not yet swept.
+# the index on (limit_name, counted_from); this one passes over the rows not yet swept.
 _older = limit_reservations.alias("older")
 
 
-def _in_flight_before(name: Any, before: Any, at: Any) -> Any:
+def _in_flight_before(name: Any, since: Any, at: Any) -> Any:
     return and_(
         _older.c.limit_name == name,
-        _older.c.reserved_at <= before,
+        _older.c.counted_from <= since,
         _older.c.settled == false(),
         held_by_live_lease(at, _older),
     )
@@ -118,24 +122,21 @@ def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
     flight since before it (Charge.counted False)."""
     r = limit_reservations.c
     since = at - timedelta(seconds=COUNTED_SECONDS)
-    unsettled_since = since - timedelta(seconds=UNSETTLED_GRACE_SECONDS)
     minute = (
-        select(r.tokens, r.reserved_at, r.settled, r.settled_at)
+        select(r.tokens, r.counted_from, r.settled)
         .add_columns(held_by_live_lease(at).label("live"))
-        .where(r.limit_name == name, r.reserved_at > unsettled_since)
+        .where(r.limit_name == name, r.counted_from > since)
     )
-    older = select(
-        _older.c.tokens, _older.c.reserved_at, _older.c.settled, _older.c.settled_at, true()
-    ).where(_in_flight_before(name, unsettled_since, at))
+    older = select(_older.c.tokens, _older.c.counted_from, _older.c.settled, true()).where(
+        _in_flight_before(name, since, at)
+    )
     charged, flying = [], []
     for row in connection.execute(minute.union_all(older)):
-        settled_at = None if row.settled_at is None else aware(row.settled_at)
-        start = counted_from(aware(row.reserved_at), bool(row.settled), settled_at)
-        in_flight = not row.settled and bool(row.live)
-        if aware(row.reserved_at) <= unsettled_since:
+        start = aware(row.counted_from)
+        if start <= since:
             flying.append(Charge(int(row.tokens), start, True, counted=False))
-        elif start > since:
-            charged.append(Charge(int(row.tokens), start, in_flight))
+        else:
+            charged.append(Charge(int(row.tokens), start, not row.settled and bool(row.live)))
     return sorted(charged, key=lambda charge: charge.reserved_at) + flying
 
 
@@ -144,29 +145,20 @@ def _totals(in_flight: bool) -> Any:
     which asks the runs' leases, so only a limit with a concurrency does)."""
     r = limit_reservations.c
     at, since = bindparam("at", type_=Timestamp), bindparam("since", type_=Timestamp)
-    unsettled_since = bindparam("unsettled_since", type_=Timestamp)
     flying: Any = 0
     if in_flight:
         flying = case((and_(r.settled == false(), held_by_live_lease(at)), 1), else_=0)
     in_flight_total: Any = func.coalesce(func.sum(flying), 0)
     if in_flight:  # and the calls in flight since before the minute (a slow model's)
         older = select(func.count()).select_from(_older)
-        older = older.where(_in_flight_before(bindparam("name"), unsettled_since, at))
+        older = older.where(_in_flight_before(bindparam("name"), since, at))
         in_flight_total = in_flight_total + older.scalar_subquery()
-    # counted_from in SQL: a settled call from its settle, one not settled from its
-    # reservation plus the grace; counted while that is within the minute.
+    # Every call whose minute started within the minute up to `at`: one range of the index.
     return select(
         func.coalesce(func.sum(r.tokens), 0),
         func.count(),
         in_flight_total,
-    ).where(
-        r.limit_name == bindparam("name"),
-        r.reserved_at > unsettled_since,
-        or_(
-            r.settled == false(),
-            and_(r.settled == true(), func.coalesce(r.settled_at, r.reserved_at) > since),
-        ),
-    )
+    ).where(r.limit_name == bindparam("name"), r.counted_from > since)
 
 
 _TOTALS = {flying: _totals(flying) for flying in (False, True)}
@@ -186,13 +178,13 @@ def totals(in_flight: bool) -> Any:
 
 def totals_bound(name: str, at: datetime) -> dict[str, Any]:
     """The values of `totals`' binds for limit `name` at `at`."""
-    since = at - timedelta(seconds=COUNTED_SECONDS)
-    return {
-        "name": name,
-        "at": at,
-        "since": since,
-        "unsettled_since": since - timedelta(seconds=UNSETTLED_GRACE_SECONDS),
-    }
+    return {"name": name, "at": at, "since": at - timedelta(seconds=COUNTED_SECONDS)}
+
+
+def counted_at_reserve(at: datetime) -> datetime:
+    """The `counted_from` of a call reserved at `at` (runner.core.limits.counted_from); its
+    settle sets it to the settle's time."""
+    return counted_from(at, False, None)
 
 
 def live_waiter(at: Any, graced: Any = None) -> Any:
@@ -252,11 +244,13 @@ def list_limits(engine: Engine, at: datetime) -> list[LimitInfo]:
 # -- sweeping ---------------------------------------------------------------------------------
 
 _AT, _GRACED = bindparam("at", type_=Timestamp), bindparam("graced", type_=Timestamp)
-# A limit's charges past their minutes, and the runs gone from its line. A call still in
-# flight under a live lease stays, however old: it holds a slot of the concurrency.
+# A limit's charges past their minutes (`old`: well before the minute, whatever the call's
+# reservation: a call settled late counts from its settle), and the runs gone from its
+# line. A call still in flight under a live lease stays, however old: it holds a slot of the
+# concurrency (and its settle will count).
 DROP_OLD = delete(limit_reservations).where(
     limit_reservations.c.limit_name == bindparam("name"),
-    limit_reservations.c.reserved_at < bindparam("old", type_=Timestamp),
+    limit_reservations.c.counted_from < bindparam("old", type_=Timestamp),
     ~and_(limit_reservations.c.settled == false(), held_by_live_lease(_AT)),
 )
 DROP_GONE_WAITERS = delete(limit_waiters).where(

@@ -43,6 +43,7 @@ from runner.sql.limits import (
     DROP_GONE_WAITERS,
     DROP_OLD,
     charged,
+    counted_at_reserve,
     live_waiter,
     sweep_due,
     waiter_grace_from,
@@ -68,10 +69,11 @@ _RESERVE = limit_reservations.insert()
 _LEAVE_LINE = delete(limit_waiters).where(
     _w.limit_name == bindparam("name"), _w.run_id == bindparam("run")
 )
+# A settled call's minute starts at its settle (runner.core.limits.counted_from).
 _SETTLE = (
     update(limit_reservations)
     .where(_r.id == bindparam("reservation"))
-    .values(tokens=bindparam("used"), settled=True, settled_at=bindparam("at", type_=Timestamp))
+    .values(tokens=bindparam("used"), settled=True, settled_at=_AT, counted_from=_AT)
 )
 
 
@@ -252,6 +254,7 @@ def _reserve(
                 "tokens": tokens,
                 "settled": False,
                 "reserved_at": at,
+                "counted_from": counted_at_reserve(at),
             },
         )
         waited = 0.0

@@ -448,9 +448,17 @@ limit_reservations = Table(
     Column("lease_epoch", Integer, nullable=False, comment="the lease that reserved it"),
     Column("tokens", Counter, nullable=False, comment="estimate until settled, then usage"),
     Column("settled", Boolean, nullable=False, comment="the call ended: tokens are its usage"),
-    Column("reserved_at", Timestamp, nullable=False, comment="charged to the minute from here"),
+    Column("reserved_at", Timestamp, nullable=False, comment="when the call was reserved"),
     Column("settled_at", Timestamp, nullable=True),
-    Index("ix_limit_reservations_limit_reserved_at", "limit_name", "reserved_at"),
+    Column(
+        "counted_from",
+        Timestamp,
+        nullable=False,
+        comment="its minute starts here: reserved_at plus 10 s until settled, then settled_at",
+    ),
+    # The minute's reads are ranges of this (revision 0023): a call counts from its settle,
+    # however long ago it was reserved.
+    Index("ix_limit_reservations_limit_counted_from", "limit_name", "counted_from"),
     comment="model calls charged to a limit in the last minute (older rows are deleted)",
 )
 

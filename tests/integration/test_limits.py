@@ -186,7 +186,9 @@ def test_the_line_is_first_come_first_served(db_url: str) -> None:
         # call not settled counts for a grace longer).
         with runner.engine.begin() as connection:
             back = timedelta(seconds=62 + UNSETTLED_GRACE_SECONDS)
-            connection.execute(update(limit_reservations).values(reserved_at=runner.now() - back))
+            moved = {"reserved_at": runner.now() - back, "counted_from": runner.now() - back}
+            moved["counted_from"] += timedelta(seconds=UNSETTLED_GRACE_SECONDS)
+            connection.execute(update(limit_reservations).values(**moved))
         # The later one comes back first, but 600 + the early one's 600 do not fit.
         taken = claimed(runner, late)
         with pytest.raises(RunParked):

@@ -361,6 +361,38 @@ def calling_long(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
     outcome.append(in_use())
 
 
+def settling_long(runner: Runner, clock: ManualClock, outcome: Outcome) -> None:
+    """A model call that ran past its minute (a slow model) is charged its usage from its
+    settle, however long ago it was reserved: its tokens and its request count against the
+    limit's next minute, and its row outlives the sweep of old charges until that ends."""
+    runner.set_limit("slow/model", tokens_per_minute=1000, requests_per_minute=2)
+    for run_id in ("a", "b", "c", "d"):
+        runner.submit(SOLVER_REF, f"task {run_id}", id=run_id)
+
+    def claimed(run_id: str) -> Any:  # stolen: a call let through holds its run's lease
+        found = runner.store.claim_run(run_id, lease_seconds=600, max_resumes=5, steal=True)
+        assert found is not None
+        return runner.store.run_limits(run_id, found.epoch)
+
+    def in_use() -> list[Any]:
+        return [(limit.tokens, limit.requests, limit.waiting) for limit in runner.limits()]
+
+    a_limits = claimed("a")
+    first = a_limits.reserve("slow/model", 10)
+    clock.advance(100)  # the call ends 100 s on, past its minute and its grace
+    a_limits.settle(first, 900)
+    clock.advance(10)
+    outcome.append(in_use())
+    refused(outcome, lambda: claimed("b").reserve("slow/model", 200))  # 900 + 200 > 1000
+    outcome.append(since_start(runner.row("b").not_before))  # the settle's minute and guard
+    clock.advance(20)  # 130 s on: past the sweep's two minutes from the reservation
+    refused(outcome, lambda: claimed("c").reserve("slow/model", 50))  # b is ahead in line
+    outcome.append(in_use())
+    clock.advance(32)  # 162 s on: the settle's minute is over
+    refused(outcome, lambda: claimed("b").reserve("slow/model", 200))
+    outcome.append(in_use())
+
+
 def since_start(moment: datetime | None) -> float | None:
     return None if moment is None else round(moment.timestamp() - START, 3)
 
@@ -393,3 +425,15 @@ def test_a_call_in_flight_past_its_minute_holds_its_slot(
     assert memory == database
     assert memory[0][0] == "RunParked"  # a second call while the first is in flight, 150 s on
     assert memory[1:] == [[(0, 1, 1)], 150.0, 10, 10, [(1, 1, 0)]]
+
+
+def test_a_long_call_is_charged_from_its_settle(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_limits, "SWEEP_SECONDS", 0.0)  # every reservation sweeps
+    memory, database = outcomes(settling_long, db_url)
+    assert memory == database
+    assert memory[0] == [(900, 1, 0)]  # 110 s after its reservation, 10 s after its settle
+    assert memory[1][0] == memory[3][0] == "RunParked"
+    assert memory[2] == 161.0  # settled at 100 s, counted for a minute and a guard
+    assert memory[4:] == [[(900, 1, 2)], "accepted", [(200, 1, 1)]]
