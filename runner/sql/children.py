@@ -163,6 +163,21 @@ def ancestors(engine: Engine, run: RunRow) -> list[Ancestor]:
     return found
 
 
+# What an ancestor's budgets are judged on: its budgets, what it and the runs below it
+# spent, and its cancel (read by a reservation, given back by a charge).
+ANCESTOR_COLUMNS = (
+    runs.c.id,
+    runs.c.budgets,
+    runs.c.steps,
+    runs.c.tokens,
+    runs.c.cost,
+    runs.c.below_steps,
+    runs.c.below_tokens,
+    runs.c.below_cost,
+    runs.c.cancel_requested,
+)
+
+
 def ancestor_of(run: RunRow) -> Ancestor:
     spent = Spend(run.steps, run.tokens, run.cost) + Spend(
         run.below_steps, run.below_tokens, run.below_cost
@@ -185,17 +200,7 @@ def charge_statement(dialect: Dialect, count: int) -> Prepared:
                 + bindparam("add_tokens", type_=runs.c.tokens.type),
                 below_cost=runs.c.below_cost + bindparam("add_cost", type_=runs.c.cost.type),
             )
-            .returning(
-                runs.c.id,
-                runs.c.budgets,
-                runs.c.steps,
-                runs.c.tokens,
-                runs.c.cost,
-                runs.c.below_steps,
-                runs.c.below_tokens,
-                runs.c.below_cost,
-                runs.c.cancel_requested,
-            )
+            .returning(*ANCESTOR_COLUMNS)
         )
 
     return prepared(dialect, ("charge_ancestors", count), build)

@@ -45,7 +45,7 @@ from runner.core.tree import Spend, TreeStop, ancestors_stop, crowded
 from runner.errors import LeaseLost
 from runner.sql import driver
 from runner.sql.backend import backend_for
-from runner.sql.children import charged
+from runner.sql.children import ANCESTOR_COLUMNS, charged
 from runner.sql.driver import Prepared, prepared
 from runner.sql.schema import entries, runs, tree_reservations
 from runner.store.rows import COUNTER_MAX, RunRow
@@ -115,17 +115,7 @@ def _tree(count: int, deleting: bool) -> Any:
     if deleting:
         gone = _drop_done().returning(_t.id).cte("gone")
         holds = holds.where(_t.id.not_in(select(gone.c.id)))
-    spend = select(
-        runs.c.id,
-        runs.c.budgets,
-        runs.c.steps,
-        runs.c.tokens,
-        runs.c.cost,
-        runs.c.below_steps,
-        runs.c.below_tokens,
-        runs.c.below_cost,
-        runs.c.cancel_requested,
-    ).where(runs.c.id.in_(ids))
+    spend = select(*ANCESTOR_COLUMNS).where(runs.c.id.in_(ids))
     return union_all(holds, spend)
 
 
