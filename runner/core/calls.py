@@ -74,7 +74,7 @@ def awaited(result: Any, timeout: float | None, watch: Watch | None) -> Any:
 
 
 class SpareCall:
-    """`fn()` started on a spare thread (`spare_call`): `wake` is set when it ends (and may
+    """`fn()` started on a spare thread when made: `wake` is set when it ends (and may
     be set for other reasons: look at `ended`), `outcome()` is its value or raises its
     exception."""
 
@@ -96,10 +96,6 @@ class SpareCall:
         if self._call.error is not None:
             raise self._call.error
         return self._call.value
-
-
-def spare_call(fn: Callable[[], Any]) -> SpareCall:
-    return SpareCall(fn)
 
 
 class Together:

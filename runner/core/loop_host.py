@@ -86,14 +86,14 @@ class LoopHost:
     def run(self, first: Callable[[], T], again: Callable[[Overrun[Any]], T]) -> T:
         """`first()` on a spare thread, its result (or exception) here; after an abandoned
         call, `again(overrun)` on another, and so on until one of them ends."""
-        job = calls.spare_call(first)
+        job = calls.SpareCall(first)
         try:
             while True:
                 overrun = self._watched_wait(job)
                 if overrun is None:
                     outcome: T = job.outcome()
                     return outcome
-                job = calls.spare_call(functools.partial(again, overrun))
+                job = calls.SpareCall(functools.partial(again, overrun))
         except BaseException:
             with self._lock:  # the caller is gone: the loop stops at its next call
                 self._closed = True

@@ -43,7 +43,7 @@ from runner.sql.payloads import payloads_of
 from runner.sql.schema import entries, runs
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import RunRow, amount, counter, entry_row, new_run
-from runner.store.rules import PRIORITY_RANGE, Claim, Relay
+from runner.store.rules import PRIORITY_RANGE, Claim, Relay, answer_entry
 
 # A tree deeper than this is refused outright (max_depth is far smaller in practice): the
 # walk up a run's ancestors never loops, whatever the rows say.
@@ -306,17 +306,7 @@ def deliver_in(
         kept = None
     payloads = payloads_of(connection)
     for wait, content, is_error in ended:
-        entry = Entry(
-            EntryKind.ANSWER,
-            wait.step,
-            wait.counters,
-            content=content,
-            tool=wait.tool,
-            idempotency_key=wait.idempotency_key,
-            is_error=is_error,
-            answer=Answer.ENDED,
-            answered_by=None,
-        )
+        entry = answer_entry(wait, Answer.ENDED, content, None, is_error=is_error)
         connection.execute(
             _ANSWER, entry_row(parent.id, seq, parent.lease_epoch, entry, at, payloads)
         )

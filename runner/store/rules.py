@@ -326,9 +326,12 @@ def check_answer(given: Answer, text: str | None, by: str) -> None:
         raise ValueError(f"who answers must be named in at most {BY_LIMIT} characters")
 
 
-def answer_entry(wait: Entry, given: Answer, text: str | None, by: str | None) -> Entry:
+def answer_entry(
+    wait: Entry, given: Answer, text: str | None, by: str | None, *, is_error: bool = False
+) -> Entry:
     """The journal entry of an answer to `wait`: its step, counters, tool and key, the
-    answer and who gave it (every store writes the same one)."""
+    answer and who gave it (every store writes the same one; a child's end that failed is
+    an error)."""
     return Entry(
         EntryKind.ANSWER,
         wait.step,
@@ -336,6 +339,7 @@ def answer_entry(wait: Entry, given: Answer, text: str | None, by: str | None) -
         content=text,
         tool=wait.tool,
         idempotency_key=wait.idempotency_key,
+        is_error=is_error,
         answer=given,
         answered_by=by,
     )
