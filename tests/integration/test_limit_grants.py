@@ -24,6 +24,7 @@ from runner import Runner
 from runner.core.clock import ManualClock
 from runner.errors import RunParked
 from runner.sql import grants
+from runner.sql import limits as sql_limits
 from tests.conditions import wait_until
 from tests.conftest import fresh_database
 
@@ -150,3 +151,25 @@ def test_a_grant_no_call_comes_back_to_is_closed_and_returns_its_rows(url: str) 
             lambda: (runner.limits()[0].requests, runner.limits()[0].tokens) == (1, 7),
             what="the grant closed at its time, its one call written, its rows returned",
         )
+
+
+def test_a_grant_s_call_settled_after_the_sweep_took_its_rows_is_charged(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grant is written when its last call settles: a call that ran for minutes finds the
+    grant's rows swept (no lease holds them), and its usage, and its siblings', still count
+    from that write; the rows never handed out stay returned."""
+    monkeypatch.setattr(sql_limits, "SWEEP_SECONDS", 0.0)
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", requests_per_minute=PER_MINUTE, tokens_per_minute=10_000)
+        limits = limits_of(runner, runner.submit(SOLVER_REF, "a"))
+        quick, slow = limits.reserve("m", 100), limits.reserve("m", 100)  # from one grant
+        limits.settle(quick, 50)  # noted in memory until the grant's last call settles
+        clock.advance(200)
+        # A call too large for a grant is reserved alone, and sweeps the grant's rows away.
+        limits_of(runner, runner.submit(SOLVER_REF, "b")).reserve("m", 600)
+        assert runner.limits()[0].requests == 1
+        limits.settle(slow, 900)
+        [info] = runner.limits()
+        assert (info.requests, info.tokens) == (3, 600 + 50 + 900)

@@ -19,7 +19,8 @@ from runner import Runner
 from runner.core.clock import ManualClock
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
-from runner.errors import RunParked
+from runner.errors import LeaseLost, RunParked
+from runner.sql import limits as sql_limits
 from runner.sql.schema import limit_reservations
 from tests.conftest import fresh_database
 
@@ -178,3 +179,62 @@ def test_a_worker_killed_after_a_call_reserved_in_its_write_never_passes_the_lim
     busiest = max(sum(1 for t in sent if end_ - 60 < t <= end_) for end_ in sent)
     assert busiest <= PER_MINUTE
     assert len(sent) >= 3 * PER_MINUTE - 1  # the fleet still used the limit
+
+
+@pytest.fixture
+def sweeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reservation sweeps its limit (the manual clock does not move the sweep's)."""
+    monkeypatch.setattr(sql_limits, "SWEEP_SECONDS", 0.0)
+
+
+@pytest.mark.parametrize("concurrency", [None, 1])
+def test_a_call_in_flight_while_the_sweep_took_its_row_is_charged_by_its_write(
+    url: str, sweeping: None, concurrency: int | None
+) -> None:
+    """A worker whose heartbeats failed for minutes while its call was in flight (its lease
+    lapsed, the sweep took the call's row) renews its lease with the step's write: the call's
+    settle in that write still charges its usage (PostgreSQL writes it in the fenced insert's
+    statement when the limit has no concurrency)."""
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        # (100 requests a minute: no grant, whose reservation does not sweep)
+        runner.set_limit(
+            "m", tokens_per_minute=1_000, requests_per_minute=100, concurrency=concurrency
+        )
+        slow, other = runner.submit(SOLVER_REF, "slow"), runner.submit(SOLVER_REF, "other")
+        worker = Worker(runner, slow)
+        call = worker.limits.reserve("m", 100)
+        clock.advance(200)
+        Worker(runner, other).limits.reserve("m", 10)  # sweeps the slow call's row away
+        worker.write(call, used=900, ahead=None)  # the fence holds: the lease was not taken
+        [info] = runner.limits()
+        assert (info.tokens, info.requests) == (910, 2)
+        assert info.in_flight == (0 if concurrency is None else 1)  # the other's call
+
+
+def test_a_fenced_out_worker_s_late_settle_is_charged_when_its_journal_closes(
+    url: str, sweeping: None
+) -> None:
+    """The step's write of a worker fenced out is refused; the settle it carried is written
+    when the journal closes, though the sweep took the call's row: only the usage, no slot
+    held, the run left to its new worker."""
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", tokens_per_minute=1_000, concurrency=1)
+        slow, other = runner.submit(SOLVER_REF, "slow"), runner.submit(SOLVER_REF, "other")
+        fenced = Worker(runner, slow)
+        call = fenced.limits.reserve("m", 100)
+        clock.advance(200)
+        Worker(runner, other).limits.settle(Worker(runner, other).limits.reserve("m", 10), 10)
+        Worker(runner, slow)  # another worker takes the run over
+        before = runner.store.get_run(slow)
+        with fenced.journal, pytest.raises(LeaseLost):
+            fenced.write(call, used=900, ahead=None)
+        [info] = runner.limits()
+        assert (info.tokens, info.requests, info.in_flight) == (910, 2, 0)
+        after = runner.store.get_run(slow)
+        assert (after.status, after.lease_epoch, after.lease_expires_at) == (
+            before.status,
+            before.lease_epoch,
+            before.lease_expires_at,
+        )

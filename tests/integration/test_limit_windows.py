@@ -7,9 +7,12 @@ and one never settled (its worker died) for the minute after its reservation plu
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from runner.core.limits import COUNTED_SECONDS, UNSETTLED_GRACE_SECONDS
+from runner.sql import limits as sql_limits
 
 from .test_limit_rules import LEASE, Limited
 from .test_limit_rules import limited as limited  # the fixture
@@ -44,3 +47,64 @@ def test_a_call_never_settled_counts_past_its_minute_by_the_grace(limited: Limit
     assert parked.until == pytest.approx(start + UNSETTLED_GRACE_SECONDS + COUNTED_SECONDS)
     limited.clock.advance(UNSETTLED_GRACE_SECONDS)
     assert limited.reserve(next_one, 100).id is not None
+
+
+@pytest.fixture
+def sweeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reservation sweeps its limit: the SQL store sweeps at most once a second of the
+    process's own time, which a manual clock does not move (the in-memory one never does)."""
+    monkeypatch.setattr(sql_limits, "SWEEP_SECONDS", 0.0)
+
+
+def test_a_settle_heard_after_the_sweep_took_its_reservation_still_counts(
+    limited: Limited, sweeping: None
+) -> None:
+    """A worker that lost its lease hears back from the provider long after the sweep
+    deleted its reservation: the provider charged that usage, so it counts for the minute
+    after the settle, as any settle's does. It holds no slot, and leaves the run alone."""
+    limited.runner.set_limit("m", tokens_per_minute=1_000, concurrency=1)
+    slow, other, next_one = limited.submit("slow", "other", "next")
+    fenced = limited.limits(slow)
+    held = fenced.reserve("m", 100)
+    limited.clock.advance(200)  # past its lease, its minute, and the two the sweep keeps
+    limited.settled(other, 10)  # a reservation, which sweeps the slow call's row away
+    limited.limits(slow)  # another worker takes the run over: the first is fenced out
+    before = run_state(limited, slow)
+    settled = limited.clock.time()
+    fenced.settle(held, 900)
+    info = limited.info()
+    assert (info.tokens, info.requests, info.in_flight) == (910, 2, 0)
+    assert run_state(limited, slow) == before
+    parked = limited.parks(next_one, 100)
+    assert parked.until == pytest.approx(settled + COUNTED_SECONDS)
+
+
+def test_a_settle_that_finds_its_reservation_past_its_minute_counts_once(
+    limited: Limited, sweeping: None
+) -> None:
+    limited.runner.set_limit("m", tokens_per_minute=1_000)
+    [slow] = limited.submit("slow")
+    limits = limited.limits(slow)
+    held = limits.reserve("m", 100)
+    limited.clock.advance(90)  # its minute is over, its row not yet swept
+    limits.settle(held, 300)
+    assert (limited.info().tokens, limited.info().requests) == (300, 1)
+    limits.settle(held, 300)  # told again (a write whose commit was in doubt): one call
+    assert (limited.info().tokens, limited.info().requests) == (300, 1)
+
+
+def test_a_late_settle_of_a_limit_removed_since_charges_nothing(
+    limited: Limited, sweeping: None
+) -> None:
+    limited.runner.set_limit("m", tokens_per_minute=1_000)
+    [slow] = limited.submit("slow")
+    limits = limited.limits(slow)
+    held = limits.reserve("m", 100)
+    limited.runner.remove_limit("m")
+    limits.settle(held, 300)
+    assert limited.runner.limits() == []
+
+
+def run_state(limited: Limited, run_id: str) -> tuple[Any, ...]:
+    run = limited.runner.store.get_run(run_id)
+    return (run.status, run.lease_owner, run.lease_epoch, run.lease_expires_at, run.updated_at)
