@@ -22,7 +22,18 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import JSON, Connection, Engine, Update, bindparam, null, select, true, update
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Engine,
+    Update,
+    bindparam,
+    exists,
+    null,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.engine import Dialect
 
 from runner.core.clock import SYSTEM, Clock, utc_now
@@ -35,6 +46,7 @@ from runner.errors import LeaseLost
 from runner.sql import children, driver
 from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
+from runner.sql.limits import settle_gone
 from runner.sql.payloads import payloads_of
 from runner.sql.schema import entries, limit_reservations, runs
 from runner.store.payloads import PLAIN, Payloads
@@ -46,7 +58,7 @@ class Ride(Protocol):
 
     in_insert: bool  # its one settle goes in the fenced insert (set by Append.of)
 
-    def one_settle(self) -> tuple[str, int] | None: ...
+    def one_settle(self) -> tuple[str, str, int] | None: ...
 
     def run(self, write: driver.Statements) -> None: ...
 
@@ -89,13 +101,27 @@ def _fenced_insert_settling(dialect: Dialect, rows: int) -> Prepared:
     def build() -> Any:
         r = limit_reservations.c
         at = bindparam("ride_at", type_=r.settled_at.type)
+        reservation = bindparam("ride_reservation", type_=r.id.type)
+        used = bindparam("ride_used", type_=r.tokens.type)
         settled = (
             update(limit_reservations)
-            .where(r.id == bindparam("ride_reservation"))
-            .values(tokens=bindparam("ride_used"), settled=true(), settled_at=at, counted_from=at)
+            .where(r.id == reservation)
+            .values(tokens=used, settled=true(), settled_at=at, counted_from=at)
+            .returning(r.id)
             .cte("ride_settled")
         )
-        return backend_for(dialect.name).fenced_insert(rows).add_cte(settled)
+        # The sweep took the call's row (its lease lapsed while it was in flight): written
+        # anew, settled (runner.sql.limits.settle_call).
+        gone = settle_gone(
+            reservation,
+            bindparam("ride_limit", type_=r.limit_name.type),
+            bindparam("ride_run", type_=r.run_id.type),
+            bindparam("ride_epoch", type_=r.lease_epoch.type),
+            used,
+            at,
+            ~exists(select(settled.c.id)),
+        ).cte("ride_settled_gone")
+        return backend_for(dialect.name).fenced_insert(rows).add_cte(settled).add_cte(gone)
 
     return prepared(dialect, ("fenced_insert_settling", rows), build)
 
@@ -314,7 +340,9 @@ class Append:
                 ride.in_insert = backend_for(dialect.name).settles_in_insert
             if ride is not None and ride.in_insert and settle is not None:
                 statement = _fenced_insert_settling(dialect, len(entries))
-                values.update(ride_reservation=settle[0], ride_used=settle[1], ride_at=at)
+                name, reservation, used = settle
+                values.update(ride_reservation=reservation, ride_used=used, ride_at=at)
+                values.update(ride_limit=name, ride_run=run_id, ride_epoch=epoch)
             inserts = [(statement.sql, statement.parameters(values))]
             alone = stop is not None or parking is not None or ride is not None
             if not alone and not (charge and charge.spent and charge.above):

@@ -32,6 +32,10 @@ lower limit set meanwhile; `runner limit list` counts an open grant whole, and a
 unused rows until it closes (a timer closes it when its time is up, whether or not another
 call comes) and its calls in flight have all settled. The in-memory store (runner.testing)
 reserves each call alone: no limit its tests set reaches GRANT_FROM_REQUESTS.
+
+A grant whose call ran for minutes is written after the sweep took its rows (no lease holds
+them): its calls are written anew, settled at their usage, as any settle that finds no row
+(runner.sql.limits.settle_call), and its rows not handed out stay gone.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from runner.core.clock import Clock, utc_now
 from runner.core.limits import Reservation
-from runner.sql.limits import charged, counted_at_reserve, live_waiter
+from runner.sql.limits import SETTLE_GONE, charged, counted_at_reserve, live_waiter
 from runner.sql.schema import limit_reservations, limit_waiters, limits
 from runner.sql.writer import Writer
 from runner.store.rows import COUNTER_MAX
@@ -308,7 +312,15 @@ class Grants:
         ]
         with self.writer.turn() as connection, connection.begin():
             if settled:
-                connection.execute(_SETTLE_ROW, settled)
+                written = connection.execute(_SETTLE_ROW, settled).rowcount
+                if written != len(settled) or not connection.dialect.supports_sane_multi_rowcount:
+                    # The sweep took rows of the grant (a call ran for minutes: no lease holds
+                    # them): their calls are written anew, settled (runner.sql.limits).
+                    gone = [
+                        {"reservation": row["row_id"], "name": grant.limit, **row}
+                        for row in settled
+                    ]
+                    connection.execute(SETTLE_GONE, gone)
             if grant.rows:
                 connection.execute(_RETURN_ROWS, {"row_ids": grant.rows})
 

@@ -50,7 +50,7 @@ from types import SimpleNamespace
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Connection, and_, bindparam, case, delete, func, select, true, update
+from sqlalchemy import Connection, and_, bindparam, case, delete, func, select
 from sqlalchemy.engine import Dialect
 
 from runner.core.clock import Clock, utc_now
@@ -61,8 +61,11 @@ from runner.sql.limit_line import wake_line
 from runner.sql.limits import (
     DROP_GONE_WAITERS,
     DROP_OLD,
+    SETTLE,
+    SETTLE_GONE,
     counted_at_reserve,
     live_waiter,
+    settle_call,
     sweep_due,
     totals,
     totals_bound,
@@ -126,14 +129,6 @@ def _reserve() -> Any:
     )
 
 
-def _settle() -> Any:
-    return (
-        update(limit_reservations)
-        .where(_r.id == bindparam("reservation"))
-        .values(tokens=bindparam("used"), settled=true(), settled_at=_AT, counted_from=_AT)
-    )
-
-
 def _drop() -> Any:
     return delete(limit_reservations).where(_r.id == bindparam("reservation"))
 
@@ -142,7 +137,8 @@ _STATEMENTS: dict[str, Callable[[], Any]] = {
     "lock_limit": _lock_limit,
     "line": _line,
     "reserve": _reserve,
-    "settle": _settle,
+    "settle": lambda: SETTLE,
+    "settle_gone": lambda: SETTLE_GONE,
     "drop": _drop,
     "room": lambda: _room(False),
     "room_in_flight": lambda: _room(True),
@@ -180,6 +176,12 @@ def _run(
         return list(write.rows(statement.sql, parameters))
     write.execute(statement.sql, parameters)
     return []
+
+
+def _changed(write: driver.Statements, dialect: Dialect, name: str, values: dict[str, Any]) -> int:
+    """Statement `name` of this module on the write's cursor; how many rows it changed."""
+    statement = driver.prepared(dialect, ("limit_rides", name), _STATEMENTS[name])
+    return write.count(statement.sql, statement.parameters({**_literals(dialect, name), **values}))
 
 
 @dataclass(frozen=True)
@@ -229,13 +231,13 @@ class Ride:
     # Its one settle goes in the write's fenced insert, as a CTE (runner.sql.fencing).
     in_insert: bool = False
 
-    def one_settle(self) -> tuple[str, int] | None:
-        """The ride's reservation and usage if it is one settle alone, with no line to wake:
-        what a backend that `settles_in_insert` writes in the entry's statement."""
+    def one_settle(self) -> tuple[str, str, int] | None:
+        """The ride's limit, reservation and usage if it is one settle alone, with no line to
+        wake: what a backend that `settles_in_insert` writes in the entry's statement."""
         if len(self.settles) != 1 or self.drops or self.wanted is not None:
             return None
         settle = self.settles[0]
-        return None if settle.wakes else (settle.reservation, settle.used)
+        return None if settle.wakes else (settle.limit, settle.reservation, settle.used)
 
     def run(self, write: driver.Statements) -> None:
         """The ride's statements in the journal write's transaction (after its fence held).
@@ -247,7 +249,9 @@ class Ride:
                 if settle.wakes:
                     self._run(write, "lock_limit", {"name": settle.limit, "at": at})
                 values = {"reservation": settle.reservation, "used": settle.used, "at": at}
-                self._run(write, "settle", values)
+                if not _changed(write, self.dialect, "settle", values):  # the sweep took it
+                    lease = {"name": settle.limit, "run": self.run_id, "epoch": self.epoch}
+                    self._run(write, "settle_gone", {**values, **lease})
                 if settle.wakes:
                     line = {"name": settle.limit, "at": at, "graced": waiter_grace_from(at)}
                     if self._run(write, "line", line):
@@ -422,8 +426,15 @@ class Riders:
         for settle in settles:
             if settle.wakes:
                 connection.execute(select(_l.name).where(_l.name == settle.limit).with_for_update())
-            connection.execute(
-                _settle(), {"reservation": settle.reservation, "used": settle.used, "at": at}
+            # Written by a worker fenced out too (its write refused): the usage only.
+            settle_call(
+                connection,
+                settle.limit,
+                settle.reservation,
+                settle.used,
+                at,
+                run_id=self.run_id,
+                epoch=self.epoch,
             )
             if settle.wakes:
                 wakes.add(settle.limit)

@@ -17,6 +17,12 @@ lives, however long ago that was: a slow model's call past its minute no longer 
 against tokens and requests per minute, but still holds its slot (and its row is kept until
 it settles). It stops counting as in flight once its lease is gone: nothing holds a slot
 past the lease.
+
+A settle that finds no row (`settle`) writes the call anew, settled: its row was swept (its
+lease lapsed and its minute ended a minute before), yet the provider charged its usage. A
+worker fenced out, or one whose heartbeats failed while its call was in flight, so still
+charges what it used, from its settle, and nothing else: the row holds no slot (settled) and
+the run is not touched.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    update,
 )
 
 from runner.core.clock import SYSTEM, Clock, utc_now
@@ -270,3 +277,60 @@ def sweep_due(database: str, name: str) -> bool:
         return False
     _SWEPT[key] = now
     return True
+
+
+# -- settling ---------------------------------------------------------------------------------
+
+_r = limit_reservations.c
+_RESERVATION = bindparam("reservation", type_=_r.id.type)
+# A call's settle: its usage, and its minute from now (runner.core.limits.counted_from).
+SETTLE = (
+    update(limit_reservations)
+    .where(_r.id == _RESERVATION)
+    .values(tokens=bindparam("used", type_=_r.tokens.type), settled=true(), settled_at=_AT)
+    .values(counted_from=_AT)
+)
+
+
+def settle_gone(
+    reservation: Any, name: Any, run: Any, epoch: Any, used: Any, at: Any, gone: Any
+) -> Any:
+    """The INSERT of a call's settle whose row is `gone` (a condition): the call settled at
+    `at`, under the lease that reserved it (its reservation's time went with its row: its
+    `reserved_at` is the settle's). None if its limit was removed since (its charges went)."""
+    columns = ["id", "limit_name", "run_id", "lease_epoch", "tokens", "settled"]
+    columns += ["reserved_at", "settled_at", "counted_from"]
+    values = select(reservation, limits.c.name, run, epoch, used, true(), at, at, at)
+    return limit_reservations.insert().from_select(
+        columns, values.where(limits.c.name == name, gone)
+    )
+
+
+SETTLE_GONE = settle_gone(
+    _RESERVATION,
+    bindparam("name", type_=_r.limit_name.type),
+    bindparam("run", type_=_r.run_id.type),
+    bindparam("epoch", type_=_r.lease_epoch.type),
+    bindparam("used", type_=_r.tokens.type),
+    _AT,
+    ~exists().where(_r.id == _RESERVATION),
+)
+
+
+def settle_call(
+    connection: Connection,
+    name: str,
+    reservation: str,
+    used: int,
+    at: datetime,
+    *,
+    run_id: str,
+    epoch: int,
+) -> None:
+    """Settle a call of limit `name` at `used` tokens (in the caller's transaction); if the
+    sweep took its row, write it anew (see the module's doc), under run `run_id`'s lease
+    `epoch` that reserved it."""
+    values = {"reservation": reservation, "used": used, "at": at}
+    if not connection.execute(SETTLE, values).rowcount:
+        gone = {**values, "name": name, "run": run_id, "epoch": epoch}
+        connection.execute(SETTLE_GONE, gone)

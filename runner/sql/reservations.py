@@ -45,6 +45,7 @@ from runner.sql.limits import (
     charged,
     counted_at_reserve,
     live_waiter,
+    settle_call,
     sweep_due,
     waiter_grace_from,
 )
@@ -59,7 +60,7 @@ _LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
 # The statements of a reservation and a settle, built once: building them again for every
 # call cost more CPU than the database's work (issue 39's profile).
 _LOCKED_LIMIT = _LIMIT_ROW.with_for_update()
-_r, _w = limit_reservations.c, limit_waiters.c
+_w = limit_waiters.c
 _AT, _GRACED = bindparam("at", type_=Timestamp), bindparam("graced", type_=Timestamp)
 # The limit's line, in no order: a run finds its own place in it, and those ahead.
 _LINE = select(_w.run_id, _w.waiting_since, _w.tokens).where(
@@ -68,12 +69,6 @@ _LINE = select(_w.run_id, _w.waiting_since, _w.tokens).where(
 _RESERVE = limit_reservations.insert()
 _LEAVE_LINE = delete(limit_waiters).where(
     _w.limit_name == bindparam("name"), _w.run_id == bindparam("run")
-)
-# A settled call's minute starts at its settle (runner.core.limits.counted_from).
-_SETTLE = (
-    update(limit_reservations)
-    .where(_r.id == bindparam("reservation"))
-    .values(tokens=bindparam("used"), settled=True, settled_at=_AT, counted_from=_AT)
 )
 
 
@@ -153,18 +148,21 @@ class SqlLimits:
         if self.grants is not None and self.grants.settle(reservation, tokens):
             return  # a call of a grant: settled with the grant's others
         used = min(max(tokens, 0), COUNTER_MAX)
+        # A worker fenced out settles too (the provider charged the call), its row written
+        # anew if the sweep took it: a settled call holds no slot, and the run is not touched.
+        name, run_id, epoch = reservation.limit, self.run_id, self.epoch
         if reservation.id in self._no_line:
             self._no_line.discard(reservation.id)
             with self.writer.turn() as connection, connection.begin():
                 at = utc_now(self.clock)
-                connection.execute(_SETTLE, {"reservation": reservation.id, "used": used, "at": at})
+                settle_call(connection, name, reservation.id, used, at, run_id=run_id, epoch=epoch)
             return
         with self.writer.turn() as connection, connection.begin():
             # The limit's row first, locked as a reservation locks it: a run parking for a
             # slot at this moment either sees this call settled or is woken below.
             limit = connection.execute(_LOCKED_LIMIT, {"name": reservation.limit}).first()
             at = utc_now(self.clock)
-            connection.execute(_SETTLE, {"reservation": reservation.id, "used": used, "at": at})
+            settle_call(connection, name, reservation.id, used, at, run_id=run_id, epoch=epoch)
             if limit is not None and limit.concurrency is not None:
                 wake_line(connection, limit, at)
 

@@ -229,9 +229,18 @@ class MemoryRunLimits:
         with store._lock:
             at = store._now()
             row = store.reservations.get(reservation.id)
+            limit = store.provider_limits.get(reservation.limit)
+            if row is None and limit is not None:
+                # Gone (the SQL store's sweep; here, its limit removed and set again): the call
+                # is written anew, settled, as the SQL store writes it (runner.sql.limits).
+                row = store.reservations[reservation.id] = {
+                    "limit_name": reservation.limit,
+                    "run_id": self.run_id,
+                    "lease_epoch": self.epoch,
+                    "reserved_at": at,
+                }
             if row is not None:
                 row.update(tokens=min(max(tokens, 0), COUNTER_MAX), settled=True, settled_at=at)
-            limit = store.provider_limits.get(reservation.limit)
             if limit is not None and limit["concurrency"] is not None:
                 store._wake_line(reservation.limit, limit, at)
 

@@ -93,16 +93,19 @@ def test_a_settle_that_finds_its_reservation_past_its_minute_counts_once(
     assert (limited.info().tokens, limited.info().requests) == (300, 1)
 
 
-def test_a_late_settle_of_a_limit_removed_since_charges_nothing(
-    limited: Limited, sweeping: None
-) -> None:
+def test_a_late_settle_charges_its_limit_only_if_it_is_set(limited: Limited) -> None:
+    """Removed, a limit's charges went with it: a settle heard since charges nothing. Set
+    again, it is charged the settle's usage, as if the sweep had taken the row."""
     limited.runner.set_limit("m", tokens_per_minute=1_000)
     [slow] = limited.submit("slow")
     limits = limited.limits(slow)
-    held = limits.reserve("m", 100)
+    first, second = limits.reserve("m", 100), limits.reserve("m", 100)
     limited.runner.remove_limit("m")
-    limits.settle(held, 300)
+    limits.settle(first, 300)
     assert limited.runner.limits() == []
+    limited.runner.set_limit("m", tokens_per_minute=1_000)
+    limits.settle(second, 200)
+    assert (limited.info().tokens, limited.info().requests) == (200, 1)
 
 
 def run_state(limited: Limited, run_id: str) -> tuple[Any, ...]:
