@@ -18,11 +18,12 @@ against tokens and requests per minute, but still holds its slot (and its row is
 it settles). It stops counting as in flight once its lease is gone: nothing holds a slot
 past the lease.
 
-A settle that finds no row (`settle`) writes the call anew, settled: its row was swept (its
-lease lapsed and its minute ended a minute before), yet the provider charged its usage. A
-worker fenced out, or one whose heartbeats failed while its call was in flight, so still
-charges what it used, from its settle, and nothing else: the row holds no slot (settled) and
-the run is not touched.
+A settle that finds no row (`settle_call`) writes the call anew, settled: its row was swept
+(its lease lapsed, and its minute ended a minute before), yet the provider charged its usage.
+A worker fenced out, or one whose heartbeats failed while its call was in flight, so still
+charges what it used, from its settle, as one request, and nothing else: the row holds no
+slot (settled) and the run is not touched. A settle that finds its row only updates it: a
+call is one row, counted once.
 """
 
 from __future__ import annotations
@@ -287,8 +288,12 @@ _RESERVATION = bindparam("reservation", type_=_r.id.type)
 SETTLE = (
     update(limit_reservations)
     .where(_r.id == _RESERVATION)
-    .values(tokens=bindparam("used", type_=_r.tokens.type), settled=true(), settled_at=_AT)
-    .values(counted_from=_AT)
+    .values(
+        tokens=bindparam("used", type_=_r.tokens.type),
+        settled=true(),
+        settled_at=_AT,
+        counted_from=_AT,
+    )
 )
 
 
