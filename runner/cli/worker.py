@@ -135,4 +135,12 @@ def worker(
     # served in a process that goes on (a test's) leaves its collector as it was.
     atexit.register(gc.freeze)
     with traces_from_environment():
-        serving.serve()
+        # What start-up made (modules, SQLAlchemy's tables and compiled statements) lives as
+        # long as the process: frozen, the collector's full passes while runs start skip it.
+        # They went over it two or three times a drain of a thousand runs, 0.2 to 0.5 s each
+        # with every thread stopped; 0.05 s frozen (docs/performance.md, A thousand runs).
+        gc.freeze()
+        try:
+            serving.serve()
+        finally:
+            gc.unfreeze()  # a process that goes on (a test's) gets its collector back
