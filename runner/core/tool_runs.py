@@ -50,9 +50,6 @@ class ToolRuns:
         self.rules = rules  # the budgets the calls run under, the counters they update
         self.remaining = remaining  # seconds left before the run's deadline
         self.spans = spans
-        # Whether each tool takes an idempotency key, read once per run: inspecting a
-        # signature costs more than the rest of an in-memory step.
-        self.takes_key_by_tool: dict[str, bool] = {}
         self.together = Together(max_parallel)  # threads for steps of several calls
         # Journal writes from the calls' threads (start marks, outcomes), one at a time.
         self.writing = threading.Lock()
@@ -179,10 +176,7 @@ class ToolRuns:
         kwargs = dict(entry.args or {})
         if tool.sub_agent is not None:
             return self.call_sub_agent(tool, entry, kwargs)
-        takes_key = self.takes_key_by_tool.get(name)
-        if takes_key is None:
-            takes_key = self.takes_key_by_tool[name] = tool.takes_key
-        if takes_key:
+        if tool.takes_key:  # read from its signature once per tool, not per run
             if KEY_PARAMETER in kwargs:
                 return f"ValueError: {KEY_PARAMETER} is set by the runner, not the model", True
             kwargs[KEY_PARAMETER] = key

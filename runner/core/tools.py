@@ -69,6 +69,9 @@ class Tool:
     # call is. For async tools whose work can be cancelled (an MCP request); a plain tool
     # runs to its end, and the run stops after it.
     interruptible: bool = False
+    # `takes_key`, read from the signature at its first use (a worker asks at each run's
+    # first call of the tool: `inspect` costs more than the rest of an in-memory step).
+    _takes_key: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.approval, bool) and not callable(self.approval):
@@ -88,11 +91,14 @@ class Tool:
     @property
     def takes_key(self) -> bool:
         """Whether the tool declares an `idempotency_key` parameter."""
-        try:
-            parameters = inspect.signature(self.fn).parameters
-        except (TypeError, ValueError):
-            return False
-        return KEY_PARAMETER in parameters
+        known = self._takes_key
+        if known is None:
+            try:
+                known = KEY_PARAMETER in inspect.signature(self.fn).parameters
+            except (TypeError, ValueError):
+                known = False
+            object.__setattr__(self, "_takes_key", known)  # frozen: `fn` never changes
+        return known
 
     @property
     def retry_safe(self) -> bool:

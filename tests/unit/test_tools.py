@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from typing import Any
 
@@ -87,6 +88,28 @@ def test_a_tool_taking_an_idempotency_key_is_retry_safe() -> None:
 def test_takes_key_on_callables_without_a_signature() -> None:
     assert Tool(print).takes_key is False  # a builtin: may have no signature
     assert Tool(dict).takes_key is False
+
+
+def test_a_tools_signature_is_read_once_however_many_runs_ask() -> None:
+    reads: list[int] = []
+
+    class Charge:
+        @property
+        def __signature__(self) -> inspect.Signature:
+            reads.append(1)
+            key = inspect.Parameter("idempotency_key", inspect.Parameter.KEYWORD_ONLY)
+            return inspect.Signature([key])
+
+        def __call__(self, *, idempotency_key: str) -> str:
+            return idempotency_key
+
+    charge = Tool(Charge())
+    assert charge.takes_key and charge.takes_key and charge.retry_safe
+    assert len(reads) == 1
+    # What it read is no part of the tool's identity: equal to, and hashed as, a tool of
+    # the same function that has not read it yet.
+    fresh = Tool(charge.fn)
+    assert charge == fresh and hash(charge) == hash(fresh)
 
 
 @pytest.mark.parametrize("timeout", [0, -1, True, "5", float("nan")])
