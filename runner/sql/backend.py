@@ -24,11 +24,13 @@ from weakref import WeakKeyDictionary
 from sqlalchemy import (
     Engine,
     Insert,
+    Update,
     bindparam,
     case,
     create_engine,
     event,
     insert,
+    null,
     select,
     union_all,
     update,
@@ -97,6 +99,10 @@ class Backend:
     # Whether a write's round trips cost more than its statements: a limit's settle riding
     # in a journal write goes in the fenced insert's statement, as a CTE (limit_rides).
     settles_in_insert = False
+    # Whether a run's last write ends the run in its fenced insert's statement (one round
+    # trip, `fenced_insert_finishing`), rather than in an UPDATE after it in the write's
+    # transaction: PostgreSQL, where each statement, BEGIN and COMMIT is a round trip.
+    finishes_in_insert = False
     # Whether the database takes one writer at a time per file, so a process's writers
     # take turns on a lock of its own first (runner.sql.writer): SQLite.
     one_writer_per_file = False
@@ -140,6 +146,12 @@ class Backend:
         The entry's values are bound by column name (`name_<i>` for entry i when `rows` is
         more than 1: the calls of a step of several), the fence's as `fence_*`.
         """
+        raise NotImplementedError
+
+    def fenced_insert_finishing(self, rows: int, finished: dict[str, Any]) -> Insert:
+        """`fenced_insert`, that also ends the run in the same statement: `finished` (its
+        columns' new values, binds) set on its row and its lease let go, while its epoch is
+        this worker's. Only where `finishes_in_insert`."""
         raise NotImplementedError
 
     def fenced_insert_runs(self) -> str | None:
@@ -412,6 +424,28 @@ RETURNING run_id, seq,
     (SELECT undelivered_messages FROM fenced WHERE fenced.id = entries.run_id)"""
 
 
+def _inserted_from(fenced_update: Update, rows: int) -> Insert:
+    """PostgreSQL's fenced insert: `fenced_update` of the run's row (while its epoch is this
+    worker's) in a CTE, and the entries inserted from the row it returns, with the run's
+    cancel flag and messages."""
+    fenced = (
+        fenced_update.where(_fence())
+        .returning(runs.c.cancel_requested, runs.c.undelivered_messages)
+        .cte("fenced")
+    )
+    source = _values_from(fenced, rows)
+    return (
+        insert(entries)
+        .from_select(ENTRY_COLUMNS, source)
+        .add_cte(fenced)
+        .returning(
+            entries.c.seq,
+            select(fenced.c.cancel_requested).scalar_subquery(),
+            select(fenced.c.undelivered_messages).scalar_subquery(),
+        )
+    )
+
+
 class PostgresBackend(Backend):
     """PostgreSQL through psycopg 3: the coordination engine for workers on many machines."""
 
@@ -422,6 +456,7 @@ class PostgresBackend(Backend):
     partitions_journal = True
     writes_runs_together = True
     settles_in_insert = True
+    finishes_in_insert = True
     claims_pass_held = True
     title = "PostgreSQL"
     notifies = True
@@ -487,24 +522,13 @@ class PostgresBackend(Backend):
         expiry = runs.c.lease_expires_at
         due = expiry.is_(None) | (expiry < bindparam("fence_renew_after", type_=expiry.type))
         renewed = case((due, bindparam("fence_expiry", type_=expiry.type)), else_=expiry)
-        fenced = (
-            update(runs)
-            .where(_fence())
-            .values(lease_expires_at=renewed)
-            .returning(runs.c.cancel_requested, runs.c.undelivered_messages)
-            .cte("fenced")
-        )
-        source = _values_from(fenced, rows)
-        return (
-            insert(entries)
-            .from_select(ENTRY_COLUMNS, source)
-            .add_cte(fenced)
-            .returning(
-                entries.c.seq,
-                select(fenced.c.cancel_requested).scalar_subquery(),
-                select(fenced.c.undelivered_messages).scalar_subquery(),
-            )
-        )
+        return _inserted_from(update(runs).values(lease_expires_at=renewed), rows)
+
+    def fenced_insert_finishing(self, rows: int, finished: dict[str, Any]) -> Insert:
+        # A run's last write in one statement, its own transaction in autocommit: one round
+        # trip, where the entry's INSERT and the run's UPDATE were four with BEGIN and COMMIT.
+        ended = {**finished, "lease_owner": null(), "lease_expires_at": null()}
+        return _inserted_from(update(runs).values(ended), rows)
 
     def fenced_insert_runs(self) -> str:
         return _fenced_insert_runs_sql()

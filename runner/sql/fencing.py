@@ -9,7 +9,8 @@ of several are one fenced INSERT of all their rows.
 
 The statements run on the driver's own cursor (`runner.driver`), their rows built and
 converted before the transaction begins. On PostgreSQL a write of one statement (an entry
-or a step's calls, with no stop and no wait) is its own transaction, in autocommit.
+or a step's calls, with no wait) is its own transaction, in autocommit; a run's last write
+is one such statement too, the run ended in its CTE (`fenced_insert_finishing`).
 """
 
 from __future__ import annotations
@@ -124,6 +125,17 @@ def _fenced_insert_settling(dialect: Dialect, rows: int) -> Prepared:
         return backend_for(dialect.name).fenced_insert(rows).add_cte(settled).add_cte(gone)
 
     return prepared(dialect, ("fenced_insert_settling", rows), build)
+
+
+def _fenced_insert_finishing(dialect: Dialect, rows: int) -> Prepared:
+    """The fenced insert of `rows` entries that also ends the run (`finishes_in_insert`),
+    its columns bound as `set_<column>` as `_fenced_update(_FINISHED)` binds them."""
+
+    def build() -> Any:
+        finished = {name: bindparam(f"set_{name}", type_=runs.c[name].type) for name in _FINISHED}
+        return backend_for(dialect.name).fenced_insert_finishing(rows, finished)
+
+    return prepared(dialect, ("fenced_insert_finishing", rows), build)
 
 
 @dataclass(frozen=True)
@@ -322,12 +334,35 @@ class Append:
         at = utc_now(clock)
         stamp = at if written_at is None else written_at
         fence = _fence(dialect, run_id, epoch, at, lease_seconds)
-        positional = _positional(dialect) if len(entries) == 1 else None
+        counters = entries[-1].counters
+        charging = charge is not None and bool(charge.spent and charge.above)
+        # A run's last write, where its end can go in the insert's statement: one statement
+        # (PostgreSQL: one round trip in autocommit, not BEGIN, INSERT, UPDATE and COMMIT).
+        finishing = (
+            stop is not None
+            and parking is None
+            and ride is None
+            and not charging
+            and len(entries) <= ROWS_PER_STATEMENT
+            and backend_for(dialect.name).finishes_in_insert
+        )
+        one = len(entries) == 1 and not finishing
+        positional = _positional(dialect) if one else None
         inserts: list[tuple[str, Parameters]]
         together: tuple[tuple[Any, ...], ...] | None = None
         if positional is not None:  # the common case on SQLite: one entry, no dict on the way
             row = entry_values(run_id, seq, epoch, entries[0], stamp, payloads)
             inserts = [(positional.sql, positional.parameters(row, fence))]
+        elif finishing:
+            assert stop is not None
+            statement = _fenced_insert_finishing(dialect, len(entries))
+            rows = tuple(
+                entry_values(run_id, seq + i, epoch, entry, stamp, payloads)
+                for i, entry in enumerate(entries)
+            )
+            values = _rows(rows, {"fence_run": run_id, "fence_epoch": epoch})
+            values.update(_finish_values(stop, counters, at, payloads))
+            inserts = [(statement.sql, statement.parameters(values))]
         elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
             statement = _fenced_insert(dialect, len(entries))
             rows = tuple(
@@ -345,7 +380,7 @@ class Append:
                 values.update(ride_limit=name, ride_run=run_id, ride_epoch=epoch)
             inserts = [(statement.sql, statement.parameters(values))]
             alone = stop is not None or parking is not None or ride is not None
-            if not alone and not (charge and charge.spent and charge.above):
+            if not alone and not charging:
                 together = rows  # may share a statement with other runs' (write_together)
         else:
             inserts = []
@@ -358,10 +393,9 @@ class Append:
                 )
                 values = _rows(rows, fence)
                 inserts.append((statement.sql, statement.parameters(values)))
-        counters = entries[-1].counters
         finish = cancelled = park = None
         made: list[tuple[str, Parameters]] = []
-        if stop is not None:
+        if stop is not None and not finishing:
             finish = _finish_parameters(dialect, stop, counters, fence, at, payloads)
         elif parking is not None:
             stopped = Stop(StopReason.CANCELLED)
@@ -372,7 +406,7 @@ class Append:
                 child = children.insert_child(dialect, children.is_claimed(new))
                 made.append((child.sql, child.parameters(children.child_values(new))))
         charged = None
-        if charge is not None and not (charge.spent and charge.above):
+        if not charging:
             charge = None
         if charge is not None:
             statement = children.charge_statement(dialect, len(charge.above))
@@ -583,10 +617,17 @@ def _finish_parameters(
     at: datetime,
     payloads: Payloads,
 ) -> tuple[str, Parameters]:
-    output, fmt = sealed(stop.output, payloads)
     statement = prepared(dialect, "finish", lambda: _fenced_update(_FINISHED))
-    values = {
-        **fence,
+    values = {**fence, **_finish_values(stop, counters, at, payloads)}
+    return statement.sql, statement.parameters(values)
+
+
+def _finish_values(
+    stop: Stop, counters: Counters, at: datetime, payloads: Payloads
+) -> dict[str, Any]:
+    """The run's end: its `_FINISHED` columns' values, bound as `set_<column>`."""
+    output, fmt = sealed(stop.output, payloads)
+    return {
         "set_status": str(RunStatus.FINISHED),
         "set_stop_reason": str(stop.reason),
         "set_output": output,
@@ -599,7 +640,6 @@ def _finish_parameters(
         "set_updated_at": at,
         "set_finished_at": at,
     }
-    return statement.sql, statement.parameters(values)
 
 
 def _finish(write: driver.Statements, run_id: str, finish: tuple[str, Parameters]) -> None:

@@ -175,13 +175,40 @@ def test_on_postgres_a_one_statement_write_is_its_own_transaction(runner: Runner
         # The connection is as the pool expects it again: no autocommit, no transaction.
         assert raw.autocommit is False and not in_transaction(connection)
         assert raw.info.backend_pid == server_pid
-        # A write with the run's stop is two statements, in one transaction.
+        # A write with the run's stop is ONE statement too (the run ended in the insert's
+        # CTE): its own transaction, no BEGIN, no UPDATE after it, no COMMIT.
         stop = Stop(StopReason.FINAL, output="done")
-        final = tool_action("one", 1, "add", {"a": 1}, Counters())
-        fencing.append_entry(connection, "one", claim.epoch, 1, final, stop, 60)
+        final = tool_action("one", 1, "add", {"a": 1}, Counters(steps=1))
+        statements: list[str] = []
+
+        def on_statement(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+            statements.append(statement)
+
+        event.listen(runner.engine, "before_cursor_execute", on_statement)
+        try:
+            fencing.append_entry(connection, "one", claim.epoch, 1, final, stop, 60)
+        finally:
+            event.remove(runner.engine, "before_cursor_execute", on_statement)
+        assert len(statements) == 1 and statements[0].lstrip().startswith("WITH"), statements
         assert raw.autocommit is False and not in_transaction(connection)
     row = runner.row("one")
     assert (row.status, row.stop_reason, row.output) == ("finished", "final", "done")
+    assert (row.steps, row.lease_owner, row.lease_expires_at) == (1, None, None)
+    assert [r["seq"] for r in entry_rows(runner.engine, "one")] == [0, 1]
+
+
+def test_a_fenced_out_last_write_neither_writes_nor_ends_the_run(runner: Runner) -> None:
+    claim = claimed(runner, "late")
+    with runner.engine.connect() as connection:
+        fencing.append_entry(connection, "late", claim.epoch, 0, task_entry("t"), None, 60)
+        final = tool_action("late", 1, "add", {"a": 1}, Counters(steps=1))
+        stop = Stop(StopReason.FINAL, output="done")
+        with pytest.raises(LeaseLost):
+            fencing.append_entry(connection, "late", claim.epoch + 1, 1, final, stop, 60)
+        assert not in_transaction(connection)
+    assert [r["seq"] for r in entry_rows(runner.engine, "late")] == [0]
+    row = runner.row("late")
+    assert (row.status, row.stop_reason, row.lease_owner) == ("running", None, "w:1:1")
 
 
 def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runner) -> None:
