@@ -24,6 +24,7 @@ from weakref import WeakKeyDictionary
 from sqlalchemy import (
     Engine,
     Insert,
+    Table,
     Update,
     bindparam,
     case,
@@ -154,7 +155,7 @@ class Backend:
         this worker's. Only where `finishes_in_insert`."""
         raise NotImplementedError
 
-    def fenced_insert_runs(self) -> str | None:
+    def fenced_insert_runs(self, ends: tuple[str, ...] = ()) -> str | None:
         """The entries of several runs in ONE statement, each row fenced by its own run's
         epoch (a group commit of one statement): its SQL for the driver, or None where the
         backend has none (SQLite shares a transaction instead: runner.sql.group_commit).
@@ -165,6 +166,10 @@ class Backend:
         once by the server, serves any number of rows, and the driver adapts one string
         rather than each value of an array. It returns a row (run_id, seq, cancel flag,
         undelivered messages) per entry written: a run with none was fenced out.
+
+        With `ends` (columns of `runs`), a second parameter, `ends`: a JSON array of the runs
+        whose last write is in the batch, each its `run_id` and those columns' values (a
+        run's end, as `fenced_insert_finishing` sets it), ended in the same statement.
         """
         return None
 
@@ -370,20 +375,20 @@ _NETWORK_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _column_types() -> dict[str, str]:
-    """Each entries column's type, without a length: a value too long is refused by the
+def _column_types(table: Table = entries) -> dict[str, str]:
+    """Each column's type, without a length: a value too long is refused by the
     INSERT (as fenced_insert's is), never cut by a cast."""
     from sqlalchemy.dialects.postgresql.base import PGDialect
 
     dialect = PGDialect()  # type: ignore[no-untyped-call]
     return {
         column.name: re.sub(r"\(\d+\)", "", column.type.compile(dialect=dialect))
-        for column in entries.columns
+        for column in table.columns
     }
 
 
 @functools.cache
-def _fenced_insert_runs_sql() -> str:
+def _fenced_insert_runs_sql(ends: tuple[str, ...] = ()) -> str:
     # fenced_insert's statement, for the rows of several runs: each run's row is locked and
     # its lease renewed (once a third of it is spent) only while its epoch is the one its
     # rows carry, and only the rows of runs so fenced go in. The runs' rows are locked in id
@@ -393,15 +398,38 @@ def _fenced_insert_runs_sql() -> str:
     # which a SQLite process has no use for.
     # A JSON column is read from the batch as its text, and cast in the INSERT: kept byte
     # for byte as a row's own write keeps it (JSON, not JSONB: schema.Json).
+    # With `ends` (runs' columns), the runs whose last write is in the batch end in the same
+    # statement: a second JSON parameter, `ends`, holds for each such run its run_id and its
+    # `ends` columns' values; its row takes them and lets its lease go, in the UPDATE that
+    # fences it (fenced_insert_finishing's, for several runs). Other runs' rows keep theirs.
     types = _column_types()
     json = {name for name, kind in types.items() if kind == "JSON"}
     columns = ", ".join(ENTRY_COLUMNS)
     record = ", ".join(f"{n} {'TEXT' if n in json else types[n]}" for n in ENTRY_COLUMNS)
     inserted = ", ".join(f"{n}::json" if n in json else n for n in ENTRY_COLUMNS)
+    renewed = """CASE
+        WHEN runs.lease_expires_at IS NULL OR runs.lease_expires_at < fences.fence_renew_after
+        THEN fences.fence_expiry ELSE runs.lease_expires_at END"""
+    ending = sources = ""
+    if ends:
+        kinds = _column_types(runs)
+        typed = ", ".join(f"{n} {'TEXT' if kinds[n] == 'JSON' else kinds[n]}" for n in ends)
+        ending = f"""
+), ends AS (
+    SELECT * FROM json_to_recordset(%(ends)s::json) AS e(run_id {kinds["id"]}, {typed})"""
+        sets = "".join(
+            f",\n        {n} = CASE WHEN ends.run_id IS NULL THEN runs.{n} "
+            f"ELSE ends.{n}{'::json' if kinds[n] == 'JSON' else ''} END"
+            for n in ends
+        )
+        renewed = f"CASE WHEN ends.run_id IS NULL THEN {renewed} END"
+        renewed += f""",
+        lease_owner = CASE WHEN ends.run_id IS NULL THEN runs.lease_owner END{sets}"""
+        sources = " LEFT JOIN ends ON ends.run_id = fences.run_id"
     return f"""\
 WITH batch AS (
     SELECT * FROM json_to_recordset(%(batch)s::json)
-        AS b({record}, fence_expiry timestamptz, fence_renew_after timestamptz)
+        AS b({record}, fence_expiry timestamptz, fence_renew_after timestamptz){ending}
 ), locked AS (
     SELECT id FROM runs WHERE id IN (SELECT run_id FROM batch) ORDER BY id FOR UPDATE
 ), fences AS (
@@ -409,10 +437,8 @@ WITH batch AS (
         max(fence_renew_after) AS fence_renew_after
     FROM batch GROUP BY run_id, lease_epoch
 ), fenced AS (
-    UPDATE runs SET lease_expires_at = CASE
-        WHEN runs.lease_expires_at IS NULL OR runs.lease_expires_at < fences.fence_renew_after
-        THEN fences.fence_expiry ELSE runs.lease_expires_at END
-    FROM fences
+    UPDATE runs SET lease_expires_at = {renewed}
+    FROM fences{sources}
     WHERE runs.id = fences.run_id AND runs.lease_epoch = fences.lease_epoch
         AND runs.id IN (SELECT id FROM locked)
     RETURNING runs.id, runs.cancel_requested, runs.undelivered_messages
@@ -530,8 +556,8 @@ class PostgresBackend(Backend):
         ended = {**finished, "lease_owner": null(), "lease_expires_at": null()}
         return _inserted_from(update(runs).values(ended), rows)
 
-    def fenced_insert_runs(self) -> str:
-        return _fenced_insert_runs_sql()
+    def fenced_insert_runs(self, ends: tuple[str, ...] = ()) -> str:
+        return _fenced_insert_runs_sql(ends)
 
     def json_text(self, dbapi_connection: Any) -> Callable[[Any], str | None]:
         from psycopg.adapt import PyFormat

@@ -27,6 +27,7 @@ from sqlalchemy import (
     JSON,
     Connection,
     Engine,
+    Table,
     Update,
     bindparam,
     exists,
@@ -303,11 +304,14 @@ class Append:
     children: tuple[tuple[str, Parameters], ...]  # the child runs created with the park
     charge: TreeCharge | None  # a child's spend charged up its tree
     charge_statement: tuple[str, Parameters] | None
-    # A write of entries alone (no end, no park, no charge) on a backend that can write
-    # several runs' entries in one statement: the rows' values (ENTRY_COLUMNS order), for
-    # `write_together`; and the fence they are written under.
+    # A write of entries alone, or a run's last write (no park, no charge, no ride), on a
+    # backend that can write several runs' entries in one statement: the rows' values
+    # (ENTRY_COLUMNS order), for `write_together`; and the fence they are written under.
     together: tuple[tuple[Any, ...], ...] | None = None
     fence: dict[str, Any] = field(default_factory=dict)
+    # A run's last write (`together`): the run's end, its `_FINISHED` values (`set_<column>`),
+    # which the shared statement sets on its row as `inserts` would.
+    end: dict[str, Any] | None = None
     # The run's limit writes riding in this one (runner.sql.limit_rides.Ride), if any.
     ride: Ride | None = None
 
@@ -350,6 +354,7 @@ class Append:
         positional = _positional(dialect) if one else None
         inserts: list[tuple[str, Parameters]]
         together: tuple[tuple[Any, ...], ...] | None = None
+        end: dict[str, Any] | None = None
         if positional is not None:  # the common case on SQLite: one entry, no dict on the way
             row = entry_values(run_id, seq, epoch, entries[0], stamp, payloads)
             inserts = [(positional.sql, positional.parameters(row, fence))]
@@ -360,9 +365,12 @@ class Append:
                 entry_values(run_id, seq + i, epoch, entry, stamp, payloads)
                 for i, entry in enumerate(entries)
             )
+            end = _finish_values(stop, counters, at, payloads)
             values = _rows(rows, {"fence_run": run_id, "fence_epoch": epoch})
-            values.update(_finish_values(stop, counters, at, payloads))
+            values.update(end)
             inserts = [(statement.sql, statement.parameters(values))]
+            if backend_for(dialect.name).writes_runs_together:
+                together = rows  # its end goes in the shared statement too (write_together)
         elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
             statement = _fenced_insert(dialect, len(entries))
             rows = tuple(
@@ -425,6 +433,7 @@ class Append:
             charged,
             together,
             fence,
+            end,
             ride,
         )
 
@@ -491,8 +500,9 @@ def _rows(rows: Sequence[tuple[Any, ...]], fence: dict[str, Any]) -> dict[str, A
 
 def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard | None]:
     """The entries of several runs' writes (each `together`) in ONE statement, each run
-    fenced by its own epoch: what each write heard of its run, or None for a run fenced out
-    (none of its rows went in).
+    fenced by its own epoch, and the runs whose last write it is ended in it: what each
+    write heard of its run, or None for a run fenced out (none of its rows went in, and it
+    did not end).
 
     One statement is one transaction (autocommit, `driver.Write(one_statement=True)`): it
     commits every fenced run's rows or none. A statement error (one run's duplicate entry,
@@ -500,11 +510,10 @@ def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard
     """
     dialect = write.connection.dialect
     backend = backend_for(dialect.name)
-    sql = backend.fenced_insert_runs()
-    assert sql is not None
     processors = _processors(dialect)
     as_text = backend.json_text(write.dbapi_connection)
     batch: list[dict[str, Any]] = []
+    ends: list[dict[str, Any]] = []
     for append in appends:
         assert append.together is not None
         fence = append.fence
@@ -516,15 +525,28 @@ def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard
             values["fence_expiry"] = fence["fence_expiry"]
             values["fence_renew_after"] = fence["fence_renew_after"]
             batch.append(values)
+        if append.end is not None:  # the run's last write: it ends in the statement too
+            ended = {name: append.end[f"set_{name}"] for name in _FINISHED}
+            for name, process, json_column in _processors(dialect, runs, _FINISHED):
+                value = process(ended[name])
+                ended[name] = as_text(value) if json_column else value
+            ended["run_id"] = append.run_id
+            ends.append(ended)
+    sql = backend.fenced_insert_runs(_FINISHED if ends else ())
+    assert sql is not None
     # One JSON text for the whole batch (json.dumps is C): the driver adapting an array
     # per column did it element by element in Python, 8% of a worker's CPU at a thousand
     # runs in flight (docs/performance.md, A thousand runs in one worker).
-    returned = write.rows(sql, {"batch": json.dumps(batch, default=_iso)})
+    parameters = {"batch": json.dumps(batch, default=_iso)}
+    if ends:
+        parameters["ends"] = json.dumps(ends, default=_iso)
+    returned = write.rows(sql, parameters)
     heard = {row[0]: Heard(bool(row[2]), row[3]) for row in returned}
     return [heard.get(append.run_id) for append in appends]
 
 
-_PROCESSORS: WeakKeyDictionary[Dialect, tuple[tuple[str, Callable[[Any], Any], bool], ...]] = (
+_Processors = tuple[tuple[str, Callable[[Any], Any], bool], ...]
+_PROCESSORS: WeakKeyDictionary[Dialect, dict[tuple[str, tuple[str, ...]], _Processors]] = (
     WeakKeyDictionary()
 )
 
@@ -536,18 +558,26 @@ def _iso(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def _processors(dialect: Dialect) -> tuple[tuple[str, Callable[[Any], Any], bool], ...]:
-    """The entries columns whose values the driver takes converted (a JSON value wrapped, a
-    timestamp to UTC, a boolean checked), how, and whether the column is JSON."""
-    found = _PROCESSORS.get(dialect)
+def _processors(
+    dialect: Dialect, table: Table = entries, names: tuple[str, ...] = ()
+) -> _Processors:
+    """The columns of `table` (`names`, or all of them) whose values the driver takes
+    converted (a JSON value wrapped, a timestamp to UTC, a boolean checked), how, and
+    whether the column is JSON."""
+    by_columns = _PROCESSORS.get(dialect)
+    if by_columns is None:
+        by_columns = _PROCESSORS[dialect] = {}
+    found = by_columns.get((table.name, names))
     if found is None:
         processors = []
-        for column in entries.columns:
+        for column in table.columns:
+            if names and column.name not in names:
+                continue
             process = column.type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:
                 json_column = isinstance(column.type, JSON)
                 processors.append((column.name, process, json_column))
-        found = _PROCESSORS[dialect] = tuple(processors)
+        found = by_columns[(table.name, names)] = tuple(processors)
     return found
 
 

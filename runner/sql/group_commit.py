@@ -9,10 +9,10 @@ its own and the others' (the leader; no thread of its own). A run alone never wa
 company: its write is the transaction it always was.
 
 On PostgreSQL the writes go the same way, on the one connection the writer keeps, but the
-queued entries (the writes of entries alone: no run's end, park or charge) go in ONE
-statement in autocommit (`Together`: runner.sql.fencing.write_together), one round trip
-and one statement's worth of the worker's CPU for them all; what is left (a run's end, a
-park) is written after it, each in a transaction of its own as without a group.
+queued entries (the writes of entries alone, and runs' last writes with their ends: no park
+or charge) go in ONE statement in autocommit (`Together`: runner.sql.fencing.write_together),
+one round trip and one statement's worth of the worker's CPU for them all; what is left (a
+park, a charge) is written after it, each in a transaction of its own as without a group.
 
 What each run is promised, as with a commit of its own:
 - It goes on only after the commit that holds its entry: a run's `commit` returns (or

@@ -125,7 +125,7 @@ def test_each_run_hears_its_own_cancel_and_a_step_of_several_goes_in_whole(
 ) -> None:
     """What each write reads back of its run comes from its own run's row, in the shared
     write too; a step of several calls (several rows of one run) goes in whole beside the
-    other runs' entries; a run's end is written in a transaction of its own after them."""
+    other runs' entries; so does a run's last write, the run ended with it."""
     writer = Writer(engine)
     runs = journals(engine, writer, 4)
     cancels.request_cancel(engine, "r1")
@@ -143,14 +143,80 @@ def test_each_run_hears_its_own_cancel_and_a_step_of_several_goes_in_whole(
     )
     outcomes = together(writer, engine, writes)
     assert outcomes == {"r0": None, "r1": None, "r2": None, "r3": None}
-    # SQLite: all four in one transaction. PostgreSQL: r0, r1 and r2's two calls in one
-    # statement; r3's end (a statement more) in a transaction of its own.
-    shared = 1 if engine.dialect.name == "sqlite" else 2
-    assert (group.transactions - before[0], group.writes - before[1]) == (shared, 4)
+    # SQLite: all four in one transaction. PostgreSQL: in one statement, r3's end in it.
+    assert (group.transactions - before[0], group.writes - before[1]) == (1, 4)
     assert [j.cancel_requested() for j in runs[:3]] == [False, True, False]
     assert kinds(engine, "r2") == ["task", "action", "action"]
     assert kinds(engine, "r3") == ["task", "final"]
-    assert store.find_run(engine, "r3").status == "finished"
+    ended = store.find_run(engine, "r3")
+    assert (ended.status, ended.stop_reason, ended.output) == ("finished", "final", "done")
+    assert (ended.lease_owner, ended.lease_expires_at) == (None, None)
+    assert {store.find_run(engine, j.run_id).status for j in runs[:3]} == {"running"}
+    assert {store.find_run(engine, j.run_id).lease_owner for j in runs[:3]} == {"w:1:1"}
+    writer.close()
+
+
+def test_runs_ended_together_end_as_a_run_ended_alone(engine: Engine) -> None:
+    # Every column a run's end sets (text past ASCII, a float, a flag, timestamps), beside
+    # another run's entry: the shared write (PostgreSQL: one statement, its ends a JSON
+    # parameter of their own) leaves each run's row as its own write leaves it.
+    writer = Writer(engine)
+    runs = journals(engine, writer, 4)
+    counters = Counters(steps=1, tokens=2**40, cost=0.1)
+
+    def ending(journal: SqlJournal) -> Any:
+        final = Entry(EntryKind.FINAL, 1, counters, content="fini", action_type="final")
+        stop = Stop(
+            StopReason.MAX_STEPS, output='caf\u00e9 \u2014 "r\u00e9sum\u00e9"', error="\u26a0 cut",
+            wrapped_up=True,
+        )  # fmt: skip
+        return lambda: journal.append_many([final], stop)
+
+    alone = runs.pop()
+    ending(alone)()
+    group = writer.group
+    assert group is not None
+    before = (group.transactions, group.writes)
+    writes = {j.run_id: ending(j) for j in runs[:2]}
+    writes["r2"] = lambda: runs[2].append(action(runs[2]))
+    outcomes = together(writer, engine, writes)
+    assert outcomes == {"r0": None, "r1": None, "r2": None}
+    assert (group.transactions - before[0], group.writes - before[1]) == (1, 3)  # shared
+    ignored = ("id", "root_id", "created_at", "updated_at", "finished_at", "leased_at")
+    ignored += ("last_seen_at", "lease_epoch")
+
+    def row(run_id: str) -> dict[str, Any]:
+        found = store.find_run(engine, run_id)
+        return {k: v for k, v in vars(found).items() if k not in ignored and k[0] != "_"}
+
+    mine = row(alone.run_id)
+    assert mine["status"] == "finished" and mine["lease_owner"] is None
+    assert (mine["stop_reason"], mine["wrapped_up"], mine["tokens"]) == ("max_steps", True, 2**40)
+    for journal in runs[:2]:
+        assert row(journal.run_id) == mine
+        ended = store.find_run(engine, journal.run_id)
+        assert ended.finished_at is not None and ended.updated_at == ended.finished_at
+        assert kinds(engine, journal.run_id) == ["task", "final"]
+    assert row("r2")["status"] == "running" and kinds(engine, "r2") == ["task", "action"]
+    writer.close()
+
+
+def test_a_fenced_out_run_ending_together_neither_writes_nor_ends(engine: Engine) -> None:
+    writer = Writer(engine)
+    runs = journals(engine, writer, 3)
+    leases.claim_run(engine, "r1", owner="w:2:1", lease_seconds=60, max_resumes=3, steal=True)
+    final = Entry(EntryKind.FINAL, 1, Counters(steps=1), content="done", action_type="final")
+    writes = {
+        j.run_id: lambda j=j: j.append_many([final], Stop(StopReason.FINAL, output="done"))
+        for j in runs
+    }
+    outcomes = together(writer, engine, writes)
+    assert outcomes["r0"] is None and outcomes["r2"] is None
+    assert isinstance(outcomes["r1"], LeaseLost)
+    assert kinds(engine, "r1") == ["task"]
+    taken = store.find_run(engine, "r1")
+    assert (taken.status, taken.lease_owner) == ("running", "w:2:1")
+    assert store.find_run(engine, "r0").status == store.find_run(engine, "r2").status == "finished"
     writer.close()
 
 
