@@ -314,6 +314,17 @@ class Append:
     end: dict[str, Any] | None = None
     # The run's limit writes riding in this one (runner.sql.limit_rides.Ride), if any.
     ride: Ride | None = None
+    # A write that may share a statement (`together`): its own statement, made only if it
+    # is written alone after all (`statements`), which most such writes never are. Each
+    # row's values were converted twice, once here in case and once in the shared batch.
+    later: _Later | None = field(default=None, repr=False, compare=False)
+
+    def statements(self) -> tuple[tuple[str, Parameters], ...]:
+        """The write's own statements (`inserts`, made now if they were left for later)."""
+        if self.later is not None:
+            object.__setattr__(self, "inserts", self.later())
+            object.__setattr__(self, "later", None)
+        return self.inserts
 
     @classmethod
     def of(
@@ -352,9 +363,11 @@ class Append:
         )
         one = len(entries) == 1 and not finishing
         positional = _positional(dialect) if one else None
-        inserts: list[tuple[str, Parameters]]
+        shares = backend_for(dialect.name).writes_runs_together
+        inserts: list[tuple[str, Parameters]] = []
         together: tuple[tuple[Any, ...], ...] | None = None
         end: dict[str, Any] | None = None
+        later: _Later | None = None
         if positional is not None:  # the common case on SQLite: one entry, no dict on the way
             row = entry_values(run_id, seq, epoch, entries[0], stamp, payloads)
             inserts = [(positional.sql, positional.parameters(row, fence))]
@@ -366,18 +379,23 @@ class Append:
                 for i, entry in enumerate(entries)
             )
             end = _finish_values(stop, counters, at, payloads)
-            values = _rows(rows, {"fence_run": run_id, "fence_epoch": epoch})
-            values.update(end)
-            inserts = [(statement.sql, statement.parameters(values))]
-            if backend_for(dialect.name).writes_runs_together:
+            fenced = {"fence_run": run_id, "fence_epoch": epoch}
+            later = _insert_later(statement, rows, fenced, end)
+            if shares:
                 together = rows  # its end goes in the shared statement too (write_together)
+            else:
+                inserts, later = list(later()), None
         elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
             statement = _fenced_insert(dialect, len(entries))
             rows = tuple(
                 entry_values(run_id, seq + i, epoch, entry, stamp, payloads)
                 for i, entry in enumerate(entries)
             )
-            values = _rows(rows, fence)
+            alone = stop is not None or parking is not None or ride is not None
+            if not alone and not charging and shares:
+                together = rows  # may share a statement with other runs' (write_together)
+                later = _insert_later(statement, rows, fence)
+            values = _rows(rows, fence) if later is None else {}
             settle = None if ride is None else ride.one_settle()
             if ride is not None and settle is not None:
                 ride.in_insert = backend_for(dialect.name).settles_in_insert
@@ -386,10 +404,8 @@ class Append:
                 name, reservation, used = settle
                 values.update(ride_reservation=reservation, ride_used=used, ride_at=at)
                 values.update(ride_limit=name, ride_run=run_id, ride_epoch=epoch)
-            inserts = [(statement.sql, statement.parameters(values))]
-            alone = stop is not None or parking is not None or ride is not None
-            if not alone and not charging:
-                together = rows  # may share a statement with other runs' (write_together)
+            if later is None:
+                inserts = [(statement.sql, statement.parameters(values))]
         else:
             inserts = []
             for start in range(0, len(entries), ROWS_PER_STATEMENT):
@@ -420,8 +436,6 @@ class Append:
             statement = children.charge_statement(dialect, len(charge.above))
             values = children.charge_values(charge.above, charge.spent)
             charged = (statement.sql, statement.parameters(values))
-        if together is not None and not backend_for(dialect.name).writes_runs_together:
-            together = None
         return cls(
             run_id,
             tuple(inserts),
@@ -435,12 +449,13 @@ class Append:
             fence,
             end,
             ride,
+            later,
         )
 
     @property
     def one_statement(self) -> bool:
         return (
-            len(self.inserts) == 1
+            (self.later is not None or len(self.inserts) == 1)
             and self.finish is None
             and self.park is None
             and self.charge is None
@@ -451,7 +466,7 @@ class Append:
         """The write's statements in `write`'s transaction; what it heard of the run."""
         run_id = self.run_id
         heard = Heard(False, 0)
-        for sql, parameters in self.inserts:
+        for sql, parameters in self.statements():
             written = write.rows(sql, parameters)
             # The fence holds for every row or for none: the first returned row says which.
             if not written:
@@ -472,6 +487,26 @@ class Append:
             for sql, parameters in self.children:
                 write.execute(sql, parameters)
         return heard
+
+
+_Later = Callable[[], tuple[tuple[str, Parameters], ...]]
+
+
+def _insert_later(
+    statement: Prepared,
+    rows: tuple[tuple[Any, ...], ...],
+    fence: dict[str, Any],
+    more: dict[str, Any] | None = None,
+) -> _Later:
+    """The one fenced insert of `rows` (with `more` values: a run's end), made when called."""
+
+    def made() -> tuple[tuple[str, Parameters], ...]:
+        values = _rows(rows, fence)
+        if more is not None:
+            values.update(more)
+        return ((statement.sql, statement.parameters(values)),)
+
+    return made
 
 
 def _fence(

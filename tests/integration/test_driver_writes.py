@@ -211,6 +211,33 @@ def test_a_fenced_out_last_write_neither_writes_nor_ends_the_run(runner: Runner)
     assert (row.status, row.stop_reason, row.lease_owner) == ("running", None, "w:1:1")
 
 
+def test_a_write_that_may_share_a_statement_makes_its_own_only_if_written_alone(
+    runner: Runner,
+) -> None:
+    dialect = runner.engine.dialect
+    claim = claimed(runner, "later")
+    action = tool_action("later", 1, "add", {"a": 1, "é": [None, 2.5]}, Counters(steps=1))
+    append = fencing.Append.of(dialect, "later", claim.epoch, 1, [action], None, 60)
+    if dialect.name == "sqlite":  # no shared statement: its own, made at once
+        assert append.together is None and append.later is None and len(append.inserts) == 1
+        return
+    assert append.together is not None and append.inserts == () and append.one_statement
+    statement = fencing._fenced_insert(dialect, 1)
+    expected = statement.parameters(fencing._rows(append.together, dict(append.fence)))
+    ((sql, parameters),) = append.statements()
+    assert sql == statement.sql and isinstance(parameters, dict)
+    assert parameters.keys() == dict(expected).keys()
+    assert append.statements() is append.inserts and append.later is None  # made once
+    with (
+        runner.engine.connect() as connection,
+        driver.Write(connection, one_statement=True) as write,
+    ):
+        append.run(write)
+    with runner.engine.connect() as connection:
+        (row,) = connection.execute(select(entries.c.seq, entries.c.args)).all()
+    assert (row.seq, row.args) == (1, {"a": 1, "é": [None, 2.5]})
+
+
 def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runner) -> None:
     dialect = runner.engine.dialect
     positional = fencing._positional(dialect)
