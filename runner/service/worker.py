@@ -61,7 +61,6 @@ from runner.errors import (
 )
 from runner.service.database import pool_for
 from runner.service.releases import diverged
-from runner.service.replay import Replay
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.store.blob_sweep import BLOB_GRACE_SECONDS
 from runner.store.payloads import Codec
@@ -72,6 +71,7 @@ from runner.store.scores import DueScore
 
 if TYPE_CHECKING:
     from runner.service.database import PoolChoice
+    from runner.service.replay import Replay
 
 log = logging.getLogger("runner.worker")
 
@@ -870,6 +870,10 @@ class Worker:
         except self.store.outages:
             raise
         except Exception as exc:
+            # Imported here: a worker that never checks a release has no use for replay
+            # (nor for the model adapters it imports), about 13 ms of its start-up.
+            from runner.service.replay import Replay
+
             run = claim.run
             now = f"cannot replay it: {type(exc).__name__}: {first_line(exc)}"
             return Replay(run.id, 0, run.stop_reason, False, None, "was recorded", now)

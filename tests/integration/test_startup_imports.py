@@ -1,7 +1,7 @@
 """What a fresh interpreter loads: `runner list` and `runner show` no Alembic (the schema is
 checked with one SELECT), no loop, no provider adapter, no replay, no journal writer, and on
-a pipe no rich (no style can show there);
-`--help` no database library, no rich and no command module (a command's own `--help` its
+a pipe no rich (no style can show there); `runner worker` no replay until it checks a
+release; `--help` no database library, no rich and no command module (a command's own `--help` its
 module alone); and every module imports first, on its own."""
 
 from __future__ import annotations
@@ -45,6 +45,24 @@ def test_reading_commands_load_neither_alembic_nor_the_loop(database: str, args:
     done = _runner_in_a_child(COMMAND, [*args, "--db", database])
     assert done.returncode == 0, done.stderr
     assert "r1" in done.stdout
+
+
+WORKER = """
+import sys
+from runner.cli import main
+try:
+    main(sys.argv[1:], prog_name="runner")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+heavy = ("alembic", "runner.service.replay", "runner.models.adapter")
+loaded = sorted(name for name in heavy if name in sys.modules)
+assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
+"""
+
+
+def test_a_worker_loads_no_replay_until_it_checks_a_release(database: str) -> None:
+    done = _runner_in_a_child(WORKER, ["worker", "--once", "--db", database])
+    assert done.returncode == 0, done.stderr
 
 
 def _runner_in_a_child(script: str, args: list[str]) -> subprocess.CompletedProcess[str]:
