@@ -106,7 +106,8 @@ def worker(
     if drain and not release:
         raise click.UsageError("--drain serves one release: give --release (or RUNNER_RELEASE)")
     # Imported here: the worker loads SQLAlchemy, which `runner --help` does without.
-    from runner.service.worker import Worker, start_worker
+    from runner.service.worker import Worker
+    from runner.service.worker_process import start_worker
 
     served = None if queue_names is None else [name.strip() for name in queue_names.split(",")]
 

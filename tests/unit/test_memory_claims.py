@@ -211,25 +211,25 @@ def test_a_backed_up_worker_gathers_a_few_free_slots_before_claiming() -> None:
     """With runs waiting in the queue, a worker of many runs at once does not claim for
     every run that ends (a claim costs about the same for one run as for several): it waits
     for an eighth of its slots, or CLAIM_GATHER_SECONDS, whichever comes first."""
-    from runner.service import worker as workers
+    from runner.service.claim_pacing import CLAIM_GATHER_SECONDS, ClaimPacing
+    from runner.service.worker import Worker
+
+    pacing = ClaimPacing(16)
+    assert pacing.gathering(0, stopping=False) == 0  # nothing claimed yet: not backed up
+    pacing.backed_up = True
+    first = pacing.gathering(15, stopping=False)
+    # One slot free of 16: wait. (free_since + 0.02 - now, in floats, may round a hair
+    # above 0.02 when free_since == now, depending on the monotonic clock's value.)
+    assert 0 < first <= CLAIM_GATHER_SECONDS + 1e-9
+    pacing.free_since = 0.0  # long ago: waited enough
+    assert pacing.gathering(15, stopping=False) == 0
+    pacing.free_since = None
+    assert pacing.gathering(14, stopping=False) == 0  # two free, an eighth of 16: claim now
+    assert pacing.gathering(15, stopping=True) == 0  # a worker that stops does not wait
 
     runner, store, _ = memory_runner()
     for i in range(40):
         runner.submit(SOLVER, f"task {i}", id=f"g{i}")
-    worker = workers.Worker(store=store, concurrency=16, once=True, poll=0.01)
-    assert worker._gathering() == 0  # nothing claimed yet: not known to be backed up
-    worker._backed_up = True
-    worker._active = {f"r{i}": None for i in range(15)}  # type: ignore[misc]
-    first = worker._gathering()
-    # One slot free of 16: wait. (free_since + 0.02 - now, in floats, may round a hair
-    # above 0.02 when free_since == now, depending on the monotonic clock's value.)
-    assert 0 < first <= workers.CLAIM_GATHER_SECONDS + 1e-9
-    worker._free_since = 0.0  # long ago: waited enough
-    assert worker._gathering() == 0
-    worker._free_since = None
-    worker._active = {f"r{i}": None for i in range(14)}  # type: ignore[misc]
-    assert worker._gathering() == 0  # two free, an eighth of 16: claim now
-    worker._active = {}
-    worker._backed_up = False
-    worker.serve()  # and it drains the queue all the same
+    worker = Worker(store=store, concurrency=16, once=True, poll=0.01)
+    worker.serve()  # and a worker of 16 slots drains the queue all the same
     assert worker.finished == 40

@@ -6,40 +6,35 @@ claims at once."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future
 
-from runner.service.worker import EMPTY_CLAIM_PAUSE, Worker
-from runner.testing import InMemoryStore
+from runner.service.claim_pacing import EMPTY_CLAIM_PAUSE, ClaimPacing
 
 
-def worker_with_a_run() -> Worker:
-    worker = Worker(store=InMemoryStore(), concurrency=4)
-    worker._active["r1"] = Future()
-    return worker
+def after_a_claim_of_nothing() -> ClaimPacing:
+    pacing = ClaimPacing(4)
+    pacing.claimed(0, free=4)
+    return pacing
 
 
 def test_a_runs_end_just_after_a_claim_of_nothing_waits_out_the_pause() -> None:
-    worker = worker_with_a_run()
-    worker._found_none_at = time.monotonic()
-    assert 0 < worker._pausing(ended=1) <= EMPTY_CLAIM_PAUSE
+    pacing = after_a_claim_of_nothing()
+    assert 0 < pacing.pausing(ended=1, running=1, stopping=False) <= EMPTY_CLAIM_PAUSE
 
 
 def test_any_other_wake_up_claims_at_once() -> None:
-    worker = worker_with_a_run()
-    worker._found_none_at = time.monotonic()
-    assert worker._pausing(ended=0) == 0  # a NOTIFY, the poll: nothing ended
+    pacing = after_a_claim_of_nothing()
+    assert pacing.pausing(ended=0, running=1, stopping=False) == 0  # a NOTIFY, the poll
 
 
 def test_a_worker_left_with_no_run_claims_at_once() -> None:
-    worker = worker_with_a_run()
-    worker._found_none_at = time.monotonic()
-    worker._active.clear()  # a drain then ends, and a suspect waits for an idle worker
-    assert worker._pausing(ended=1) == 0
+    pacing = after_a_claim_of_nothing()
+    # A drain then ends, and a suspect waits for an idle worker.
+    assert pacing.pausing(ended=1, running=0, stopping=False) == 0
 
 
 def test_the_pause_counts_from_the_claim_of_nothing_and_not_after_one_that_took_runs() -> None:
-    worker = worker_with_a_run()
-    worker._found_none_at = time.monotonic() - EMPTY_CLAIM_PAUSE
-    assert worker._pausing(ended=1) == 0
-    worker._found_none_at = None  # the last claim took runs
-    assert worker._pausing(ended=1) == 0
+    pacing = after_a_claim_of_nothing()
+    pacing.found_none_at = time.monotonic() - EMPTY_CLAIM_PAUSE
+    assert pacing.pausing(ended=1, running=1, stopping=False) == 0
+    pacing.claimed(2, free=4)  # the last claim took runs
+    assert pacing.pausing(ended=1, running=1, stopping=False) == 0

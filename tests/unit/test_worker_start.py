@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from runner.errors import DatabaseRefused, DatabaseUnavailable, SchemaOutOfDate
-from runner.service import worker
+from runner.service import database_wait, worker_process
 from runner.sql.database_failures import unavailable
 
 
@@ -28,10 +28,10 @@ def flaky(failures: int, error: Exception) -> Any:
 def test_waits_while_the_database_is_unavailable(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(worker, "FIRST_BACKOFF", 0.01)
+    monkeypatch.setattr(database_wait, "DB_FIRST_BACKOFF", 0.01)
     make, calls = flaky(3, DatabaseUnavailable("cannot open x"))
     with caplog.at_level(logging.INFO, logger="runner.worker"):
-        assert worker.start_worker(make, wait=True) == "a worker"
+        assert worker_process.start_worker(make, wait=True) == "a worker"
     assert calls["n"] == 4
     lines = [r.getMessage() for r in caplog.records if r.name == "runner.worker"]
     assert len(lines) == 3 and all("database unavailable" in line for line in lines)
@@ -41,21 +41,21 @@ def test_waits_while_the_database_is_unavailable(
 def test_without_wait_the_first_failure_is_final() -> None:
     make, calls = flaky(1, DatabaseUnavailable("cannot open x"))
     with pytest.raises(DatabaseUnavailable):
-        worker.start_worker(make, wait=False)
+        worker_process.start_worker(make, wait=False)
     assert calls["n"] == 1
 
 
 def test_a_schema_at_the_wrong_revision_is_not_waited_for() -> None:
     make, calls = flaky(1, SchemaOutOfDate("run runner db upgrade"))
     with pytest.raises(SchemaOutOfDate):
-        worker.start_worker(make, wait=True)
+        worker_process.start_worker(make, wait=True)
     assert calls["n"] == 1
 
 
 def test_a_database_that_refuses_for_good_is_not_waited_for() -> None:
     make, calls = flaky(1, DatabaseRefused('FATAL:  role "x" does not exist'))
     with pytest.raises(DatabaseRefused):
-        worker.start_worker(make, wait=True)
+        worker_process.start_worker(make, wait=True)
     assert calls["n"] == 1
 
 

@@ -1,0 +1,41 @@
+"""How a worker waits out its database: a jittered backoff, capped low, and the wait it
+last gave.
+
+One `DatabaseWait` per worker, shared by the parts that ask the database between claims
+(the claim itself, a drain's end, the schedules' ticks), so a failure any of them meets
+slows the serving loop's next look; start-up waits for a database that is not there yet on
+the same backoff (runner.service.worker_process).
+"""
+
+from __future__ import annotations
+
+from runner.core.backoff import Backoff
+
+# Backoff after a database error, jittered: capped low, so that the first step after an
+# outage follows the database's return within about a second (a longer cap left runs
+# waiting up to 38 s after PostgreSQL came back), while each worker knocks at most once a
+# second or so (one failed connect: no herd a recovering server would notice).
+DB_FIRST_BACKOFF = 0.1
+DB_MAX_BACKOFF = 1.0
+
+
+def database_backoff() -> Backoff:
+    """A fresh backoff for waiting out a database."""
+    return Backoff(DB_FIRST_BACKOFF, DB_MAX_BACKOFF, jitter=True)
+
+
+class DatabaseWait:
+    """The seconds to wait before asking the database again (0: it answered last)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._backoff = database_backoff()
+
+    def failed(self) -> float:
+        """The database failed once more: the next, longer wait."""
+        self.seconds = self._backoff.next()
+        return self.seconds
+
+    def answered(self) -> None:
+        self._backoff.reset()
+        self.seconds = 0.0
