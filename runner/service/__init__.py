@@ -8,8 +8,9 @@ put together from its parts: what they share (`runner_base`), putting runs in th
 schedules (`scheduling`), provider limits (`limiting`), scores of runs, running an agent's
 scorers once a run ends (`scoring`), keeping releases apart (`releases`:
 a queue's policy for older releases, a worker's check, the replay gate); the `worker` that
-serves the
-queue; and the operations on runs (`fork`, `replay`, `revival`, `submissions`, `conflicts`,
+serves the queue, with the parts it owns (`claim_pacing`, `claim_execution`, `loaded_agents`,
+`housekeeping`, `scorer_pool`, `drain_end`, `database_wait`, `worker_log`, `worker_process`);
+and the operations on runs (`fork`, `replay`, `revival`, `submissions`, `conflicts`,
 `delays`). What the faces show of runs and the database comes from here too (`overview`,
 `values`, `database`, and `documents`: the JSON every face gives of runs and events), and
 whether a face's host is the machine's own (`loopback`), and the key ring's operations

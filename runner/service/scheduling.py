@@ -1,9 +1,9 @@
 """Schedules: runs started on a cron schedule, one per tick (see runner.store.cron), kept
 and fired by the store, through its protocol (runner.sql.schedules on a database).
 
-Workers fire the ticks (runner.service.worker); this part of the `Runner` adds, lists,
-pauses, resumes and removes schedules, and can fire the ticks due itself (`fire_schedules`,
-what a worker does at each look of its loop).
+Workers fire the ticks between claims (runner.service.housekeeping); this part of the
+`Runner` adds, lists, pauses, resumes and removes schedules, and can fire the ticks due itself
+(`fire_schedules`, what a worker does at each look of its loop).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ still the worker's. Meanwhile a thread renews the claim's lease. A crash between
 result leaves the row to lapse; the next worker starts the scorer again, once: a row started
 twice whose lease lapsed again is failed.
 
+A worker's threads for scorers, and when it looks for scores due: runner.service.scorer_pool.
 What a scorer is and the model-judged one: runner.core.scoring; the rules of a claim:
 runner.store.scores; their SQL: runner.sql.scores (runner.testing.memory_scores in memory);
 `runner score`: runner.cli.scores; the means per release: runner.history.score_stats.

@@ -6,7 +6,7 @@ the in-memory store in runner.testing's `memory_schedules`, both through these r
 
 The rest of this feature (docs/architecture.md, "Where a feature lives"):
 `runner.sql.schedules`, `runner.testing.memory_schedules`, `runner.service.scheduling`,
-`runner.cli.schedules`.
+`runner.service.housekeeping` (where a worker fires the ticks due), `runner.cli.schedules`.
 """
 
 from __future__ import annotations

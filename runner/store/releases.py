@@ -17,7 +17,8 @@ None of it reads a database.
 
 The same rules in SQL are `sql/releases.py` (the claim's condition, the parking, `runner
 releases`' counts), in memory `testing/memory_releases.py`; the check and the replay gate are
-`service/releases.py`, run by `service/worker.py`; the commands `cli/releases.py` and
+`service/releases.py`, run by a worker (`service/worker.py`) on each claim it executes
+(`service/claim_execution.py`); the commands `cli/releases.py` and
 `cli/queues.py` (`--older-releases`).
 """
 

@@ -9,7 +9,8 @@ worker (`refuse_if_held`), what a crash loop is told. Provider limits: what a ca
 parked run keeps its place in line, how an amount is checked. None of it reads a database.
 
 The rest of this feature (docs/architecture.md, "Where a feature lives"):
-`runner.sql.retention`, `runner.testing.memory_retention`, `runner.history.archive`.
+`runner.sql.retention`, `runner.testing.memory_retention`, `runner.service.housekeeping` (where
+a worker applies the rules between claims), `runner.history.archive`.
 """
 
 from __future__ import annotations
