@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from runner.core.limits import COUNTED_SECONDS
 from runner.core.status import RunStatus
-from runner.service.database_wait import DatabaseWait
+from runner.service.database_wait import DatabaseWait, raise_if_damaged
 from runner.service.runner import Runner
 from runner.service.worker_log import WorkerLog, counted
 
@@ -77,9 +77,7 @@ class DrainEnd:
                         wakes.append(row.not_before or now)
             other = self.store.first_parked(self.queues, now + timedelta(seconds=COUNTED_SECONDS))
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None
+            raise_if_damaged(self.store, exc)
             return self.database.failed()
         if other is not None:
             wakes.append(other)
@@ -97,9 +95,7 @@ class DrainEnd:
         try:
             due = self.store.due_queued(self.queues, self.runner.now())
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None
+            raise_if_damaged(self.store, exc)
             # Not known: look again once the database answers.
             self.wake.wait(self.database.failed())
             return True
@@ -119,9 +115,7 @@ class DrainEnd:
         try:
             found = [info for info in self.runner.releases() if info.release == self.release]
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None
+            raise_if_damaged(self.store, exc)
             self.database.failed()
             return False
         if any(info.running or info.queued or info.parked for info in found):

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from runner.core.clock import Clock, utc_now
 from runner.errors import RunnerError, first_line
-from runner.service.database_wait import DatabaseWait, database_backoff
+from runner.service.database_wait import DatabaseWait, database_backoff, raise_if_damaged
 from runner.service.runner import Runner
 from runner.service.worker_log import WorkerLog
 from runner.store.blob_sweep import BLOB_GRACE_SECONDS
@@ -102,9 +102,7 @@ class Housekeeping:
                 fired = self.store.fire_schedules(utc_now(self.schedule_clock))
             upcoming = self.store.next_tick()
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None
+            raise_if_damaged(self.store, exc)
             # Again once the database answers (about a second at most), not at the next
             # look SCHEDULES_LOOK seconds on: by then the tick due may be late.
             wait = self._ticks_backoff.next()
@@ -143,9 +141,7 @@ class Housekeeping:
             with self.store.writing():
                 expired = self.store.prune_expired(self.runner.now())
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None
+            raise_if_damaged(self.store, exc)
             self.say(logging.WARNING, f"retention not applied, retrying: {first_line(exc)}")
             return
         if expired.runs:
@@ -183,9 +179,7 @@ class Housekeeping:
             with self.store.writing():
                 finished = self.store.finish_lapsed_cancels()
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None
+            raise_if_damaged(self.store, exc)
             self.say(logging.WARNING, f"cancels not applied, retrying: {first_line(exc)}")
             return
         for run in finished:

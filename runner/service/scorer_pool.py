@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from runner.core.agent import Agent
 from runner.errors import AgentLoadError, first_line
+from runner.service.database_wait import raise_if_damaged
 from runner.service.housekeeping import SWEEP_SECONDS
 from runner.service.loaded_agents import LoadedAgents
 from runner.service.runner import Runner
@@ -85,9 +86,7 @@ class ScorerPool:
         try:
             due = self.store.due_scores(free + len(busy), skip)
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None
+            raise_if_damaged(self.store, exc)
             self.say(logging.WARNING, f"scores not looked for, retrying: {first_line(exc)}")
             return
         due = [d for d in due if (d.run_id, d.name) not in busy][:free]

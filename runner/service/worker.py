@@ -45,7 +45,7 @@ from runner.errors import first_line
 from runner.service.claim_execution import ClaimExecution
 from runner.service.claim_pacing import CLAIMS_PER_TRANSACTION, ClaimPacing
 from runner.service.database import pool_for
-from runner.service.database_wait import DatabaseWait
+from runner.service.database_wait import DatabaseWait, raise_if_damaged
 from runner.service.drain_end import DrainEnd
 from runner.service.housekeeping import SWEEP_SECONDS, Housekeeping
 from runner.service.loaded_agents import LoadedAgents
@@ -296,9 +296,7 @@ class Worker:
                     self.store.deliver_ended()
                 claims = self._claim_some(skip)
         except self.store.outages as exc:
-            corrupt = self.store.damaged(exc)
-            if corrupt is not None:
-                raise corrupt from None  # out of serve(): a damaged file is no outage
+            raise_if_damaged(self.store, exc)  # out of serve(): a damaged file is no outage
             wait = self._database.failed()
             self._log(
                 logging.WARNING,
