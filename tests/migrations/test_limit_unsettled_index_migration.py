@@ -1,0 +1,83 @@
+"""Revision 0024 indexes a limit's calls not settled (a partial index: the rows in flight,
+never the minute's settled ones), and the downgrade drops the index and keeps the rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Engine
+
+from runner.sql.database import downgrade, open_engine, upgrade
+
+_AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+_INDEX = "ix_limit_reservations_limit_unsettled"
+_limits = sa.table(
+    "limits",
+    sa.column("name", sa.String()),
+    sa.column("updated_at", sa.DateTime(timezone=True)),
+)
+_rows = sa.table(
+    "limit_reservations",
+    sa.column("id", sa.String()),
+    sa.column("limit_name", sa.String()),
+    sa.column("run_id", sa.String()),
+    sa.column("lease_epoch", sa.Integer()),
+    sa.column("tokens", sa.Integer()),
+    sa.column("settled", sa.Boolean()),
+    sa.column("reserved_at", sa.DateTime(timezone=True)),
+    sa.column("settled_at", sa.DateTime(timezone=True)),
+    sa.column("counted_from", sa.DateTime(timezone=True)),
+)
+
+
+@pytest.fixture
+def engine(empty_url: str) -> Iterator[Engine]:
+    engine = open_engine(empty_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _index_definition(engine: Engine) -> str | None:
+    """The CREATE INDEX of the revision's index as the database keeps it, or None."""
+    if engine.dialect.name == "postgresql":
+        query = "SELECT indexdef FROM pg_indexes WHERE indexname = :name"
+    else:
+        query = "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = :name"
+    with engine.connect() as connection:
+        found = connection.execute(sa.text(query), {"name": _INDEX}).scalar()
+    return None if found is None else str(found)
+
+
+def test_revision_0024_indexes_the_calls_not_settled(engine: Engine) -> None:
+    upgrade(engine, "0023")
+    with engine.begin() as connection:
+        connection.execute(sa.insert(_limits).values(name="m", updated_at=_AT))
+        for row_id, settled in (("flying", False), ("done", True)):
+            connection.execute(
+                sa.insert(_rows).values(
+                    id=row_id, limit_name="m", run_id="r", lease_epoch=1, tokens=10,
+                    settled=settled, reserved_at=_AT, settled_at=_AT if settled else None,
+                    counted_from=_AT,
+                )
+            )  # fmt: skip
+    assert _index_definition(engine) is None
+
+    upgrade(engine, "0024")
+    definition = _index_definition(engine)
+    assert definition is not None
+    # Partial: on the limit's name, where the call is not settled.
+    assert "(limit_name)" in definition
+    postgres = engine.dialect.name == "postgresql"
+    expected = "WHERE (settled = false)" if postgres else "WHERE settled = 0"
+    assert definition.endswith(expected), definition
+
+    downgrade(engine, "0023")
+    assert _index_definition(engine) is None
+    with engine.connect() as connection:
+        kept = connection.execute(sa.select(_rows.c.id).order_by(_rows.c.id)).scalars().all()
+    assert kept == ["done", "flying"]
