@@ -1,7 +1,7 @@
 """A model call under a provider limit against the same call with none (issue 39, point 3).
 
     .venv/bin/python benchmarks/limited_call.py [--steps 50] [--repeats 7] [--no-postgres]
-        [--profile limited] [--json out.json]
+        [--busy 0] [--profile limited] [--json out.json]
 
 One run of `--steps` steps (the zero-cost model and tool of benchmarks/fakes.py: a model call
 and a tool call a step, then the answer) run by `Runner.run`, timed, three ways taking turns
@@ -18,8 +18,10 @@ Reported per model call: the wall and this process's CPU time (the database serv
 not in it) of each way, median of `--repeats` (min-max), and the limited call less the
 unlimited one, as time and as a ratio (per repetition, then the median). The limit's
 charges build up over the repetitions (every call of the last minute is charged): the
-table says how many the minute held at the end. `--profile minute` prints a cProfile of
-the `minute` runs of the last database instead, sorted by own time.
+table says how many the minute held at the end. `--busy N` first gives each limit N calls
+of other runs, settled, spread over the two minutes before (half in the minute, half in the
+minute before that the sweep has not yet deleted), as a busy limit holds. `--profile minute`
+prints a cProfile of the `minute` runs of the last database instead, sorted by own time.
 """
 
 from __future__ import annotations
@@ -28,13 +30,18 @@ import cProfile
 import gc
 import pstats
 import time
+import uuid
+from datetime import timedelta
 from typing import Any
 
 import common
 import fakes
 
 from runner import Agent, Runner
+from runner.core.clock import utc_now
 from runner.sql import grants
+from runner.sql.database import open_engine
+from runner.sql.schema import limit_reservations
 
 GRANT_FROM_REQUESTS = grants.GRANT_FROM_REQUESTS
 
@@ -67,7 +74,32 @@ def timed(runner: Runner, way: str, steps: int) -> tuple[float, float]:
     return wall / steps, cpu / steps
 
 
-def measure(url: str, steps: int, repeats: int, profile: str | None) -> dict[str, Any]:
+def busy(url: str, calls: int) -> None:
+    """Give each limit `calls` settled calls of other runs over the 110 s before now."""
+    if not calls:
+        return
+    now = utc_now()
+    engine = open_engine(url)
+    try:
+        with engine.begin() as connection:
+            for name in LIMITS.values():
+                rows = []
+                for i in range(calls):
+                    at = now - timedelta(seconds=1 + 109 * i / calls)
+                    rows.append(
+                        {"id": uuid.uuid4().hex, "limit_name": name, "run_id": f"busy{i}",
+                         "lease_epoch": 1, "tokens": 100, "settled": True,
+                         "reserved_at": at - timedelta(seconds=1), "settled_at": at,
+                         "counted_from": at}
+                    )  # fmt: skip
+                connection.execute(limit_reservations.insert(), rows)
+    finally:
+        engine.dispose()
+
+
+def measure(
+    url: str, steps: int, repeats: int, profile: str | None, busy_calls: int = 0
+) -> dict[str, Any]:
     runner = Runner(url, lease_seconds=600)  # no heartbeat commit lands inside a run
     for way in ("minute", "minute-alone"):
         runner.set_limit(LIMITS[way], tokens_per_minute=PLENTY, requests_per_minute=PLENTY)
@@ -75,6 +107,7 @@ def measure(url: str, steps: int, repeats: int, profile: str | None) -> dict[str
         LIMITS["concurrency"], tokens_per_minute=PLENTY, requests_per_minute=PLENTY,
         concurrency=1000,
     )  # fmt: skip
+    busy(url, busy_calls)
     samples: dict[str, list[float]] = {}
     profiler = cProfile.Profile() if profile else None
     try:
@@ -112,6 +145,7 @@ def main() -> None:
     p = common.parser(__doc__)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--busy", type=int, default=0, help="settled calls given to each limit first")
     p.add_argument("--profile", choices=list(LIMITS), default=None)
     options = p.parse_args()
     postgres = common.postgres_url_or_none(options)
@@ -121,10 +155,12 @@ def main() -> None:
         for database in ("sqlite", "postgresql"):
             if database == "sqlite":
                 found = measure(common.sqlite_url(folder, "limited"), options.steps,
-                                options.repeats, options.profile)  # fmt: skip
+                                options.repeats, options.profile, options.busy)  # fmt: skip
             elif postgres is not None:
                 with common.scratch_postgres(postgres) as url:
-                    found = measure(url, options.steps, options.repeats, options.profile)
+                    found = measure(
+                        url, options.steps, options.repeats, options.profile, options.busy
+                    )
             else:
                 continue
             results[database] = found
