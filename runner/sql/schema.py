@@ -458,8 +458,11 @@ limit_reservations = Table(
         comment="its minute starts here: reserved_at plus 10 s until settled, then settled_at",
     ),
     # The minute's reads are ranges of this (revision 0023): a call counts from its settle,
-    # however long ago it was reserved.
-    Index("ix_limit_reservations_limit_counted_from", "limit_name", "counted_from"),
+    # however long ago it was reserved. With the tokens (revision 0024), SQLite sums the
+    # minute from the index alone, never the table's rows (a busy limit holds thousands).
+    Index(
+        "ix_limit_reservations_limit_counted_from_tokens", "limit_name", "counted_from", "tokens"
+    ),
     comment="model calls charged to a limit in the last minute (older rows are deleted)",
 )
 # The calls in flight, counted against a limit's concurrency (revision 0024): only the rows
