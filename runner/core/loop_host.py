@@ -12,7 +12,9 @@ A call that overruns, or whose watch names a reason, is abandoned where it is: i
 is left to finish the call and then unwinds and exits (`Abandoned`), touching nothing, and
 the loop goes on from the start of that step on a fresh thread, told what the call would
 have raised. That is sound because nothing of the step after the call has run: the loop's
-objects hold the run as it was when the call began (`_Loop.resume`).
+objects hold the run as it was when the call began (`_Loop.resume`). What the loop left
+with the call is told at once (`Carried.given_up`), not when its thread returns (which may
+be never): the call's span ends then, and its step's goes on with the step.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ C = TypeVar("C", bound="Carried")
 class Carried(Protocol):
     """What the loop left with a call for the thread that goes on if it is abandoned."""
 
-    def given_up(self) -> None:
-        """Told, on the waiting thread, once the call is abandoned."""
+    def given_up(self, why: str) -> None:
+        """Told once, as the call is abandoned, why (`reason`): on the thread that gives it
+        up, or on the loop's own if its caller was gone before the call began."""
         ...
 
 
@@ -57,6 +60,16 @@ class Overrun(Generic[C]):
     step: int
     error: Exception
     carried: C
+
+
+def reason(error: BaseException) -> str:
+    """Why a call was given up, in a word: `timeout`, the watch's reason (`cancelled`,
+    `paused`), else the type of what stopped it (a watch that failed, a caller gone)."""
+    if isinstance(error, CallTimedOut):
+        return "timeout"
+    if isinstance(error, CallInterrupted):
+        return error.reason
+    return type(error).__qualname__
 
 
 class _Flight:
@@ -78,7 +91,7 @@ class LoopHost:
         self._watch = watch
         self._lock = threading.Lock()
         self._flight: _Flight | None = None
-        self._closed = False  # the caller is gone (an exception where it waited)
+        self._closed: str | None = None  # the caller is gone: why (what it raised)
         # Until when the waiting caller sleeps: a call due sooner must wake it.
         self._sleeping_until = math.inf
         self._wake: Any = None  # the waiting caller's signal
@@ -94,14 +107,15 @@ class LoopHost:
                     outcome: T = job.outcome()
                     return outcome
                 job = calls.SpareCall(functools.partial(again, overrun))
-        except BaseException:
+        except BaseException as exc:
+            why = reason(exc)
             with self._lock:  # the caller is gone: the loop stops at its next call
-                self._closed = True
+                self._closed = why
                 flight, self._flight = self._flight, None
                 if flight is not None:
                     flight.abandoned = True
             if flight is not None:
-                flight.carried.given_up()
+                flight.carried.given_up(why)
             raise
 
     def _watched_wait(self, job: calls.SpareCall) -> Overrun[Any] | None:
@@ -126,13 +140,17 @@ class LoopHost:
     ) -> Any:
         """`fn(*args)` on this (the loop's) thread, given up by the waiting caller once
         `timeout` passes or the watch names a reason (then this raises Abandoned, once `fn`
-        returns, and the run goes on from `step` elsewhere with `carried`)."""
+        returns, and the run goes on from `step` elsewhere with `carried`). Whenever this
+        raises Abandoned, `carried` is told `given_up`, once, by whoever gave the call up."""
         flight = _Flight(step, timeout, carried)
         with self._lock:
-            if self._closed:
-                raise Abandoned
-            self._flight = flight
-            wake = self._wake if flight.deadline < self._sleeping_until else None
+            closed = self._closed
+            if closed is None:
+                self._flight = flight
+                wake = self._wake if flight.deadline < self._sleeping_until else None
+        if closed is not None:  # given up before it began: told here
+            carried.given_up(closed)
+            raise Abandoned
         if wake is not None:  # about once a model_timeout: the caller sleeps past its end
             wake.set()
         try:
@@ -193,5 +211,5 @@ class LoopHost:
                 return None  # it ended meanwhile: the loop went on with its result
             flight.abandoned = True
             self._flight = None
-        flight.carried.given_up()
+        flight.carried.given_up(reason(error))
         return Overrun(flight.step, error, flight.carried)

@@ -29,6 +29,7 @@ from runner.core.limits import (
     max_tokens_of,
 )
 from runner.core.loop_host import Abandoned, LoopHost, Overrun
+from runner.core.spans import ModelCall as ModelCallSpan
 from runner.core.spans import Spans
 from runner.core.stop_reasons import StopReason
 from runner.errors import ModelFatal, ModelRetryable, RunParked, RunPaused
@@ -67,9 +68,12 @@ class _Attempt:
     run_ends_first: bool
     own: float | None
     stream: DeltaStream | None
+    span: ModelCallSpan
 
-    def given_up(self) -> None:
-        """Its call was abandoned: no piece it still reads reaches a follower."""
+    def given_up(self, why: str) -> None:
+        """Its call was abandoned: its span ends now (not when its thread returns), and no
+        piece it still reads reaches a follower."""
+        self.span.given_up(why)
         if self.stream is not None:
             self.stream.end()
 
@@ -225,7 +229,9 @@ class ModelCall:
                         call.limited(reservation.limit, reservation.waited)
                     timeout = remaining if run_ends_first else own
                     if self.host is not None:
-                        made = _Attempt(attempt, backoff, reservation, run_ends_first, own, stream)
+                        made = _Attempt(
+                            attempt, backoff, reservation, run_ends_first, own, stream, call
+                        )
                         output = self.host.call(self.model, (shown,), timeout, self.at, made)
                     else:
                         output = invoke(

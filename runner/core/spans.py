@@ -20,6 +20,13 @@ class ModelCall(Protocol):
     def returned(self, output: Any) -> None:
         """What the model returned (its usage is read from it)."""
 
+    def given_up(self, why: str) -> None:
+        """The call was given up while its thread still runs it (runner.core.loop_host), for
+        `why` (`timeout`, `cancelled`, `paused`, ...): its span ends now, and its step goes on
+        on the loop's next thread, which enters `step` again with the same number. The
+        thread left with the call leaves the contexts it was in by raising `Abandoned`, which
+        must end nothing: the span is over, and the step is no longer that thread's."""
+
     def limited(self, limit: str, waited: float) -> None:
         """The call drew from provider limit `limit`, after the run waited `waited` seconds
         in line for it (0: it found room at once)."""
@@ -45,6 +52,9 @@ class RunSpans(Spans, Protocol):
 
 class _NoModelCall:
     def returned(self, output: Any) -> None:
+        pass
+
+    def given_up(self, why: str) -> None:
         pass
 
     def limited(self, limit: str, waited: float) -> None:

@@ -21,9 +21,11 @@ arguments or results. This module is imported only when `opentelemetry` is insta
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -41,6 +43,9 @@ from opentelemetry.trace import (
     TracerProvider,
 )
 
+from runner.core.calls import CallTimedOut
+from runner.core.interrupts import CallInterrupted
+from runner.core.loop_host import Abandoned, reason
 from runner.core.result import AgentResult
 from runner.errors import RunPaused
 
@@ -93,14 +98,17 @@ def trace_run(
         attributes["runner.release"] = release
     name = f"invoke_agent {agent_name}" if agent_name else "invoke_agent"
     span = tracer.start_span(name, root, SpanKind.INTERNAL, attributes, links)
+    traced = RunTrace(tracer, trace.set_span_in_context(span, root), run_id, model)
     try:
-        yield RunTrace(tracer, trace.set_span_in_context(span, root), run_id, model)
+        yield traced
     except RunPaused:
         span.set_attribute("runner.paused", True)  # a graceful stop, not a failure
+        raise
     except BaseException as exc:
         _failed(span, exc)
         raise
     finally:
+        traced.close()
         span.end()
 
 
@@ -117,26 +125,66 @@ class RunTrace:
         self.model = name if isinstance(name, str) and name else None
         self.provider = provider if isinstance(provider, str) and provider else None
         self._step: _Step | None = None
+        # A step whose model call was given up on the loop's thread, for the loop's next
+        # thread to take up (`step`); `_closed` once the run's span is ending.
+        self._lock = threading.Lock()
+        self._handed: _Step | None = None
+        self._closed = False
 
     # -- the loop's side (runner.spans.Spans) ---------------------------------------------
 
     @contextmanager
     def step(self, step: int) -> Iterator[object]:
         # Opened lazily, by the step's first model or tool call: a step replayed whole from
-        # the journal does no work here and makes no span.
-        current = self._step = _Step(step, time.time_ns())
+        # the journal does no work here and makes no span. A step whose call was given up
+        # goes on here under the span it had (the loop begins again with that step).
+        with self._lock:
+            handed, self._handed = self._handed, None
+        if handed is not None and handed.number != step:  # never: see runner.core.spans
+            _end(handed)
+            handed = None
+        current = self._step = handed or _Step(step, time.time_ns())
         try:
             yield current
+        except Abandoned:
+            raise  # its call was given up: the step goes on on another thread, which ends it
+        except RunPaused:
+            if current.span is not None:  # left for a resume, as the run is: no failure
+                current.span.set_attribute("runner.paused", True)
+            self._ended(current)
+            raise
         except BaseException as exc:
             if current.span is not None:
                 _failed(current.span, exc)
+            self._ended(current)
             raise
-        finally:
-            if current.span is not None:
-                current.span.end()
-            self._step = None
+        self._ended(current)
 
-    def model_call(self, step: int) -> AbstractContextManager[_ModelCall]:
+    def _ended(self, current: _Step) -> None:
+        _end(current)
+        self._step = None
+
+    def _hand_over(self, current: _Step | None) -> None:
+        """The step's call was given up: the loop's next thread takes the step up, or, if
+        the run's span is ending (its caller is gone), nobody will, and it ends now."""
+        if current is None:
+            return
+        with self._lock:
+            if not self._closed:
+                self._handed = current
+                return
+        _end(current)
+
+    def close(self) -> None:
+        """The run's span is ending: a step handed over and never taken up ends first."""
+        with self._lock:
+            self._closed = True
+            handed, self._handed = self._handed, None
+        if handed is not None:
+            _end(handed)
+
+    @contextmanager
+    def model_call(self, step: int) -> Iterator[_ModelCall]:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "runner.run_id": self.run_id,
@@ -147,7 +195,16 @@ class RunTrace:
         if self.provider:
             attributes["gen_ai.provider.name"] = self.provider
         name = f"chat {self.model}" if self.model else "chat"
-        return self._span(name, step, SpanKind.CLIENT, attributes, _ModelCall)
+        handed_over = functools.partial(self._hand_over, self._step)
+        with self._span(name, SpanKind.CLIENT, attributes) as span:
+            call = _ModelCall(span, handed_over)
+            try:
+                yield call
+            except (CallTimedOut, CallInterrupted) as exc:
+                # Given up where it was made (an async model's call, or one made without a
+                # loop thread): the same span as one given up on the loop's own thread.
+                call.gave_up(reason(exc))
+                raise
 
     def tool_call(
         self, step: int, tool: str, key: str, attempt: int
@@ -162,7 +219,7 @@ class RunTrace:
             "runner.idempotency_key": key,
             "runner.attempt": attempt,
         }
-        return self._span(f"execute_tool {tool}", step, SpanKind.INTERNAL, attributes, _Nothing)
+        return self._span(f"execute_tool {tool}", SpanKind.INTERNAL, attributes)
 
     # -- the run's side -------------------------------------------------------------------
 
@@ -176,27 +233,25 @@ class RunTrace:
     # -- spans ----------------------------------------------------------------------------
 
     @contextmanager
-    def _span(
-        self,
-        name: str,
-        step: int,
-        kind: SpanKind,
-        attributes: Mapping[str, Any],
-        handle: type[_Handle],
-    ) -> Iterator[Any]:
-        with self.tracer.start_as_current_span(
-            name,
-            self._parent(),
-            kind,
-            attributes,
-            record_exception=False,  # its message: see _failed
-            set_status_on_exception=False,
-        ) as span:
-            try:
-                yield handle(span)
-            except BaseException as exc:
+    def _span(self, name: str, kind: SpanKind, attributes: Mapping[str, Any]) -> Iterator[Any]:
+        span = self.tracer.start_span(name, self._parent(), kind, attributes)
+        try:
+            # Ended here, not by use_span: a call given up ended its span already.
+            with trace.use_span(
+                span,
+                end_on_exit=False,
+                record_exception=False,  # its message: see _failed
+                set_status_on_exception=False,
+            ):
+                yield span
+        except Abandoned:
+            raise  # given up on another thread, which ended the span (_ModelCall.given_up)
+        except BaseException as exc:
+            if span.is_recording():  # not a call given up on its own thread (gave_up)
                 _failed(span, exc)
-                raise
+                span.end()
+            raise
+        span.end()
 
     def _parent(self) -> Context:
         current = self._step
@@ -231,16 +286,33 @@ class _Step:
         self.span: trace.Span | None = None
 
 
-class _Handle:
-    def __init__(self, span: trace.Span) -> None:
+def _end(step: _Step) -> None:
+    if step.span is not None:
+        step.span.end()
+
+
+class _ModelCall:
+    def __init__(self, span: trace.Span, handed_over: Callable[[], None]) -> None:
         self.span = span
+        self._handed_over = handed_over
 
+    def given_up(self, why: str) -> None:
+        """Given up on the waiting thread while the loop's thread still runs the call: the
+        span ends now (its thread may return much later, or never), and the step goes on
+        on the loop's next thread."""
+        self.gave_up(why)
+        self._handed_over()
 
-class _Nothing(_Handle):
-    pass
+    def gave_up(self, why: str) -> None:
+        """The span ends as a call given up for `why`: an error named by the reason (no
+        traceback: the call raised nothing, the run stopped waiting for it)."""
+        span = self.span
+        span.set_attribute("runner.given_up", why)
+        span.set_attribute("error.type", why)
+        span.add_event("runner.given_up", {"runner.given_up": why})
+        span.set_status(Status(StatusCode.ERROR, f"given up: {why}"))
+        span.end()
 
-
-class _ModelCall(_Handle):
     def returned(self, output: Any) -> None:
         """Token usage from what the model returned, as far as it says (never trusted)."""
         usage = output.get("usage") if isinstance(output, Mapping) else None
