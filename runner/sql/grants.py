@@ -52,7 +52,14 @@ from sqlalchemy import Connection, Engine, bindparam, delete, select, update
 
 from runner.core.clock import Clock, utc_now
 from runner.core.limits import Reservation
-from runner.sql.limits import SETTLE_GONE, charged, counted_at_reserve, live_waiter
+from runner.sql.limits import (
+    SETTLE_GONE,
+    charged,
+    counted_at_reserve,
+    live_waiter,
+    sweep,
+    sweep_due,
+)
 from runner.sql.schema import limit_reservations, limit_waiters, limits
 from runner.sql.writer import Writer
 from runner.store.rows import COUNTER_MAX
@@ -72,6 +79,12 @@ GRANT_LEAST_CALLS = 4
 GRANT_SECONDS = 2.0
 # The lease epoch of a grant's rows until settled (epochs start at 1).
 NO_LEASE = -1
+# How often at most this process sweeps a limit (runner.sql.limits.sweep) when it takes a
+# grant of it: a limit served only by grants is swept by nothing else, and would keep every
+# row it ever charged. Less often than a call reserved alone (SWEEP_SECONDS): a grant is
+# taken every few seconds by each worker, so most take none of the sweep's two statements,
+# and the table keeps at most this long of calls past the two minutes the sweep keeps.
+GRANT_SWEEP_SECONDS = 10.0
 
 _LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
 _LOCKED_LIMIT_ROW = _LIMIT_ROW.with_for_update()
@@ -223,6 +236,8 @@ class Grants:
         if size is None or _anyone_in_line(connection, name, at):
             return None
         calls, block = size
+        if sweep_due(str(self.engine.url), name, GRANT_SWEEP_SECONDS):
+            sweep(connection, name, at)
         totals = charged(connection, name, at, in_flight=False)
         room = Room(limit._mapping, at, totals, [], block, requests=calls)
         if not room.fits():

@@ -48,7 +48,7 @@ from sqlalchemy import (
 )
 
 from runner.core.clock import SYSTEM, Clock, utc_now
-from runner.core.limits import COUNTED_SECONDS, counted_from
+from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS, counted_from
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.sql.runs import reading, store_named
@@ -268,14 +268,25 @@ SWEEP_SECONDS = 1.0
 _SWEPT: dict[tuple[str, str], float] = {}
 
 
-def sweep_due(database: str, name: str) -> bool:
-    """Whether a reservation of limit `name` in `database` (its URL) sweeps it now."""
+def sweep_due(database: str, name: str, every: float | None = None) -> bool:
+    """Whether a reservation of limit `name` in `database` (its URL) sweeps it now: if this
+    process last swept it `every` seconds ago or more (SWEEP_SECONDS unless given). Calls
+    reserved alone and grants (runner.sql.grants) share the time of the last sweep."""
+    every = SWEEP_SECONDS if every is None else every
     key = (database, name)
     now = time.monotonic()
-    if now - _SWEPT.get(key, -SWEEP_SECONDS) < SWEEP_SECONDS:
+    if now - _SWEPT.get(key, -every) < every:
         return False
     _SWEPT[key] = now
     return True
+
+
+def sweep(connection: Connection, name: str, at: datetime) -> None:
+    """Delete limit `name`'s charges past their minutes and the runs gone from its line (in
+    the caller's transaction, the limit's row locked, `at` read under the lock)."""
+    old = at - timedelta(seconds=2 * WINDOW_SECONDS)
+    connection.execute(DROP_OLD, {"name": name, "old": old, "at": at})
+    connection.execute(DROP_GONE_WAITERS, {"name": name, "at": at, "graced": waiter_grace_from(at)})
 
 
 # -- settling ---------------------------------------------------------------------------------

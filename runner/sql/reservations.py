@@ -29,7 +29,6 @@ from sqlalchemy import Connection, Engine, bindparam, case, delete, select, upda
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.limits import (
-    WINDOW_SECONDS,
     Estimate,
     Reservation,
     estimated,
@@ -40,12 +39,11 @@ from runner.sql.grants import Grants
 from runner.sql.limit_line import wake_line
 from runner.sql.limit_rides import Riders
 from runner.sql.limits import (
-    DROP_GONE_WAITERS,
-    DROP_OLD,
     charged,
     counted_at_reserve,
     live_waiter,
     settle_call,
+    sweep,
     sweep_due,
     waiter_grace_from,
 )
@@ -227,9 +225,7 @@ def _reserve(
     # cancel), or never came back past its grace, goes (it queues again if it returns).
     # Both only now and then: the reads below pass over what they would delete.
     if sweep_due(str(connection.engine.url), name):
-        old = at - timedelta(seconds=2 * WINDOW_SECONDS)
-        connection.execute(DROP_OLD, {"name": name, "old": old, "at": at})
-        connection.execute(DROP_GONE_WAITERS, bound)
+        sweep(connection, name, at)
     totals = charged(connection, name, at, in_flight=limit.concurrency is not None)
     line = connection.execute(_LINE, bound).all()
     mine = next((waiter for waiter in line if waiter.run_id == run_id), None)

@@ -14,17 +14,21 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, func, select
 
 from runner import Runner
 from runner.core.clock import ManualClock
+from runner.core.limits import WINDOW_SECONDS
 from runner.errors import RunParked
 from runner.sql import grants
 from runner.sql import limits as sql_limits
+from runner.sql.schema import limit_reservations
+from runner.store.rules import aware
 from tests.conditions import wait_until
 from tests.conftest import fresh_database
 
@@ -173,3 +177,62 @@ def test_a_grant_s_call_settled_after_the_sweep_took_its_rows_is_charged(
         limits.settle(slow, 900)
         [info] = runner.limits()
         assert (info.requests, info.tokens) == (3, 600 + 50 + 900)
+
+
+def test_a_limit_served_only_by_grants_keeps_only_the_rows_its_minutes_need(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Taking a grant sweeps as a call reserved alone does: over five minutes of calls from
+    grants only, no call reserved alone, the rows past two minutes go, and the counts are
+    those of the minute."""
+    monkeypatch.setattr(grants, "GRANT_SWEEP_SECONDS", 0.0)  # every grant may sweep
+    clock = ManualClock(time.time())
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", requests_per_minute=10 * PER_MINUTE)  # grants of 40 calls
+        limits = limits_of(runner, runner.submit(SOLVER_REF, "a"))
+        for tick in range(30):  # every 10 s: the last grant written, a new one taken
+            if tick:
+                clock.advance(10)
+            limits.settle(limits.reserve("m", 100), 50)
+        with runner.engine.connect() as connection:
+            count, oldest = connection.execute(
+                select(func.count(), func.min(limit_reservations.c.counted_from))
+            ).one()
+        # The calls settled in the two minutes up to now (one a grant, each written when
+        # the next grant was taken), and the open grant's 40 rows.
+        assert count == 13 + 40
+        assert aware(oldest) >= datetime.fromtimestamp(clock.time(), UTC) - timedelta(
+            seconds=2 * WINDOW_SECONDS
+        )
+        [info] = runner.limits()
+        assert (info.requests, info.tokens) == (7 + 40, 7 * 50 + 40 * 100)
+
+
+def test_grants_sweep_a_limit_at_most_once_every_grant_sweep_seconds(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep is no statement of every grant: this process sweeps a limit it takes grants
+    of once, then not again for GRANT_SWEEP_SECONDS (on the machine's clock)."""
+    monkeypatch.setattr(sql_limits, "_SWEPT", {})  # no sweep of an earlier test counts
+    monkeypatch.setattr(grants, "GRANT_SWEEP_SECONDS", 3_600.0)
+    clock = ManualClock(time.time())
+    sweeps = 0
+
+    def counted(_c: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        nonlocal sweeps
+        if statement.lstrip().upper().startswith("DELETE FROM LIMIT_RESERVATIONS"):
+            sweeps += "counted_from <" in statement  # not a grant's rows returned by id
+
+    with Runner(url, clock=clock, lease_seconds=LEASE) as runner:
+        runner.set_limit("m", requests_per_minute=10 * PER_MINUTE)
+        limits = limits_of(runner, runner.submit(SOLVER_REF, "a"))
+        event.listen(runner.engine, "before_cursor_execute", counted)
+        try:
+            for _ in range(10):
+                limits.settle(limits.reserve("m", 100), 50)
+                clock.advance(60)
+        finally:
+            event.remove(runner.engine, "before_cursor_execute", counted)
+        assert sweeps == 1
+        [info] = runner.limits()
+        assert info.requests == 1 + 40  # the last grant's call, and the open one's rows
