@@ -130,6 +130,9 @@ class RunTrace:
         self._lock = threading.Lock()
         self._handed: _Step | None = None
         self._closed = False
+        # A step's span is opened by its first call, and the calls of a step replayed from
+        # the journal (no model call) come from their own threads at once: one opens it.
+        self._opening = threading.Lock()
 
     # -- the loop's side (runner.spans.Spans) ---------------------------------------------
 
@@ -257,15 +260,19 @@ class RunTrace:
         current = self._step
         if current is None:
             return self.context  # a call outside any step (never, today): under the run
-        if current.span is None:
-            current.span = self.tracer.start_span(
-                f"step {current.number}",
-                self.context,
-                SpanKind.INTERNAL,
-                {"runner.run_id": self.run_id, "runner.step": current.number},
-                start_time=current.started_ns,
-            )
-        return trace.set_span_in_context(current.span, self.context)
+        span = current.span
+        if span is None:
+            with self._opening:
+                span = current.span
+                if span is None:
+                    span = current.span = self.tracer.start_span(
+                        f"step {current.number}",
+                        self.context,
+                        SpanKind.INTERNAL,
+                        {"runner.run_id": self.run_id, "runner.step": current.number},
+                        start_time=current.started_ns,
+                    )
+        return trace.set_span_in_context(span, self.context)
 
 
 def _failed(span: trace.Span, exc: BaseException) -> None:
