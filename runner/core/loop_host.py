@@ -94,6 +94,9 @@ class LoopHost:
         self._closed: str | None = None  # the caller is gone: why (what it raised)
         # Until when the waiting caller sleeps: a call due sooner must wake it.
         self._sleeping_until = math.inf
+        # The deadline of the last call begun: the caller sleeps until it even once that
+        # call has ended (`_wait`), so that the next call, due later, need not wake it.
+        self._last_deadline = math.inf
         self._wake: Any = None  # the waiting caller's signal
 
     def run(self, first: Callable[[], T], again: Callable[[Overrun[Any]], T]) -> T:
@@ -147,6 +150,7 @@ class LoopHost:
             closed = self._closed
             if closed is None:
                 self._flight = flight
+                self._last_deadline = flight.deadline
                 wake = self._wake if flight.deadline < self._sleeping_until else None
         if closed is not None:  # given up before it began: told here
             carried.given_up(closed)
@@ -176,7 +180,17 @@ class LoopHost:
         while True:
             with self._lock:
                 flight = self._flight
-                until = math.inf if flight is None else flight.deadline
+                if flight is not None:
+                    until = flight.deadline
+                elif self._last_deadline > time.monotonic():
+                    # Between two calls (a quick model's usual state when this thread looks):
+                    # sleeping until the last call's deadline rather than for ever, the next
+                    # call (due later, on the same model_timeout) needs no wake-up, which
+                    # would be a cross-processor one twice a step on a quiet machine. Woken
+                    # then, it looks again: about once a model_timeout, never past a deadline.
+                    until = self._last_deadline
+                else:
+                    until = math.inf
                 self._sleeping_until = until
             if job.ended:
                 return None
