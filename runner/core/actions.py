@@ -82,8 +82,14 @@ class Action:
         return [] if signature is None else [signature]
 
 
+# What `json.dumps(value, sort_keys=True, allow_nan=False)` makes, made by one encoder kept
+# for every call (dumps with options builds a new one each time, a third of the cost);
+# `encode` keeps no state between calls, so threads may share it.
+_CANONICAL = json.JSONEncoder(sort_keys=True, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def parse_action(output: object) -> Action:
@@ -187,18 +193,27 @@ def _call(shape: Mapping[Any, Any]) -> _Parsed | _Unusable:
     if bad_id is not None:
         return _Unusable(bad_id, name)
     args = shape.get("args", {})
-    if not isinstance(args, Mapping) or not all(isinstance(key, str) for key in args):
+    # Flat arguments of plain scalars (the common case) need no round trip (below), and
+    # their keys are already checked (all exact strs).
+    flat = plain_args = _flat_copy(args) if type(args) is dict else None
+    if flat is None and (
+        not isinstance(args, Mapping) or not all(isinstance(key, str) for key in args)
+    ):
         return _Unusable("tool 'args' must be a JSON object", name)
     try:
         # Round-tripping rejects NaN, infinities and values JSON cannot carry, and gives the
-        # tool exactly what a journal would give it back after a crash.
-        canonical = canonical_json(dict(args))
-        plain_args = json.loads(canonical)
+        # tool exactly what a journal would give it back after a crash. Flat arguments of
+        # plain scalars come back as they went: copied, not round-tripped.
+        if plain_args is not None:
+            canonical = canonical_json(plain_args)  # still raises where JSON cannot go
+        else:
+            canonical = canonical_json(dict(args))
+            plain_args = json.loads(canonical)
     except RecursionError:
         return _Unusable("tool 'args' are nested too deeply", name)
     except (TypeError, ValueError) as exc:
         return _Unusable(_cut(f"tool 'args' are not valid JSON: {exc}"), name)
-    if _too_deep(plain_args, len(canonical)):
+    if flat is None and _too_deep(plain_args, len(canonical)):  # flat: one level deep
         return _Unusable("tool 'args' are nested too deeply", name)
     return (name, plain_args, call_id or None, canonical)
 
@@ -278,6 +293,26 @@ def _answer(content: object) -> object:
     if _too_deep(kept, len(text)):
         return _Unusable("a final answer is nested too deeply to be kept")
     return content if kept == content else kept
+
+
+# Values JSON gives back as they were, by exact type (a subclass, an int enum say, comes
+# back as its base type from a round trip; a float may be NaN or infinite).
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _flat_copy(args: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the JSON round trip of `args` gives, without the round trip, when every value
+    is a plain scalar (str, int, bool, None, a finite float): a copy with its keys sorted,
+    as `json.loads(canonical_json(args))` would have them, and equal values (JSON carries
+    these exactly: a finite float's repr, an int of any size, a str's every code point).
+    None for anything else (nesting, NaN, other types), which takes the round trip."""
+    for key, value in args.items():
+        kind = type(value)
+        if type(key) is not str:  # a str subclass comes back a str
+            return None
+        if kind not in _SCALARS and not (kind is float and math.isfinite(value)):
+            return None
+    return {key: args[key] for key in sorted(args)}
 
 
 def _too_deep(value: object, length: int) -> bool:
