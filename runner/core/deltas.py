@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -98,14 +98,22 @@ def current_stream() -> DeltaStream | None:
     return _current.get()
 
 
-@contextmanager
-def streaming(sink: DeltaSink | None, step: int) -> Iterator[DeltaStream | None]:
+def streaming(sink: DeltaSink | None, step: int) -> AbstractContextManager[DeltaStream | None]:
     """Make the calls inside stream their pieces to `sink` as step `step`'s (nothing if
     `sink` is None); once they end, every piece is handed on before this returns. The
     stream it gives may be ended sooner, from another thread (a call given up)."""
     if sink is None:
-        yield None
-        return
+        # Shared: a nullcontext keeps no state, and a generator's context made anew for
+        # every model call of every run without a sink cost a µs a step (the in-memory step).
+        return _NO_STREAM
+    return _streaming(sink, step)
+
+
+_NO_STREAM: AbstractContextManager[DeltaStream | None] = nullcontext(None)
+
+
+@contextmanager
+def _streaming(sink: DeltaSink, step: int) -> Iterator[DeltaStream | None]:
     stream = DeltaStream(sink, step)
     token = _current.set(stream)
     try:
