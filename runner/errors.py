@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -150,12 +151,14 @@ class RunWaiting(RunnerError):
     """The run waits for a person's answer to a call: it holds no worker until one comes.
 
     A durable `Runner` turns this into a result whose status is `waiting`; `run_agent`, which
-    has nobody to answer, lets it out.
+    has nobody to answer, lets it out. `waits_for` says for what: `sub-agents` (the ends of
+    the child runs it started), `answer` (a person's), or both.
     """
 
-    def __init__(self, message: str, *, run_id: str) -> None:
+    def __init__(self, message: str, *, run_id: str, waits_for: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.run_id = run_id
+        self.waits_for = tuple(waits_for)
 
 
 class LimitNotFound(RunnerError):

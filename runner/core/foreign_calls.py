@@ -109,6 +109,7 @@ class ToolCalls(ForeignRecord):
         raise RunWaiting(
             f"run {self.journal.run_id} waits for sub-agent run {child_id} (call {key})",
             run_id=self.journal.run_id,
+            waits_for=("sub-agents",),
         )
 
     def _call(self, call_id: str) -> Entry:
@@ -161,4 +162,8 @@ class ToolCalls(ForeignRecord):
             for call in calls
             if call.call_id not in answers
         )
-        raise RunWaiting(f"run {self.journal.run_id} waits for {asked}", run_id=self.journal.run_id)
+        raise RunWaiting(
+            f"run {self.journal.run_id} waits for {asked}",
+            run_id=self.journal.run_id,
+            waits_for=("answer",),
+        )

@@ -327,4 +327,5 @@ class MemoryJournal:
             f"run {self.run_id}: {asked}, and an in-memory run has nobody to ask: run the "
             "agent with a durable Runner",
             run_id=self.run_id,
+            waits_for=("answer",),  # an in-memory run starts no child run to wait for
         )

@@ -61,7 +61,7 @@ from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool
 from runner.core.tree import ChildRun, Place, TreeStopped, child_run_id, spawn_budgets
 from runner.core.tree_inline import InlineParent
-from runner.core.waiting import Asks, wait_entry
+from runner.core.waiting import Asks, wait_entry, waited_for
 from runner.errors import ReplayMismatch, RunWaiting
 
 WRAP_UP_NOTE = (
@@ -520,6 +520,7 @@ class _Loop:
             raise RunWaiting(
                 f"run {self.journal.run_id} waits for {asked}",
                 run_id=self.journal.run_id,
+                waits_for=waited_for(wait.waits_for for wait in unanswered),
             )
         return answers
 

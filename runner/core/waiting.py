@@ -10,6 +10,7 @@ holds the words for both and knows no SQL: the store writes them
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -27,6 +28,12 @@ class Asks(StrEnum):
     # A sub-agent's call (`Agent.as_tool`): the child run's end is the answer, delivered by
     # the runner, never by a person; its answer or why it stopped becomes the observation.
     CHILD = "child"
+
+
+def waited_for(asks: Iterable[str | None]) -> tuple[str, ...]:
+    """What a run whose calls ask `asks` waits for, in RunWaiting's words: `sub-agents` (their
+    ends), `answer` (a person's), or both."""
+    return tuple(sorted({"sub-agents" if ask == Asks.CHILD else "answer" for ask in asks}))
 
 
 class Answer(StrEnum):

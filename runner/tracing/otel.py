@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import trace
@@ -47,7 +48,7 @@ from runner.core.calls import CallTimedOut
 from runner.core.interrupts import CallInterrupted
 from runner.core.loop_host import Abandoned, reason
 from runner.core.result import AgentResult
-from runner.errors import RunPaused
+from runner.errors import RunParked, RunPaused, RunWaiting
 
 SCOPE = "runner"
 
@@ -101,11 +102,9 @@ def trace_run(
     traced = RunTrace(tracer, trace.set_span_in_context(span, root), run_id, model)
     try:
         yield traced
-    except RunPaused:
-        span.set_attribute("runner.paused", True)  # a graceful stop, not a failure
-        raise
     except BaseException as exc:
-        _failed(span, exc)
+        if not _left_for_later(span, exc):
+            _failed(span, exc)
         raise
     finally:
         traced.close()
@@ -151,13 +150,8 @@ class RunTrace:
             yield current
         except Abandoned:
             raise  # its call was given up: the step goes on on another thread, which ends it
-        except RunPaused:
-            if current.span is not None:  # left for a resume, as the run is: no failure
-                current.span.set_attribute("runner.paused", True)
-            self._ended(current)
-            raise
         except BaseException as exc:
-            if current.span is not None:
+            if current.span is not None and not _left_for_later(current.span, exc):
                 _failed(current.span, exc)
             self._ended(current)
             raise
@@ -273,6 +267,26 @@ class RunTrace:
                         start_time=current.started_ns,
                     )
         return trace.set_span_in_context(span, self.context)
+
+
+def _left_for_later(span: trace.Span, exc: BaseException) -> bool:
+    """Mark `span` if `exc` only leaves the run for later, as the run is (no failure): paused
+    (a worker stopping gracefully), parked (`runner.parked`: until when, UTC;
+    `runner.parked.limit`: the provider limit with no room, absent when its tree's budget is
+    held by calls in flight) or waiting (`runner.waiting`: for `sub-agents`, an `answer`, or
+    both). A Jaeger user must not see a red run that is fine."""
+    if isinstance(exc, RunPaused):
+        span.set_attribute("runner.paused", True)
+    elif isinstance(exc, RunParked):
+        until = datetime.fromtimestamp(exc.until, UTC)
+        span.set_attribute("runner.parked", until.isoformat(timespec="milliseconds"))
+        if exc.limit is not None:
+            span.set_attribute("runner.parked.limit", exc.limit)
+    elif isinstance(exc, RunWaiting):
+        span.set_attribute("runner.waiting", list(exc.waits_for) or ["answer"])
+    else:
+        return False
+    return True
 
 
 def _failed(span: trace.Span, exc: BaseException) -> None:
