@@ -98,20 +98,10 @@ class Entry:
         `content`: shown as "text", with the provider's id as "id" (neither key when the
         model gave none, so seed runs keep seed 000's shapes exactly).
         """
-        if self.kind in (EntryKind.TASK, EntryKind.WRAP_UP, EntryKind.MESSAGE):
-            return {"role": "user", "content": self.content}
-        if self.kind is EntryKind.FINAL:
-            return {"role": "assistant", "content": self.content}
-        if self.kind is EntryKind.ACTION:
-            if self.action_type is ActionKind.INVALID:
-                return {"role": "assistant", "invalid": self.content}
-            message = {"role": "assistant", "tool": self.tool, "args": self.args}
-            if self.call_id is not None:
-                message["id"] = self.call_id
-            if self.content is not None:
-                message["text"] = self.content
-            return message
-        if self.kind is EntryKind.OBSERVATION:
+        kind = self.kind
+        # A step's two entries first (each kind is one of these branches only, so the order
+        # changes nothing but the cost of the common case).
+        if kind is EntryKind.OBSERVATION:
             shown = {
                 "role": "tool",
                 "name": self.tool,
@@ -121,6 +111,19 @@ class Entry:
             if self.call_id is not None:
                 shown["id"] = self.call_id
             return shown
+        if kind is EntryKind.ACTION:
+            if self.action_type is ActionKind.INVALID:
+                return {"role": "assistant", "invalid": self.content}
+            message = {"role": "assistant", "tool": self.tool, "args": self.args}
+            if self.call_id is not None:
+                message["id"] = self.call_id
+            if self.content is not None:
+                message["text"] = self.content
+            return message
+        if kind in (EntryKind.TASK, EntryKind.WRAP_UP, EntryKind.MESSAGE):
+            return {"role": "user", "content": self.content}
+        if kind is EntryKind.FINAL:
+            return {"role": "assistant", "content": self.content}
         return None
 
 

@@ -32,6 +32,8 @@ class Recorded:
     position: int = 0
 
     def take(self, step: int, kinds: tuple[EntryKind, ...]) -> Entry | None:
+        if self.position >= len(self.entries):
+            return None  # all taken (a fresh run's every call): no change left to apply
         self.changes()
         if self.position >= len(self.entries):
             return None
@@ -85,6 +87,8 @@ class Recorded:
 
     def take_if(self, step: int, kind: EntryKind) -> Entry | None:
         """The next entry if it is `kind` of `step`; else None, and nothing is taken."""
+        if self.position >= len(self.entries):
+            return None  # all taken (a fresh run's every call, several a step): nothing to do
         self.changes()
         if self.position < len(self.entries):
             entry = self.entries[self.position]
