@@ -13,9 +13,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from runner import Agent, Budgets, Runner, run_agent
@@ -25,20 +23,7 @@ from runner.core.loop import drive
 from runner.core.loop_host import Abandoned
 from runner.errors import RunPaused
 from runner.tracing.run_spans import run_trace
-
-
-class Exported:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-
-    @property
-    def spans(self) -> list[ReadableSpan]:
-        return list(self.exporter.get_finished_spans())
-
-    def names(self) -> list[str]:
-        return [span.name for span in self.spans]
+from tests.integration.exported_spans import Exported
 
 
 @pytest.fixture

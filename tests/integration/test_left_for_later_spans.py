@@ -14,31 +14,16 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from runner import Agent, ModelRetryable, Runner, run_agent, tool
 from runner.core.clock import ManualClock
 from runner.errors import RunWaiting
 from runner.testing import FunctionModel, call, final, turns
+from tests.integration.exported_spans import Exported
 
 Transcript = list[dict[str, Any]]
-
-
-class Exported:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-
-    @property
-    def spans(self) -> list[ReadableSpan]:
-        return list(self.exporter.get_finished_spans())
-
-    def names(self) -> list[str]:
-        return [span.name for span in self.spans]
 
 
 @pytest.fixture

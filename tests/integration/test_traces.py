@@ -10,28 +10,13 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from runner import Agent, ModelRetryable, Runner, run_agent, tool
 from runner.core.spans import NO_SPANS
 from runner.tracing.otel import run_context
 from runner.tracing.run_spans import run_trace
-
-
-class Exported:
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-
-    @property
-    def spans(self) -> list[ReadableSpan]:
-        return list(self.exporter.get_finished_spans())
-
-    def named(self, prefix: str) -> list[ReadableSpan]:
-        return [s for s in self.spans if s.name.startswith(prefix)]
+from tests.integration.exported_spans import Exported
 
 
 @pytest.fixture
