@@ -1,4 +1,5 @@
-"""Empty (unmigrated) databases: a new SQLite file, or a new PostgreSQL database."""
+"""Empty (unmigrated) databases: a new SQLite file, or a new PostgreSQL database, and an
+engine on one."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+
+from runner.sql.database import open_engine
 
 
 @pytest.fixture
@@ -34,3 +37,13 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'empty.db'}"
     url: str = request.getfixturevalue("empty_postgres")
     return url
+
+
+@pytest.fixture
+def engine(empty_url: str) -> Iterator[Engine]:
+    """An engine on `empty_url`, disposed of after the test."""
+    engine = open_engine(empty_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

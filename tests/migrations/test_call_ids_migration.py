@@ -4,18 +4,16 @@ resumes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, MetaData, Table, insert, text
 
 from runner import Agent, Runner
 from runner.core.actions import ActionKind
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
-from runner.sql.database import current_revision, downgrade, head_revision, open_engine, upgrade
+from runner.sql.database import current_revision, downgrade, head_revision, upgrade
 from runner.store.rows import entry_row, new_run
 from tests.integration.support import DEAD_OWNER
 
@@ -24,15 +22,6 @@ VIEW_COLUMNS = (
     "run_id, step, tool, args, idempotency_key, status, attempt, result, agent_name, release,"
     " started_at, finished_at, duration_seconds"
 )
-
-
-@pytest.fixture
-def engine(empty_url: str) -> Iterator[Engine]:
-    engine = open_engine(empty_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def call(step: int, run_id: str, tool: str, args: dict[str, Any], c: Counters) -> Entry:

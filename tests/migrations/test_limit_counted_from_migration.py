@@ -4,15 +4,13 @@ the column away and keeps the rows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
 from runner.core.limits import UNSETTLED_GRACE_SECONDS
-from runner.sql.database import downgrade, open_engine, upgrade
+from runner.sql.database import downgrade, upgrade
 
 _AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 _limits = sa.table(
@@ -31,15 +29,6 @@ _rows = sa.table(
     sa.column("reserved_at", sa.DateTime(timezone=True)),
     sa.column("settled_at", sa.DateTime(timezone=True)),
 )
-
-
-@pytest.fixture
-def engine(empty_url: str) -> Iterator[Engine]:
-    engine = open_engine(empty_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def _utc(moment: datetime) -> datetime:

@@ -4,14 +4,12 @@ downgrade puts revision 0023's indexes back and keeps the rows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
-import pytest
 import sqlalchemy as sa
 from sqlalchemy import Engine
 
-from runner.sql.database import downgrade, open_engine, upgrade
+from runner.sql.database import downgrade, upgrade
 
 _AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 _UNSETTLED = "ix_limit_reservations_limit_unsettled"
@@ -34,15 +32,6 @@ _rows = sa.table(
     sa.column("settled_at", sa.DateTime(timezone=True)),
     sa.column("counted_from", sa.DateTime(timezone=True)),
 )
-
-
-@pytest.fixture
-def engine(empty_url: str) -> Iterator[Engine]:
-    engine = open_engine(empty_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def _index_definition(engine: Engine, name: str) -> str | None:

@@ -14,7 +14,6 @@ import sysconfig
 import threading
 import venv
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +39,6 @@ from runner.sql.schema import SCHEMA_REVISION, metadata
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER_TABLES = {"runs", "entries"}
-
-
-@pytest.fixture
-def engine(empty_url: str) -> Iterator[Engine]:
-    engine = open_engine(empty_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def differences(engine: Engine, target: MetaData = metadata) -> list[Any]:

@@ -5,30 +5,19 @@ the rows back in one plain table. SQLite is unchanged."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy import Engine, MetaData, Table, insert, text
 
 from runner import Agent, Runner
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
-from runner.sql.database import downgrade, open_engine, upgrade
+from runner.sql.database import downgrade, upgrade
 from runner.store.rows import entry_row, new_run
 
 # Three months apart: each month's entries go to its own partition.
 MONTHS = [datetime(2026, 9, 14, tzinfo=UTC), datetime(2026, 10, 2, tzinfo=UTC),
           datetime(2026, 12, 1, tzinfo=UTC)]  # fmt: skip
-
-
-@pytest.fixture
-def engine(empty_url: str) -> Iterator[Engine]:
-    engine = open_engine(empty_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def populate_at_0021(engine: Engine) -> None:

@@ -5,13 +5,11 @@ sums each tree, and the downgrade gives the fork's columns back their old names 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import Engine, text
 
-from runner.sql.database import downgrade, open_engine, upgrade
+from runner.sql.database import downgrade, upgrade
 
 _INSERT = (
     "INSERT INTO runs (id, task, budgets, status, stop_reason, wrapped_up, steps, tokens, cost,"
@@ -21,15 +19,6 @@ _INSERT = (
     " :at_step)"
 )
 _AT = "2026-12-01 09:00:00"
-
-
-@pytest.fixture
-def engine(empty_url: str) -> Iterator[Engine]:
-    engine = open_engine(empty_url)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
 
 
 def rows(engine: Engine, sql: str) -> list[dict[str, Any]]:
