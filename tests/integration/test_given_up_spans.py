@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -124,6 +124,42 @@ def assert_no_complaints(caplog: pytest.LogCaptureFixture) -> None:
     assert [r.getMessage() for r in caplog.records if r.name.startswith("opentelemetry")] == []
 
 
+def paused_meanwhile(run: Callable[[threading.Event], object], stuck: Stuck) -> list[BaseException]:
+    """`run(pause)` on a thread of its own, paused once its model call is stuck in `stuck`;
+    what it raised."""
+    pause = threading.Event()
+    failures: list[BaseException] = []
+
+    def running() -> None:
+        try:
+            run(pause)
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=running)
+    thread.start()
+    assert stuck.entered.wait(30)
+    pause.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    return failures
+
+
+def assert_paused(exported: Exported, run_span: str) -> list[ReadableSpan]:
+    """A trace of a run paused in its first model call: the call given up, and the step and
+    the run (span `run_span`) left for a resume, not failed (a pause is a graceful stop)."""
+    spans = exported.spans
+    assert [s.name for s in spans] == ["chat gpt-test", "step 1", run_span]
+    given_up, step, run = spans
+    assert_given_up(given_up, "paused")
+    assert parent_of(given_up) == step.context.span_id
+    for left in (step, run):
+        assert left.status.status_code is StatusCode.UNSET, left.name
+        assert attrs(left)["runner.paused"] is True, left.name
+    assert parent_of(step) == run.context.span_id
+    return spans
+
+
 def test_a_call_given_up_at_its_model_timeout_and_retried(
     exported: Exported, stuck: Stuck, otel_warnings: pytest.LogCaptureFixture
 ) -> None:
@@ -227,37 +263,15 @@ def test_a_call_given_up_by_a_cancel(
 def test_a_call_given_up_by_a_pause(
     exported: Exported, stuck: Stuck, otel_warnings: pytest.LogCaptureFixture
 ) -> None:
-    pause = threading.Event()
     journal = MemoryJournal()
-    failures: list[BaseException] = []
 
-    def paused_run() -> None:
-        try:
-            with run_trace(journal.run_id, model=stuck, tracer_provider=exported.provider) as spans:
-                drive(stuck, {}, "task", Budgets(model_timeout=None), journal,
-                      pause=pause, spans=spans, own_thread=True)  # fmt: skip
-        except BaseException as exc:
-            failures.append(exc)
+    def paused_run(pause: threading.Event) -> None:
+        with run_trace(journal.run_id, model=stuck, tracer_provider=exported.provider) as spans:
+            drive(stuck, {}, "task", Budgets(model_timeout=None), journal,
+                  pause=pause, spans=spans, own_thread=True)  # fmt: skip
 
-    running = threading.Thread(target=paused_run)
-    running.start()
-    assert stuck.entered.wait(30)
-    pause.set()
-    running.join(30)
-    assert not running.is_alive()
-    assert [type(exc) for exc in failures] == [RunPaused]
-
-    spans = exported.spans
-    assert [s.name for s in spans] == ["chat gpt-test", "step 1", "invoke_agent"]
-    given_up, step, agent = spans
-    assert_given_up(given_up, "paused")
-    assert parent_of(given_up) == step.context.span_id
-    # A pause is a graceful stop: the step and the run are left for a resume, not failed.
-    for left in (step, agent):
-        assert left.status.status_code is StatusCode.UNSET, left.name
-        assert attrs(left)["runner.paused"] is True, left.name
-    assert parent_of(step) == agent.context.span_id
-
+    assert [type(exc) for exc in paused_meanwhile(paused_run, stuck)] == [RunPaused]
+    spans = assert_paused(exported, "invoke_agent")
     assert_nothing_late(exported, spans, stuck)
     assert_no_complaints(otel_warnings)
 
@@ -322,36 +336,13 @@ def test_a_durable_run_s_call_given_up_by_a_pause(
     # an unbound result instead and kept the run until its lease expired).
     # Executed here, never loaded by a worker: its ref is a placeholder.
     agent = Agent(stuck, {}, name="stuck", model_timeout=None, ref="x:y")
-    pause = threading.Event()
-    failures: list[BaseException] = []
     with Runner(db_url, tracer_provider=exported.provider) as runner:
         run_id = runner.submit(agent, "task", id="given-up-3")
         claim = runner.store.claim_run(
             run_id, lease_seconds=runner.lease_seconds, max_resumes=runner.max_resumes
         )
-
-        def paused_run() -> None:
-            try:
-                runner.execute(claim, agent, pause=pause)
-            except BaseException as exc:
-                failures.append(exc)
-
-        running = threading.Thread(target=paused_run)
-        running.start()
-        assert stuck.entered.wait(30)
-        pause.set()
-        running.join(30)
-        assert not running.is_alive()
+        failures = paused_meanwhile(lambda pause: runner.execute(claim, agent, pause=pause), stuck)
     assert [type(exc) for exc in failures] == [RunPaused]
-
-    spans = exported.spans
-    assert [s.name for s in spans] == ["chat gpt-test", "step 1", "invoke_agent stuck"]
-    given_up, step, invoked = spans
-    assert_given_up(given_up, "paused")
-    assert parent_of(given_up) == step.context.span_id
-    for left in (step, invoked):
-        assert left.status.status_code is StatusCode.UNSET, left.name
-        assert attrs(left)["runner.paused"] is True, left.name
-
+    spans = assert_paused(exported, "invoke_agent stuck")
     assert_nothing_late(exported, spans, stuck)
     assert_no_complaints(otel_warnings)
