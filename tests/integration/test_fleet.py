@@ -27,6 +27,7 @@ from runner.sql import runs as store
 from runner.sql.database import ensure_schema, open_engine
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.journal import SqlJournal
+from tests.conditions import wait_until
 
 from .agents import RENDEZVOUS_REF
 from .support import entry_rows, task_entry, tool_action, wander
@@ -245,13 +246,22 @@ def test_a_runner_dropped_unclosed_leaves_no_connection_open(tmp_path: Path) -> 
         assert runner.writer.keeps and _open_handles(database) >= 1
 
     run_and_drop()
-    for thread in threading.enumerate():
-        if thread.name == "runner-heartbeat":  # it ends a second after its last lease goes
-            thread.join(timeout=10)
-    gc.collect()  # the cycles, which give the kept connection back to a pool that is itself
-    gc.collect()  # garbage: the next collection frees the pool and closes the connection
-    # The kept writer belongs to the runner: nothing else holds it, or the engine, alive.
-    assert _open_handles(database) == 0
+
+    # The kept writer belongs to the runner: nothing else holds it, or the engine, alive,
+    # once the runner's threads are done with it (the heartbeat's ends a second after its
+    # last lease goes). Collected until then: the cycles give the kept connection back to a
+    # pool that is itself garbage, which the next collection frees, closing the connection;
+    # and gc.collect() returns at once, collecting nothing, while another thread of this
+    # process is in a collection of its own.
+    def closed() -> bool:
+        gc.collect()
+        return _open_handles(database) == 0
+
+    def still_open() -> str:
+        names = sorted(thread.name for thread in threading.enumerate())
+        return f"the dropped runner's connection closed (threads alive: {names})"
+
+    wait_until(closed, timeout=10.0, what=still_open)
 
 
 def test_a_failed_write_leaves_the_kept_connection_holding_no_lock(tmp_path: Path) -> None:
