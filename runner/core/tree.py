@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from runner.core.budgets import Budgets
 from runner.core.counters import Counters
 from runner.core.ids import ID_ALPHABET
+from runner.core.limits import estimate_tokens, max_tokens_of
 from runner.core.stop_reasons import StopReason
 
 
@@ -197,6 +198,10 @@ class ChildRun:
     release: str | None
     task: str
     budgets: dict[str, Any]
+    # The estimate of tokens of the child's first model call, if its parent can tell (see
+    # `first_call_tokens`): a store may hold it against the tree's budgets in the parent's
+    # park (runner.sql.tree_budget.hold_ahead), a commit fewer a sub-agent.
+    first_tokens: int | None = None
 
     @classmethod
     def started(
@@ -213,7 +218,22 @@ class ChildRun:
             release=agent.release,
             task=task,
             budgets=budgets.as_dict(),
+            first_tokens=first_call_tokens(agent, task),
         )
+
+
+def first_call_tokens(agent: Any, task: str) -> int | None:
+    """What a child run of `agent` on `task` will estimate its first model call at, as its
+    loop does (`ModelCall.hold_tree`: the transcript of its task alone, and its model's
+    output allowance), or None where its parent cannot tell: a context function decides
+    what the model is sent, or a framework drives the loop. Only a guess by the parent: the
+    child holds afresh if its own estimate is larger (messages sent to it meanwhile)."""
+    if getattr(agent, "context", None) is not None or getattr(agent, "loop", None) is not None:
+        return None
+    model = getattr(agent, "model", None)
+    if model is None:
+        return None
+    return estimate_tokens([{"role": "user", "content": task}], max_tokens_of(model))
 
 
 def outcome_of(

@@ -122,11 +122,11 @@ _UNSET = dict.fromkeys(
 )
 
 
-def claim_of(row: dict[str, Any]) -> Claim:
+def claim_of(row: dict[str, Any], next_seq: int = 0) -> Claim:
     """The claim of a child created claimed (`claimed_child`), from the row it was inserted
-    with: read back, it would be the same."""
+    with: read back, it would be the same. `next_seq`: the entries written with it."""
     run = RunRow.of({**_UNSET, **row})
-    return Claim(run, run.lease_epoch, 0, crash_loop=False)
+    return Claim(run, run.lease_epoch, next_seq, crash_loop=False)
 
 
 def claimed_child(row: dict[str, Any], owner: str, lease_seconds: float) -> dict[str, Any]:

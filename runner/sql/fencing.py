@@ -45,7 +45,7 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import Ancestor, Spend
 from runner.errors import LeaseLost
-from runner.sql import children, driver
+from runner.sql import children, driver, tree_budget
 from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
 from runner.sql.limits import settle_gone
@@ -213,6 +213,22 @@ class Parking:
     # `children.child_row`); a step with one has no approval_timeout (a child's end is
     # delivered, never timed out).
     children: tuple[dict[str, Any], ...] = ()
+    # The first child's task and its first model call's hold, written with the park.
+    first: FirstCall | None = None
+
+
+@dataclass
+class FirstCall:
+    """A child created claimed with its parent's park (the relay's), whose task entry and
+    first model call's hold on the tree's budgets (runner.sql.tree_budget.hold_ahead) go
+    in the park's commit rather than in one of the child's own: a commit fewer a sub-agent,
+    and both still written before its model is asked. `held`, once written: whether the
+    hold was made (else the child reserves as any call does)."""
+
+    task: Entry
+    epoch: int  # the child's, as created claimed
+    hold: tree_budget.HoldAhead
+    held: bool = False
 
 
 @dataclass
@@ -318,6 +334,11 @@ class Append:
     # is written alone after all (`statements`), which most such writes never are. Each
     # row's values were converted twice, once here in case and once in the shared batch.
     later: _Later | None = field(default=None, repr=False, compare=False)
+    # A park's first child's task entry (its fenced insert) and hold (`FirstCall`).
+    first: FirstCall | None = None
+    first_task: tuple[str, Parameters] | None = None
+    dialect: Dialect | None = None
+    at: datetime | None = None
 
     def statements(self) -> tuple[tuple[str, Parameters], ...]:
         """The write's own statements (`inserts`, made now if they were left for later)."""
@@ -417,7 +438,7 @@ class Append:
                 )
                 values = _rows(rows, fence)
                 inserts.append((statement.sql, statement.parameters(values)))
-        finish = cancelled = park = None
+        finish = cancelled = park = first_task = None
         made: list[tuple[str, Parameters]] = []
         if stop is not None and not finishing:
             finish = _finish_parameters(dialect, stop, counters, fence, at, payloads)
@@ -429,6 +450,13 @@ class Append:
             for new in parking.children:
                 child = children.insert_child(dialect, children.is_claimed(new))
                 made.append((child.sql, child.parameters(children.child_values(new))))
+            first = parking.first
+            if first is not None:
+                child_id = first.hold.run_id
+                row = entry_values(child_id, 0, first.epoch, first.task, stamp, payloads)
+                child_fence = _fence(dialect, child_id, first.epoch, at, lease_seconds)
+                statement = _fenced_insert(dialect, 1)
+                first_task = (statement.sql, statement.parameters(_rows((row,), child_fence)))
         charged = None
         if not charging:
             charge = None
@@ -450,6 +478,10 @@ class Append:
             end,
             ride,
             later,
+            None if parking is None else parking.first,
+            first_task,
+            dialect,
+            at,
         )
 
     @property
@@ -466,6 +498,8 @@ class Append:
         """The write's statements in `write`'s transaction; what it heard of the run."""
         run_id = self.run_id
         heard = Heard(False, 0)
+        if self.first is not None:
+            self.first.held = False  # until this try makes it (a try again may not)
         for sql, parameters in self.statements():
             written = write.rows(sql, parameters)
             # The fence holds for every row or for none: the first returned row says which.
@@ -486,7 +520,18 @@ class Append:
                 raise LeaseLost(f"run {run_id} was taken over by another worker: not parking it")
             for sql, parameters in self.children:
                 write.execute(sql, parameters)
+            self._first_call(write)
         return heard
+
+    def _first_call(self, write: driver.Statements) -> None:
+        """The first child's task and its first call's hold, after the child's row."""
+        first, task = self.first, self.first_task
+        if first is None or task is None:
+            return
+        assert self.dialect is not None and self.at is not None
+        if not write.rows(*task):  # its row was inserted above, claimed under this epoch
+            raise LeaseLost(f"run {first.hold.run_id} was not created claimed: not writing")
+        first.held = tree_budget.hold_ahead(write, self.dialect, first.hold, self.at)
 
 
 _Later = Callable[[], tuple[tuple[str, Parameters], ...]]

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
@@ -51,7 +52,7 @@ from runner.sql.limit_rides import Ride, Riders
 from runner.sql.payloads import payloads_of
 from runner.sql.writer import Writer, writing
 from runner.store.rows import RunRow, plain_text
-from runner.store.rules import Claim, Relay, wait_of
+from runner.store.rules import Claim, HeldAhead, Relay, wait_of
 
 # Told of each entry after its commit, one at a time, on the thread that wrote it: a call's
 # own thread for the outcomes of a step of several calls.
@@ -137,6 +138,8 @@ class SqlJournal:
         # A child run's task, held back from its own commit to ride in the next one (its
         # first model call's hold, before the model is asked): see `append_many`.
         self._held_back: tuple[Entry, ...] = ()
+        # A child's first model call, held in its parent's park with its task (`wait`).
+        self._held_ahead = self._ahead_of(claim.run.id)
         # Every write reports the run's cancel flag: the loop's check before each model call
         # costs no query of its own.
         self._cancel = claim.run.cancel_requested
@@ -161,6 +164,14 @@ class SqlJournal:
         if kept is not None and len(kept) == claim.next_seq:
             return kept
         return store.load_entries(self.engine, claim.run.id)
+
+    def _ahead_of(self, run_id: str) -> HeldAhead | None:
+        ahead = None if self.relay is None else self.relay.held_ahead
+        if ahead is None or ahead.run_id != run_id:
+            return None
+        assert self.relay is not None
+        self.relay.held_ahead = None
+        return ahead
 
     def _ancestors_of(self, run: RunRow) -> list[Ancestor]:
         if run.parent_id is None:
@@ -214,6 +225,12 @@ class SqlJournal:
         holds nothing: the runs below it are parked while it calls."""
         if not self._above:
             return None
+        ahead, self._held_ahead = self._held_ahead, None
+        if ahead is not None and ahead.step == step and estimated(estimate) <= ahead.tokens:
+            # Held in the parent's park, for this call or more: nothing to write. (A larger
+            # estimate, messages sent meanwhile, reserves afresh: the run's own rows go.)
+            self._check_lease()
+            return tree_budget.Held(ahead.hold_id)
         with self._writing:
             self._check_lease()
             held_back = self._with_held_back(())
@@ -275,6 +292,7 @@ class SqlJournal:
             # the child runs its sub-agents' calls start.
             parking = self._parking
             relay = self.relay if children else None
+            first = None
             if children:
                 at = utc_now(self.clock)
                 payloads = payloads_of(self.engine)
@@ -283,7 +301,8 @@ class SqlJournal:
                     # The first child takes this run's slot, claimed as it is created: no
                     # worker has to find it queued and claim it.
                     rows[0] = claimed_child(rows[0], relay.owner, relay.lease_seconds)
-                parking = replace(parking, children=tuple(rows))
+                    first = self._first_call(children[0], rows[0])
+                parking = replace(parking, children=tuple(rows), first=first)
             written = self._with_held_back(entries)
             cancelled = self._write(tuple(written), None, parking).cancel
             self.seq += len(written)
@@ -298,9 +317,33 @@ class SqlJournal:
                 me = Ancestor(self._run_id, run.budgets, Spend.of(self._spent) + below)
                 relay.above = (children[0].id, [me, *self._ancestors])
                 relay.waits = [wait_of(run, entry, at) for entry in entries]
-                relay.next = children_sql.claim_of(rows[0])
+                relay.next = children_sql.claim_of(rows[0], 0 if first is None else 1)
+                relay.held_ahead = None
+                if first is not None:
+                    relay.kept[children[0].id] = [(first.task, first.epoch)]
+                    if first.held:
+                        hold = first.hold
+                        relay.held_ahead = HeldAhead(hold.run_id, hold.id, hold.step, hold.tokens)
             self._observe(written)
         return not cancelled
+
+    def _first_call(self, child: ChildRun, row: dict[str, Any]) -> fencing.FirstCall | None:
+        """The task of the child created claimed, and its first model call's hold if its
+        estimate is known, to write in this run's park (fencing.FirstCall)."""
+        if child.first_tokens is None:
+            return None
+        hold = tree_budget.HoldAhead(
+            id=uuid.uuid4().hex,
+            root_id=self._run.root_id or self._run_id,
+            run_id=child.id,
+            lease_epoch=row["lease_epoch"],
+            above=(self._run_id, *self._above),
+            step=1,
+            tokens=child.first_tokens,
+        )
+        # As the child's loop would write it first (runner.core.loop: step 0, nothing spent).
+        task = Entry(EntryKind.TASK, 0, Counters(), content=child.task)
+        return fencing.FirstCall(task, row["lease_epoch"], hold)
 
     def append_many(self, entries: Sequence[Entry], stop: Stop | None = None) -> None:
         with self._writing:

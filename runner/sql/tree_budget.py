@@ -37,11 +37,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, exists, null, select, text, union_all, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    bindparam,
+    delete,
+    exists,
+    null,
+    select,
+    text,
+    union_all,
+    update,
+)
+from sqlalchemy.engine import Dialect
 
 from runner.core.clock import Clock, utc_now
 from runner.core.status import RunStatus
-from runner.core.tree import Spend, TreeStop, ancestors_stop, crowded
+from runner.core.tree import Ancestor, Spend, TreeStop, ancestors_stop, crowded
 from runner.errors import LeaseLost
 from runner.sql import driver
 from runner.sql.backend import backend_for
@@ -119,7 +131,7 @@ def _tree(count: int, deleting: bool) -> Any:
     return union_all(holds, spend)
 
 
-def _run(on: driver.Within, statement: Prepared, values: dict[str, Any]) -> Sequence[Any]:
+def _run(on: driver.Statements, statement: Prepared, values: dict[str, Any]) -> Sequence[Any]:
     return on.rows(statement.sql, statement.parameters(values))
 
 
@@ -136,32 +148,9 @@ def reserve(
     (nearest first), in the caller's transaction: its hold, why the run must stop, or the
     time it is parked until (see the module's doc)."""
     root = run.root_id or above[-1]
-    _lock_tree(connection, root)
-    at = utc_now(clock)
     dialect, on = connection.dialect, driver.Within(connection)
-    running = str(RunStatus.RUNNING)
-    bound = {"root": root, "run": run.id, "running": running}
-    bound.update({f"above_{i}": run_id for i, run_id in enumerate(above)})
-    # One round trip fewer where each costs one: the drop inside the read.
-    deleting = backend_for(dialect.name).locks_trees
-    if not deleting:
-        drop = prepared(dialect, "tree_drop_done", _drop_done)
-        on.execute(drop.sql, drop.parameters({"root": root, "run": run.id, "running": running}))
-    if time.monotonic() - _swept_at[0] >= SWEEP_EVERY_SECONDS:
-        _swept_at[0] = time.monotonic()
-        old = at - timedelta(seconds=STALE_SECONDS)
-        stale = prepared(dialect, "tree_drop_stale", _drop_stale)
-        on.execute(stale.sql, stale.parameters({"old": old, "running": running}))
-    read = prepared(dialect, ("tree", len(above), deleting), lambda: _tree(len(above), deleting))
-    held: dict[str, Spend] = {}
-    spent = []
-    for row in _run(on, read, bound):
-        if row[0] is not None:
-            spent.append(row)
-            continue
-        for run_id in _ids(row[1]):
-            held[run_id] = held.get(run_id, Spend()) + Spend(1, int(row[3]), 0.0)
-    ancestors = charged(spent, above)
+    at = utc_now(clock)
+    ancestors, held = _room(on, dialect, root, run.id, above, at)
     stop = ancestors_stop(ancestors)
     if stop is not None:
         return stop
@@ -184,23 +173,92 @@ def reserve(
             raise LeaseLost(f"run {run.id} was taken over by another worker")
         return until
     hold = Held(uuid.uuid4().hex)
+    _hold(on, dialect, HoldAhead(hold.id, root, run.id, epoch, tuple(above), step, tokens), at)
+    return hold
+
+
+@dataclass(frozen=True)
+class HoldAhead:
+    """A child's first model call held in its parent's park, before its loop starts
+    (`hold_ahead`): its row's values, fixed before the transaction so that a try again
+    writes the same one."""
+
+    id: str
+    root_id: str
+    run_id: str
+    lease_epoch: int  # the child's, created claimed (a queued child's hold would not count)
+    above: tuple[str, ...]  # the child's ancestors, nearest (its parent) first
+    step: int
+    tokens: int
+
+
+def hold_ahead(on: driver.Statements, dialect: Dialect, ahead: HoldAhead, at: datetime) -> bool:
+    """Hold a child's first model call against its ancestors' budgets in the transaction
+    that creates it (its parent's park, after the parent's row and the child's): the same
+    rule, lock and read as `reserve`, and the same row, whose count starts at this commit
+    as a reservation's does at its own. False, holding nothing, where `reserve` would stop
+    or park the child: it is left to the child's own reservation, which does."""
+    ancestors, held = _room(on, dialect, ahead.root_id, ahead.run_id, ahead.above, at)
+    if ancestors_stop(ancestors) is not None or crowded(ancestors, held) is not None:
+        return False
+    _hold(on, dialect, ahead, at)
+    return True
+
+
+def _room(
+    on: driver.Statements,
+    dialect: Dialect,
+    root: str,
+    run_id: str,
+    above: Sequence[str],
+    at: datetime,
+) -> tuple[list[Ancestor], dict[str, Spend]]:
+    """Under the tree's lock: what each run `above` has spent (and its budgets and cancel),
+    and the calls in flight below each (a step and an estimate of tokens a call), the run's
+    own rows and those that no longer count dropped first."""
+    _lock_tree(on, dialect, root)
+    running = str(RunStatus.RUNNING)
+    bound = {"root": root, "run": run_id, "running": running}
+    bound.update({f"above_{i}": ancestor for i, ancestor in enumerate(above)})
+    # One round trip fewer where each costs one: the drop inside the read.
+    deleting = backend_for(dialect.name).locks_trees
+    if not deleting:
+        drop = prepared(dialect, "tree_drop_done", _drop_done)
+        on.execute(drop.sql, drop.parameters({"root": root, "run": run_id, "running": running}))
+    if time.monotonic() - _swept_at[0] >= SWEEP_EVERY_SECONDS:
+        _swept_at[0] = time.monotonic()
+        old = at - timedelta(seconds=STALE_SECONDS)
+        stale = prepared(dialect, "tree_drop_stale", _drop_stale)
+        on.execute(stale.sql, stale.parameters({"old": old, "running": running}))
+    read = prepared(dialect, ("tree", len(above), deleting), lambda: _tree(len(above), deleting))
+    held: dict[str, Spend] = {}
+    spent = []
+    for row in _run(on, read, bound):
+        if row[0] is not None:
+            spent.append(row)
+            continue
+        for ancestor in _ids(row[1]):
+            held[ancestor] = held.get(ancestor, Spend()) + Spend(1, int(row[3]), 0.0)
+    return charged(spent, above), held
+
+
+def _hold(on: driver.Statements, dialect: Dialect, hold: HoldAhead, at: datetime) -> None:
     insert = prepared(dialect, "tree_hold", tree_reservations.insert)
     on.execute(
         insert.sql,
         insert.parameters(
             {
                 "id": hold.id,
-                "root_id": root,
-                "run_id": run.id,
-                "lease_epoch": epoch,
-                "step": step,
-                "above": list(above),
-                "tokens": min(max(tokens, 0), COUNTER_MAX),
+                "root_id": hold.root_id,
+                "run_id": hold.run_id,
+                "lease_epoch": hold.lease_epoch,
+                "step": hold.step,
+                "above": list(hold.above),
+                "tokens": min(max(hold.tokens, 0), COUNTER_MAX),
                 "reserved_at": at,
             }
         ),
     )
-    return hold
 
 
 def release(connection: Connection, hold: Held) -> None:
@@ -209,15 +267,20 @@ def release(connection: Connection, hold: Held) -> None:
     connection.execute(delete(tree_reservations).where(tree_reservations.c.id == hold.id))
 
 
-def _lock_tree(connection: Connection, root: str) -> None:
+def _lock_tree(on: driver.Statements, dialect: Dialect, root: str) -> None:
     """Take the tree's turn to reserve, until the transaction ends (SQLite's BEGIN
     IMMEDIATE already holds the whole file's). PostgreSQL's advisory lock takes no row lock,
     so it orders nothing against the journal's writes and the heartbeat's."""
-    if not backend_for(connection.dialect.name).locks_trees:
+    if not backend_for(dialect.name).locks_trees:
         return
     digest = hashlib.sha256(f"runner tree {root}".encode()).digest()[:8]
     key = int.from_bytes(digest, "big", signed=True)
-    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    lock = prepared(dialect, "tree_lock", _advisory_lock)
+    on.execute(lock.sql, lock.parameters({"key": key}))
+
+
+def _advisory_lock() -> Any:
+    return text("SELECT pg_advisory_xact_lock(:key)").bindparams(bindparam("key", type_=BigInteger))
 
 
 def _ids(value: Any) -> list[str]:

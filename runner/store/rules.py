@@ -234,6 +234,20 @@ class Relay:
     above: tuple[str, list[Ancestor]] | None = None
     # What the run that handed the slot on waits for (its worker says so).
     waits: list[Wait] = field(default_factory=list)
+    # The child handed the slot, if its first model call was held in its parent's park.
+    held_ahead: HeldAhead | None = None
+
+
+@dataclass(frozen=True)
+class HeldAhead:
+    """A child's first model call (`step`, an estimate of `tokens`) held against its tree's
+    budgets in the transaction that created it (runner.sql.tree_budget.hold_ahead): its
+    call goes on that hold, unless its own estimate is larger."""
+
+    run_id: str
+    hold_id: str
+    step: int
+    tokens: int
 
 
 def crash_loop_error(run_id: str, stalled: int, max_resumes: int) -> str:

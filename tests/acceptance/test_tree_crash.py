@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from runner.core.tree import child_run_id
 from runner.sql.database import connect
-from runner.sql.schema import entries, runs
+from runner.sql.schema import entries, runs, tree_reservations
 from tests.conditions import wait_until
 
 from .harness import KILLED, cli, cli_env, described
@@ -47,6 +47,35 @@ def tree(db_url: str, root: str) -> list:  # type: ignore[type-arg]
             return list(connection.execute(select(runs).where(runs.c.root_id == root)).all())
     finally:
         engine.dispose()
+
+
+def written(db_url: str, run_id: str) -> list:  # type: ignore[type-arg]
+    engine = connect(db_url)
+    try:
+        with engine.connect() as connection:
+            return list(
+                connection.execute(
+                    select(entries.c.seq, entries.c.kind, entries.c.lease_epoch)
+                    .where(entries.c.run_id == run_id)
+                    .order_by(entries.c.seq)
+                ).all()
+            )
+    finally:
+        engine.dispose()
+
+
+def holds(db_url: str, run_id: str) -> list[tuple[int, int]]:
+    engine = connect(db_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                select(tree_reservations.c.step, tree_reservations.c.lease_epoch).where(
+                    tree_reservations.c.run_id == run_id
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return [(row.step, row.lease_epoch) for row in rows]
 
 
 def answers_of(db_url: str, run_id: str) -> list[str | None]:
@@ -103,6 +132,12 @@ def test_a_worker_killed_holding_a_run_handed_to_it_leaves_it_to_the_next(
     assert held and all(row.lease_owner is not None for row in held)
     if fault.startswith("after_delivery"):
         assert [row.id for row in held] == [root]  # claimed back with its child's end
+    else:
+        # The child created claimed has its task and its first model call's hold from the
+        # park's own commit (runner.sql.tree_budget.hold_ahead), under its epoch.
+        [first] = held
+        assert [(seq, kind) for seq, kind, _ in written(db_url, first.id)] == [(0, "task")]
+        assert holds(db_url, first.id) == [(1, first.lease_epoch)]
 
     def lapsed() -> bool:
         ends = [row.lease_expires_at for row in tree(db_url, root) if row.status == "running"]

@@ -9,7 +9,10 @@ import pytest
 
 from runner import Agent, StopReason, run_agent
 from runner.core.budgets import Budgets
-from runner.core.tree import Spend, child_run_id, over_budget, spawn_budgets
+from runner.core.journal import MemoryJournal
+from runner.core.limits import Estimate, estimated
+from runner.core.loop import drive
+from runner.core.tree import Spend, child_run_id, first_call_tokens, over_budget, spawn_budgets
 from runner.testing import FunctionModel, ScriptedModel, call, final, tool_results, turns
 
 
@@ -149,3 +152,34 @@ def test_the_in_memory_store_runs_a_sub_agent_inline_under_the_parents_budget() 
     assert result.stop_reason == "final"
     assert tool_results(result.transcript)[0]["content"] == "done"
     assert runner.store.deliver_ended() == 0
+
+
+class _Holding(MemoryJournal):
+    """A journal whose model calls hold against a tree (as a durable child's do): the
+    estimate each is held at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.estimates: list[tuple[int, int]] = []
+
+    def hold_tree(self, step: int, estimate: Estimate) -> None:
+        self.estimates.append((step, estimated(estimate)))
+
+
+@pytest.mark.parametrize("max_tokens", [None, 20])
+def test_a_parent_tells_its_childs_first_estimate_as_the_childs_loop_makes_it(
+    max_tokens: int | None,
+) -> None:
+    """What a parent's park may hold for its child's first model call (first_call_tokens) is
+    what the child's own loop estimates that call at: no more, no less."""
+    model = ScriptedModel([final("done")])
+    model.max_tokens = max_tokens  # type: ignore[attr-defined]
+    child = Agent(model, name="child")
+    journal = _Holding()
+    drive(child.model, child.tools, "a task of some length", child.budgets, journal)
+    assert journal.estimates == [(1, first_call_tokens(child, "a task of some length"))]
+
+
+def test_a_parent_cannot_tell_the_first_estimate_of_a_child_with_a_context() -> None:
+    child = Agent(ScriptedModel([final("done")]), context=lambda transcript: transcript[-1:])
+    assert first_call_tokens(child, "task") is None
