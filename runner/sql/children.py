@@ -4,7 +4,9 @@ tree, a child's end delivered to its parent, and a cancel carried down.
 - A sub-agent's call is journaled as a `wait` (`waits_for = 'child'`); the child run's row is
   inserted in the same fenced transaction that writes the wait and parks the parent
   (`runner.sql.fencing`): a crash leaves both or neither, and the child's id, derived from
-  the call's key, is the same on every resume.
+  the call's key, is the same on every resume. A child created claimed for the parent's
+  worker (its relay) has its task and its first model call's hold in it too
+  (`fencing.FirstCall`).
 - Every journal write of a child that spent something charges it to each ancestor's
   `below_*` columns in the same transaction (`charge_statement`), and reads back what each
   ancestor and the runs below it spent against its budgets: the child checks them before

@@ -16,6 +16,11 @@ step and the call's estimate of tokens each) in one statement, and
   go (RunParked);
 - or holds the call's step and estimate against every ancestor, and lets it go.
 
+A child created claimed with its parent's park (a worker's relay) has its first call held
+in the park's own transaction (`hold_ahead`: the same lock, read and rule, at the estimate
+its parent reckons for it), where the tree has room; its call goes on that hold unless its
+own estimate is larger, and reserves as above if not held.
+
 A row needs no settle of its own: it counts while its run is `running` under the lease that
 reserved it and its journal has not recorded the call's step. The entry that records the
 model's output charges the real usage up the tree in the same transaction, so the estimate
