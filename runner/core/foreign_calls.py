@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from runner.core.foreign_record import ForeignRecord, StepRows
 from runner.core.foreign_values import Outcome, Stopped
 from runner.core.journal import Entry, Stop
+from runner.core.limits import first_call_tokens
 from runner.core.stop_reasons import StopReason
 from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool
@@ -98,7 +99,8 @@ class ToolCalls(ForeignRecord):
                 sub.budgets, self.rules.budgets, self.rules.spent(), self.model_call.remaining()
             )
             said = task if isinstance(task, str) else json.dumps(call.args)
-            child = ChildRun.started(self.journal.run_id, key, sub.agent, said, budgets)
+            first = first_call_tokens(sub.agent, said)
+            child = ChildRun.started(self.journal.run_id, key, sub.agent, said, budgets, first)
             wait = wait_entry(call, Asks.CHILD, self.rules.counters)
             with self.writing:
                 self._flush()

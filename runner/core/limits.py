@@ -217,3 +217,17 @@ def limit_wait_entry(counters: Counters, reservation: Reservation) -> Entry:
         content=f"waited {reservation.waited:.1f}s for limit {reservation.limit}",
         args={"limit": reservation.limit, "waited_seconds": round(reservation.waited, 3)},
     )
+
+
+def first_call_tokens(agent: Any, task: str) -> int | None:
+    """What a child run of `agent` on `task` will estimate its first model call at, as its
+    loop does (`ModelCall.hold_tree`: the transcript of its task alone, and its model's
+    output allowance), or None where its parent cannot tell: a context function decides
+    what the model is sent, or a framework drives the loop. Only a guess by the parent: the
+    child holds afresh if its own estimate is larger (messages sent to it meanwhile)."""
+    if getattr(agent, "context", None) is not None or getattr(agent, "loop", None) is not None:
+        return None
+    model = getattr(agent, "model", None)
+    if model is None:
+        return None
+    return estimate_tokens([{"role": "user", "content": task}], max_tokens_of(model))

@@ -37,6 +37,7 @@ from runner.core.limits import (
     Draw,
     Limits,
     Reservation,
+    first_call_tokens,
     limit_of,
     limit_wait_entry,
     max_tokens_of,
@@ -550,8 +551,10 @@ class _Loop:
             budgets = spawn_budgets(
                 sub.budgets, self.rules.budgets, self.rules.spent(), self.model_call.remaining()
             )
+            task = _task_of(wait) or ""
+            first = first_call_tokens(sub.agent, task)
             children.append(
-                ChildRun.started(self.journal.run_id, key, sub.agent, _task_of(wait) or "", budgets)
+                ChildRun.started(self.journal.run_id, key, sub.agent, task, budgets, first)
             )
         return children
 

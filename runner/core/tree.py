@@ -32,7 +32,6 @@ from typing import Any, Protocol
 from runner.core.budgets import Budgets
 from runner.core.counters import Counters
 from runner.core.ids import ID_ALPHABET
-from runner.core.limits import estimate_tokens, max_tokens_of
 from runner.core.stop_reasons import StopReason
 
 
@@ -198,17 +197,25 @@ class ChildRun:
     release: str | None
     task: str
     budgets: dict[str, Any]
-    # The estimate of tokens of the child's first model call, if its parent can tell (see
-    # `first_call_tokens`): a store may hold it against the tree's budgets in the parent's
-    # park (runner.sql.tree_budget.hold_ahead), a commit fewer a sub-agent.
+    # The estimate of tokens of the child's first model call, if its parent can tell
+    # (runner.core.limits.first_call_tokens): a store may hold it against the tree's
+    # budgets in the parent's park (runner.sql.tree_budget.hold_ahead), a commit fewer a
+    # sub-agent.
     first_tokens: int | None = None
 
     @classmethod
     def started(
-        cls, parent_id: str, call_key: str, agent: Any, task: str, budgets: Budgets
+        cls,
+        parent_id: str,
+        call_key: str,
+        agent: Any,
+        task: str,
+        budgets: Budgets,
+        first_tokens: int | None = None,
     ) -> ChildRun:
         """The child run that the parent's call `call_key` starts with `agent`: its id
-        derived from the key, so a crash re-attaches to it."""
+        derived from the key, so a crash re-attaches to it. `first_tokens`: the estimate of
+        its first model call (runner.core.limits.first_call_tokens)."""
         return cls(
             id=child_run_id(parent_id, call_key),
             parent_id=parent_id,
@@ -218,22 +225,8 @@ class ChildRun:
             release=agent.release,
             task=task,
             budgets=budgets.as_dict(),
-            first_tokens=first_call_tokens(agent, task),
+            first_tokens=first_tokens,
         )
-
-
-def first_call_tokens(agent: Any, task: str) -> int | None:
-    """What a child run of `agent` on `task` will estimate its first model call at, as its
-    loop does (`ModelCall.hold_tree`: the transcript of its task alone, and its model's
-    output allowance), or None where its parent cannot tell: a context function decides
-    what the model is sent, or a framework drives the loop. Only a guess by the parent: the
-    child holds afresh if its own estimate is larger (messages sent to it meanwhile)."""
-    if getattr(agent, "context", None) is not None or getattr(agent, "loop", None) is not None:
-        return None
-    model = getattr(agent, "model", None)
-    if model is None:
-        return None
-    return estimate_tokens([{"role": "user", "content": task}], max_tokens_of(model))
 
 
 def outcome_of(

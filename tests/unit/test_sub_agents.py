@@ -10,9 +10,9 @@ import pytest
 from runner import Agent, StopReason, run_agent
 from runner.core.budgets import Budgets
 from runner.core.journal import MemoryJournal
-from runner.core.limits import Estimate, estimated
+from runner.core.limits import Estimate, estimated, first_call_tokens
 from runner.core.loop import drive
-from runner.core.tree import Spend, child_run_id, first_call_tokens, over_budget, spawn_budgets
+from runner.core.tree import Spend, child_run_id, over_budget, spawn_budgets
 from runner.testing import FunctionModel, ScriptedModel, call, final, tool_results, turns
 
 
