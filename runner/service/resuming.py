@@ -49,15 +49,17 @@ class Resuming(RunnerBase):
         """
         loaded = self._agent(agent)
         ref = loaded.reference()
-        if id is None:
-            # A new id: inserted and claimed in one commit, never queued for a worker.
-            row = self._new_row(loaded, ref, task, None, budgets)[0]
-            claim = self.store.create_claimed(
-                row, lease_seconds=self.lease_seconds, max_resumes=self.max_resumes
-            )
-            if claim is not None:
-                return self._go_on(row["id"], loaded, False, False, wait, {}, claim=claim)
-        # No NOTIFY: this process runs it now, and a woken worker would only race it.
+        # A new run (a new id, or one given that no run has yet): inserted and claimed in
+        # one commit, never queued for a worker.
+        row = self._new_row(loaded, ref, task, id, budgets)[0]
+        claim = self.store.create_claimed(
+            row, lease_seconds=self.lease_seconds, max_resumes=self.max_resumes
+        )
+        if claim is not None:
+            return self._go_on(row["id"], loaded, False, False, wait, {}, claim=claim)
+        # The id names a run already: returned or resumed if the request is the same (a
+        # conflict otherwise). No NOTIFY: this process runs it now, and a woken worker
+        # would only race it.
         run_id = self._create(loaded, ref, task, id, budgets, wake=False)
         return self._go_on(run_id, loaded, False, False, wait, {}, exact=True)
 

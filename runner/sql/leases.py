@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Engine, Row, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
@@ -29,7 +29,7 @@ from runner.sql import releases as release_rules
 from runner.sql.backend import backend_for
 from runner.sql.payloads import payloads_of
 from runner.sql.runnable import Ahead, journal_length, next_claimable
-from runner.sql.runs import RunRow, lock_run, stopped_values
+from runner.sql.runs import INSERT_RUN_RETURNING, RunRow, lock_run, stopped_values
 from runner.sql.schema import entries, runs
 from runner.store.releases import Releases
 from runner.store.rows import plain_text, seal_task
@@ -78,7 +78,7 @@ def create_claimed(
     try:
         with engine.begin() as connection:
             sealed = seal_task(row, payloads_of(engine))
-            inserted = connection.execute(insert(runs).values(**sealed).returning(*runs.c)).one()
+            inserted = connection.execute(INSERT_RUN_RETURNING, sealed).one()
             return take(connection, inserted, owner, lease_seconds, max_resumes, utc_now(clock))
     except IntegrityError:
         return None

@@ -103,11 +103,17 @@ def create_run(
     return insert_run(engine, values, wake=wake)
 
 
+# A run's INSERT, its values bound (a row of `new_run`): built once, where `.values(**row)`
+# coerced every value and hashed them into the cache key, each time (about 0.9 ms a run).
+INSERT_RUN = insert(runs)
+INSERT_RUN_RETURNING = insert(runs).returning(*runs.c)
+
+
 def insert_run(engine: Engine, row: Mapping[str, Any], *, wake: bool = True) -> bool:
     """Insert a run (a row of `new_run`); False (and nothing written) when the id exists."""
     try:
         with engine.begin() as connection:
-            connection.execute(insert(runs).values(**seal_task(row, payloads_of(engine))))
+            connection.execute(INSERT_RUN, seal_task(row, payloads_of(engine)))
             if wake:  # delivered when the insert commits, never before
                 backend_for(engine.dialect.name).wake_workers(connection)
     except IntegrityError:
