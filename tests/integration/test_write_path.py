@@ -60,9 +60,9 @@ def tally(runner: Runner) -> Iterator[Tally]:
         event.remove(runner.engine, "before_cursor_execute", on_statement)
 
 
-def measure(runner: Runner, tool_steps: int) -> Tally:
+def measure(runner: Runner, tool_steps: int, run_id: str | None = None) -> Tally:
     with tally(runner) as counts:
-        result = runner.run(agent_with(tool_steps), "count")
+        result = runner.run(agent_with(tool_steps), "count", id=run_id)
     assert result.stop_reason == "final" and result.steps == tool_steps + 1
     return counts
 
@@ -75,6 +75,17 @@ def test_commits_per_step_are_at_the_floor(db_url: str) -> None:
             # create the run claimed (one transaction), write the task; 2 per tool step; 1
             # for the final.
             assert counts.commits == 2 + 2 * tool_steps + 1, (tool_steps, counts.commits)
+
+
+def test_a_run_given_a_new_id_starts_in_one_commit_too(db_url: str) -> None:
+    with Runner(db_url, lease_seconds=600) as runner:
+        counts = measure(runner, 3, run_id="given-id")
+        assert counts.commits == 2 + 2 * 3 + 1, counts.commits
+        # Asked again, the same run is returned as it ended: nothing written.
+        before = (runner.row("given-id"), runner.store.load_entries("given-id"))
+        result = runner.run(agent_with(3), "count", id="given-id")
+        assert result.run_id == "given-id" and result.stop_reason == "final"
+        assert (runner.row("given-id"), runner.store.load_entries("given-id")) == before
 
 
 def test_no_per_step_statement_grows_with_the_transcript(db_url: str) -> None:
