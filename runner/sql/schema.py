@@ -432,6 +432,16 @@ limits = Table(
         comment="a provider's Retry-After, shared: no call reserves before this",
     ),
     Column("updated_at", Timestamp, nullable=False, comment="when the limit was last set"),
+    # Revision 0025: a reservation made in a journal write's one statement reads the minute
+    # before it locks this row, and reserves only if nobody reserved in between
+    # (runner.sql.limit_rides).
+    Column(
+        "changes",
+        Counter,
+        nullable=False,
+        server_default="0",
+        comment="bumped by every reservation, grant and park under the row's lock (PostgreSQL)",
+    ),
     comment="limits of model deployments, shared by every worker",
 )
 
