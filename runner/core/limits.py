@@ -15,8 +15,9 @@ The store implements `Limits` (SQL, shared by every worker); `NO_LIMITS` reserve
 
 The rest of this feature (docs/architecture.md, "Where a feature lives"):
 `runner.store.rules`, `runner.sql.limits`, `runner.sql.reservations`, `runner.sql.grants`,
-`runner.sql.limit_rides`, `runner.sql.limit_line`, `runner.testing.memory_limits`,
-`runner.service.limiting`, `runner.cli.limits`, `runner.history.limit_use`.
+`runner.sql.limit_rides`, `runner.sql.reserving`, `runner.sql.limit_line`,
+`runner.testing.memory_limits`, `runner.service.limiting`, `runner.cli.limits`,
+`runner.history.limit_use`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ retention (`retention`), schedules (`schedules`), releases (`releases`: a queue'
 runs of older releases in a claim, a failed check's parking, each release's runs), provider
 limits and what each charged (`limits`), reserving from them and parking a run that must
 wait (`reservations`), a worker's grants of a busy limit's calls (`grants`), a call's
-reservation and settle riding in its run's journal writes (`limit_rides`), waking the
+reservation and settle riding in its run's journal writes (`limit_rides`; on PostgreSQL in
+the journal write's own statement, `reserving`), waking the
 runs in a limit's line when a call ends (`limit_line`),
 wake-ups (`wakeup`), the one watcher that wakes a process's followers of runs (`follows`),
 the pieces of model responses in flight (`deltas`), scores of runs with their scorers' claims

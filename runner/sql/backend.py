@@ -100,6 +100,11 @@ class Backend:
     # Whether a write's round trips cost more than its statements: a limit's settle riding
     # in a journal write goes in the fenced insert's statement, as a CTE (limit_rides).
     settles_in_insert = False
+    # Whether a journal write's reservation of its run's next model call goes in the fenced
+    # insert's statement too (runner.sql.reserving): a transaction that reserves from a
+    # limit then marks its row (`limits.changes`, bumped under the lock) for that statement
+    # to check. PostgreSQL; on SQLite one writer at a time orders them all anyway.
+    reserves_in_insert = False
     # Whether a run's last write ends the run in its fenced insert's statement (one round
     # trip, `fenced_insert_finishing`), rather than in an UPDATE after it in the write's
     # transaction: PostgreSQL, where each statement, BEGIN and COMMIT is a round trip.
@@ -482,6 +487,7 @@ class PostgresBackend(Backend):
     partitions_journal = True
     writes_runs_together = True
     settles_in_insert = True
+    reserves_in_insert = True
     finishes_in_insert = True
     claims_pass_held = True
     title = "PostgreSQL"

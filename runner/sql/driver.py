@@ -54,6 +54,9 @@ class Prepared:
     order: Callable[[dict[str, Any]], tuple[Any, ...]] | None  # positional drivers (SQLite)
     convert: tuple[tuple[str, Callable[[Any], Any]], ...]  # (bind name, its type's processor)
     names: tuple[str, ...] | None = None  # a positional driver's binds, in their order
+    # The values of its literals (anonymous binds: a sum's 0, a status compared with),
+    # which the caller's values leave out.
+    literals: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def of(cls, statement: ClauseElement, dialect: Dialect) -> Prepared:
@@ -71,10 +74,21 @@ class Prepared:
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if process is not None:
                 convert.append((name, process))
-        return cls(sql=compiled.string, order=order, convert=tuple(convert), names=names)
+        literals = tuple(
+            (name, bind.value) for name, bind in compiled.binds.items() if not bind.required
+        )
+        return cls(
+            sql=compiled.string,
+            order=order,
+            convert=tuple(convert),
+            names=names,
+            literals=literals,
+        )
 
     def parameters(self, values: dict[str, Any]) -> Parameters:
         """`values` keyed by bind name, as the driver takes them (converted in place)."""
+        for name, value in self.literals:
+            values.setdefault(name, value)
         for name, process in self.convert:
             values[name] = process(values[name])
         return values if self.order is None else self.order(values)

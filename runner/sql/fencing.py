@@ -45,10 +45,10 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import Ancestor, Spend
 from runner.errors import LeaseLost
-from runner.sql import children, driver, tree_budget
+from runner.sql import children, driver, reserving, tree_budget
 from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
-from runner.sql.limits import settle_gone
+from runner.sql.limits import settle_gone, waiter_grace_from
 from runner.sql.payloads import payloads_of
 from runner.sql.schema import entries, limit_reservations, runs
 from runner.store.payloads import PLAIN, Payloads
@@ -58,9 +58,13 @@ from runner.store.rows import ENTRY_COLUMNS, amount, counter, entry_values, plai
 class Ride(Protocol):
     """A run's limit writes riding in a journal write (runner.sql.limit_rides.Ride)."""
 
-    in_insert: bool  # its one settle goes in the fenced insert (set by Append.of)
+    in_insert: bool  # it goes in the fenced insert's statement (set by Append.of)
 
-    def one_settle(self) -> tuple[str, str, int] | None: ...
+    def one_settle(self) -> tuple[str, str, int, bool] | None: ...
+
+    def one_reserve(self, at: datetime) -> dict[str, Any] | None: ...
+
+    def returned(self, found: Sequence[Any]) -> None: ...
 
     def run(self, write: driver.Statements) -> None: ...
 
@@ -96,9 +100,11 @@ def _fenced_insert(dialect: Dialect, rows: int) -> Prepared:
     )
 
 
-def _fenced_insert_settling(dialect: Dialect, rows: int) -> Prepared:
+def _fenced_insert_settling(dialect: Dialect, rows: int, checked: bool = False) -> Prepared:
     """The fenced insert of `rows` entries that also settles a model call's reservation, in
-    a CTE of the same statement (runner.sql.limit_rides: one round trip, not four)."""
+    a CTE of the same statement (runner.sql.limit_rides: one round trip, not four);
+    `checked`: a call under a concurrency, whose limit's row it locks, returning whether to
+    wake its line (runner.sql.reserving.settle_checked)."""
 
     def build() -> Any:
         r = limit_reservations.c
@@ -123,9 +129,34 @@ def _fenced_insert_settling(dialect: Dialect, rows: int) -> Prepared:
             at,
             ~exists(select(settled.c.id)),
         ).cte("ride_settled_gone")
-        return backend_for(dialect.name).fenced_insert(rows).add_cte(settled).add_cte(gone)
+        statement = backend_for(dialect.name).fenced_insert(rows).add_cte(settled).add_cte(gone)
+        if checked:
+            name = bindparam("ride_limit", type_=r.limit_name.type)
+            graced = bindparam("ride_graced", type_=r.settled_at.type)
+            statement = statement.returning(*reserving.settle_checked(name, at, graced))
+        return statement
 
-    return prepared(dialect, ("fenced_insert_settling", rows), build)
+    return prepared(dialect, ("fenced_insert_settling", rows, checked), build)
+
+
+def _fenced_insert_reserving(dialect: Dialect, rows: int) -> Prepared:
+    """The fenced insert of `rows` entries that also reserves the run's next model call, in
+    CTEs of the same statement (runner.sql.reserving: one round trip, not six)."""
+
+    def build() -> Any:
+        statement = backend_for(dialect.name).fenced_insert(rows)
+        ctes, returned = reserving.reserving(_fenced_cte(statement))
+        for cte in ctes:
+            statement = statement.add_cte(cte)
+        return statement.returning(*returned)
+
+    return prepared(dialect, ("fenced_insert_reserving", rows), build)
+
+
+def _fenced_cte(statement: Any) -> Any:
+    """The `fenced` CTE of a backend's fenced insert (the run's row, if its fence held)."""
+    [fenced] = [cte for cte in statement._independent_ctes if cte.name == "fenced"]
+    return fenced
 
 
 def _fenced_insert_finishing(dialect: Dialect, rows: int) -> Prepared:
@@ -137,6 +168,38 @@ def _fenced_insert_finishing(dialect: Dialect, rows: int) -> Prepared:
         return backend_for(dialect.name).fenced_insert_finishing(rows, finished)
 
     return prepared(dialect, ("fenced_insert_finishing", rows), build)
+
+
+def _riding(
+    dialect: Dialect,
+    rows: int,
+    ride: Ride,
+    values: dict[str, Any],
+    statement: Prepared,
+    at: datetime,
+    run_id: str,
+    epoch: int,
+) -> Prepared:
+    """The fenced insert of `rows` entries with `ride` in its statement, where the backend
+    takes it there (`values` given its binds; the ride told so, `in_insert`), else
+    `statement` (the ride's own statements follow it in the write's transaction)."""
+    backend = backend_for(dialect.name)
+    ride.in_insert = False  # decided anew at every try of the write
+    settle = ride.one_settle() if backend.settles_in_insert else None
+    if settle is not None:
+        name, reservation, used, checked = settle
+        ride.in_insert = True
+        values.update(ride_reservation=reservation, ride_used=used, ride_at=at)
+        values.update(ride_limit=name, ride_run=run_id, ride_epoch=epoch)
+        if checked:
+            values.update(ride_graced=waiter_grace_from(at))
+        return _fenced_insert_settling(dialect, rows, checked)
+    reserve = ride.one_reserve(at) if backend.reserves_in_insert else None
+    if reserve is not None:
+        ride.in_insert = True
+        values.update(reserve)
+        return _fenced_insert_reserving(dialect, rows)
+    return statement
 
 
 @dataclass(frozen=True)
@@ -417,14 +480,10 @@ class Append:
                 together = rows  # may share a statement with other runs' (write_together)
                 later = _insert_later(statement, rows, fence)
             values = _rows(rows, fence) if later is None else {}
-            settle = None if ride is None else ride.one_settle()
-            if ride is not None and settle is not None:
-                ride.in_insert = backend_for(dialect.name).settles_in_insert
-            if ride is not None and ride.in_insert and settle is not None:
-                statement = _fenced_insert_settling(dialect, len(entries))
-                name, reservation, used = settle
-                values.update(ride_reservation=reservation, ride_used=used, ride_at=at)
-                values.update(ride_limit=name, ride_run=run_id, ride_epoch=epoch)
+            if ride is not None:
+                statement = _riding(
+                    dialect, len(entries), ride, values, statement, at, run_id, epoch
+                )
             if later is None:
                 inserts = [(statement.sql, statement.parameters(values))]
         else:
@@ -506,6 +565,8 @@ class Append:
             if not written:
                 raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
             heard = Heard(bool(written[0][1]), written[0][2])
+            if self.ride is not None and self.ride.in_insert:
+                self.ride.returned(written[0][3:])
         if self.ride is not None and not self.ride.in_insert:
             self.ride.run(write)
         if self.charge is not None and self.charge_statement is not None:

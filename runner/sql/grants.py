@@ -57,10 +57,11 @@ from runner.sql.limits import (
     charged,
     counted_at_reserve,
     live_waiter,
+    locked_to_reserve,
     sweep,
     sweep_due,
 )
-from runner.sql.schema import limit_reservations, limit_waiters, limits
+from runner.sql.schema import limit_reservations, limit_waiters
 from runner.sql.writer import Writer
 from runner.store.rows import COUNTER_MAX
 from runner.store.rules import Room
@@ -86,8 +87,6 @@ NO_LEASE = -1
 # and the table keeps at most this long of calls past the two minutes the sweep keeps.
 GRANT_SWEEP_SECONDS = 10.0
 
-_LIMIT_ROW = select(limits).where(limits.c.name == bindparam("name"))
-_LOCKED_LIMIT_ROW = _LIMIT_ROW.with_for_update()
 _r = limit_reservations.c
 _AT = bindparam("at", type_=_r.settled_at.type)
 _SETTLE_ROW = (
@@ -228,7 +227,7 @@ class Grants:
     def _reserve(
         self, connection: Connection, name: str, run_id: str, epoch: int, tokens: int
     ) -> Grant | None:
-        limit = connection.execute(_LOCKED_LIMIT_ROW, {"name": name}).first()
+        limit = locked_to_reserve(connection, name)
         if limit is None:
             return None
         size = size_of(limit, tokens)

@@ -34,16 +34,17 @@ right after it (its action). So:
   when its journal closes (`flush`); a reservation made ahead and not used is deleted then.
 
 The statements run on the journal write's own cursor (runner.sql.driver), rendered once. On
-PostgreSQL, whose round trips cost more than its statements, a settle with no line to look
-at goes in the fenced insert's own statement, as a CTE (runner.sql.fencing), so the write of
-a call's output stays one statement in autocommit.
+PostgreSQL, whose round trips cost more than its statements, a write's one settle, or its one
+reservation of the next call, goes in the fenced insert's own statement, as CTEs
+(runner.sql.fencing, runner.sql.reserving), so the write stays one statement in autocommit;
+a write that carries more, or sweeps the limit, runs these statements after its insert.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -55,7 +56,8 @@ from sqlalchemy.engine import Dialect
 
 from runner.core.clock import Clock, utc_now
 from runner.core.limits import WINDOW_SECONDS, Reservation
-from runner.sql import driver
+from runner.sql import driver, grants
+from runner.sql.backend import backend_for
 from runner.sql.grants import size_of
 from runner.sql.limit_line import wake_line
 from runner.sql.limits import (
@@ -63,6 +65,7 @@ from runner.sql.limits import (
     DROP_OLD,
     SETTLE,
     SETTLE_GONE,
+    bumped,
     counted_at_reserve,
     live_waiter,
     settle_call,
@@ -71,6 +74,7 @@ from runner.sql.limits import (
     totals_bound,
     waiter_grace_from,
 )
+from runner.sql.reserving import reserving_values
 from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits
 from runner.sql.writer import Writer
 from runner.store.rules import Charged, Room
@@ -78,18 +82,24 @@ from runner.store.rules import Charged, Room
 # How long after its reservation a reservation made in a journal write serves the run's next
 # call (a killed worker's call must be sent within the grace its row counts for: as grants).
 READY_SECONDS = 2.0
+_BIGINT_MAX = 2**63 - 1
 
 _r, _w, _l = limit_reservations.c, limit_waiters.c, limits.c
 _AT = bindparam("at", type_=Timestamp)
 
 
-def _lock_limit() -> Any:
+def _limit_columns() -> tuple[Any, ...]:
     backing_off = case((_l.backoff_until > _AT, 1), else_=0)
-    return (
-        select(_l.tokens_per_minute, _l.requests_per_minute, _l.concurrency, backing_off)
-        .where(_l.name == bindparam("name"))
-        .with_for_update()
-    )
+    return (_l.tokens_per_minute, _l.requests_per_minute, _l.concurrency, backing_off)
+
+
+def _lock_limit() -> Any:
+    return select(*_limit_columns()).where(_l.name == bindparam("name")).with_for_update()
+
+
+def _lock_limit_to_reserve() -> Any:
+    """As `_lock_limit`, marking the row (runner.sql.limits.locked_to_reserve): PostgreSQL."""
+    return bumped(_limit_columns())
 
 
 def _line() -> Any:
@@ -135,6 +145,7 @@ def _drop() -> Any:
 
 _STATEMENTS: dict[str, Callable[[], Any]] = {
     "lock_limit": _lock_limit,
+    "lock_limit_to_reserve": _lock_limit_to_reserve,
     "line": _line,
     "reserve": _reserve,
     "settle": lambda: SETTLE,
@@ -163,7 +174,7 @@ def _literals(dialect: Dialect, name: str) -> dict[str, Any]:
 
 
 # The statements that return rows (the others change them).
-_READS = frozenset({"lock_limit", "line", "room", "room_in_flight"})
+_READS = frozenset({"lock_limit", "lock_limit_to_reserve", "line", "room", "room_in_flight"})
 
 
 def _run(
@@ -228,16 +239,64 @@ class Ride:
     reserved: Ready | None = None
     wakes: set[str] = field(default_factory=set)  # limits whose line waits for a slot
     grantable: bool = False  # the wanted limit would give this worker a grant now
-    # Its one settle goes in the write's fenced insert, as a CTE (runner.sql.fencing).
+    # It goes in the write's fenced insert, as CTEs (runner.sql.fencing, runner.sql.
+    # reserving): its one settle, or its one reservation.
     in_insert: bool = False
+    # The reservation the fenced insert's statement makes, if it makes one (`one_reserve`).
+    in_statement: Ready | None = None
+    # The limit is due a sweep (runner.sql.limits.sweep_due said so): the write sweeps it in
+    # its own statements, before it reserves.
+    sweeping: bool = False
 
-    def one_settle(self) -> tuple[str, str, int] | None:
-        """The ride's limit, reservation and usage if it is one settle alone, with no line to
-        wake: what a backend that `settles_in_insert` writes in the entry's statement."""
+    def one_settle(self) -> tuple[str, str, int, bool] | None:
+        """The ride's limit, reservation, usage and whether its limit had a concurrency (its
+        line to look at) if it is one settle alone: what a backend that `settles_in_insert`
+        writes in the entry's statement."""
         if len(self.settles) != 1 or self.drops or self.wanted is not None:
             return None
         settle = self.settles[0]
-        return None if settle.wakes else (settle.limit, settle.reservation, settle.used)
+        return settle.limit, settle.reservation, settle.used, settle.wakes
+
+    def one_reserve(self, at: datetime) -> dict[str, Any] | None:
+        """The values of the reservation that a backend that `reserves_in_insert` makes in
+        the entry's statement (runner.sql.reserving), if the ride is one reservation alone
+        and its limit is due no sweep; `at`: the write's time."""
+        wanted, self.in_statement = self.wanted, None
+        if wanted is None or self.settles or self.drops:
+            return None
+        if self.sweeping or sweep_due(self.database, wanted.limit):
+            self.sweeping = True  # in this write's own statements, however often it is tried
+            return None
+        reservation = Reservation(wanted.limit, uuid.uuid4().hex, wanted.tokens)
+        assert reservation.id is not None
+        self.in_statement = Ready(reservation, at, False)
+        # runner.sql.grants.size_of's block of tokens, read now (a benchmark changes it).
+        grant_tokens = wanted.tokens * grants.GRANT_LEAST_CALLS * grants.GRANT_SHARE
+        return reserving_values(
+            wanted.limit,
+            reservation.id,
+            self.run_id,
+            self.epoch,
+            wanted.tokens,
+            at,
+            wanted.grants_may,
+            min(grants.GRANT_FROM_REQUESTS, _BIGINT_MAX),
+            min(grant_tokens, _BIGINT_MAX),
+            waiter_grace_from(at),
+        )
+
+    def returned(self, found: Sequence[Any]) -> None:
+        """What the fenced insert's statement returned of the ride (`in_insert`): whether it
+        reserved, for a reservation; whether to wake the limit's line, for a settle."""
+        self.reserved, self.wakes, self.grantable = None, set(), False
+        made = self.in_statement
+        if made is not None:
+            reserved, concurrency, grantable = found
+            if reserved:
+                self.reserved = Ready(made.reservation, made.at, bool(concurrency))
+            self.grantable = bool(grantable) and not reserved
+        elif found and found[0]:
+            self.wakes.add(self.settles[0].limit)
 
     def run(self, write: driver.Statements) -> None:
         """The ride's statements in the journal write's transaction (after its fence held).
@@ -268,7 +327,12 @@ class Ride:
         """The wanted reservation if it fits now, by a reservation alone's rule
         (runner.sql.reservations._reserve); None if not: the call will reserve alone."""
         name = wanted.limit
-        locked = self._run(write, "lock_limit", {"name": name, "at": utc_now(self.clock)})
+        lock = (
+            "lock_limit_to_reserve"
+            if backend_for(self.dialect.name).reserves_in_insert
+            else "lock_limit"
+        )
+        locked = self._run(write, lock, {"name": name, "limit": name, "at": utc_now(self.clock)})
         if not locked or locked[0][3]:
             return None  # not set (any more), or a Retry-After holds it back
         tokens_per_minute, requests_per_minute, concurrency, _ = locked[0]
@@ -280,7 +344,7 @@ class Ride:
         }
         at = utc_now(self.clock)  # read under the lock: every reservation of the limit in order
         graced = waiter_grace_from(at)
-        if sweep_due(self.database, name):
+        if self.sweeping or sweep_due(self.database, name):
             old = at - timedelta(seconds=2 * WINDOW_SECONDS)
             self._run(write, "drop_old", {"name": name, "old": old, "at": at})
             self._run(write, "drop_gone_waiters", {"name": name, "at": at, "graced": graced})

@@ -51,6 +51,7 @@ from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS, counted_from
 from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
+from runner.sql.backend import backend_for
 from runner.sql.runs import reading, store_named
 from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits, runs
 from runner.store.rows import LimitInfo
@@ -93,6 +94,36 @@ def remove_limit(engine: Engine, name: str) -> None:
         )
         if not connection.execute(delete(limits).where(limits.c.name == name)).rowcount:
             raise LimitNotFound(f"no limit named {name}")
+
+
+# -- locking a limit to reserve from it -------------------------------------------------------
+
+_LOCKED = select(limits).where(limits.c.name == bindparam("name")).with_for_update()
+# PostgreSQL: a reservation made in a journal write's one statement (runner.sql.reserving)
+# reads the minute as of its start, before it waits for the row's lock, and reserves only
+# if the row's `changes` is still what it read then. So every transaction that reserves from
+# the limit, or puts a run in its line, marks the row as it locks it: a plain FOR UPDATE
+# leaves the row as it was, and a reservation committed between that statement's read and
+# its lock would go unseen.
+# (An UPDATE keeps the binds named as the table's columns for itself: hence `limit`.)
+_BUMPED = (
+    update(limits).where(limits.c.name == bindparam("limit")).values(changes=limits.c.changes + 1)
+)
+_BUMPED_RETURNING = _BUMPED.returning(*limits.c)
+
+
+def locked_to_reserve(connection: Connection, name: str) -> Any:
+    """Lock limit `name`'s row for a transaction that reserves from it or parks a run in
+    its line (in the caller's transaction): the row, or None if the limit is not set."""
+    if backend_for(connection.dialect.name).reserves_in_insert:
+        return connection.execute(_BUMPED_RETURNING, {"limit": name}).first()
+    return connection.execute(_LOCKED, {"name": name}).first()
+
+
+def bumped(columns: Any) -> Any:
+    """`locked_to_reserve`'s UPDATE, returning `columns` (PostgreSQL), its limit bound as
+    `limit`."""
+    return _BUMPED.returning(*columns)
 
 
 # -- what a limit has charged -----------------------------------------------------------------

@@ -42,6 +42,7 @@ from runner.sql.limits import (
     charged,
     counted_at_reserve,
     live_waiter,
+    locked_to_reserve,
     settle_call,
     sweep,
     sweep_due,
@@ -215,7 +216,7 @@ def _reserve(
 ) -> Reservation | datetime:
     """The reservation, or the time the run is parked until (in the caller's transaction).
     Not `park`: nothing is parked nor put in line, the time it would fit is returned."""
-    limit = connection.execute(_LOCKED_LIMIT, {"name": name}).first()
+    limit = locked_to_reserve(connection, name)
     if limit is None:
         return Reservation(name, None, tokens)  # not set: the calls draw from nothing
     at = utc_now(clock)  # read under the lock: every reservation of the limit in order
