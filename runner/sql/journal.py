@@ -158,8 +158,11 @@ class SqlJournal:
         self._renews_lease = backend_for(engine.dialect.name).writes_renew_lease
 
     def _kept(self, claim: Claim) -> list[tuple[Entry, int]]:
-        """The journal of a claimed run with something recorded: as the relay kept it when
-        the run parked, if it is all there (as long as the claim counted), else read."""
+        """The journal of a claimed run with something recorded: its task alone if the
+        claim journaled it (`Claim.task`), as the relay kept it when the run parked, if it is
+        all there (as long as the claim counted), else read."""
+        if claim.task is not None:
+            return [(claim.task, claim.epoch)]
         kept = None if self.relay is None else self.relay.kept.pop(claim.run.id, None)
         if kept is not None and len(kept) == claim.next_seq:
             return kept

@@ -16,10 +16,12 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, bindparam, func, select, update
+from sqlalchemy import Connection, Engine, Row, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.errors import RunNotFound
@@ -32,7 +34,7 @@ from runner.sql.runnable import Ahead, journal_length, next_claimable
 from runner.sql.runs import INSERT_RUN_RETURNING, RunRow, lock_run, stopped_values
 from runner.sql.schema import entries, runs
 from runner.store.releases import Releases
-from runner.store.rows import plain_text, seal_task
+from runner.store.rows import entry_row, plain_text, seal_task
 from runner.store.rules import Claim, crash_loop_error, refuse_if_held
 
 
@@ -296,6 +298,7 @@ class _Together:
     in all). A claim of a hundred runs was a hundred UPDATEs, each describing the run's 35
     columns again (docs/performance.md, A thousand runs in one worker). The rows are locked
     already (FOR UPDATE; SQLite's BEGIN IMMEDIATE), so each epoch is the one read plus one.
+    The tasks of those with nothing journaled are journaled by one INSERT after it (`_claim`).
     """
 
     def __init__(
@@ -311,6 +314,7 @@ class _Together:
             "new_updated_at": at,
         }
         self.at = at
+        self.payloads = payloads_of(connection)
         self._rows: list[tuple[int, Row[Any]]] = []  # (its place in the claims, the row)
 
     def fits(self, row: Row[Any], max_resumes: int) -> bool:
@@ -334,19 +338,34 @@ class _Together:
                 bound["new_deadline"] = deadline
             statement = _take_together_statement(deadline is not None)
             fresh = {r._mapping["id"]: r for r in self.connection.execute(statement, bound)}
+            tasks: list[dict[str, Any]] = []
             for place, row in rows:
                 m = row._mapping
                 taken = fresh.get(m["id"])
                 epoch = m["lease_epoch"] + 1
                 if taken is None or taken._mapping["lease_epoch"] != epoch:  # locked: never
                     raise RuntimeError(f"run {m['id']} changed under its claim's lock")
-                claims[place] = Claim(
-                    RunRow.of(taken),
-                    epoch,
-                    taken._mapping["progress_seq"],
-                    crash_loop=False,
-                    stalled=m["stalled_resumes"],
-                )
+                run = RunRow.of(taken)
+                claims[place] = self._claim(run, epoch, taken, m["stalled_resumes"], tasks)
+            if tasks:
+                self.connection.execute(insert(entries), tasks)
+
+    def _claim(
+        self, run: RunRow, epoch: int, taken: Row[Any], stalled: int, tasks: list[dict[str, Any]]
+    ) -> Claim:
+        """The claim of `run`; a run with nothing journaled has its task's row added to
+        `tasks`, journaled in this transaction: a write a run fewer once it starts (a
+        thousand at a fleet's start, each taking its turn in the group commit while the
+        slots fill). The run's progress was counted before it (`progress_seq`, 0), so a
+        takeover counts the task as progress, as it did when the run wrote it itself just
+        after its claim (a run that kills its worker before its loop begins, at its agent's
+        import say, is a suspect one takeover later than it was)."""
+        progress = taken._mapping["progress_seq"]
+        if progress:
+            return Claim(run, epoch, progress, crash_loop=False, stalled=stalled)
+        task = Entry(EntryKind.TASK, 0, Counters(), content=run.task)
+        tasks.append(entry_row(run.id, 0, epoch, task, self.at, self.payloads))
+        return Claim(run, epoch, 1, crash_loop=False, stalled=stalled, task=task)
 
     def _deadline(self, row: Row[Any]) -> datetime | None:
         """The deadline the claim sets (None: the run keeps its own), as `take` sets it."""

@@ -230,7 +230,9 @@ class RunStore(Protocol):
     ) -> list[Claim]:
         """Take up to `limit` runnable runs in claim order (runner.sql.leases.claim_some);
         never one of `executing` (the claimer's runs in flight) under a lapsed lease, nor
-        one that `releases` (the claimer's release) may not take (runner.store.releases)."""
+        one that `releases` (the claimer's release) may not take (runner.store.releases).
+        A run taken that had nothing journaled has its task journaled by the claim
+        (`Claim.task`), before any worker runs it."""
         ...
 
     def release_run(self, run_id: str, epoch: int, error: str | None = None) -> None:

@@ -206,6 +206,9 @@ class Claim:
     # Takeovers in a row that found no new journal entry: more than 0 makes the run a
     # suspect of killing its workers, which a worker runs alone until it progresses.
     stalled: int = 0
+    # A fresh run's task, journaled (entry 0) by the claim's own transaction: its journal
+    # starts with it, and nothing is read or written for it (runner.sql.leases, _Together).
+    task: Entry | None = None
 
 
 @dataclass

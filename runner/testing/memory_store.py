@@ -309,9 +309,19 @@ class InMemoryStore(
             return self._take(self._row(row["id"]), self._owner, lease_seconds, max_resumes, at)
 
     def _take(
-        self, row: Row, owner: str, lease_seconds: float, max_resumes: int, at: datetime
+        self,
+        row: Row,
+        owner: str,
+        lease_seconds: float,
+        max_resumes: int,
+        at: datetime,
+        *,
+        with_task: bool = False,
     ) -> Claim:
+        """`with_task`: a fresh run's task is journaled by the claim (a batch's, as
+        runner.sql.leases journals it)."""
         run = RunRow.of(row)
+        fresh = row["lease_owner"] is None
         recorded = len(self.entries[run.id])
         resumes, stalled = row["resumes"], row["stalled_resumes"]
         if row["lease_owner"] is not None:  # the last holder never let go: it crashed
@@ -343,6 +353,10 @@ class InMemoryStore(
                 lease_owner=None,
                 lease_expires_at=None,
             )
+        if with_task and fresh and not crash_loop and not recorded:
+            task = Entry(EntryKind.TASK, 0, Counters(), content=run.task)
+            self._append(run.id, epoch, task, at)
+            return Claim(RunRow.of(row), epoch, 1, crash_loop=False, stalled=stalled, task=task)
         return Claim(RunRow.of(row), epoch, recorded, crash_loop=crash_loop, stalled=stalled)
 
     def due_queued(self, queues: Sequence[str] | None, at: datetime) -> DueQueued:
@@ -399,7 +413,9 @@ class InMemoryStore(
                 row, holds_slot, suspect = found
                 if row["status"] == RunStatus.WAITING:
                     self._time_out(row, at)
-                claims.append(self._take(row, owner, lease_seconds, max_resumes, at))
+                claims.append(
+                    self._take(row, owner, lease_seconds, max_resumes, at, with_task=True)
+                )
                 if not holds_slot:
                     live[row["queue"]] = live.get(row["queue"], 0) + 1
                 if suspect:

@@ -14,11 +14,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
 
 from runner import Runner
+from runner.core.agent import load_agent
+from runner.core.clock import ManualClock
 from runner.sql import leases
-from runner.sql.schema import runs
+from runner.sql.schema import entries, runs
+
+from .support import entry_rows
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
 AGENT = f"{AGENTS}:solver_agent"
@@ -166,7 +170,9 @@ def test_fresh_runs_are_taken_by_one_update_as_a_claim_of_one_takes_them(db_url:
         return values
 
     for claim in taken:
-        assert (claim.epoch, claim.next_seq, claim.stalled) == (1, 0, 0)
+        # Its task journaled by the claim (entry 0): its journal is one entry long.
+        assert (claim.epoch, claim.next_seq, claim.stalled) == (1, 1, 0)
+        assert claim.task is not None and claim.task.content == claim.run.task
         assert claim.run.lease_epoch == 1 and claim.run.status == "running"
         expected = claimed(mine)
         if claim.run.id in plain:
@@ -193,3 +199,73 @@ CLAIM_SETS = (
     "status", "lease_owner", "lease_epoch", "lease_expires_at", "last_seen_at", "resumes",
     "stalled_resumes", "progress_seq", "deadline", "updated_at",
 )  # fmt: skip
+
+
+def test_a_fresh_runs_task_is_journaled_by_its_claim_as_its_journal_would(db_url: str) -> None:
+    """A batch journals each fresh run's task in its own transaction (its journal then writes
+    nothing for it): the run's journal, once it ran, is the one a run claimed alone writes
+    (its task written by its journal), entry for entry."""
+    agent = load_agent(AGENT)
+    with Runner(db_url) as runner:
+        alone = runner.submit(AGENT, "what is 2 + 3?")
+        together = runner.submit(AGENT, "what is 2 + 3?")
+        one = leases.claim_run(
+            runner.engine, alone, owner="tester:1:1", lease_seconds=30, max_resumes=3
+        )
+        assert one is not None and one.task is None and one.next_seq == 0
+        (claim,) = leases.claim_some(
+            runner.engine, limit=10, owner="tester:1:1", lease_seconds=30, max_resumes=3
+        )
+        assert claim.run.id == together and claim.task is not None
+        written = entry_rows(runner.engine, together)
+        assert [(r["seq"], r["kind"], r["content"], r["lease_epoch"]) for r in written] == [
+            (0, "task", "what is 2 + 3?", 1)
+        ]
+        # Its journal is not read: the claim hands the task over (a row changed behind its
+        # back shows it was not read).
+        with runner.engine.begin() as connection:
+            connection.execute(
+                update(entries).where(entries.c.run_id == together).values(content="unread")
+            )
+        with runner.store.open_journal(claim, lease_seconds=30) as journal:
+            assert [e.content for e in journal.recorded()] == ["what is 2 + 3?"]
+        with runner.engine.begin() as connection:
+            connection.execute(
+                update(entries).where(entries.c.run_id == together).values(content="what is 2 + 3?")
+            )
+        first = runner.execute(one, agent)
+        second = runner.execute(claim, agent)
+        assert first.output == second.output and first.steps == second.steps
+        kept = ("seq", "step", "kind", "tool", "attempt", "is_error", "content", "lease_epoch")
+
+        def journal(run_id: str) -> list[tuple[object, ...]]:
+            return [tuple(r[k] for k in kept) for r in entry_rows(runner.engine, run_id)]
+
+        assert journal(together) == journal(alone)
+        assert [r["kind"] for r in entry_rows(runner.engine, together)].count("task") == 1
+
+
+def test_a_run_whose_claimer_died_after_the_claim_is_taken_over_with_its_task_once(
+    db_url: str,
+) -> None:
+    """The claim's transaction journaled the task; its claimer died before writing anything
+    more (its lease lapses): the next claim takes the run over from that journal, and the
+    run ends with its task journaled once."""
+    clock = ManualClock()
+    agent = load_agent(AGENT)
+    with Runner(db_url, clock=clock) as runner:
+        run_id = runner.submit(AGENT, "what is 2 + 3?")
+        (dead,) = leases.claim_some(
+            runner.engine, limit=1, owner="dead:1:1", lease_seconds=30, max_resumes=3, clock=clock
+        )
+        assert dead.task is not None
+        clock.advance(31)
+        (taken,) = leases.claim_some(
+            runner.engine, limit=1, owner="alive:2:1", lease_seconds=30, max_resumes=3, clock=clock
+        )
+        assert (taken.run.id, taken.epoch, taken.next_seq, taken.task) == (run_id, 2, 1, None)
+        assert taken.stalled == 0  # the task was progress since the claim before
+        done = runner.execute(taken, agent)
+        kinds = [r["kind"] for r in entry_rows(runner.engine, run_id)]
+    assert done.stop_reason == "final"
+    assert kinds[0] == "task" and kinds.count("task") == 1 and kinds[-1] == "final"

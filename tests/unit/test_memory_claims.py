@@ -99,8 +99,10 @@ def test_a_suspect_stops_a_batch_and_runs_alone() -> None:
     worker and only alone: a batch stops before it, and one that takes it ends with it."""
     runner, store, clock = memory_runner()
     runner.submit(SOLVER, "suspect", id="suspect", priority=5)
-    assert batch(store, 1, owner=ELSEWHERE) == ["suspect"]
+    assert batch(store, 1, owner=ELSEWHERE) == ["suspect"]  # its task journaled by the claim
     clock.advance(LEASE + 1)  # its worker died before the run wrote an entry
+    assert batch(store, 1, owner=ELSEWHERE) == ["suspect"]  # the task was progress: no suspect
+    clock.advance(LEASE + 1)  # this worker died too, with nothing written since its claim
     runner.submit(SOLVER, "first", id="first", priority=9)
     runner.submit(SOLVER, "after", id="after", priority=0)
     clock.advance(0.001)
@@ -109,6 +111,7 @@ def test_a_suspect_stops_a_batch_and_runs_alone() -> None:
     assert batch(store, 10, suspects=False) == []  # a busy worker leaves it
     taken = store.claim_some(limit=10, owner=OWNER, lease_seconds=LEASE, max_resumes=3)
     assert [(c.run.id, c.stalled, c.crash_loop) for c in taken] == [("suspect", 1, False)]
+    assert taken[0].run.resumes == 2
     assert batch(store, 10) == ["after", "last"]
 
 
@@ -116,14 +119,16 @@ def test_takeovers_without_progress_end_in_crash_loop() -> None:
     runner, store, clock = memory_runner()
     runner.submit(SOLVER, "dies", id="dies")
     stalls = []
-    for _ in range(4):
+    for _ in range(5):
         taken = store.claim_some(limit=1, owner=ELSEWHERE, lease_seconds=LEASE, max_resumes=2)
         assert len(taken) == 1
         stalls.append((taken[0].stalled, taken[0].crash_loop))
         clock.advance(LEASE + 1)  # each holder dies before it writes
-    assert stalls == [(0, False), (1, False), (2, False), (3, True)]
+    # The first claim journaled the run's task: the takeover after it found that progress
+    # (as it found the task a run writes as it starts); the next ones found none.
+    assert stalls == [(0, False), (0, False), (1, False), (2, False), (3, True)]
     row = runner.row("dies")
-    assert (row.status, row.stop_reason, row.resumes) == ("finished", "crash_loop", 3)
+    assert (row.status, row.stop_reason, row.resumes) == ("finished", "crash_loop", 4)
     assert "max_resumes 2" in str(row.error)
 
 

@@ -60,8 +60,12 @@ def test_an_expired_lease_frees_its_place_and_its_resumption_takes_one() -> None
     # and their resumptions take the queue's places, not two-2 beside them.
     clock.advance(LEASE + 1)
     taken = store.claim_some(limit=10, owner="other:2:2", lease_seconds=LEASE, max_resumes=3)
-    assert [(c.run.id, c.run.resumes) for c in taken] == [("two-0", 1)]  # a suspect, alone
-    assert batch(store, 10, suspects=False) == []
+    # Their tasks, journaled by the claim, were progress: no suspect among them.
+    assert [(c.run.id, c.run.resumes, c.stalled) for c in taken] == [
+        ("two-0", 1, 0),
+        ("two-1", 1, 0),
+    ]
+    assert batch(store, 10) == []  # two-2 waits for a place
 
 
 def test_a_limit_of_zero_holds_a_queue_and_none_removes_the_limit() -> None:
