@@ -7,8 +7,9 @@ Each command runs as the user runs it, a fresh `runner` process (the installed s
 `--repeats` times, the commands taking turns so that the machine's load falls on each
 alike: `python -c pass` (the interpreter's own start, the floor no command can go under),
 `runner --help`, `runner list --db FILE` on a SQLite file holding `--runs` finished runs
-(the default database kind), and `runner show ID` of one of them. Reported per command:
-wall time and CPU time (user + system of the child), median (min-max), in milliseconds, the
+(the default database kind), `runner show ID` of one of them, and `runner worker --once` on
+it (nothing queued: a worker's start, SQLAlchemy and the store, and its exit). Reported per
+command: wall time and CPU time (user + system of the child), median (min-max), in milliseconds, the
 wall time less the bare interpreter's, and the CPU time as a ratio to the bare interpreter's
 (per repetition, then the median). The commands write to pipes, as in a script; with
 `--terminal`, `list` and `show` also take turns writing to a pseudo-terminal (a colour one),
@@ -99,6 +100,8 @@ def runner_commands(runner: Path, url: str) -> dict[str, list[str]]:
         "runner --help": [str(runner), "--help"],
         "runner list": [str(runner), "list", "--db", url],
         "runner show": [str(runner), "show", "run-0", "--db", url],
+        # A worker's start and exit with nothing queued: the one of these that loads SQLAlchemy.
+        "runner worker --once": [str(runner), "worker", "--once", "--db", url],
     }
 
 

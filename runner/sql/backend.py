@@ -43,7 +43,7 @@ from runner.core.clock import STEADY, SYSTEM, Clock, SteadyClock
 from runner.defaults import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS  # re-exported
 from runner.errors import DatabaseRefused
 from runner.sql.reads import database_now, plain
-from runner.sql.schema import entries, runs
+from runner.sql.schema import entries, for_postgresql, runs
 from runner.store.rows import ENTRY_COLUMNS
 
 # `synchronous=FULL` is the default: a commit that survives only a process crash, not a
@@ -522,6 +522,7 @@ class PostgresBackend(Backend):
             milliseconds = max(1000, int(idle_transactions * 1000))
             connect_args["options"] = f"-c idle_in_transaction_session_timeout={milliseconds}"
         engine = create_engine(url, connect_args=connect_args, **kwargs)
+        for_postgresql()  # its dialect is loaded now: the options cost no import
         _ping_after_idle(engine)
         if direct is not None:
             _DIRECT[engine] = direct

@@ -478,13 +478,24 @@ limit_reservations = Table(
 # The calls in flight, counted against a limit's concurrency (revision 0024): only the rows
 # not settled, a handful, where the minute's range holds every call of a busy limit. The
 # statements that count them filter on this predicate as written (runner.sql.limits), so
-# that both planners choose it.
-Index(
+# that both planners choose it. Its PostgreSQL predicate is added by for_postgresql(), not
+# here: SQLAlchemy checks a `postgresql_` option by importing its PostgreSQL dialect (30 to
+# 60 ms), which a process that opens only SQLite would then pay at start-up.
+_UNSETTLED = limit_reservations.c.settled == false()
+_unsettled_index = Index(
     "ix_limit_reservations_limit_unsettled",
     limit_reservations.c.limit_name,
-    postgresql_where=limit_reservations.c.settled == false(),
-    sqlite_where=limit_reservations.c.settled == false(),
+    sqlite_where=_UNSETTLED,
 )
+
+
+def for_postgresql() -> None:
+    """The schema's PostgreSQL options, added before PostgreSQL uses it (every PostgreSQL
+    engine runner opens calls this): the same DDL as if declared above. Idempotent. Call it
+    first to compile the schema for PostgreSQL without a runner engine (`create_all` on an
+    engine of one's own), or the index comes out whole."""
+    _unsettled_index.dialect_kwargs["postgresql_where"] = _UNSETTLED
+
 
 limit_waiters = Table(
     "limit_waiters",
