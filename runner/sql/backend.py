@@ -178,6 +178,14 @@ class Backend:
         """
         return None
 
+    def insert_entries(self) -> str | None:
+        """Entries' rows inserted by ONE statement bound with ONE parameter, `batch` (a JSON
+        array of the rows, as `fenced_insert_runs` takes them, with no fence: the caller's
+        transaction holds the runs' rows), for the driver: its SQL, or None where the
+        backend has none (SQLite: SQLAlchemy's INSERT of many rows). A batch claim journals
+        its fresh runs' tasks with it (runner.sql.leases)."""
+        return None
+
     def json_text(self, dbapi_connection: Any) -> Callable[[Any], str | None]:
         """How the driver of `dbapi_connection` writes a JSON column's bound value (as its
         bind processor made it) as text: `fenced_insert_runs` carries that text in its
@@ -392,6 +400,27 @@ def _column_types(table: Table = entries) -> dict[str, str]:
     }
 
 
+def _batch_columns() -> tuple[str, str, str]:
+    """An entries batch's SQL pieces: the columns, the record its JSON is read as (a JSON
+    column as its text), and the values inserted (that text cast: kept byte for byte as a
+    row's own write keeps it; JSON, not JSONB: schema.Json)."""
+    types = _column_types()
+    json = {name for name, kind in types.items() if kind == "JSON"}
+    columns = ", ".join(ENTRY_COLUMNS)
+    record = ", ".join(f"{n} {'TEXT' if n in json else types[n]}" for n in ENTRY_COLUMNS)
+    inserted = ", ".join(f"{n}::json" if n in json else n for n in ENTRY_COLUMNS)
+    return columns, record, inserted
+
+
+@functools.cache
+def _insert_entries_sql() -> str:
+    # Built at the first batch claim, not at import: it imports PostgreSQL's dialect.
+    columns, record, inserted = _batch_columns()
+    return f"""\
+INSERT INTO entries ({columns})
+SELECT {inserted} FROM json_to_recordset(%(batch)s::json) AS b({record})"""
+
+
 @functools.cache
 def _fenced_insert_runs_sql(ends: tuple[str, ...] = ()) -> str:
     # fenced_insert's statement, for the rows of several runs: each run's row is locked and
@@ -407,11 +436,7 @@ def _fenced_insert_runs_sql(ends: tuple[str, ...] = ()) -> str:
     # statement: a second JSON parameter, `ends`, holds for each such run its run_id and its
     # `ends` columns' values; its row takes them and lets its lease go, in the UPDATE that
     # fences it (fenced_insert_finishing's, for several runs). Other runs' rows keep theirs.
-    types = _column_types()
-    json = {name for name, kind in types.items() if kind == "JSON"}
-    columns = ", ".join(ENTRY_COLUMNS)
-    record = ", ".join(f"{n} {'TEXT' if n in json else types[n]}" for n in ENTRY_COLUMNS)
-    inserted = ", ".join(f"{n}::json" if n in json else n for n in ENTRY_COLUMNS)
+    columns, record, inserted = _batch_columns()
     renewed = """CASE
         WHEN runs.lease_expires_at IS NULL OR runs.lease_expires_at < fences.fence_renew_after
         THEN fences.fence_expiry ELSE runs.lease_expires_at END"""
@@ -565,6 +590,9 @@ class PostgresBackend(Backend):
 
     def fenced_insert_runs(self, ends: tuple[str, ...] = ()) -> str:
         return _fenced_insert_runs_sql(ends)
+
+    def insert_entries(self) -> str:
+        return _insert_entries_sql()
 
     def json_text(self, dbapi_connection: Any) -> Callable[[Any], str | None]:
         from psycopg.adapt import PyFormat

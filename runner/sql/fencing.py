@@ -15,7 +15,6 @@ is one such statement too, the run ended in its CTE (`fenced_insert_finishing`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,10 +23,8 @@ from typing import Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import (
-    JSON,
     Connection,
     Engine,
-    Table,
     Update,
     bindparam,
     exists,
@@ -45,7 +42,7 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import Ancestor, Spend
 from runner.errors import LeaseLost
-from runner.sql import children, driver, reserving, tree_budget
+from runner.sql import children, driver, json_batches, reserving, tree_budget
 from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
 from runner.sql.limits import settle_gone, waiter_grace_from
@@ -651,75 +648,34 @@ def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard
     """
     dialect = write.connection.dialect
     backend = backend_for(dialect.name)
-    processors = _processors(dialect)
-    as_text = backend.json_text(write.dbapi_connection)
+    convert = json_batches.converter(dialect, write.dbapi_connection)
+    end_convert = None
     batch: list[dict[str, Any]] = []
     ends: list[dict[str, Any]] = []
     for append in appends:
         assert append.together is not None
         fence = append.fence
         for row in append.together:
-            values = dict(zip(ENTRY_COLUMNS, row, strict=True))
-            for name, process, json_column in processors:
-                value = process(values[name])
-                values[name] = as_text(value) if json_column else value
+            values = convert(dict(zip(ENTRY_COLUMNS, row, strict=True)))
             values["fence_expiry"] = fence["fence_expiry"]
             values["fence_renew_after"] = fence["fence_renew_after"]
             batch.append(values)
         if append.end is not None:  # the run's last write: it ends in the statement too
-            ended = {name: append.end[f"set_{name}"] for name in _FINISHED}
-            for name, process, json_column in _processors(dialect, runs, _FINISHED):
-                value = process(ended[name])
-                ended[name] = as_text(value) if json_column else value
+            if end_convert is None:
+                end_convert = json_batches.converter(
+                    dialect, write.dbapi_connection, runs, _FINISHED
+                )
+            ended = end_convert({name: append.end[f"set_{name}"] for name in _FINISHED})
             ended["run_id"] = append.run_id
             ends.append(ended)
     sql = backend.fenced_insert_runs(_FINISHED if ends else ())
     assert sql is not None
-    # One JSON text for the whole batch (json.dumps is C): the driver adapting an array
-    # per column did it element by element in Python, 8% of a worker's CPU at a thousand
-    # runs in flight (docs/performance.md, A thousand runs in one worker).
-    parameters = {"batch": json.dumps(batch, default=_iso)}
+    parameters = {"batch": json_batches.text(batch)}
     if ends:
-        parameters["ends"] = json.dumps(ends, default=_iso)
+        parameters["ends"] = json_batches.text(ends)
     returned = write.rows(sql, parameters)
     heard = {row[0]: Heard(bool(row[2]), row[3]) for row in returned}
     return [heard.get(append.run_id) for append in appends]
-
-
-_Processors = tuple[tuple[str, Callable[[Any], Any], bool], ...]
-_PROCESSORS: WeakKeyDictionary[Dialect, dict[tuple[str, tuple[str, ...]], _Processors]] = (
-    WeakKeyDictionary()
-)
-
-
-def _iso(value: Any) -> str:
-    """A timestamp in the batch's JSON (aware, in UTC: its column's processor made it so)."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def _processors(
-    dialect: Dialect, table: Table = entries, names: tuple[str, ...] = ()
-) -> _Processors:
-    """The columns of `table` (`names`, or all of them) whose values the driver takes
-    converted (a JSON value wrapped, a timestamp to UTC, a boolean checked), how, and
-    whether the column is JSON."""
-    by_columns = _PROCESSORS.get(dialect)
-    if by_columns is None:
-        by_columns = _PROCESSORS[dialect] = {}
-    found = by_columns.get((table.name, names))
-    if found is None:
-        processors = []
-        for column in table.columns:
-            if names and column.name not in names:
-                continue
-            process = column.type.dialect_impl(dialect).bind_processor(dialect)
-            if process is not None:
-                json_column = isinstance(column.type, JSON)
-                processors.append((column.name, process, json_column))
-        found = by_columns[(table.name, names)] = tuple(processors)
-    return found
 
 
 def entry_written(connection: Connection, run_id: str, seq: int, epoch: int) -> Heard | None:

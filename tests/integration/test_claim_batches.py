@@ -14,14 +14,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, select, update
+import pytest
+from sqlalchemy import Text, cast, event, select, update
 
 from runner import Runner
 from runner.core.agent import load_agent
 from runner.core.clock import ManualClock
+from runner.core.counters import Counters
+from runner.core.journal import Entry, EntryKind
 from runner.sql import leases
 from runner.sql.schema import entries, runs
 
+from .payload_agents import Hide
 from .support import entry_rows
 
 AGENTS = Path(__file__).resolve().with_name("agents.py")
@@ -243,6 +247,47 @@ def test_a_fresh_runs_task_is_journaled_by_its_claim_as_its_journal_would(db_url
 
         assert journal(together) == journal(alone)
         assert [r["kind"] for r in entry_rows(runner.engine, together)].count("task") == 1
+
+
+# Tasks as they come: plain, non-ASCII, and what a JSON text escapes (quotes, a backslash,
+# a new line, a tab).
+TASKS = ("what is 2 + 3?", "déjà vu ✓ 🙂", 'say "hi"\\ then\n\tstop')
+
+
+@pytest.mark.parametrize("codec", [False, True], ids=["plain", "codec"])
+def test_a_batchs_tasks_are_the_rows_a_runs_own_journal_writes(db_url: str, codec: bool) -> None:
+    """The rows a batch claim writes for its fresh runs' tasks (PostgreSQL: one statement, one
+    JSON parameter) are, column by column and byte for byte (each as its text), the rows
+    each run's own journal writes for its task, with a user's codec sealing the content or
+    not."""
+    clock = ManualClock()
+    codecs = [Hide()] if codec else None
+    with Runner(db_url, clock=clock, codecs=codecs) as runner:
+        alone = [runner.submit(AGENT, task) for task in TASKS]
+        together = [runner.submit(AGENT, task) for task in TASKS]
+        for run_id in alone:
+            claim = leases.claim_run(
+                runner.engine, run_id, owner="t:1:1", lease_seconds=30, max_resumes=3, clock=clock
+            )
+            with runner.store.open_journal(claim, lease_seconds=30) as journal:
+                journal.append(Entry(EntryKind.TASK, 0, Counters(), content=claim.run.task))
+        taken = leases.claim_some(
+            runner.engine, limit=10, owner="t:1:1", lease_seconds=30, max_resumes=3, clock=clock
+        )
+        assert [claim.run.id for claim in taken] == together
+        assert all(claim.task is not None for claim in taken)
+        columns = [cast(column, Text) for column in entries.c if column.name != "run_id"]
+        with runner.engine.connect() as connection:
+
+            def row(run_id: str) -> tuple[object, ...]:
+                found = select(*columns).where(entries.c.run_id == run_id)
+                return tuple(connection.execute(found).one())
+
+            written = [row(run_id) for run_id in together]
+            expected = [row(run_id) for run_id in alone]
+    assert written == expected
+    content = [c.name for c in entries.c if c.name != "run_id"].index("content")
+    assert (written[0][content] == TASKS[0]) is not codec  # the codec sealed what it was given
 
 
 def test_a_run_whose_claimer_died_after_the_claim_is_taken_over_with_its_task_once(
