@@ -12,7 +12,8 @@ takes next, `runnable`; the heartbeat's renewals, `heartbeat` and `lease_renewal
 journal: its fenced writes (`fencing`, `driver`, `journal`; which failures are worth a
 retry, `database_failures`; SQLite's in-process write lock and the kept connection,
 `writer`; the journal writes of runs in flight sharing one transaction or statement,
-`group_commit`). Answers to waiting runs (`approvals`), messages sent to runs (`messages`),
+`group_commit`; many rows bound as one JSON text on PostgreSQL, `json_batches`). Answers
+to waiting runs (`approvals`), messages sent to runs (`messages`),
 trees of runs (`children`: child runs, their spend charged up the tree, their ends
 delivered; what a tree has left to spend, `tree_budget`), queues (`queues`) and their
 retention (`retention`), schedules (`schedules`), releases (`releases`: a queue's policy for
