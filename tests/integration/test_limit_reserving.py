@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Connection, text
 
 from runner import Runner
 from runner.core.clock import SYSTEM
@@ -25,6 +24,7 @@ from tests.conditions import wait_until
 from tests.conftest import fresh_database
 
 from .agents import SOLVER_REF
+from .counting import statements
 from .test_limit_rides import LEASE, Worker
 
 pytestmark = pytest.mark.postgres
@@ -114,21 +114,6 @@ def test_a_reservation_and_a_settle_in_a_write_are_its_one_statement(
             worker.limits.reserve("m", 10)
         assert taking == [0]  # the call took the write's reservation
         assert runner.limits()[0].requests == 2
-
-
-@contextmanager
-def statements(engine: Engine) -> Iterator[list[int]]:
-    """The statements run on `engine` inside the block (a one-item list, counting)."""
-    counted = [0]
-
-    def count(*_args: Any) -> None:
-        counted[0] += 1
-
-    event.listen(engine, "before_cursor_execute", count)
-    try:
-        yield counted
-    finally:
-        event.remove(engine, "before_cursor_execute", count)
 
 
 def test_a_settle_in_a_write_wakes_a_run_that_parked_while_it_waited(url: str) -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, select
+from sqlalchemy import select
 
 from runner import Runner
 from runner.core.clock import ManualClock
@@ -25,6 +24,7 @@ from runner.sql.schema import limit_reservations
 from tests.conftest import fresh_database
 
 from .agents import SOLVER_REF, limited_solver_agent, solver_agent
+from .counting import commits
 
 LEASE = 30.0
 PER_MINUTE = 5
@@ -33,21 +33,6 @@ PER_MINUTE = 5
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield from fresh_database(request, request.param, tmp_path)
-
-
-@contextmanager
-def commits(engine: Engine) -> Iterator[list[int]]:
-    """The commits made on `engine` inside the block (a one-item list, counting)."""
-    counted = [0]
-
-    def count(_connection: Any) -> None:
-        counted[0] += 1
-
-    event.listen(engine, "commit", count)
-    try:
-        yield counted
-    finally:
-        event.remove(engine, "commit", count)
 
 
 class Worker:

@@ -7,12 +7,10 @@ nothing, and the child's own reservation stops or parks it as before."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from runner import Runner
 from runner.core.counters import Counters
@@ -26,6 +24,7 @@ from runner.sql import leases
 from runner.sql.schema import entries, tree_reservations
 from runner.store.rules import Claim, Relay
 
+from .counting import commits
 from .trees import child
 
 AGENT = f"{Path(__file__).resolve().with_name('agents.py')}:solver_agent"
@@ -36,21 +35,6 @@ def claimed(runner: Runner, run_id: str, owner: str = OWNER) -> Claim:
     return leases.claim_run(
         runner.engine, run_id, owner=owner, lease_seconds=30, max_resumes=3, clock=runner.clock
     )
-
-
-@contextmanager
-def commits(runner: Runner) -> Iterator[list[int]]:
-    """The commits made on the runner's engine meanwhile (a list's length)."""
-    made: list[int] = []
-
-    def counted(_connection: Any) -> None:
-        made.append(1)
-
-    event.listen(runner.engine, "commit", counted)
-    try:
-        yield made
-    finally:
-        event.remove(runner.engine, "commit", counted)
 
 
 def park_for_a_child(
@@ -77,7 +61,7 @@ def park_for_a_child(
         budgets={},
         first_tokens=first_tokens,
     )
-    with commits(runner) as made:
+    with commits(runner.engine) as made:
         assert journal.wait([wait_entry(action, Asks.CHILD, spent)], [kid])
     return relay, kid, made
 
@@ -100,7 +84,7 @@ def test_the_park_writes_the_childs_task_and_first_hold_in_its_one_commit(db_url
     with Runner(db_url) as runner:
         runner.submit(AGENT, "t", id="root", max_tokens=1000)
         relay, kid, made = park_for_a_child(runner, 60, Counters(steps=1, tokens=10))
-        assert len(made) == 1  # the wait, the park, the child, its task and its hold
+        assert made == [1]  # the wait, the park, the child, its task and its hold
         row = runner.row(kid.id)
         assert row.status is RunStatus.RUNNING and row.lease_owner == OWNER
         written, holds = rows_of(runner, kid.id)
@@ -114,9 +98,9 @@ def test_the_park_writes_the_childs_task_and_first_hold_in_its_one_commit(db_url
         # no commit before its model is asked.
         journal = runner.store.open_journal(relay.next, lease_seconds=30, relay=relay)
         assert [entry.kind for entry in journal.recorded()] == [EntryKind.TASK]
-        with commits(runner) as made:
+        with commits(runner.engine) as made:
             held = journal.hold_tree(1, 60)
-        assert made == [] and held is not None and held.id == holds[0].id
+        assert made == [0] and held is not None and held.id == holds[0].id
 
 
 def test_a_larger_estimate_than_the_parks_holds_afresh(db_url: str) -> None:
@@ -127,9 +111,9 @@ def test_a_larger_estimate_than_the_parks_holds_afresh(db_url: str) -> None:
         relay, kid, _ = park_for_a_child(runner, 60, Counters(steps=1, tokens=10))
         assert relay.next is not None
         journal = runner.store.open_journal(relay.next, lease_seconds=30, relay=relay)
-        with commits(runner) as made:
+        with commits(runner.engine) as made:
             held = journal.hold_tree(1, 61)
-        assert len(made) == 1 and held is not None
+        assert made == [1] and held is not None
         _, holds = rows_of(runner, kid.id)
         assert [(h.id, h.tokens) for h in holds] == [(held.id, 61)]
 
@@ -140,7 +124,7 @@ def test_a_park_whose_tree_has_no_room_holds_nothing_ahead(db_url: str) -> None:
     with Runner(db_url) as runner:
         runner.submit(AGENT, "t", id="root", max_steps=1)
         relay, kid, made = park_for_a_child(runner, 60, Counters(steps=1, tokens=10))
-        assert len(made) == 1
+        assert made == [1]
         written, holds = rows_of(runner, kid.id)
         assert [kind for _, kind, _ in written] == ["task"] and holds == []
         assert relay.next is not None
