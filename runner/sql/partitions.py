@@ -75,6 +75,10 @@ def ensure_months(connection: Connection, now: datetime, ahead: int = AHEAD) -> 
         return []  # the common case: one look at the catalog
     # Two workers making the same month at once: the second waits, then finds it made.
     connection.execute(text(f"SELECT pg_advisory_xact_lock({PARTITIONS_LOCK})"))
+    # A partition's foreign key takes `runs` in SHARE ROW EXCLUSIVE mode, after the default
+    # partition in ACCESS EXCLUSIVE: taken first here, as a claim takes `runs` before it
+    # reads `entries`, so that the two wait for each other instead of deadlocking.
+    connection.execute(text("LOCK TABLE runs IN SHARE ROW EXCLUSIVE MODE"))
     have = set(months(connection))
     made: list[str] = []
     month = month_of(now)
