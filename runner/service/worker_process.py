@@ -65,19 +65,49 @@ def stop_on_signals(stopping: threading.Event, wake: threading.Event, say: Worke
     """First SIGTERM/SIGINT: set `stopping` (and `wake` the serving loop to see it).
     Second: exit at once (leases expire)."""
 
-    # Python may run this handler again inside itself when a second signal lands
-    # mid-handler; next() on a counter is one C call, so exactly one call sees 0.
-    signals_seen = itertools.count()
-
-    def handle(signum: int, _frame: FrameType | None) -> None:
-        if next(signals_seen) > 0:
-            os._exit(128 + signum)
+    def stop(signum: int) -> None:
         stopping.set()
         wake.set()
         say(logging.INFO, f"worker {say.name}: {signal.Signals(signum).name}, stopping gracefully")
 
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
+    _relay_signals(stop, second_exits=True)
+
+
+def _relay_signals(act: Callable[[int], None], *, second_exits: bool) -> Callable[[], None]:
+    """SIGTERM and SIGINT handed to `act` on a thread of its own; returns what puts the
+    handlers before back and ends that thread.
+
+    Python runs a signal's handler on the main thread between two of its bytecodes, even
+    while that thread holds a plain lock: `Event.wait` holds its event's for a few bytecodes
+    after it wakes. A handler that set that event would wait for its own thread, forever (a
+    worker idle in its poll hung so once in a while). So the handler takes no lock: it writes
+    the signal's number to a pipe, and the relay thread reads it and acts.
+    """
+    read_end, write_end = os.pipe()
+    # Python may run the handler again inside itself when a second signal lands
+    # mid-handler; next() on a counter is one C call, so exactly one call sees 0.
+    signals_seen = itertools.count()
+
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if next(signals_seen) > 0 and second_exits:
+            os._exit(128 + signum)
+        os.write(write_end, bytes([signum]))
+
+    def relay() -> None:
+        with open(read_end, "rb", buffering=0) as pipe:
+            while signums := pipe.read(16):
+                for signum in signums:
+                    act(signum)
+
+    threading.Thread(target=relay, name="signals", daemon=True).start()
+    before = {signum: signal.signal(signum, handle) for signum in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        os.close(write_end)  # the relay reads the end of its pipe and exits
+
+    return restore
 
 
 @contextlib.contextmanager
@@ -87,11 +117,8 @@ def _signals_set(stop: threading.Event) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
-    for signum in handlers:
-        signal.signal(signum, lambda _signum, _frame: stop.set())
+    restore = _relay_signals(lambda _signum: stop.set(), second_exits=False)
     try:
         yield
     finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+        restore()

@@ -44,3 +44,35 @@ def test_a_second_signal_during_the_first_handler_exits_at_once(tmp_path: Path) 
         timeout=60,
     )
     assert done.returncode == 128 + signal.SIGTERM, done.stdout + done.stderr
+
+
+# The signal lands while the main thread holds the lock of the event the handler sets, as
+# `Event.wait` does for a few bytecodes after it wakes (an idle worker polling). A handler
+# that set the event itself would wait for its own thread forever.
+SIGNAL_WHILE_THE_EVENT_IS_HELD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from runner.service.worker import Worker
+
+    worker = Worker(sys.argv[1])
+    worker.install_signal_handlers()
+    with worker._wake._cond:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # bytecodes: the handler runs among them, the lock held
+            pass
+    print("stopping" if worker.stopping.wait(30) and worker._wake.wait(30) else "not set")
+    """
+)
+
+
+def test_a_signal_while_the_serving_loop_holds_its_wake_event_stops_the_worker(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runner.db'}"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_WHILE_THE_EVENT_IS_HELD, url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "stopping", done.stdout + done.stderr
