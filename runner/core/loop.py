@@ -167,7 +167,8 @@ def drive(
     try:
         if own_thread and _hostable(model, journal):
             # A run nothing can stop from outside (run_agent's, with no cancel) is not watched.
-            host = LoopHost(model_call.stop_requested if model_call.watchable() else None)
+            watch = model_call.stop_requested if model_call.watchable() else None
+            host = LoopHost(watch, budgets.model_timeout)
             model_call.host = host
             return host.run(lambda: loop.run(spans), lambda gone: loop.resume(gone, spans))
         return loop.run(spans)

@@ -87,21 +87,30 @@ class LoopHost:
     """Runs one loop on a spare thread (`run`) and watches the model call in flight there
     (`call`): its deadline, and `watch` (a cancel, a pause)."""
 
-    def __init__(self, watch: Watch | None) -> None:
+    def __init__(self, watch: Watch | None, timeout: float | None = None) -> None:
         self._watch = watch
         self._lock = threading.Lock()
         self._flight: _Flight | None = None
         self._closed: str | None = None  # the caller is gone: why (what it raised)
-        # Until when the waiting caller sleeps: a call due sooner must wake it.
-        self._sleeping_until = math.inf
+        # Until when the waiting caller sleeps: a call due sooner must wake it. Before the
+        # caller first looks it is not asleep, and when it looks it sees the call in flight
+        # (under the lock): no call made before that wakes it. Woken then, it would first
+        # have to take the GIL from the loop, which holds it for the whole run, so every
+        # call until it did wrote a wake-up of its own (up to one a step).
+        self._sleeping_until = -math.inf
         # The deadline of the last call begun: the caller sleeps until it even once that
         # call has ended (`_wait`), so that the next call, due later, need not wake it.
+        # Before the first call, the deadline a call begun now would have (`timeout`: the
+        # run's model_timeout), so that the first call, begun later, need not wake it either.
+        self._timeout = timeout
         self._last_deadline = math.inf
         self._wake: Any = None  # the waiting caller's signal
 
     def run(self, first: Callable[[], T], again: Callable[[Overrun[Any]], T]) -> T:
         """`first()` on a spare thread, its result (or exception) here; after an abandoned
         call, `again(overrun)` on another, and so on until one of them ends."""
+        if self._timeout is not None:
+            self._last_deadline = time.monotonic() + max(self._timeout, 0.0)
         job = calls.SpareCall(first)
         try:
             while True:
