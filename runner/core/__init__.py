@@ -11,8 +11,9 @@ step's action as journal entries and back (`steps`), the tools and how user code
 the one thread that watches every call in flight for a cancel or a pause: `watching`), the tool
 listings a run started with (`listings`), agents a new process can rebuild (`agent`), the
 limits of a run (`budgets`, `budget_changes`), its running totals (`counters`) and why it
-stopped (`stop_reasons`), the journal protocol and the in-memory journal (`journal`), what a
-resumed loop takes back from its journal (`resume_cursor`), waits for a person (`waiting`,
+stopped (`stop_reasons`), the quicker making of a step's frozen dataclasses (`frozen`), the
+journal protocol and the in-memory journal (`journal`), what a resumed loop takes back from
+its journal (`resume_cursor`), waits for a person (`waiting`,
 `ask`), sub-agents as child runs and the one budget of their tree (`tree`; in memory, run
 inline: `tree_inline`), messages sent to a run (`messages`), the provider limits a model call
 reserves from and settles with (`limits`), scorers of finished runs and the model-judged one

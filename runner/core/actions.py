@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from runner.core.frozen import quick_init
+
 
 class ActionKind(StrEnum):
     """What a model's output asked for, as stored in `entries.action_type`."""
@@ -49,6 +51,7 @@ class Call:
         return (self.tool, self.canonical_args or canonical_json(self.args))
 
 
+@quick_init  # one a step
 @dataclass(frozen=True)
 class Action:
     kind: ActionKind
