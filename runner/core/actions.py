@@ -98,7 +98,8 @@ def canonical_json(value: Any) -> str:
 
 def parse_action(output: object) -> Action:
     """Turn whatever the model returned into an `Action`."""
-    if not isinstance(output, Mapping):
+    # A plain dict (the common case) is not put through the ABC's isinstance check.
+    if type(output) is not dict and not isinstance(output, Mapping):
         return _invalid(output, f"model output must be a dict, got {type(output).__name__}")
     usage = parse_usage(output.get("usage", 0))
     if isinstance(usage, str):
@@ -224,6 +225,8 @@ def _call(shape: Mapping[Any, Any]) -> _Parsed | _Unusable:
 
 def parse_usage(usage: object) -> tuple[int, float] | str:
     """`usage` is an int of tokens or a mapping with tokens and cost; else an error text."""
+    if type(usage) is int and usage >= 0:  # the common case (0 when not given), at once
+        return (usage, 0.0)
     if usage is None:
         return (0, 0.0)
     if isinstance(usage, Mapping):
@@ -369,6 +372,8 @@ def _unusable_name(name: str, label: str = "tool 'name'") -> str | None:
         return f"{label} is {len(name)} characters long; at most {MAX_TOOL_NAME} are allowed"
     if "\x00" in name:
         return f"{label} must not contain a NUL character"
+    if name.isascii():  # no lone surrogate, and no encoding to make (the common case)
+        return None
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:

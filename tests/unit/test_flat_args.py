@@ -58,3 +58,17 @@ def test_an_int_too_long_for_text_is_refused_as_json_refuses_it() -> None:
     action = parse_action({"type": "tool", "name": "t", "args": {"n": huge}})
     assert action.kind is ActionKind.INVALID
     assert action.error == why[:500] + ("..." if len(why) > 500 else "")
+
+
+def test_the_common_cases_taken_at_once_parse_as_before() -> None:
+    # A plain int of usage, and a tool name of ASCII text, skip the general checks.
+    for usage in (0, 7, 2**70):
+        action = parse_action({"type": "tool", "name": "t", "args": {}, "usage": usage})
+        assert (action.kind, action.tokens, action.cost) == (ActionKind.TOOL, usage, 0.0)
+    for usage in (True, -1):
+        action = parse_action({"type": "tool", "name": "t", "args": {}, "usage": usage})
+        assert action.kind is ActionKind.INVALID and "usage" in (action.error or "")
+    assert parse_action({"type": "tool", "name": "é", "args": {}}).tool == "é"
+    for name, why in [("se\ud800arch", "surrogate"), ("a\x00b", "NUL"), ("x" * 201, "201")]:
+        action = parse_action({"type": "tool", "name": name, "args": {}})
+        assert action.kind is ActionKind.INVALID and why in (action.error or ""), action.error
