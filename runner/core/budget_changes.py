@@ -55,11 +55,13 @@ def applied(budgets: Budgets, entry: Entry) -> Budgets:
 
 def before_changes(budgets: Budgets, entries: Iterable[Entry]) -> Budgets:
     """`budgets` with every change recorded in `entries` undone: what the journal began with."""
+    changes = [entry for entry in entries if entry.kind in CHANGE_KINDS]
+    if not changes:  # a new run's, or one never changed: the same budgets, checked already
+        return budgets
     values = budgets.as_dict()
-    for entry in reversed(list(entries)):
-        if entry.kind in CHANGE_KINDS:
-            for name, (old, _) in changes_of(entry).items():
-                values[name] = old
+    for entry in reversed(changes):
+        for name, (old, _) in changes_of(entry).items():
+            values[name] = old
     return Budgets(**values)
 
 
