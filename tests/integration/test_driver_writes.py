@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, event, select
+from sqlalchemy import Connection, Integer, bindparam, event, select
 from sqlalchemy.exc import IntegrityError
 
 from runner import Runner
@@ -297,3 +297,30 @@ def test_a_write_whose_answer_was_lost_over_a_months_end_is_kept_once(runner: Ru
             select(entries.c.created_at).where(entries.c.run_id == "midnight", entries.c.seq == 1)
         ).scalars()
         assert [stamp.month for stamp in stamps] == [12]
+
+
+def test_numbered_placeholders_keep_each_names_first_number() -> None:
+    sql, names = driver.numbered("SELECT %(a)s, %(b)s::VARCHAR, %(a)s, 5 %% 2")
+    assert (sql, names) == ("SELECT $1, $2::VARCHAR, $1, 5 % 2", ("a", "b"))
+    assert isinstance(sql, driver.Numbered)
+    with pytest.raises(ValueError, match="lone %"):
+        driver.numbered("SELECT 5 % 2")
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_a_statement_psycopg_would_parse_at_every_run_is_sent_numbered(runner: Runner) -> None:
+    # More binds than psycopg keeps its parse of (and one used twice): rendered once with
+    # $1, $2, ..., and run on a raw cursor; a short one keeps psycopg's cached path.
+    binds = [bindparam(f"b{i}", type_=Integer()) for i in range(60)]
+    long = driver.Prepared.of(select(*binds, binds[0].label("again")), runner.engine.dialect)
+    short = driver.Prepared.of(select(bindparam("b0", type_=Integer())), runner.engine.dialect)
+    assert isinstance(long.sql, driver.Numbered) and "$60" in long.sql and "$61" not in long.sql
+    assert not isinstance(short.sql, driver.Numbered)
+    values = {f"b{i}": i * 10 for i in range(60)}
+    with runner.engine.connect() as connection, driver.Write(connection) as write:
+        for _ in range(7):  # past psycopg's prepare threshold: a server-side prepared statement
+            (row,) = write.rows(long.sql, long.parameters(dict(values)))
+            assert list(row) == [i * 10 for i in range(60)] + [0]
+        assert list(write.rows(short.sql, short.parameters({"b0": 4}))) == [(4,)]
