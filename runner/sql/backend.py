@@ -105,6 +105,10 @@ class Backend:
     # limit then marks its row (`limits.changes`, bumped under the lock) for that statement
     # to check. PostgreSQL; on SQLite one writer at a time orders them all anyway.
     reserves_in_insert = False
+    # Whether a limit's settled calls are summed by the second by triggers (revision 0026,
+    # `limit_seconds`), and its minute read from those sums: PostgreSQL, which read every
+    # call of a busy limit's minute from the table; SQLite sums them from a covering index.
+    sums_by_second = False
     # Whether a run's last write ends the run in its fenced insert's statement (one round
     # trip, `fenced_insert_finishing`), rather than in an UPDATE after it in the write's
     # transaction: PostgreSQL, where each statement, BEGIN and COMMIT is a round trip.
@@ -513,6 +517,7 @@ class PostgresBackend(Backend):
     writes_runs_together = True
     settles_in_insert = True
     reserves_in_insert = True
+    sums_by_second = True
     finishes_in_insert = True
     claims_pass_held = True
     title = "PostgreSQL"

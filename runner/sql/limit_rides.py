@@ -63,6 +63,7 @@ from runner.sql.limit_line import wake_line
 from runner.sql.limits import (
     DROP_GONE_WAITERS,
     DROP_OLD,
+    DROP_OLD_SECONDS,
     SETTLE,
     SETTLE_GONE,
     bumped,
@@ -108,7 +109,7 @@ def _line() -> Any:
     return select(_w.run_id).where(waiting).limit(1)
 
 
-def _room(in_flight: bool) -> Any:
+def _room(in_flight: bool, by_second: bool = False) -> Any:
     """What the minute charged (runner.sql.limits.totals), then the runs in line other than
     this one (how many, their tokens) and whether this one is: one round trip."""
     waiting = and_(
@@ -116,7 +117,7 @@ def _room(in_flight: bool) -> Any:
         live_waiter(_AT, bindparam("graced", type_=Timestamp)),
     )
     others = and_(waiting, _w.run_id != bindparam("run"))
-    return totals(in_flight).add_columns(
+    return totals(in_flight, by_second).add_columns(
         select(func.count()).select_from(limit_waiters).where(others).scalar_subquery(),
         select(func.coalesce(func.sum(_w.tokens), 0)).where(others).scalar_subquery(),
         select(func.count())
@@ -153,7 +154,10 @@ _STATEMENTS: dict[str, Callable[[], Any]] = {
     "drop": _drop,
     "room": lambda: _room(False),
     "room_in_flight": lambda: _room(True),
+    "room_by_second": lambda: _room(False, True),
+    "room_in_flight_by_second": lambda: _room(True, True),
     "drop_old": lambda: DROP_OLD,
+    "drop_old_seconds": lambda: DROP_OLD_SECONDS,
     "drop_gone_waiters": lambda: DROP_GONE_WAITERS,
 }
 
@@ -174,7 +178,17 @@ def _literals(dialect: Dialect, name: str) -> dict[str, Any]:
 
 
 # The statements that return rows (the others change them).
-_READS = frozenset({"lock_limit", "lock_limit_to_reserve", "line", "room", "room_in_flight"})
+_READS = frozenset(
+    {
+        "lock_limit",
+        "lock_limit_to_reserve",
+        "line",
+        "room",
+        "room_in_flight",
+        "room_by_second",
+        "room_in_flight_by_second",
+    }
+)
 
 
 def _run(
@@ -327,11 +341,8 @@ class Ride:
         """The wanted reservation if it fits now, by a reservation alone's rule
         (runner.sql.reservations._reserve); None if not: the call will reserve alone."""
         name = wanted.limit
-        lock = (
-            "lock_limit_to_reserve"
-            if backend_for(self.dialect.name).reserves_in_insert
-            else "lock_limit"
-        )
+        backend = backend_for(self.dialect.name)
+        lock = "lock_limit_to_reserve" if backend.reserves_in_insert else "lock_limit"
         locked = self._run(write, lock, {"name": name, "limit": name, "at": utc_now(self.clock)})
         if not locked or locked[0][3]:
             return None  # not set (any more), or a Retry-After holds it back
@@ -347,9 +358,12 @@ class Ride:
         if self.sweeping or sweep_due(self.database, name):
             old = at - timedelta(seconds=2 * WINDOW_SECONDS)
             self._run(write, "drop_old", {"name": name, "old": old, "at": at})
+            if backend.sums_by_second:
+                self._run(write, "drop_old_seconds", {"name": name, "old": old})
             self._run(write, "drop_gone_waiters", {"name": name, "at": at, "graced": graced})
         bound = {**totals_bound(name, at), "graced": graced, "run": self.run_id}
-        [found] = self._run(write, "room" if concurrency is None else "room_in_flight", bound)
+        room = "room" if concurrency is None else "room_in_flight"
+        [found] = self._run(write, room + ("_by_second" if backend.sums_by_second else ""), bound)
         tokens, requests, flying, others, others_tokens, in_line = map(int, found)
         if in_line:
             return None  # in line itself: its place is taken up by a reservation alone

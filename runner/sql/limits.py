@@ -53,7 +53,14 @@ from runner.core.status import RunStatus
 from runner.errors import LimitNotFound
 from runner.sql.backend import backend_for
 from runner.sql.runs import reading, store_named
-from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits, runs
+from runner.sql.schema import (
+    Timestamp,
+    limit_reservations,
+    limit_seconds,
+    limit_waiters,
+    limits,
+    runs,
+)
 from runner.store.rows import LimitInfo
 from runner.store.rules import (
     WAITER_GRACE_SECONDS,
@@ -89,6 +96,7 @@ def remove_limit(engine: Engine, name: str) -> None:
     with engine.begin() as connection:
         # The children first: SQLite enforces no foreign key unless told to.
         connection.execute(delete(limit_waiters).where(limit_waiters.c.limit_name == name))
+        connection.execute(delete(limit_seconds).where(limit_seconds.c.limit_name == name))
         connection.execute(
             delete(limit_reservations).where(limit_reservations.c.limit_name == name)
         )
@@ -149,6 +157,7 @@ def held_by_live_lease(at: Any, reservations: Any = limit_reservations) -> Any:
 # there (runner.sql.schema): a planner uses a partial index only for a statement whose
 # filter implies it, and SQLite only for one that repeats it.
 _flying = limit_reservations.alias("flying")
+_unsettled = limit_reservations.alias("unsettled")
 
 
 def _in_flight(name: Any, at: Any) -> Any:
@@ -183,39 +192,99 @@ def charges(connection: Connection, name: str, at: datetime) -> list[Charge]:
     return sorted(charged, key=lambda charge: charge.reserved_at) + older
 
 
-def _totals(in_flight: bool) -> Any:
-    """What `charges` counts, summed in the database (`in_flight`: the calls in flight too,
-    which asks the runs' leases, so only a limit with a concurrency does)."""
+def minute_charged(name: Any, since: Any, edge: Any, by_second: bool) -> Any:
+    """A selectable of one row: the `tokens` and `calls` charged to limit `name` over the
+    minute after `since` (every call whose `counted_from` is later: one range of the
+    index). `by_second` (PostgreSQL, runner.sql.backend.sums_by_second): the same total
+    from `limit_seconds` (revision 0026), the settled calls of each second wholly after
+    `since`, with, from `limit_reservations`, the settled calls of the second `since` falls
+    in (before `edge`, the next whole second: `minute_edge`) and every call not settled
+    (the partial index's few rows): about 60 sums and one second of calls, where the range
+    read every call of the minute."""
     r = limit_reservations.c
+    if not by_second:
+        return select(
+            func.coalesce(func.sum(r.tokens), 0).label("tokens"), func.count().label("calls")
+        ).where(r.limit_name == name, r.counted_from > since)
+    s = limit_seconds.c
+    seconds = (
+        select(
+            func.coalesce(func.sum(s.tokens), 0).label("tokens"),
+            func.coalesce(func.sum(s.calls), 0).label("calls"),
+        )
+        .where(s.limit_name == name, s.second > since)
+        .subquery("minute_seconds")
+    )
+    first = (
+        select(func.coalesce(func.sum(r.tokens), 0).label("tokens"), func.count().label("calls"))
+        .where(
+            r.limit_name == name,
+            r.counted_from > since,
+            r.counted_from < edge,
+            r.settled == true(),
+        )
+        .subquery("minute_first_second")
+    )
+    u = _unsettled.c
+    unsettled = (
+        select(func.coalesce(func.sum(u.tokens), 0).label("tokens"), func.count().label("calls"))
+        .where(
+            u.limit_name == name,
+            u.settled == false(),  # the partial index's predicate, as written
+            u.counted_from > since,
+        )
+        .subquery("minute_unsettled")
+    )
+    return select(
+        (seconds.c.tokens + first.c.tokens + unsettled.c.tokens).label("tokens"),
+        (seconds.c.calls + first.c.calls + unsettled.c.calls).label("calls"),
+    ).select_from(seconds.join(first, true()).join(unsettled, true()))  # a row each
+
+
+def minute_edge(since: datetime) -> datetime:
+    """The first whole second after `since` (UTC): the seconds from it on are summed whole
+    in `limit_seconds`."""
+    return since.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def _totals(in_flight: bool, by_second: bool) -> Any:
+    """What `charges` counts, summed in the database (`in_flight`: the calls in flight too,
+    which asks the runs' leases, so only a limit with a concurrency does; `by_second`: see
+    `minute_charged`)."""
     at, since = bindparam("at", type_=Timestamp), bindparam("since", type_=Timestamp)
+    name: Any = bindparam("name")
     flying: Any = 0
     if in_flight:
         flying = select(func.count()).select_from(_flying)
-        flying = flying.where(_in_flight(bindparam("name"), at)).scalar_subquery()
-    # Every call whose minute started within the minute up to `at`: one range of the index.
-    return select(func.coalesce(func.sum(r.tokens), 0), func.count(), flying).where(
-        r.limit_name == bindparam("name"), r.counted_from > since
-    )
+        flying = flying.where(_in_flight(name, at)).scalar_subquery()
+    edge = bindparam("edge", type_=Timestamp)
+    minute = minute_charged(name, since, edge, by_second)
+    if not by_second:  # one range of the index, as before
+        return minute.add_columns(flying)
+    minute = minute.subquery("minute")
+    return select(minute.c.tokens, minute.c.calls, flying)
 
 
-_TOTALS = {flying: _totals(flying) for flying in (False, True)}
+_TOTALS = {(f, s): _totals(f, s) for f in (False, True) for s in (False, True)}
 
 
 def charged(connection: Connection, name: str, at: datetime, *, in_flight: bool) -> Charged:
     """What `name` has charged over the minute up to `at` (as `charges`), its totals summed
     in the database; the charges themselves are read only if asked for (Charged.listed)."""
-    tokens, requests, flying = connection.execute(_TOTALS[in_flight], totals_bound(name, at)).one()
+    statement = totals(in_flight, backend_for(connection.dialect.name).sums_by_second)
+    tokens, requests, flying = connection.execute(statement, totals_bound(name, at)).one()
     return Charged(int(tokens), int(requests), int(flying), lambda: charges(connection, name, at))
 
 
-def totals(in_flight: bool) -> Any:
+def totals(in_flight: bool, by_second: bool = False) -> Any:
     """The statement `charged` sums with (bound by `totals_bound`)."""
-    return _TOTALS[in_flight]
+    return _TOTALS[in_flight, by_second]
 
 
 def totals_bound(name: str, at: datetime) -> dict[str, Any]:
     """The values of `totals`' binds for limit `name` at `at`."""
-    return {"name": name, "at": at, "since": at - timedelta(seconds=COUNTED_SECONDS)}
+    since = at - timedelta(seconds=COUNTED_SECONDS)
+    return {"name": name, "at": at, "since": since, "edge": minute_edge(since)}
 
 
 def counted_at_reserve(at: datetime) -> datetime:
@@ -290,6 +359,11 @@ DROP_OLD = delete(limit_reservations).where(
     limit_reservations.c.counted_from < bindparam("old", type_=Timestamp),
     ~and_(limit_reservations.c.settled == false(), held_by_live_lease(_AT)),
 )
+# The sums of seconds past their minutes (PostgreSQL: sums_by_second).
+DROP_OLD_SECONDS = delete(limit_seconds).where(
+    limit_seconds.c.limit_name == bindparam("name"),
+    limit_seconds.c.second < bindparam("old", type_=Timestamp),
+)
 DROP_GONE_WAITERS = delete(limit_waiters).where(
     limit_waiters.c.limit_name == bindparam("name"), ~live_waiter(_AT, _GRACED)
 )
@@ -317,6 +391,8 @@ def sweep(connection: Connection, name: str, at: datetime) -> None:
     the caller's transaction, the limit's row locked, `at` read under the lock)."""
     old = at - timedelta(seconds=2 * WINDOW_SECONDS)
     connection.execute(DROP_OLD, {"name": name, "old": old, "at": at})
+    if backend_for(connection.dialect.name).sums_by_second:
+        connection.execute(DROP_OLD_SECONDS, {"name": name, "old": old})
     connection.execute(DROP_GONE_WAITERS, {"name": name, "at": at, "graced": waiter_grace_from(at)})
 
 

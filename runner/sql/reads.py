@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # SQLAlchemy is never imported here: `runner list` reads with
 # The Alembic revision runner's tables are at: the newest in migrations/ (tests/migrations
 # asserts it is the head; a new revision must change it). Every command checks a database
 # against it with the one SELECT below instead of loading Alembic (a tenth of a second).
-SCHEMA_REVISION = "0025"
+SCHEMA_REVISION = "0026"
 VERSION_QUERY = "SELECT version_num FROM alembic_version"
 # PostgreSQL's clock, the one leases are measured on (the clock of the moment, not of the
 # transaction's start). Read by `database_now`, runner.sql.backend's DatabaseClock too.

@@ -47,7 +47,13 @@ from sqlalchemy import (
 from sqlalchemy.sql.selectable import CTE
 
 from runner.core.limits import COUNTED_SECONDS
-from runner.sql.limits import counted_at_reserve, held_by_live_lease, live_waiter
+from runner.sql.limits import (
+    counted_at_reserve,
+    held_by_live_lease,
+    live_waiter,
+    minute_charged,
+    minute_edge,
+)
 from runner.sql.schema import Timestamp, limit_reservations, limit_waiters, limits
 
 _l, _r, _w = limits.c, limit_reservations.c, limit_waiters.c
@@ -61,6 +67,7 @@ def _binds() -> dict[str, Any]:
         "name": bindparam("ride_limit", type_=_l.name.type),
         "at": bindparam("ride_at", type_=Timestamp),
         "since": bindparam("ride_since", type_=Timestamp),
+        "edge": bindparam("ride_edge", type_=Timestamp),
         "graced": bindparam("ride_graced", type_=Timestamp),
         "run": bindparam("ride_run", type_=_r.run_id.type),
     }
@@ -99,11 +106,8 @@ def reserving(fenced: CTE) -> tuple[list[CTE], list[Any]]:
         .where(_l.name == name)
         .cte("ride_seen")
     )
-    minute = (
-        select(func.coalesce(func.sum(_r.tokens), 0).label("tokens"), func.count().label("calls"))
-        .where(_r.limit_name == name, _r.counted_from > b["since"])
-        .cte("ride_minute")
-    )
+    # By the second (revision 0026): PostgreSQL is the only database this statement runs on.
+    minute = minute_charged(name, b["since"], b["edge"], by_second=True).cte("ride_minute")
     in_flight = (
         select(func.count())
         .select_from(_flying)
@@ -207,6 +211,7 @@ def reserving_values(
     graced: datetime,
 ) -> dict[str, Any]:
     """The values of `reserving`'s binds."""
+    since = at - timedelta(seconds=COUNTED_SECONDS)
     return {
         "ride_limit": name,
         "ride_id": reservation,
@@ -214,7 +219,8 @@ def reserving_values(
         "ride_epoch": epoch,
         "ride_tokens": tokens,
         "ride_at": at,
-        "ride_since": at - timedelta(seconds=COUNTED_SECONDS),
+        "ride_since": since,
+        "ride_edge": minute_edge(since),
         "ride_graced": graced,
         "ride_counted_from": counted_at_reserve(at),
         "ride_grants_may": grants_may,

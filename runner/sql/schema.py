@@ -489,6 +489,32 @@ _unsettled_index = Index(
 )
 
 
+# PostgreSQL: the settled calls of a limit summed by the second their minutes start (their
+# settle's), kept by triggers on `limit_reservations` (revision 0026), so that a busy limit's
+# minute is about 60 of these rows and one second of calls, not every call of the minute
+# (3,500 a minute read 0.4 to 0.6 ms). SQLite sums the minute from its covering index and
+# leaves this table empty.
+limit_seconds = Table(
+    "limit_seconds",
+    metadata,
+    Column(
+        "limit_name",
+        String(200),
+        ForeignKey("limits.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column(
+        "second",
+        Timestamp,
+        primary_key=True,
+        comment="the whole second (UTC) the calls' counted_from falls in",
+    ),
+    Column("tokens", Counter, nullable=False, comment="their usage summed"),
+    Column("calls", Counter, nullable=False, comment="how many calls"),
+    comment="settled calls charged to a limit by the second (PostgreSQL; older rows deleted)",
+)
+
+
 def for_postgresql() -> None:
     """The schema's PostgreSQL options, added before PostgreSQL uses it (every PostgreSQL
     engine runner opens calls this): the same DDL as if declared above. Idempotent. Call it
