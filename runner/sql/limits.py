@@ -225,14 +225,18 @@ def minute_charged(name: Any, since: Any, edge: Any, by_second: bool) -> Any:
         )
         .subquery("minute_first_second")
     )
+    # Every call not settled is read through the partial index, and those of the minute
+    # kept by a filter: with `counted_from > since` in its WHERE, PostgreSQL planned it as
+    # a range of the minute's index, every call of the minute read to find the few not
+    # settled (0.8 ms for 3,000).
     u = _unsettled.c
+    of_minute = u.counted_from > since
     unsettled = (
-        select(func.coalesce(func.sum(u.tokens), 0).label("tokens"), func.count().label("calls"))
-        .where(
-            u.limit_name == name,
-            u.settled == false(),  # the partial index's predicate, as written
-            u.counted_from > since,
+        select(
+            func.coalesce(func.sum(u.tokens).filter(of_minute), 0).label("tokens"),
+            func.count().filter(of_minute).label("calls"),
         )
+        .where(u.limit_name == name, u.settled == false())  # the partial index's predicate
         .subquery("minute_unsettled")
     )
     return select(
