@@ -10,6 +10,9 @@ call of the minute
   deletes these rows as old too) or with their limit. The minute's sum (runner.sql.limits)
   reads the seconds wholly in the minute here, and the calls of its first second and the
   calls not settled from `limit_reservations`: the same total as before, exactly.
+  It has no foreign key to `limits`: the check would share-lock the limit's row from
+  inside a settle, which deadlocks with a settle under a concurrency (that holds the row
+  FOR UPDATE) inserting the same second; removing a limit deletes its rows here.
 - Existing settled calls are summed into it.
 
 Downgrade drops the triggers, their function and the table.
@@ -86,7 +89,6 @@ def upgrade() -> None:
             nullable=False,
             comment="how many calls",
         ),
-        sa.ForeignKeyConstraint(["limit_name"], ["limits.name"], ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("limit_name", "second"),
         comment="settled calls charged to a limit by the second (PostgreSQL; older rows deleted)",
     )

@@ -497,12 +497,10 @@ _unsettled_index = Index(
 limit_seconds = Table(
     "limit_seconds",
     metadata,
-    Column(
-        "limit_name",
-        String(200),
-        ForeignKey("limits.name", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    # No foreign key: its check would take a share lock of the limit's row from inside a
+    # settle, which a settle under a concurrency holds FOR UPDATE while it inserts the same
+    # second (a deadlock). `runner limit remove` deletes a limit's rows here itself.
+    Column("limit_name", String(200), primary_key=True),
     Column(
         "second",
         Timestamp,

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 
 from runner import Runner
 from runner.core.limits import COUNTED_SECONDS, WINDOW_SECONDS
@@ -92,3 +92,28 @@ def test_the_sweep_deletes_the_sums_past_their_minutes(runner: Runner) -> None:
         sql_limits.sweep(connection, "m", _AT)
         kept = connection.execute(select(limit_seconds.c.second)).scalars().all()
     assert kept == [_AT.replace(microsecond=0)]
+
+
+def test_a_settle_into_a_new_second_waits_for_no_lock_of_the_limits_row(runner: Runner) -> None:
+    # A settle under a concurrency holds its limit's row FOR UPDATE; another worker's settle
+    # of the same limit meanwhile must not wait for that row (a foreign key's check would),
+    # or the two would deadlock on a second each inserts.
+    runner.set_limit("m", tokens_per_minute=10**9, requests_per_minute=10**6, concurrency=5)
+    with runner.engine.begin() as connection:
+        connection.execute(
+            limit_reservations.insert().values(
+                id="flying", limit_name="m", run_id="r", lease_epoch=1, tokens=5,
+                settled=False, reserved_at=_AT, counted_from=_AT + timedelta(seconds=10),
+            )
+        )  # fmt: skip
+    with runner.engine.connect() as holder, runner.engine.connect() as settler:
+        holder.execute(text("SELECT name FROM limits WHERE name = 'm' FOR UPDATE"))
+        settler.execute(text("SET lock_timeout = '5s'"))
+        settler.execute(
+            update(limit_reservations)
+            .where(limit_reservations.c.id == "flying")
+            .values(settled=True, tokens=9, settled_at=_AT, counted_from=_AT)
+        )
+        settler.commit()
+        holder.rollback()
+    assert _totals(runner, "m", _AT, by_second=True)[:2] == (9, 1)
