@@ -11,6 +11,9 @@ from runner.cli.options import db_option
 from runner.defaults import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES
 from runner.tracing.environment import traces_from_environment
 
+# How many times fewer full passes of the collector a serving worker makes (see `worker`).
+FULL_PASS_SPACING = 10
+
 
 @click.command()
 @click.option(
@@ -141,7 +144,16 @@ def worker(
         # They went over it two or three times a drain of a thousand runs, 0.2 to 0.5 s each
         # with every thread stopped; 0.05 s frozen (docs/performance.md, A thousand runs).
         gc.freeze()
+        # And the collector's full passes made rarer while it serves: what a thousand runs
+        # in flight hold is not garbage (every full pass of a drain freed nothing), yet each
+        # pass went over all of it with every thread stopped, 0.04 to 0.15 s, two or three
+        # a drain. Cycles die young, in the passes over the younger generations, which are
+        # as before; a full pass still comes, after ten times as many of them.
+        thresholds = gc.get_threshold()
+        gc.set_threshold(*thresholds[:2], thresholds[2] * FULL_PASS_SPACING)
         try:
             serving.serve()
         finally:
-            gc.unfreeze()  # a process that goes on (a test's) gets its collector back
+            # A process that goes on (a test's) gets its collector back as it was.
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
