@@ -12,11 +12,11 @@ worker sleeps its poll interval, or on PostgreSQL until a NOTIFY says a run was 
 
 This module is the serving loop: it claims runs into slots and ties together the parts a
 worker owns, each a module of its own: when to claim (`claim_pacing`), executing one claim
-in a slot (`claim_execution`), the agents it loaded (`loaded_agents`), the house it keeps
-between claims (`housekeeping`: the schedules' ticks, retention, blobs, lapsed cancels), the
-scorers of ended runs (`scorer_pool`), when a drain is done (`drain_end`), waiting out the
-database (`database_wait`), what it logs (`worker_log`) and its process's start-up and
-signals (`worker_process`).
+in a slot (`claim_execution`) on the slot's thread (`slot_threads`), the agents it loaded
+(`loaded_agents`), the house it keeps between claims (`housekeeping`: the schedules' ticks,
+retention, blobs, lapsed cancels), the scorers of ended runs (`scorer_pool`), when a drain is
+done (`drain_end`), waiting out the database (`database_wait`), what it logs (`worker_log`)
+and its process's start-up and signals (`worker_process`).
 
 The worker logs through the standard `logging` module, on the `runner.worker` logger: each
 record about a run carries its id (`record.run_id`) and every record the worker's name
@@ -24,19 +24,20 @@ record about a run carries its id (`record.run_id`) and every record the worker'
 
 The rest of this feature (docs/architecture.md, "Where a feature lives"):
 `runner.service.claim_pacing`, `runner.service.claim_execution`,
-`runner.service.loaded_agents`, `runner.service.housekeeping`, `runner.service.scorer_pool`,
-`runner.service.drain_end`, `runner.service.database_wait`, `runner.service.worker_log`,
-`runner.service.worker_process`, `runner.cli.worker`.
+`runner.service.slot_threads`, `runner.service.loaded_agents`, `runner.service.housekeeping`,
+`runner.service.scorer_pool`, `runner.service.drain_end`, `runner.service.database_wait`,
+`runner.service.worker_log`, `runner.service.worker_process`, `runner.cli.worker`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from runner.core.clock import Clock
@@ -51,6 +52,7 @@ from runner.service.housekeeping import SWEEP_SECONDS, Housekeeping
 from runner.service.loaded_agents import LoadedAgents
 from runner.service.runner import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_RESUMES, Runner
 from runner.service.scorer_pool import ScorerPool
+from runner.service.slot_threads import SlotThreads
 from runner.service.worker_log import WorkerLog, counted, log
 from runner.service.worker_process import stop_on_signals
 from runner.store.payloads import Codec
@@ -196,28 +198,29 @@ class Worker:
         if self.pool is not None:
             self._log(logging.INFO, self.pool.describe(self.concurrency))
         try:
-            with (
-                self._scorers.start(),
-                ThreadPoolExecutor(self.concurrency, thread_name_prefix="runner-run") as pool,
-            ):
+            with self._scorers.start(), SlotThreads("runner-run") as pool:
                 try:
                     self._serve(pool)
                 finally:
                     # Graceful stop (or a damaged database, raised by a claim): each run
-                    # pauses before its next model call and is released.
+                    # pauses before its next model call and is released. Every slot is
+                    # waited for here (its threads are never joined), then the first
+                    # failure of one is raised.
                     self.stopping.set()
                     with self._slots:
                         slots = set(self._active.values())
-                    for slot in slots:  # a slot's future covers the runs it was handed to
-                        slot.result()
+                    # A slot's future covers the runs it was handed to.
+                    failed = [error for slot in slots if (error := slot.exception())]
                     self._reap()
+                    if failed:
+                        raise failed[0]
         finally:
             self.wakeup.close()
             self.runner.close()
         finished = counted(self.finished, "run")
         self._log(logging.INFO, f"worker {self.name} stopped after finishing {finished}")
 
-    def _serve(self, pool: ThreadPoolExecutor) -> None:
+    def _serve(self, pool: SlotThreads) -> None:
         while not self.stopping.is_set():
             # Cleared before looking, not after: a wake-up that comes while this looks
             # (a run submitted just after the claim found none) must not be lost.
@@ -281,7 +284,7 @@ class Worker:
             self._alone.discard(run_id)
             self._wake.set()
 
-    def _claim_into(self, pool: ThreadPoolExecutor) -> bool:
+    def _claim_into(self, pool: SlotThreads) -> bool:
         if self._alone:
             return False
         now = time.monotonic()
@@ -309,7 +312,7 @@ class Worker:
             self._start(claim, pool)
         return bool(claims)
 
-    def _start(self, claim: Claim, pool: ThreadPoolExecutor) -> None:
+    def _start(self, claim: Claim, pool: SlotThreads) -> None:
         run = claim.run
         if claim.crash_loop:
             self._log(logging.WARNING, f"run {run.id} stopped: crash_loop ({run.error})", run.id)
@@ -328,7 +331,7 @@ class Worker:
         with self._slots:
             self._epochs[run.id] = claim.epoch
             self._active[run.id] = slot
-        pool.submit(self._execute_and_tell, claim, slot)
+        pool.submit(functools.partial(self._execute_and_tell, claim, slot))
 
     def _execute_and_tell(self, claim: Claim, slot: Future[None]) -> None:
         try:
