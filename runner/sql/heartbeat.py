@@ -62,8 +62,13 @@ class Heartbeat:
     def hold(self, lease: Held) -> None:
         """Renew `lease` from the next beat on, until `drop`."""
         with self._changed:
+            lingers = not self._held
             self._held[lease.run_id] = lease
-            self._changed.notify_all()  # a thread that lingers goes on beating
+            # Only a thread that lingers (nothing held) waits for a lease to come: woken at
+            # every hold, the thread woke a thousand times to fill a thousand slots, each a
+            # turn at the GIL while the runs started.
+            if lingers:
+                self._changed.notify_all()  # it goes on beating
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name="runner-heartbeat", daemon=True
