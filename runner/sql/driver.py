@@ -83,9 +83,10 @@ class Prepared:
     """A statement as its driver takes it, rendered once per dialect."""
 
     sql: str
-    order: Callable[[dict[str, Any]], tuple[Any, ...]] | None  # positional drivers (SQLite)
+    # Positional drivers (SQLite) and `Numbered` statements: the values in their binds' order.
+    order: Callable[[dict[str, Any]], tuple[Any, ...]] | None
     convert: tuple[tuple[str, Callable[[Any], Any]], ...]  # (bind name, its type's processor)
-    names: tuple[str, ...] | None = None  # a positional driver's binds, in their order
+    names: tuple[str, ...] | None = None  # those binds, in that order
     # The values of its literals (anonymous binds: a sum's 0, a status compared with),
     # which the caller's values leave out.
     literals: tuple[tuple[str, Any], ...] = ()
@@ -109,8 +110,13 @@ class Prepared:
             (name, bind.value) for name, bind in compiled.binds.items() if not bind.required
         )
         sql = compiled.string
-        if dialect.driver == "psycopg" and (
-            len(sql.encode()) > _PSYCOPG_CACHES_BYTES or len(compiled.binds) > _PSYCOPG_CACHES_BINDS
+        if (
+            dialect.driver == "psycopg"
+            and (
+                len(sql.encode()) > _PSYCOPG_CACHES_BYTES
+                or len(compiled.binds) > _PSYCOPG_CACHES_BINDS
+            )
+            and _raw_cursors()
         ):
             sql, names = numbered(sql)
             order = _order_of(names)
@@ -129,6 +135,13 @@ class Prepared:
         for name, process in self.convert:
             values[name] = process(values[name])
         return values if self.order is None else self.order(values)
+
+
+def _raw_cursors() -> bool:
+    """Whether psycopg has raw cursors (3.2 on; the project allows 3.1, which parses)."""
+    import psycopg  # only asked of a psycopg dialect: imported already
+
+    return hasattr(psycopg, "RawCursor")
 
 
 def _order_of(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:

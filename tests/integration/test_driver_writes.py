@@ -318,6 +318,11 @@ def test_a_statement_psycopg_would_parse_at_every_run_is_sent_numbered(runner: R
     short = driver.Prepared.of(select(bindparam("b0", type_=Integer())), runner.engine.dialect)
     assert isinstance(long.sql, driver.Numbered) and "$60" in long.sql and "$61" not in long.sql
     assert not isinstance(short.sql, driver.Numbered)
+    # A psycopg without raw cursors (3.1, which the project allows) keeps psycopg's parse.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(driver, "_raw_cursors", lambda: False)
+        named = driver.Prepared.of(select(*binds), runner.engine.dialect)
+    assert not isinstance(named.sql, driver.Numbered) and "%(b59)s" in named.sql
     values = {f"b{i}": i * 10 for i in range(60)}
     with runner.engine.connect() as connection, driver.Write(connection) as write:
         for _ in range(7):  # past psycopg's prepare threshold: a server-side prepared statement
