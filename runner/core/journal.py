@@ -228,8 +228,9 @@ class Journal(Protocol):
         ...
 
     def wait(self, entries: Sequence[Entry], children: Sequence[ChildRun] = ()) -> bool:
-        """Record `entries` (the waits of a step: one per call that needs an answer) and
-        leave the run waiting for a person, its lease let go, in the same transaction.
+        """Record `entries` (a step's calls not recorded yet, then its waits: one per call
+        that needs an answer) and leave the run waiting for a person, its lease let go, in
+        the same transaction.
         `children`: the child runs the step's sub-agent calls start, created in it too.
         False when a cancel came first: the run finished then."""
         ...
@@ -327,7 +328,13 @@ class MemoryJournal:
         # No call of the step has run: in memory, as in a durable run, a step's calls wait
         # together for every answer they need.
         self.entries.extend(entries)
-        asked = ", ".join(f"{entry.tool} needs a person's {entry.waits_for}" for entry in entries)
+        if entries:
+            self._charge(entries[-1].counters)
+        asked = ", ".join(
+            f"{entry.tool} needs a person's {entry.waits_for}"
+            for entry in entries
+            if entry.kind is EntryKind.WAIT
+        )
         raise RunWaiting(
             f"run {self.run_id}: {asked}, and an in-memory run has nobody to ask: run the "
             "agent with a durable Runner",

@@ -390,10 +390,8 @@ class _Loop:
             f"{self.journal.run_id}-{step}"
         )
         entry = action_entry(EntryKind.ACTION, step, self.rules.counters, action, key=key)
-        self.record(recorded, (entry,), None)
         self.show(entry)
-
-        answers = self.answers_for(step, (entry,))
+        answers = self.record_calls(recorded, step, (entry,))
         if isinstance(answers, Stop):
             return answers
         answer = answers.get(entry.idempotency_key)
@@ -431,8 +429,7 @@ class _Loop:
                 replace(call, idempotency_key=row.idempotency_key)
                 for call, row in zip(calls, recorded, strict=True)
             ]
-        self.record(recorded, calls, None)
-        answers = self.answers_for(step, calls)
+        answers = self.record_calls(recorded, step, calls)
         if isinstance(answers, Stop):
             return answers
         started: set[str | None] = set()
@@ -481,6 +478,51 @@ class _Loop:
 
     # -- people in the loop ---------------------------------------------------------------
 
+    def record_calls(
+        self, recorded: Sequence[Entry], step: int, calls: Sequence[Entry]
+    ) -> dict[str | None, Entry] | Stop:
+        """Record the step's calls (unless the journal holds them), then the answers they
+        need before any runs (`answers_for`).
+
+        Calls that need an answer are recorded in the write that parks the run for it, with
+        their waits: no call of the step runs before that write, so a crash before it leaves
+        nothing of the step and the model is asked again, as for a crash before any action's
+        write. A commit fewer for each person's answer and each sub-agent's call.
+        """
+        if recorded or not self.replay.done:
+            self.record(recorded, calls, None)
+            return self.answers_for(step, calls)
+        waits = [found for call in calls if (found := self.wait_of(call)) is not None]
+        if not waits:
+            self.record(recorded, calls, None)
+            return {}
+        return self.park(calls, waits)
+
+    def park(self, calls: Sequence[Entry], waits: Sequence[Entry]) -> Stop:
+        """Record `calls` (those not recorded yet) and their waits in ONE write that lets the
+        run's worker go, with the child runs its sub-agents' calls start; RunWaiting, or the
+        Stop when a cancel came first (the run finished in that write)."""
+        children = self.children_of(waits)
+        entries = [*calls, *waits]
+        parked = self.journal.wait(entries, children) if children else self.journal.wait(entries)
+        if not parked:
+            return Stop(StopReason.CANCELLED)
+        raise self.waiting(waits)
+
+    def waiting(self, unanswered: Sequence[Entry]) -> RunWaiting:
+        """What stops the run while `unanswered` waits go unanswered."""
+        asked = "; ".join(
+            f"sub-agent run {child_run_id(self.journal.run_id, wait.idempotency_key or '')}"
+            if wait.waits_for == Asks.CHILD
+            else f"a person's {wait.waits_for}: {wait.content}" + f" (call {wait.idempotency_key})"
+            for wait in unanswered
+        )
+        return RunWaiting(
+            f"run {self.journal.run_id} waits for {asked}",
+            run_id=self.journal.run_id,
+            waits_for=waited_for(wait.waits_for for wait in unanswered),
+        )
+
     def answers_for(self, step: int, calls: Sequence[Entry]) -> dict[str | None, Entry] | Stop:
         """The people's answers the step's calls need before any of them runs, by call key:
         empty if none needs one.
@@ -498,13 +540,12 @@ class _Loop:
         if not waits:
             if not self.replay.done:
                 return {}  # journaled already: the calls went ahead
+            # Calls recorded without their waits (by a release that wrote them apart, then
+            # crashed between the two writes): the waits alone now.
             waits = [found for call in calls if (found := self.wait_of(call)) is not None]
             if not waits:
                 return {}
-            children = self.children_of(waits)
-            parked = self.journal.wait(waits, children) if children else self.journal.wait(waits)
-            if not parked:
-                return Stop(StopReason.CANCELLED)
+            return self.park((), waits)
         answers: dict[str | None, Entry] = {}
         while (answer := self.replay.take_if(step, EntryKind.ANSWER)) is not None:
             answers[answer.idempotency_key] = answer
@@ -512,18 +553,7 @@ class _Loop:
         if unanswered:
             if not self.replay.done:  # something else follows an unanswered wait
                 self.replay.take(step, (EntryKind.ANSWER,))  # raises ReplayMismatch
-            asked = "; ".join(
-                f"sub-agent run {child_run_id(self.journal.run_id, wait.idempotency_key or '')}"
-                if wait.waits_for == Asks.CHILD
-                else f"a person's {wait.waits_for}: {wait.content}"
-                + f" (call {wait.idempotency_key})"
-                for wait in unanswered
-            )
-            raise RunWaiting(
-                f"run {self.journal.run_id} waits for {asked}",
-                run_id=self.journal.run_id,
-                waits_for=waited_for(wait.waits_for for wait in unanswered),
-            )
+            raise self.waiting(unanswered)
         return answers
 
     def wait_of(self, call: Entry) -> Entry | None:

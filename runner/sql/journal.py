@@ -291,8 +291,8 @@ class SqlJournal:
             fault("before_wait_commit")
             # The run is `waiting` once this commits: the lease is gone, so no heartbeat
             # renews it, and a crash from here on leaves a run that waits, not one to take over.
-            # A step's waits (one per call that needs an answer) go in this one commit, with
-            # the child runs its sub-agents' calls start.
+            # A step's calls (unless written before) and waits (one per call that needs an
+            # answer) go in this one commit, with the child runs its sub-agents' calls start.
             parking = self._parking
             relay = self.relay if children else None
             first = None
@@ -319,7 +319,9 @@ class SqlJournal:
                 below = Spend(run.below_steps, run.below_tokens, run.below_cost)
                 me = Ancestor(self._run_id, run.budgets, Spend.of(self._spent) + below)
                 relay.above = (children[0].id, [me, *self._ancestors])
-                relay.waits = [wait_of(run, entry, at) for entry in entries]
+                relay.waits = [
+                    wait_of(run, entry, at) for entry in entries if entry.kind is EntryKind.WAIT
+                ]
                 relay.next = children_sql.claim_of(rows[0], 0 if first is None else 1)
                 relay.held_ahead = None
                 if first is not None:

@@ -246,7 +246,7 @@ def test_killed_at_random_moments(
 # its answers, and the approved calls. Each entry: the command, its fault, and the exit
 # expected (KILLED, 4 for a run left waiting, 1 for a refused answer, 0).
 GATED_CHAIN: list[tuple[tuple[str, ...], str | None, int]] = [
-    (("run",), "before_wait_commit@1", KILLED),  # deposit's action recorded, its wait not
+    (("run",), "before_wait_commit@1", KILLED),  # deposit's action and wait, not recorded
     (("resume",), "after_wait_commit@1", KILLED),  # the wait recorded: the run waits
     (("resume",), None, 4),  # still waiting: nothing to do, nothing claimed
     (("approve",), "after_answer_commit@1", KILLED),  # the approval recorded, then killed
@@ -284,7 +284,10 @@ def test_killed_at_every_point_of_a_run_that_waits_for_people(db_url: str, ledge
     assert result.stdout == GATED_ANSWER + "\n"
 
     rows, asked = check_finished(db_url, run_id, GATED_ANSWER, ledger, history)
-    assert set(asked.values()) == {1}  # every crash came after its step's action was recorded
+    # Step 1's action is written with its wait, in the park: the first kill, before it, left
+    # nothing of the step, and the model was asked for it again. Every later crash came
+    # after its step's action was recorded.
+    assert asked[1] == 2 and set(asked.values()) == {1, 2} and list(asked.values()).count(2) == 1
     assert [r["kind"] for r in rows if r["step"] == 1] == [
         "action",
         "wait",

@@ -32,7 +32,8 @@ ANSWER = "papers done + web done"
 FAULTS = [
     "before_wait_commit@1",  # the lead is about to create its children: nothing created
     "after_wait_commit@1",  # children created, the lead parked, no child has run
-    "after_action_commit@3",  # both children running: the second's call committed
+    # (the lead's call is written with its wait: the children's calls are the action commits)
+    "after_action_commit@2",  # both children running: the second's call committed
     "during_tool@1",  # a child's effect done, its outcome not recorded
     "after_final_commit@1",  # a child ended, its end delivered in the same commit
     "before_delivery_commit@1",  # a child's last entry and its delivery, not committed

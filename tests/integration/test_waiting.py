@@ -35,6 +35,7 @@ from runner.sql.schema import entries, runs
 from runner.store.rules import Claim
 from runner.testing import FunctionModel
 
+from .counting import commits
 from .support import Crash, Transcript, crash, entry_rows
 
 OWNER = "test-worker"
@@ -155,6 +156,26 @@ def test_a_call_that_needs_approval_leaves_the_run_waiting_with_no_lease(db_url:
     )
     assert approval["waited_seconds"] >= 0
     assert (call["status"], call["attempt"], call["result"]) == ("done", 1, "refunded 250")
+
+
+def test_a_call_that_needs_approval_is_written_in_the_commit_that_parks_the_run(
+    db_url: str,
+) -> None:
+    """No call of the step runs before the park, so the call goes in the park's one commit
+    with its wait: a crash before it leaves nothing of the step to settle."""
+    shop = Shop()
+    with Runner(db_url) as runner:
+        with commits(runner.engine) as made:
+            result = runner.run(shop.agent, "refund", id="w1")
+        assert result.status == "waiting"
+        # The run created claimed; its task; its call, the call's wait and the park.
+        assert made == [3]
+        written = rows(
+            runner, "SELECT kind, created_at FROM entries WHERE run_id = :id ORDER BY seq", id="w1"
+        )
+        stamps = {r["kind"]: r["created_at"] for r in written}
+        assert list(stamps) == ["task", "action", "wait"]
+        assert stamps["action"] == stamps["wait"]  # one write stamps its entries alike
 
 
 def test_a_denied_call_never_runs_and_the_model_goes_on(db_url: str) -> None:

@@ -96,7 +96,9 @@ class Recorded:
         return self.attempt_now
 
     def wait(self, entries: Sequence[Entry]) -> bool:
-        self.waits.extend(entries)
+        # The step's calls not recorded yet come first, written with their waits.
+        self.written.extend(e for e in entries if e.kind is not EntryKind.WAIT)
+        self.waits.extend(e for e in entries if e.kind is EntryKind.WAIT)
         return True
 
 
