@@ -124,6 +124,11 @@ class Resuming(RunnerBase):
                     continue  # its children ended: it was queued again, and goes on here
                 else:
                     result = self.get(run_id)  # as its children left it (cancelled, say)
+            if wait and result.status is RunStatus.QUEUED:
+                # Answered between its park and the read of its result (a person quick to
+                # approve): queued again, it goes on here.
+                revive, budgets = False, {}
+                continue
             if not wait or result.status is not RunStatus.WAITING:
                 return result
             self._await(run_id, RunStatus.WAITING)

@@ -410,6 +410,26 @@ def test_run_with_wait_blocks_until_the_answer_comes_and_goes_on(db_url: str) ->
     assert shop.refunds == [("wait-1-1", 1)]
 
 
+def test_run_with_wait_goes_on_when_answered_before_its_result_is_read(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer lands between the park's commit and the read of the run's result (the
+    run queued again by then): run(wait=True) goes on, it does not return it `queued`."""
+    shop = Shop()
+    with Runner(db_url) as runner, Runner(db_url) as other:
+        read = runner.get
+
+        def answered_first(run_id: str) -> Any:
+            if other.row(run_id).status is RunStatus.WAITING:
+                other.approve(run_id, by="quick")
+            return read(run_id)
+
+        monkeypatch.setattr(runner, "get", answered_first)
+        done = runner.run(shop.agent, "refund", id="wait-2", wait=True)
+    assert (done.status, done.output) == ("finished", "refunded 250")
+    assert shop.refunds == [("wait-2-1", 1)]
+
+
 def test_wait_for_answer_returns_when_the_run_is_answered(db_url: str) -> None:
     shop = Shop()
     with Runner(db_url) as runner:
