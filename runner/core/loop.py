@@ -62,7 +62,7 @@ from runner.core.tool_runs import ToolRuns
 from runner.core.tools import Tool
 from runner.core.tree import ChildRun, Place, TreeStopped, child_run_id, spawn_budgets
 from runner.core.tree_inline import InlineParent
-from runner.core.waiting import Asks, wait_entry, waited_for
+from runner.core.waiting import Answer, Asks, decides_alone, wait_entry, waited_for
 from runner.errors import ReplayMismatch, RunWaiting
 
 WRAP_UP_NOTE = (
@@ -412,7 +412,14 @@ class _Loop:
             if reason is None:  # the next model call follows the observation at once
                 self.model_call.expect(self.transcript, observed)
             # The stop (if any) is written with the observation: one commit for the step.
-            self.journal.append(observed, self.rules.stop_with(reason))
+            stop = self.rules.stop_with(reason)
+            later = self.later(answer) if stop is None else None
+            if later is not None:
+                # Its answer alone decided it (no tool ran), and the journal holds the
+                # answer: a resume derives it again, so it rides in the run's next write.
+                later(observed)
+            else:
+                self.journal.append(observed, stop)
         self.show(observed)
         if reason is not None and not fresh and self.replay.changes():
             return None  # a recorded stop that a revival lifted
@@ -555,6 +562,15 @@ class _Loop:
                 self.replay.take(step, (EntryKind.ANSWER,))  # raises ReplayMismatch
             raise self.waiting(unanswered)
         return answers
+
+    def later(self, answer: Entry | None) -> Callable[[Entry], None] | None:
+        """What records the observation of a call answered with `answer` in the run's next
+        write, if it may wait for it: the answer decided it alone, and the journal can hold
+        an entry back (a durable one: runner.sql.journal)."""
+        if answer is None or not decides_alone(Answer(str(answer.answer))):
+            return None
+        later: Callable[[Entry], None] | None = getattr(self.journal, "append_with_next", None)
+        return later
 
     def wait_of(self, call: Entry) -> Entry | None:
         """The wait a call needs before it runs, or None if it needs no answer."""

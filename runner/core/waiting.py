@@ -63,6 +63,12 @@ def observation_of(answer: Answer, text: str | None) -> tuple[str, bool] | None:
     return (DENIED_PREFIX + (text or "no reason given"), True)
 
 
+def decides_alone(answer: Answer) -> bool:
+    """Whether a call's outcome is its answer alone, no tool run: a child run's end, a
+    denial, a reply, a timeout (not an approval, after which the tool runs)."""
+    return answer is not Answer.APPROVED
+
+
 def timed_out_reason(seconds: float) -> str:
     """The reason journaled when approval_timeout passes: the model reads it as a denial."""
     return f"no answer within {seconds:g}s"

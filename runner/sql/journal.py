@@ -373,6 +373,15 @@ class SqlJournal:
             fault(after)
             self._observe(entries)
 
+    def append_with_next(self, entry: Entry) -> None:
+        """Record `entry` in the run's next write, before what that write records (or
+        never, if the run's process ends first): only an entry the loop derives again from
+        what is recorded, as the observation of a call its answer decided (a child's end, a
+        person's reply or denial). A sub-agent's call costs a commit fewer."""
+        with self._writing:
+            self._check_lease()
+            self._held_back = (*self._held_back, entry)
+
     def _holds_back(self, entries: Sequence[Entry], stop: Stop | None) -> bool:
         """Whether `entries` are a child run's task, first in its journal and to be held
         back (a root holds nothing: its first model call takes no hold to ride in)."""

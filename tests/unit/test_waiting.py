@@ -224,6 +224,33 @@ def test_an_approved_call_runs_once_as_a_first_attempt_and_the_model_is_not_aske
     assert journal.waits == []
 
 
+@dataclass
+class HoldingBack(Recorded):
+    """A journal that can hold an entry back for its next write, as a durable one does."""
+
+    later: list[Entry] = field(default_factory=list)
+
+    def append_with_next(self, entry: Entry) -> None:
+        self.later.append(entry)
+
+
+@pytest.mark.parametrize(
+    "answer", [Answer.APPROVED, Answer.DENIED, Answer.TIMED_OUT], ids=lambda a: a.value
+)
+def test_an_observation_its_answer_decides_alone_rides_in_the_next_write(answer: Answer) -> None:
+    """A denial (or a timeout, a reply, a child's end) decides the observation alone: a
+    resume derives it again from the answer, so it waits for the run's next write. After an
+    approval the tool ran: its observation is written at once."""
+    refunds, journal = Refunds(), HoldingBack(waited(answer, "no"))
+    replay(journal, refunds)
+    kinds = [entry.kind for entry in journal.written]
+    if answer is Answer.APPROVED:
+        assert (kinds, journal.later) == ([EntryKind.OBSERVATION, EntryKind.FINAL], [])
+    else:
+        assert kinds == [EntryKind.FINAL]
+        assert [entry.kind for entry in journal.later] == [EntryKind.OBSERVATION]
+
+
 def test_an_approved_call_a_crash_interrupted_is_settled_like_any_pending_call() -> None:
     refunds, journal = Refunds(), Recorded(waited(Answer.APPROVED), attempt_now=2)
     replay(journal, refunds)

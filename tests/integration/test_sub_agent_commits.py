@@ -1,0 +1,76 @@
+"""On a worker, a sub-agent's call commits as often as a plain tool call: twice.
+
+The call and its wait go in the commit that parks the parent (with the child, created
+claimed for the worker's slot, its task and its first call's hold); the child's answer goes
+in the commit that ends it, delivers its end and takes the parent back; the parent's
+observation of that end, which the delivered answer decides alone, rides in the parent's
+next write. A plain call: its action, then its observation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Engine, event
+
+from runner import Agent, Runner
+from runner.service.worker import Worker
+from runner.testing import FunctionModel, turns
+
+
+def _caller(tool: str) -> FunctionModel:
+    """Calls `tool` as many times as its task says, one call a step, then answers."""
+
+    def move(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+        done = turns(transcript)
+        if done < int(transcript[0]["content"]):
+            return {"type": "tool", "name": tool, "args": {"task": f"call {done}"}}
+        return {"type": "final", "content": f"{done} calls"}
+
+    return FunctionModel(move)
+
+
+def _answer(transcript: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"type": "final", "content": f"{transcript[0]['content']} done"}
+
+
+ANSWERER = Agent(FunctionModel(_answer), name="answerer")
+_ROOMY = {"max_steps": 50, "max_tokens": None}
+PLAIN_CALLER = Agent(_caller("echo"), {"echo": lambda task: f"did {task}"}, name="plain", **_ROOMY)
+SUB_CALLER = Agent(_caller("echo"), {"echo": ANSWERER.as_tool("echo")}, name="sub", **_ROOMY)
+
+
+@contextmanager
+def commits_anywhere() -> Iterator[list[int]]:
+    """Every commit made in this process inside the block (the worker's engine included)."""
+    counted = [0]
+
+    def count(*_args: Any) -> None:
+        counted[0] += 1
+
+    event.listen(Engine, "commit", count)
+    try:
+        yield counted
+    finally:
+        event.remove(Engine, "commit", count)
+
+
+def commits_of(db_url: str, agent: Agent, calls: int) -> int:
+    """The commits of a run of `agent` making `calls` calls, submitted and drained by a
+    worker with one slot."""
+    with Runner(db_url) as runner:
+        run_id = runner.submit(agent, str(calls))
+    with commits_anywhere() as made:
+        Worker(db_url, concurrency=1, once=True, poll=0.05).serve()
+    with Runner(db_url) as runner:
+        assert runner.get(run_id).output == f"{calls} calls"
+    return made[0]
+
+
+def test_a_sub_agents_call_commits_as_often_as_a_plain_call(db_url: str) -> None:
+    # Three calls more, each run: what the run's start and end commit cancels out.
+    plain = commits_of(db_url, PLAIN_CALLER, 6) - commits_of(db_url, PLAIN_CALLER, 3)
+    sub = commits_of(db_url, SUB_CALLER, 6) - commits_of(db_url, SUB_CALLER, 3)
+    assert plain == 6
+    assert sub == plain
