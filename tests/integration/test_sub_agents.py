@@ -211,6 +211,58 @@ def test_the_journal_keeps_each_child_call_as_a_wait_and_its_answer(db_url: str)
     assert kinds.count(("answer", None, "ended")) == 2
 
 
+def test_a_parent_killed_before_its_next_write_derives_its_childs_observation_again(
+    db_url: str,
+) -> None:
+    """The observation of a child's end rides in the parent's next write: killed before it
+    (in its next model call), the parent keeps the child's answer, and its resume derives
+    the observation again, once, without starting the child again."""
+    from .support import Crash, crashes_on_call
+
+    asked: list[int] = []
+    researcher = Agent(spending(5), name="researcher")
+
+    def lead(crash: bool) -> Agent:
+        model = spending(5, call("research", task="find"))
+        counted = FunctionModel(lambda transcript: (asked.append(1), model(transcript))[1])
+        chosen = FunctionModel(crashes_on_call(2, counted)) if crash else counted
+        return Agent(chosen, {"research": researcher.as_tool("research")}, name="lead")
+
+    with Runner(db_url) as runner:
+        with pytest.raises(Crash):
+            runner.run(lead(crash=True), "report", id="lead-k")
+        rows = [(r.step, r.kind) for r in _entries(db_url, "lead-k")]
+        assert rows[-2:] == [(1, "wait"), (1, "answer")]  # the observation not written
+    with Runner(db_url) as runner:
+        result = runner.resume("lead-k", agent=lead(crash=False), steal=True)
+        assert (result.stop_reason, result.output) == ("final", "did: report")
+        assert tool_results(result.transcript) == [
+            {"role": "tool", "name": "research", "content": "did: find", "is_error": False}
+        ]
+        kids = runner.store.child_runs("lead-k")
+    assert [(kid.status, kid.resumes) for kid in kids] == [(RunStatus.FINISHED, 0)]
+    rows = [(r.step, r.kind) for r in _entries(db_url, "lead-k")]
+    assert rows == [
+        (0, "task"), (1, "action"), (1, "wait"), (1, "answer"), (1, "observation"), (2, "final"),
+    ]  # fmt: skip
+    assert len(asked) == 2  # step 1, then step 2 after the resume (the kill came first)
+
+
+def _entries(url: str, run_id: str) -> list[Any]:
+    from runner.sql.database import connect
+
+    engine = connect(url)
+    try:
+        with engine.connect() as connection:
+            return list(
+                connection.execute(
+                    select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq)
+                ).all()
+            )
+    finally:
+        engine.dispose()
+
+
 # Module attributes: a worker loads them by reference (`tests.integration.test_sub_agents:...`).
 WORKER_LEAF = Agent(spending(5), name="leaf")
 WORKER_LEAD = Agent(
