@@ -58,7 +58,9 @@ def test_a_model_that_never_answers_is_given_up_and_retried(hanging: Hanging) ->
 
 
 def test_the_run_deadline_still_wins_when_it_comes_first(hanging: Hanging) -> None:
-    result = run_agent(hanging, {}, "task", max_seconds=0.05, model_timeout=600)
+    # Long enough for the model to be asked on a loaded machine (0.05 s ran out first once,
+    # at load 34), far shorter than the model's own timeout.
+    result = run_agent(hanging, {}, "task", max_seconds=0.5, model_timeout=600)
     assert result.stop_reason == "time_budget"
     assert hanging.calls == 1
 
