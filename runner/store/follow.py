@@ -9,10 +9,14 @@ The rest of this feature (docs/architecture.md, "Where a feature lives"):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    # Only an async follower needs asyncio: `runner list`, which loads this module with the
+    # store's contract, would pay some 20 ms importing it (with ssl).
+    import asyncio
 
 
 class Watcher(Protocol):
@@ -55,6 +59,8 @@ class Follow:
 
     async def wait_async(self, seen: int, timeout: float | None = None) -> bool:
         """`wait` for an event loop: it is never blocked."""
+        import asyncio
+
         if self._async_event is None:
             with self._condition:
                 self._loop = asyncio.get_running_loop()

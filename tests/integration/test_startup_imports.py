@@ -167,7 +167,7 @@ except SystemExit as exit:
     assert not exit.code, exit.code
 heavy = ("sqlalchemy", "alembic", "runner.service.runner", "runner.sql.runs",
          "runner.sql.schema", "runner.sql.database", "runner.sql.backend",
-         "runner.sql.approvals", "runner.core.loop", "runner.core.tree", "rich")
+         "runner.sql.approvals", "runner.core.loop", "runner.core.tree", "rich", "asyncio")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 print("psycopg" in sys.modules, file=sys.stderr)
