@@ -19,20 +19,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from runner.core.clock import Clock
 from runner.errors import RunnerError
-from runner.store.overview import Listed, Shown
-from runner.store.payloads import Codec
-from runner.store.protocol import RunStore
 
 if TYPE_CHECKING:
+    # Names for annotations only: `runner list` loads this module, and the store's contract
+    # (runner.store.protocol, with everything a store's work names) would cost it ~20 ms.
     from sqlalchemy import Engine
 
+    from runner.core.clock import Clock
     from runner.sql.heartbeat import Heartbeat as Heartbeat
     from runner.sql.key_rotation import Rotated as Rotated
     from runner.sql.pool_size import PoolChoice as PoolChoice
     from runner.sql.store import SqlStore as SqlStore
     from runner.sql.writer import Writer as Writer
+    from runner.store.overview import Listed, Shown
+    from runner.store.payloads import Codec
+    from runner.store.protocol import RunStore
 
 
 def open_store(
