@@ -12,23 +12,11 @@ from sqlalchemy import Engine
 from runner.core.limits import UNSETTLED_GRACE_SECONDS
 from runner.sql.database import downgrade, upgrade
 
+from .limit_tables import LIMITS, limit_reservations
+
 _AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-_limits = sa.table(
-    "limits",
-    sa.column("name", sa.String()),
-    sa.column("updated_at", sa.DateTime(timezone=True)),
-)
-_rows = sa.table(
-    "limit_reservations",
-    sa.column("id", sa.String()),
-    sa.column("limit_name", sa.String()),
-    sa.column("run_id", sa.String()),
-    sa.column("lease_epoch", sa.Integer()),
-    sa.column("tokens", sa.Integer()),
-    sa.column("settled", sa.Boolean()),
-    sa.column("reserved_at", sa.DateTime(timezone=True)),
-    sa.column("settled_at", sa.DateTime(timezone=True)),
-)
+_limits = LIMITS
+_rows = limit_reservations(counted_from=False)
 
 
 def _utc(moment: datetime) -> datetime:
