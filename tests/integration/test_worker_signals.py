@@ -35,14 +35,16 @@ SIGNAL_INSIDE_THE_HANDLER = textwrap.dedent(
 )
 
 
-def test_a_second_signal_during_the_first_handler_exits_at_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'runner.db'}"
-    done = subprocess.run(
-        [sys.executable, "-c", SIGNAL_INSIDE_THE_HANDLER, url],
-        capture_output=True,
-        text=True,
-        timeout=60,
+def worker_script(script: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """`script` run in a process of its own on a worker of a scratch SQLite database."""
+    url = f"sqlite:///{folder / 'runner.db'}"
+    return subprocess.run(
+        [sys.executable, "-c", script, url], capture_output=True, text=True, timeout=60
     )
+
+
+def test_a_second_signal_during_the_first_handler_exits_at_once(tmp_path: Path) -> None:
+    done = worker_script(SIGNAL_INSIDE_THE_HANDLER, tmp_path)
     assert done.returncode == 128 + signal.SIGTERM, done.stdout + done.stderr
 
 
@@ -68,11 +70,5 @@ SIGNAL_WHILE_THE_EVENT_IS_HELD = textwrap.dedent(
 def test_a_signal_while_the_serving_loop_holds_its_wake_event_stops_the_worker(
     tmp_path: Path,
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'runner.db'}"
-    done = subprocess.run(
-        [sys.executable, "-c", SIGNAL_WHILE_THE_EVENT_IS_HELD, url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = worker_script(SIGNAL_WHILE_THE_EVENT_IS_HELD, tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "stopping", done.stdout + done.stderr
