@@ -20,8 +20,9 @@ POINTS = frozenset(
         "after_observation_commit",
         "before_final_commit",
         "after_final_commit",
-        # People in the loop: the wait recorded (the run is waiting), an answer recorded
-        # (in the process that answered), an approved call about to run after a resume.
+        # People in the loop: the step's calls and their waits about to be recorded (with
+        # the park) and recorded (the run is waiting), an answer recorded (in the process
+        # that answered), an approved call about to run after a resume.
         "before_wait_commit",
         "after_wait_commit",
         "after_answer_commit",
