@@ -521,7 +521,7 @@ class _Loop:
         asked = "; ".join(
             f"sub-agent run {child_run_id(self.journal.run_id, wait.idempotency_key or '')}"
             if wait.waits_for == Asks.CHILD
-            else f"a person's {wait.waits_for}: {wait.content}" + f" (call {wait.idempotency_key})"
+            else f"a person's {wait.waits_for}: {wait.content} (call {wait.idempotency_key})"
             for wait in unanswered
         )
         return RunWaiting(

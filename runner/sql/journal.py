@@ -135,8 +135,9 @@ class SqlJournal:
         self._above = tuple(ancestor.run_id for ancestor in self._ancestors)
         self._spent = self._recorded[-1].counters if self._recorded else Counters()
         self.seq = len(self._recorded)
-        # A child run's task, held back from its own commit to ride in the next one (its
-        # first model call's hold, before the model is asked): see `append_many`.
+        # Entries held back from a commit of their own to ride in the next one: a child
+        # run's task (in its first model call's hold, before the model is asked: see
+        # `append_many`), and an observation its answer decided (`append_with_next`).
         self._held_back: tuple[Entry, ...] = ()
         # A child's first model call, held in its parent's park with its task (`wait`).
         self._held_ahead = self._ahead_of(claim.run.id)
@@ -402,7 +403,7 @@ class SqlJournal:
         return (*held, *entries)
 
     def _flush_held_back(self) -> None:
-        """Write the task held back, in a commit of its own (before a write that cannot
+        """Write what is held back, in a commit of its own (before a write that cannot
         take it along)."""
         if self._held_back:
             entries = self._with_held_back(())
