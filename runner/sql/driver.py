@@ -128,6 +128,10 @@ class Prepared:
             literals=literals,
         )
 
+    def convert_names(self) -> list[str]:
+        """The binds whose values its driver takes converted, in order."""
+        return [name for name, _ in self.convert]
+
     def parameters(self, values: dict[str, Any]) -> Parameters:
         """`values` keyed by bind name, as the driver takes them (converted in place)."""
         for name, value in self.literals:

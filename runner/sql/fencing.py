@@ -97,6 +97,37 @@ def _fenced_insert(dialect: Dialect, rows: int) -> Prepared:
     )
 
 
+def _quiet_insert(dialect: Dialect, rows: int) -> tuple[str, int] | None:
+    """`rows` entries' quiet fenced insert (`Backend.fenced_insert_quiet`), if the backend has
+    one whose positional binds are the first of `_fenced_insert(dialect, rows)`'s (the loud
+    one binds the run's id again for what it reads back): its SQL and how many of the loud
+    one's values it takes. Else None: the write reads back, as everywhere."""
+    by_rows = _QUIET.get(dialect)
+    if by_rows is None:  # two threads may both render: the same text, no harm
+        by_rows = _QUIET[dialect] = {}
+    try:
+        return by_rows[rows]
+    except KeyError:
+        pass
+    found = None
+    statement = backend_for(dialect.name).fenced_insert_quiet(rows)
+    if statement is not None:
+        quiet, loud = Prepared.of(statement, dialect), _fenced_insert(dialect, rows)
+        if (
+            quiet.names is not None
+            and loud.names is not None
+            and loud.names[: len(quiet.names)] == quiet.names
+            and quiet.convert_names() == loud.convert_names()
+            and quiet.literals == loud.literals == ()
+        ):
+            found = (quiet.sql, len(quiet.names))
+    by_rows[rows] = found
+    return found
+
+
+_QUIET: WeakKeyDictionary[Dialect, dict[int, tuple[str, int] | None]] = WeakKeyDictionary()
+
+
 def _fenced_insert_settling(dialect: Dialect, rows: int, checked: bool = False) -> Prepared:
     """The fenced insert of `rows` entries that also settles a model call's reservation, in
     a CTE of the same statement (runner.sql.limit_rides: one round trip, not four);
@@ -208,9 +239,10 @@ class _Positional:
     sql: str
     convert: tuple[tuple[int, Callable[[Any], Any]], ...]  # (column index, processor)
     fence: tuple[str, ...]  # the fence's bind names after the entry's
+    quiet: tuple[str, int] | None  # `_quiet_insert`'s
 
     @classmethod
-    def of(cls, statement: Prepared) -> _Positional | None:
+    def of(cls, statement: Prepared, quiet: tuple[str, int] | None) -> _Positional | None:
         names = statement.names
         width = len(ENTRY_COLUMNS)
         if names is None or list(names[:width]) != ENTRY_COLUMNS:
@@ -220,7 +252,12 @@ class _Positional:
             return None  # a fence value that needs converting: take the general path
         index = {name: i for i, name in enumerate(ENTRY_COLUMNS)}
         convert = tuple((index[name], process) for name, process in statement.convert)
-        return cls(sql=statement.sql, convert=convert, fence=tuple(names[width:]))
+        return cls(
+            sql=statement.sql,
+            convert=convert,
+            fence=tuple(names[width:]),
+            quiet=quiet,
+        )
 
     def parameters(self, row: tuple[Any, ...], fence: dict[str, Any]) -> tuple[Any, ...]:
         values = list(row)
@@ -238,7 +275,8 @@ def _positional(dialect: Dialect) -> _Positional | None:
     try:
         return _POSITIONAL[dialect]
     except KeyError:
-        found = _POSITIONAL[dialect] = _Positional.of(_fenced_insert(dialect, 1))
+        positional = _Positional.of(_fenced_insert(dialect, 1), _quiet_insert(dialect, 1))
+        found = _POSITIONAL[dialect] = positional
         return found
 
 
@@ -399,6 +437,9 @@ class Append:
     first_task: tuple[str, Parameters] | None = None
     dialect: Dialect | None = None
     at: datetime | None = None
+    # The first insert's quiet twin (`Backend.fenced_insert_quiet`: the same values, nothing
+    # read back), tried first where the backend has one.
+    quiet: tuple[str, int, int] | None = None  # its SQL, the rows it writes, its values
 
     def statements(self) -> tuple[tuple[str, Parameters], ...]:
         """The write's own statements (`inserts`, made now if they were left for later)."""
@@ -449,9 +490,11 @@ class Append:
         together: tuple[tuple[Any, ...], ...] | None = None
         end: dict[str, Any] | None = None
         later: _Later | None = None
+        quiet: tuple[str, int, int] | None = None
         if positional is not None:  # the common case on SQLite: one entry, no dict on the way
             row = entry_values(run_id, seq, epoch, entries[0], stamp, payloads)
             inserts = [(positional.sql, positional.parameters(row, fence))]
+            quiet = None if positional.quiet is None else (*positional.quiet, 1)
         elif finishing:
             assert stop is not None
             statement = _fenced_insert_finishing(dialect, len(entries))
@@ -477,12 +520,15 @@ class Append:
                 together = rows  # may share a statement with other runs' (write_together)
                 later = _insert_later(statement, rows, fence)
             values = _rows(rows, fence) if later is None else {}
+            plain = statement
             if ride is not None:
                 statement = _riding(
                     dialect, len(entries), ride, values, statement, at, run_id, epoch
                 )
             if later is None:
                 inserts = [(statement.sql, statement.parameters(values))]
+                twin = _quiet_insert(dialect, len(entries)) if statement is plain else None
+                quiet = None if twin is None else (*twin, len(entries))
         else:
             inserts = []
             for start in range(0, len(entries), ROWS_PER_STATEMENT):
@@ -538,6 +584,7 @@ class Append:
             first_task,
             dialect,
             at,
+            quiet,
         )
 
     @property
@@ -556,7 +603,15 @@ class Append:
         heard = Heard(False, 0)
         if self.first is not None:
             self.first.held = False  # until this try makes it (a try again may not)
+        quiet = self.quiet
         for sql, parameters in self.statements():
+            if quiet is not None:
+                # Every row written and nothing heard, or none written: then the loud one,
+                # in the same transaction, writes them and says what was heard (or fences).
+                (quiet_sql, width, rows), quiet = quiet, None
+                assert isinstance(parameters, tuple)  # positional: `_quiet_insert`
+                if write.count(quiet_sql, parameters[:width]) == rows:
+                    continue
             written = write.rows(sql, parameters)
             # The fence holds for every row or for none: the first returned row says which.
             if not written:

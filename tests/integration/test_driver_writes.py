@@ -22,7 +22,7 @@ from runner.errors import LeaseLost
 from runner.sql import driver, fencing, leases
 from runner.sql import runs as store
 from runner.sql.journal import SqlJournal
-from runner.sql.schema import entries
+from runner.sql.schema import entries, runs
 from runner.store.rows import entry_row, entry_values
 from runner.store.rules import Claim
 
@@ -259,6 +259,53 @@ def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runn
         general = statement.parameters({**entry_row("r", seq, 3, entry, at), **fence})
         fast = positional.parameters(entry_values("r", seq, 3, entry, at), fence)
         assert fast == general, entry
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_write_reads_its_run_back_only_when_the_run_has_heard_something(
+    runner: Runner, rows: int
+) -> None:
+    # SQLite: a write first tries the insert that returns nothing and writes only while no
+    # cancel was asked and no message waits; only if it wrote nothing does the insert that
+    # reads them back (and fences) run. Either way the write says what its run heard.
+    run_id = f"quiet{rows}"
+    claim = claimed(runner, run_id)
+    statements: list[str] = []
+
+    def on_statement(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        statements.append(statement)
+
+    def write(connection: Connection, seq: int, epoch: int) -> fencing.Heard:
+        calls = [tool_action(run_id, seq, "add", {"a": i}, Counters()) for i in range(rows)]
+        statements.clear()
+        return fencing.append_entries(connection, run_id, epoch, seq, calls, None, 60)
+
+    def inserts() -> list[str]:
+        return [s for s in statements if s.lstrip().startswith(("INSERT", "WITH"))]
+
+    quiet = runner.engine.dialect.name == "sqlite"
+    with runner.engine.connect() as connection:
+        fencing.append_entry(connection, run_id, claim.epoch, 0, task_entry("t"), None, 60)
+        event.listen(runner.engine, "before_cursor_execute", on_statement)
+        try:
+            assert write(connection, 1, claim.epoch) == fencing.Heard(False, 0)
+            assert len(inserts()) == 1
+            assert ("RETURNING" not in inserts()[0]) is quiet
+            with runner.engine.begin() as other:
+                other.execute(
+                    runs.update()
+                    .where(runs.c.id == run_id)
+                    .values(cancel_requested=True, undelivered_messages=2)
+                )
+            assert write(connection, 1 + rows, claim.epoch) == fencing.Heard(True, 2)
+            assert len(inserts()) == (2 if quiet else 1)
+            with pytest.raises(LeaseLost):
+                write(connection, 1 + 2 * rows, claim.epoch + 1)
+            assert not in_transaction(connection)
+        finally:
+            event.remove(runner.engine, "before_cursor_execute", on_statement)
+    # Every row of the two writes once, none of the fenced one.
+    assert [r["seq"] for r in entry_rows(runner.engine, run_id)] == list(range(1 + 2 * rows))
 
 
 def test_a_write_whose_answer_was_lost_over_a_months_end_is_kept_once(runner: Runner) -> None:
