@@ -32,6 +32,7 @@ from runner.sql import (
     cancels,
     children,
     deltas,
+    fresh_claims,
     leases,
     limit_line,
     limits,
@@ -262,7 +263,7 @@ class SqlStore:
     def create_claimed(
         self, row: Mapping[str, Any], *, lease_seconds: float, max_resumes: int
     ) -> Claim | None:
-        return leases.create_claimed(
+        return fresh_claims.create_claimed(
             self.engine,
             row,
             owner=self._owner,
