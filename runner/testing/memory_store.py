@@ -306,7 +306,10 @@ class InMemoryStore(
             if row["id"] in self.runs:
                 return None
             self._insert(row)
-            return self._take(self._row(row["id"]), self._owner, lease_seconds, max_resumes, at)
+            # Its task journaled with it, as runner.sql.fresh_claims does.
+            return self._take(
+                self._row(row["id"]), self._owner, lease_seconds, max_resumes, at, with_task=True
+            )
 
     def _take(
         self,

@@ -143,9 +143,9 @@ def test_the_calls_commit_together_then_each_outcome_alone(db_url: str) -> None:
     with Runner(db_url, lease_seconds=600) as runner, commits_and_inserts(runner) as counts:
         result = runner.run(agent, "go")
     assert result.output == "0 | 1 | 2 | 3"
-    # Create the run claimed (one commit), the task; ONE commit (and one fenced INSERT) for
-    # the four calls, one commit per outcome; the answer.
-    assert counts == [2 + 1 + 4 + 1, 1 + 1 + 4 + 1]
+    # Create the run claimed with its task (one commit); ONE commit (and one fenced INSERT)
+    # for the four calls, one commit per outcome; the answer.
+    assert counts == [1 + 1 + 4 + 1, 1 + 1 + 4 + 1]
 
 
 def test_tool_calls_pairs_every_call_with_its_own_outcome(db_url: str) -> None:
@@ -386,9 +386,9 @@ def test_a_step_of_very_many_calls_is_still_one_commit_before_any_runs(db_url: s
     with Runner(db_url, lease_seconds=600) as runner, commits_and_inserts(runner) as counts:
         result = runner.run(agent, "go", id="many")
         journal = rows(runner, "many")
-    # The run of a new id created claimed and its task (2 commits), as a run with no id;
+    # The run of a new id created claimed with its task (one commit), as a run with no id;
     # ONE commit (three fenced INSERTs) for the 150 calls, one per outcome; the answer.
-    assert counts == [2 + 1 + 150 + 1, 1 + 3 + 150 + 1]
+    assert counts == [1 + 1 + 150 + 1, 1 + 3 + 150 + 1]
     assert result.output == " | ".join(str(i) for i in range(150))
     actions = [r for r in journal if r["kind"] == "action"]
     assert [r["idempotency_key"] for r in actions] == [f"many-1.{n}" for n in range(1, 151)]

@@ -168,8 +168,8 @@ def test_a_call_that_needs_approval_is_written_in_the_commit_that_parks_the_run(
         with commits(runner.engine) as made:
             result = runner.run(shop.agent, "refund", id="w1")
         assert result.status == "waiting"
-        # The run created claimed; its task; its call, the call's wait and the park.
-        assert made == [3]
+        # The run created claimed with its task; its call, the call's wait and the park.
+        assert made == [2]
         written = rows(
             runner, "SELECT kind, created_at FROM entries WHERE run_id = :id ORDER BY seq", id="w1"
         )

@@ -72,15 +72,15 @@ def test_commits_per_step_are_at_the_floor(db_url: str) -> None:
     with Runner(db_url, lease_seconds=600) as runner:
         for tool_steps in (0, 1, 5, 20):
             counts = measure(runner, tool_steps)
-            # create the run claimed (one transaction), write the task; 2 per tool step; 1
-            # for the final.
-            assert counts.commits == 2 + 2 * tool_steps + 1, (tool_steps, counts.commits)
+            # create the run claimed with its task (one transaction); 2 per tool step; 1 for
+            # the final.
+            assert counts.commits == 1 + 2 * tool_steps + 1, (tool_steps, counts.commits)
 
 
 def test_a_run_given_a_new_id_starts_in_one_commit_too(db_url: str) -> None:
     with Runner(db_url, lease_seconds=600) as runner:
         counts = measure(runner, 3, run_id="given-id")
-        assert counts.commits == 2 + 2 * 3 + 1, counts.commits
+        assert counts.commits == 1 + 2 * 3 + 1, counts.commits
         # Asked again, the same run is returned as it ended: nothing written.
         before = (runner.row("given-id"), runner.store.load_entries("given-id"))
         result = runner.run(agent_with(3), "count", id="given-id")
