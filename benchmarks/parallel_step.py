@@ -93,13 +93,14 @@ def durable(runner: Runner, steps: int, width: int, parallel: int) -> tuple[Any,
 
 
 def commit_groups(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """The run's rows as it committed them: a step's actions together, the rest one by one,
-    plus two one-row commits for creating and claiming the run."""
-    groups: list[list[dict[str, Any]]] = [[rows[0]], [rows[0]]]
-    for row in rows:
+    """The run's rows as it committed them: its start (the run's row, standing in as a row
+    of the floor's table, and its task) in one commit, a step's actions together, the rest
+    one by one."""
+    groups: list[list[dict[str, Any]]] = [[rows[0], rows[0]]]
+    for row in rows[1:]:
         last = groups[-1][-1]
         same_batch = row["kind"] == last["kind"] == "action" and row["step"] == last["step"]
-        if same_batch and len(groups) > 2:
+        if same_batch and len(groups) > 1:
             groups[-1].append(row)
         else:
             groups.append([row])
