@@ -23,7 +23,7 @@ from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
-from runner.sql import driver
+from runner.sql import driver, leases
 from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
 from runner.sql.runs import RunRow
@@ -46,9 +46,7 @@ def create_claimed(
 ) -> Claim | None:
     """Insert a run (a row of `new_run`) claimed by `owner`, with its task journaled, in ONE
     transaction. None, nothing written, when its id exists."""
-    if max_resumes < 0:  # taken already a crash loop: as any claim decides (leases.take)
-        from runner.sql import leases
-
+    if max_resumes < 0:  # a crash loop from its first claim, as `leases.take` decides it
         return leases.create_claimed(
             engine,
             row,

@@ -115,3 +115,13 @@ def test_a_run_started_here_commits_its_start_and_task_once(runner: Runner) -> N
     assert len(commits) == 2
     kinds = [e.kind for e, _ in store.load_entries(runner.engine, "once")]
     assert kinds == [EntryKind.TASK, EntryKind.FINAL]
+
+
+def test_a_runner_that_allows_no_resume_at_all_gives_the_run_up_as_any_claim_would(
+    runner: Runner,
+) -> None:
+    claim = fresh_claims.create_claimed(
+        runner.engine, fresh("never", "t"), owner="w:1", lease_seconds=60, max_resumes=-1
+    )
+    assert claim is not None and claim.crash_loop
+    assert store.get_run(runner.engine, "never").stop_reason == "crash_loop"
