@@ -26,7 +26,7 @@ from runner.core.status import RunStatus
 from runner.sql import driver, leases
 from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
-from runner.sql.runs import RunRow
+from runner.sql.runs import INSERT_RUN_RETURNING, RunRow
 from runner.sql.schema import entries, runs
 from runner.store.rows import ENTRY_COLUMNS, entry_values, seal_task
 from runner.store.rules import Claim
@@ -46,15 +46,8 @@ def create_claimed(
 ) -> Claim | None:
     """Insert a run (a row of `new_run`) claimed by `owner`, with its task journaled, in ONE
     transaction. None, nothing written, when its id exists."""
-    if max_resumes < 0:  # a crash loop from its first claim, as `leases.take` decides it
-        return leases.create_claimed(
-            engine,
-            row,
-            owner=owner,
-            lease_seconds=lease_seconds,
-            max_resumes=max_resumes,
-            clock=clock,
-        )
+    if max_resumes < 0:  # a crash loop from its first claim: as a claim decides it
+        return _inserted_then_taken(engine, row, owner, lease_seconds, max_resumes, clock)
     at = utc_now(clock)
     payloads = payloads_of(engine)
     values = claimed(seal_task(row, payloads), owner, lease_seconds, at)
@@ -74,6 +67,27 @@ def create_claimed(
         return None
     # Its progress counted before its task (0), as a batch's claim counts a fresh run's.
     return Claim(run, epoch, 1, crash_loop=False, stalled=0, task=task)
+
+
+def _inserted_then_taken(
+    engine: Engine,
+    row: Mapping[str, Any],
+    owner: str,
+    lease_seconds: float,
+    max_resumes: int,
+    clock: Clock,
+) -> Claim | None:
+    """The run inserted, then taken by a claim's own statement (`leases.take`), in one
+    transaction: for a claim whose outcome is not a fresh run's (a crash loop at once)."""
+    try:
+        with engine.begin() as connection:
+            sealed = seal_task(row, payloads_of(engine))
+            inserted = connection.execute(INSERT_RUN_RETURNING, sealed).one()
+            return leases.take(
+                connection, inserted, owner, lease_seconds, max_resumes, utc_now(clock)
+            )
+    except IntegrityError:
+        return None
 
 
 def claimed(

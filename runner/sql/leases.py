@@ -12,12 +12,11 @@ its own transaction.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.counters import Counters
@@ -31,10 +30,10 @@ from runner.sql import releases as release_rules
 from runner.sql.backend import backend_for
 from runner.sql.payloads import payloads_of
 from runner.sql.runnable import Ahead, journal_length, next_claimable
-from runner.sql.runs import INSERT_RUN_RETURNING, RunRow, lock_run, stopped_values
+from runner.sql.runs import RunRow, lock_run, stopped_values
 from runner.sql.schema import entries, runs
 from runner.store.releases import Releases
-from runner.store.rows import ENTRY_COLUMNS, entry_values, plain_text, seal_task
+from runner.store.rows import ENTRY_COLUMNS, entry_values, plain_text
 from runner.store.rules import Claim, crash_loop_error, refuse_if_held
 
 
@@ -63,27 +62,6 @@ def claim_run(
                 return Claim(run, run.lease_epoch, 0, crash_loop=False)  # still waits
             row = _timed_out(connection, run, at)
         return take(connection, row, owner, lease_seconds, max_resumes, at)
-
-
-def create_claimed(
-    engine: Engine,
-    row: Mapping[str, Any],
-    *,
-    owner: str,
-    lease_seconds: float,
-    max_resumes: int,
-    clock: Clock = SYSTEM,
-) -> Claim | None:
-    """Insert a run (a row of `new_run`) and take its lease, in ONE transaction: the run this
-    process runs at once (`Runner.run`), one commit where inserting, then claiming, took two,
-    and never seen queued by another worker. None, nothing written, when its id exists."""
-    try:
-        with engine.begin() as connection:
-            sealed = seal_task(row, payloads_of(engine))
-            inserted = connection.execute(INSERT_RUN_RETURNING, sealed).one()
-            return take(connection, inserted, owner, lease_seconds, max_resumes, utc_now(clock))
-    except IntegrityError:
-        return None
 
 
 def _timed_out(connection: Connection, run: RunRow, at: datetime) -> Row[Any]:
