@@ -121,6 +121,12 @@ class Backend:
     # Whether a tree's reservations take a lock of their own (an advisory lock): on SQLite,
     # BEGIN IMMEDIATE already holds the whole file (runner.sql.tree_budget).
     locks_trees = False
+    # What a read of one run's row adds to lock it until the transaction ends (SQLite's
+    # BEGIN IMMEDIATE holds the whole file already).
+    row_lock = ""
+    # Whether a parent's answer from its last child goes in the UPDATE that claims it back,
+    # as a data-modifying CTE (runner.sql.take_back): one round trip for both.
+    answers_in_claim = False
     # Whether the server caps its connections, so a worker's pool leaves room under the cap
     # (runner.sql.pool_size asks PostgreSQL how many are free).
     caps_connections = False
@@ -531,6 +537,8 @@ class PostgresBackend(Backend):
 
     name = "postgresql"
     locks_trees = True
+    row_lock = " FOR UPDATE"
+    answers_in_claim = True
     caps_connections = True
     writes_renew_lease = True
     partitions_journal = True

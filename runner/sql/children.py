@@ -38,7 +38,7 @@ from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.core.tree import Ancestor, ChildRun, Spend, child_run_id, outcome_of
 from runner.core.waiting import Answer, Asks
-from runner.sql import approvals, leases
+from runner.sql import approvals, take_back
 from runner.sql.backend import backend_for
 from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
@@ -263,7 +263,6 @@ class Delivered:
     claim: Claim | None = None
 
 
-_LOCKED = select(runs).where(runs.c.id == bindparam("run_id")).with_for_update()
 _CHILDREN = select(runs).where(runs.c.id.in_(bindparam("ids", expanding=True)))
 _ANSWER = insert(entries)
 _UNWAIT = (
@@ -288,7 +287,7 @@ def deliver_in(
     """`deliver`'s work in the caller's transaction (a child's last write delivers its own
     end in its own: runner.sql.journal): the caller commits, then calls `settled`. `known`:
     the end of a child that this transaction finished (its row is not read again)."""
-    row = connection.execute(_LOCKED, {"run_id": parent_id}).first()
+    row = take_back.locked_parent(connection, parent_id)
     if row is None:
         return Delivered()
     parent = RunRow.of(row)
@@ -307,32 +306,28 @@ def deliver_in(
     else:
         kept = None
     payloads = payloads_of(connection)
+    answers = []
     for wait, content, is_error in ended:
         entry = answer_entry(wait, Answer.ENDED, content, None, is_error=is_error)
-        connection.execute(
-            _ANSWER, entry_row(parent.id, seq, parent.lease_epoch, entry, at, payloads)
-        )
+        answers.append(entry_row(parent.id, seq, parent.lease_epoch, entry, at, payloads))
         seq += 1
         if kept is not None:
             kept.append((entry, parent.lease_epoch))
+    last = len(ended) == len(found.waits)
+    if last and relay is not None:
+        # Claimed as a claim of it queued would (its epoch bumped, fencing out any writer
+        # of an older one), under the parent's row lock taken above; the answers go in
+        # the claim's statement where the backend can (runner.sql.take_back).
+        claim = take_back.answer_and_take(connection, row, answers, relay, at)
+        fault("before_delivery_commit")
+        return Delivered(True, claim)
+    for values in answers:
+        connection.execute(_ANSWER, values)
     fault("before_delivery_commit")
-    if len(ended) < len(found.waits):
+    if not last:
         return Delivered()
     # Queued again; unlike a person's answer, the deadline does not move: the time
     # its children took is the tree's.
-    if relay is not None:
-        # Claimed as a claim of it queued would (its epoch bumped, fencing out any
-        # writer of an older one), under the parent's row lock taken above.
-        claim = leases.take(
-            connection,
-            row,
-            relay.owner,
-            relay.lease_seconds,
-            relay.max_resumes,
-            at,
-            unwait=True,
-        )
-        return Delivered(True, claim)
     connection.execute(_UNWAIT, {"run_id": parent.id, "at": at})
     backend_for(connection.dialect.name).wake_workers(connection)
     return Delivered(True)

@@ -474,12 +474,12 @@ class Append:
         counters = entries[-1].counters
         charging = charge is not None and bool(charge.spent and charge.above)
         # A run's last write, where its end can go in the insert's statement: one statement
-        # (PostgreSQL: one round trip in autocommit, not BEGIN, INSERT, UPDATE and COMMIT).
+        # (PostgreSQL: one round trip in autocommit, not BEGIN, INSERT, UPDATE and COMMIT); a
+        # child's, a statement fewer in the transaction that charges its tree.
         finishing = (
             stop is not None
             and parking is None
             and ride is None
-            and not charging
             and len(entries) <= ROWS_PER_STATEMENT
             and backend_for(dialect.name).finishes_in_insert
         )
@@ -505,7 +505,7 @@ class Append:
             end = _finish_values(stop, counters, at, payloads)
             fenced = {"fence_run": run_id, "fence_epoch": epoch}
             later = _insert_later(statement, rows, fenced, end)
-            if shares:
+            if shares and not charging:
                 together = rows  # its end goes in the shared statement too (write_together)
             else:
                 inserts, later = list(later()), None

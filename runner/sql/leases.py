@@ -72,7 +72,7 @@ def _timed_out(connection: Connection, run: RunRow, at: datetime) -> Row[Any]:
 
 def take(
     connection: Connection,
-    row: Row[Any],
+    row: Row[Any] | Mapping[str, Any],
     owner: str,
     lease_seconds: float,
     max_resumes: int,
@@ -88,7 +88,7 @@ def take(
     ends in the same statement (a parent claimed back with its last child's end).
     """
     run = RunRow.of(row)
-    m = row._mapping
+    m = row._mapping if isinstance(row, Row) else row  # a row read as plain SQL: a dict
     takeover = m["lease_owner"] is not None  # the last holder never let go: it crashed
     resumes, stalled = m["resumes"], m["stalled_resumes"]
     recorded: Any = _RECORDED_HERE
