@@ -15,7 +15,9 @@ in-process write lock and the kept connection, `writer`; the journal writes of r
 flight sharing one transaction or statement, `group_commit`; many rows bound as one JSON
 text on PostgreSQL, `json_batches`). Answers to waiting runs (`approvals`), messages sent to
 runs (`messages`), trees of runs (`children`: child runs, their spend charged up the tree,
-their ends delivered; what a tree has left to spend, `tree_budget`), queues (`queues`) and
+their ends delivered; a parent's park with its first child in one statement, `parking`; a
+parent answered and claimed back by its last child's end, `take_back`; what a tree has left
+to spend, `tree_budget`), queues (`queues`) and
 their retention (`retention`), schedules (`schedules`), releases (`releases`: a queue's
 policy for runs of older releases in a claim, a failed check's parking, each release's
 runs), provider limits and what each charged (`limits`), reserving from them and parking a

@@ -124,9 +124,11 @@ class Backend:
     # What a read of one run's row adds to lock it until the transaction ends (SQLite's
     # BEGIN IMMEDIATE holds the whole file already).
     row_lock = ""
-    # Whether a parent's answer from its last child goes in the UPDATE that claims it back,
-    # as a data-modifying CTE (runner.sql.take_back): one round trip for both.
-    answers_in_claim = False
+    # Whether writes of a sub-agent's call that go together share a statement as
+    # data-modifying CTEs, each statement being a round trip: a parent's park with its
+    # first child and the child's task (runner.sql.parking), a parent's answer with its
+    # claim back (runner.sql.take_back). PostgreSQL.
+    writes_in_ctes = False
     # Whether the server caps its connections, so a worker's pool leaves room under the cap
     # (runner.sql.pool_size asks PostgreSQL how many are free).
     caps_connections = False
@@ -538,7 +540,7 @@ class PostgresBackend(Backend):
     name = "postgresql"
     locks_trees = True
     row_lock = " FOR UPDATE"
-    answers_in_claim = True
+    writes_in_ctes = True
     caps_connections = True
     writes_renew_lease = True
     partitions_journal = True

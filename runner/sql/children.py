@@ -97,13 +97,19 @@ _LEASE = ("lease_owner", "lease_expires_at", "leased_at", "last_seen_at")
 
 
 def _child_binds(claimed: bool) -> dict[Any, Any]:
+    return {
+        runs.c[name]: bindparam(name, type_=runs.c[name].type) for name in child_columns(claimed)
+    }
+
+
+def child_columns(claimed: bool) -> list[str]:
+    """The columns of a child's row as `insert_child` writes them."""
     # The columns new_run fills (whatever later revisions add to it), and the deadline.
     sample = new_run(
         run_id="", agent=None, agent_name=None, release=None, task="", budgets={},
         at=datetime.now(UTC), parent_id="", root_id="",
     )  # fmt: skip
-    names = [*sample, "deadline", *(_LEASE if claimed else ())]
-    return {runs.c[name]: bindparam(name, type_=runs.c[name].type) for name in names}
+    return [*sample, "deadline", *(_LEASE if claimed else ())]
 
 
 def child_values(row: dict[str, Any]) -> dict[str, Any]:

@@ -43,13 +43,22 @@ from runner.core.stop_reasons import StopReason
 from runner.core.tree import Ancestor, Spend
 from runner.errors import LeaseLost
 from runner.sql import children, driver, json_batches, reserving, tree_budget
+from runner.sql import parking as parking_sql
 from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
 from runner.sql.limits import settle_gone, waiter_grace_from
 from runner.sql.payloads import payloads_of
 from runner.sql.schema import entries, limit_reservations, runs
 from runner.store.payloads import PLAIN, Payloads
-from runner.store.rows import ENTRY_COLUMNS, amount, counter, entry_values, plain_text, sealed
+from runner.store.rows import (
+    ENTRY_COLUMNS,
+    amount,
+    counter,
+    entry_row,
+    entry_values,
+    plain_text,
+    sealed,
+)
 
 
 class Ride(Protocol):
@@ -549,10 +558,19 @@ class Append:
             cancelled = _finish_parameters(dialect, stopped, counters, fence, at, payloads)
             park = _park_parameters(dialect, parking, fence, at, counters)
             made = []
-            for new in parking.children:
-                child = children.insert_child(dialect, children.is_claimed(new))
-                made.append((child.sql, child.parameters(children.child_values(new))))
             first = parking.first
+            if first is not None and parking_sql.one_statement(dialect, parking.children):
+                # The park, the child and its task in one statement (runner.sql.parking).
+                task = entry_row(first.hold.run_id, 0, first.epoch, first.task, stamp, payloads)
+                values = _park_values(parking, fence, at, counters)
+                park = parking_sql.park_with_child(
+                    dialect, _fenced_update(_PARKED), values, parking.children[0], task
+                )
+                first = None  # its task is in the park: only its hold follows
+            else:
+                for new in parking.children:
+                    child = children.insert_child(dialect, children.is_claimed(new))
+                    made.append((child.sql, child.parameters(children.child_values(new))))
             if first is not None:
                 child_id = first.hold.run_id
                 row = entry_values(child_id, 0, first.epoch, first.task, stamp, payloads)
@@ -639,10 +657,12 @@ class Append:
     def _first_call(self, write: driver.Statements) -> None:
         """The first child's task and its first call's hold, after the child's row."""
         first, task = self.first, self.first_task
-        if first is None or task is None:
+        if first is None:
             return
         assert self.dialect is not None and self.at is not None
-        if not write.rows(*task):  # its row was inserted above, claimed under this epoch
+        # Its row was inserted above, claimed under this epoch (its task too, where the park
+        # made both: runner.sql.parking).
+        if task is not None and not write.rows(*task):
             raise LeaseLost(f"run {first.hold.run_id} was not created claimed: not writing")
         first.held = tree_budget.hold_ahead(write, self.dialect, first.hold, self.at)
 
@@ -775,10 +795,17 @@ def _connected(bind: Engine | Connection) -> Iterator[Connection]:
 def _park_parameters(
     dialect: Dialect, parking: Parking, fence: dict[str, Any], at: datetime, counters: Counters
 ) -> tuple[str, Parameters]:
+    statement = prepared(dialect, "park", lambda: _fenced_update(_PARKED))
+    return statement.sql, statement.parameters(_park_values(parking, fence, at, counters))
+
+
+def _park_values(
+    parking: Parking, fence: dict[str, Any], at: datetime, counters: Counters
+) -> dict[str, Any]:
+    """The park's values (`_fenced_update(_PARKED)`'s binds)."""
     timeout = None if parking.children else parking.timeout
     expires = None if timeout is None else at + timedelta(seconds=timeout)
-    statement = prepared(dialect, "park", lambda: _fenced_update(_PARKED))
-    values = {
+    return {
         **fence,
         "set_status": str(RunStatus.WAITING),
         "set_waiting_since": at,
@@ -788,7 +815,6 @@ def _park_parameters(
         "set_tokens": counter(counters.tokens),
         "set_cost": amount(counters.cost),
     }
-    return statement.sql, statement.parameters(values)
 
 
 def _finish_parameters(

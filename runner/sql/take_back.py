@@ -74,7 +74,7 @@ def answer_and_take(
     # Not a run whose lease was let go, or one a claim gives up: the general claim, which
     # counts a takeover and ends a crash loop, after the answers.
     general = row["lease_owner"] is not None or row["stalled_resumes"] > relay.max_resumes
-    together = backend_for(dialect.name).answers_in_claim and len(answers) == 1 and not general
+    together = backend_for(dialect.name).writes_in_ctes and len(answers) == 1 and not general
     if not together:
         answer = _answer(dialect)
         for answered in answers:
