@@ -564,7 +564,7 @@ class Append:
                 task = entry_row(first.hold.run_id, 0, first.epoch, first.task, stamp, payloads)
                 values = _park_values(parking, fence, at, counters)
                 park = parking_sql.park_with_child(
-                    dialect, _fenced_update(_PARKED), values, parking.children[0], task
+                    dialect, _parked_update, values, parking.children[0], task
                 )
                 first = None  # its task is in the park: only its hold follows
             else:
@@ -792,10 +792,14 @@ def _connected(bind: Engine | Connection) -> Iterator[Connection]:
             yield connection
 
 
+def _parked_update() -> Update:
+    return _fenced_update(_PARKED)
+
+
 def _park_parameters(
     dialect: Dialect, parking: Parking, fence: dict[str, Any], at: datetime, counters: Counters
 ) -> tuple[str, Parameters]:
-    statement = prepared(dialect, "park", lambda: _fenced_update(_PARKED))
+    statement = prepared(dialect, "park", _parked_update)
     return statement.sql, statement.parameters(_park_values(parking, fence, at, counters))
 
 

@@ -17,7 +17,7 @@ snapshot (runner.sql.tree_budget).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Update, bindparam, insert, select
@@ -38,17 +38,17 @@ def one_statement(dialect: Dialect, made: Sequence[dict[str, Any]]) -> bool:
 
 def park_with_child(
     dialect: Dialect,
-    park: Update,
+    park: Callable[[], Update],
     park_values: dict[str, Any],
     child: dict[str, Any],
     task: dict[str, Any],
 ) -> tuple[str, Parameters]:
-    """The statement and parameters of the park (`park`, the fenced UPDATE of the parent's
-    row, with `park_values`), the child's row (`child`, created claimed: `children.
+    """The statement and parameters of the park (`park()`, the fenced UPDATE of the parent's
+    row, built once, with `park_values`), the child's row (`child`, created claimed: `children.
     claimed_child`) and its task's entry row (`task`, by entry column)."""
 
     def build() -> Any:
-        parked = park.returning(runs.c.id).cte("parked")
+        parked = park().returning(runs.c.id).cte("parked")
         names = children.child_columns(claimed=True)
         created = (
             insert(runs)

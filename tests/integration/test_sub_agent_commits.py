@@ -8,10 +8,12 @@ next write. A plain call: its action, then its observation."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, event
 
 from runner import Agent, Runner
@@ -74,3 +76,68 @@ def test_a_sub_agents_call_commits_as_often_as_a_plain_call(db_url: str) -> None
     sub = commits_of(db_url, SUB_CALLER, 6) - commits_of(db_url, SUB_CALLER, 3)
     assert plain == 6
     assert sub == plain
+
+
+@contextmanager
+def statements_anywhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement the drivers run in this process inside the block, besides BEGIN,
+    COMMIT and ROLLBACK, however it is sent (SQLAlchemy's execute, the journal's own cursor,
+    the plain reads): sqlite3's trace of each connection opened meanwhile, and psycopg's
+    cursors' executes (each a round trip)."""
+    ran: list[str] = []
+    ends = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
+
+    def traced(sql: str) -> None:
+        if not sql.lstrip().upper().startswith(ends):
+            ran.append(sql)
+
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.set_trace_callback(traced)
+
+    psycopg = pytest.importorskip("psycopg")
+    execute = psycopg.Cursor.execute
+
+    def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        traced(query if isinstance(query, str) else str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    event.listen(Engine, "connect", on_connect)
+    try:
+        yield ran
+    finally:
+        event.remove(Engine, "connect", on_connect)
+        monkeypatch.undo()
+
+
+def statements_of(db_url: str, agent: Agent, calls: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The statements of a run of `agent` making `calls` calls, on a worker with one slot."""
+    with Runner(db_url) as runner:
+        run_id = runner.submit(agent, str(calls))
+    with statements_anywhere(monkeypatch) as ran:
+        Worker(db_url, concurrency=1, once=True, poll=0.05).serve()
+    with Runner(db_url) as runner:
+        assert runner.get(run_id).output == f"{calls} calls"
+    return len(ran)
+
+
+def test_a_sub_agents_call_makes_few_statements(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each a round trip on PostgreSQL. A plain call's two writes are one statement each. A
+    # sub-agent's call makes ten there: the park (the parent's entries; its park with the
+    # child and the child's task in one statement; the tree's lock, the read and the hold of
+    # the child's first call) and the child's end (its entry, ended in the same statement;
+    # the charge up its tree; the parent's row and its open waits read; the answer with the
+    # parent's claim back in one statement). Fourteen before. SQLite runs each apart (and
+    # drops the tree's done holds in a statement of its own). A sweep of stale holds may
+    # come once in a while, on either.
+    def more(agent: Agent) -> int:
+        six = statements_of(db_url, agent, 6, monkeypatch)
+        return six - statements_of(db_url, agent, 3, monkeypatch)
+
+    plain, sub = more(PLAIN_CALLER), more(SUB_CALLER)
+    assert plain == 3 * 2
+    more_a_call = 8 if db_url.startswith("postgresql") else 13
+    assert sub - plain <= 3 * more_a_call + 2
