@@ -19,8 +19,9 @@ found room and the estimation error of those in flight beside it. A child's budg
 most what its parent has left (`spawn_budgets`).
 
 The rest of this feature (docs/architecture.md, "Where a feature lives"):
-`runner.core.tree_inline`, `runner.sql.children`, `runner.store.run_trees`,
-`runner.service.tree_events`, `runner.cli.tree_output`.
+`runner.core.tree_inline`, `runner.sql.children` (with `runner.sql.parking`, a park with its
+first child, and `runner.sql.take_back`, a parent answered and claimed back),
+`runner.store.run_trees`, `runner.service.tree_events`, `runner.cli.tree_output`.
 """
 
 from __future__ import annotations
