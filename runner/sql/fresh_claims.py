@@ -26,8 +26,8 @@ from runner.core.status import RunStatus
 from runner.sql import driver, leases
 from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
-from runner.sql.runs import INSERT_RUN_RETURNING, RunRow
-from runner.sql.schema import entries, runs
+from runner.sql.runs import INSERT_RUN_RETURNING, RunRow, prepared_entry_insert
+from runner.sql.schema import runs
 from runner.store.rows import ENTRY_COLUMNS, entry_values, seal_task
 from runner.store.rules import Claim
 
@@ -57,7 +57,7 @@ def create_claimed(
     task_values = entry_values(values["id"], 0, epoch, task, at, payloads)
     dialect = engine.dialect
     run_insert = _insert_run(dialect, tuple(values))
-    task_insert = _insert_entry(dialect)
+    task_insert = prepared_entry_insert(dialect)
     try:
         with engine.connect() as connection, driver.Write(connection) as write:
             write.execute(run_insert.sql, run_insert.parameters(dict(values)))
@@ -120,10 +120,3 @@ def _insert_run(dialect: Dialect, columns: tuple[str, ...]) -> Prepared:
         return insert(runs).values({name: bindparam(name) for name in columns})
 
     return prepared(dialect, ("insert_run", columns), build)
-
-
-def _insert_entry(dialect: Dialect) -> Prepared:
-    def build() -> Any:
-        return insert(entries).values({name: bindparam(name) for name in ENTRY_COLUMNS})
-
-    return prepared(dialect, "insert_entry", build)

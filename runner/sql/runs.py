@@ -17,7 +17,19 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, Table, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Insert,
+    Row,
+    Table,
+    bindparam,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
@@ -27,14 +39,15 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.sql import reads
 from runner.sql.backend import backend_for
+from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
 from runner.sql.reads import plain as plain  # re-exported: the store's modules read so
 from runner.sql.reads import plain_reading as plain_reading
-from runner.sql.schema import DEFAULT_QUEUE, runs
+from runner.sql.schema import DEFAULT_QUEUE, entries, runs
+from runner.store.rows import ENTRY_COLUMNS, new_run, seal_task
 from runner.store.rows import RunRow as RunRow  # re-exported: rows are built without SQLAlchemy
 from runner.store.rows import decode as decode
 from runner.store.rows import entry_of as entry_of
-from runner.store.rows import new_run, seal_task
 
 # -- values in and out ----------------------------------------------------------------------
 
@@ -107,6 +120,19 @@ def create_run(
 # coerced every value and hashed them into the cache key, each time (about 0.9 ms a run).
 INSERT_RUN = insert(runs)
 INSERT_RUN_RETURNING = insert(runs).returning(*runs.c)
+
+
+def entry_insert() -> Insert:
+    """The INSERT of one entry's row, every column bound by its name (no fence: for a
+    transaction that holds its run's row already)."""
+    return insert(entries).values(
+        {entries.c[name]: bindparam(name, type_=entries.c[name].type) for name in ENTRY_COLUMNS}
+    )
+
+
+def prepared_entry_insert(dialect: Dialect) -> Prepared:
+    """`entry_insert`, rendered once for `dialect` (runner.sql.driver)."""
+    return prepared(dialect, "entry_insert", entry_insert)
 
 
 def insert_run(engine: Engine, row: Mapping[str, Any], *, wake: bool = True) -> bool:

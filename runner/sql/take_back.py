@@ -20,15 +20,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.engine import Dialect
 
 from runner.core.status import RunStatus
 from runner.sql import driver, leases, reads
 from runner.sql.backend import backend_for
 from runner.sql.driver import Prepared, prepared
+from runner.sql.runs import entry_insert, prepared_entry_insert
 from runner.sql.schema import entries, runs
-from runner.store.rows import ENTRY_COLUMNS, RunRow
+from runner.store.rows import RunRow
 from runner.store.rules import Claim, Relay
 
 # The parent's row as a claim reads it: a RunRow's columns and the claim's own two.
@@ -76,7 +77,7 @@ def answer_and_take(
     general = row["lease_owner"] is not None or row["stalled_resumes"] > relay.max_resumes
     together = backend_for(dialect.name).writes_in_ctes and len(answers) == 1 and not general
     if not together:
-        answer = _answer(dialect)
+        answer = prepared_entry_insert(dialect)
         for answered in answers:
             on.execute(answer.sql, answer.parameters(dict(answered)))
     if general:
@@ -123,17 +124,6 @@ def answer_and_take(
     )
 
 
-def _answer(dialect: Dialect) -> Prepared:
-    """The INSERT of one answer's row (every entry column, by name)."""
-    return prepared(dialect, "answer_entry", _answer_insert)
-
-
-def _answer_insert() -> Any:
-    return insert(entries).values(
-        {entries.c[name]: bindparam(name, type_=entries.c[name].type) for name in ENTRY_COLUMNS}
-    )
-
-
 def _taking(dialect: Dialect, *, answered: bool) -> Prepared:
     """The UPDATE that claims the parent back, returning the journal's length (counted in
     it, plus `answers` inserted by its own CTE: a statement does not see its CTEs' rows);
@@ -159,7 +149,7 @@ def _taking(dialect: Dialect, *, answered: bool) -> Prepared:
             .returning(runs.c.progress_seq)
         )
         if answered:
-            statement = statement.add_cte(_answer_insert().returning(entries.c.seq).cte("answer"))
+            statement = statement.add_cte(entry_insert().returning(entries.c.seq).cte("answer"))
         return statement
 
     return prepared(dialect, ("take_back", answered), build)
