@@ -20,6 +20,9 @@ POINTS = frozenset(
         "after_observation_commit",
         "before_final_commit",
         "after_final_commit",
+        # A run that `Runner.run` starts: its row (claimed) and its task committed, its loop
+        # not begun (runner.sql.fresh_claims).
+        "after_run_start",
         # People in the loop: the step's calls and their waits about to be recorded (with
         # the park) and recorded (the run is waiting), an answer recorded (in the process
         # that answered), an approved call about to run after a resume.

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 
 from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.counters import Counters
+from runner.core.faults import fault
 from runner.core.journal import Entry, EntryKind
 from runner.core.status import RunStatus
 from runner.sql import driver, leases
@@ -65,6 +66,7 @@ def create_claimed(
             write.execute(task_insert.sql, task_insert.parameters(task_row))
     except IntegrityError:
         return None
+    fault("after_run_start")
     # Its progress counted before its task (0), as a batch's claim counts a fresh run's.
     return Claim(run, epoch, 1, crash_loop=False, stalled=0, task=task)
 

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import random
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.conditions import scaled
+
 from .agents import GATED_ANSWER
 from .harness import (
     KILLED,
+    TIMEOUT,
     CrashHistory,
     agent_ref,
     check_finished,
@@ -127,6 +131,47 @@ def test_killed_at_fault_point_then_resumed(
     for call in tool_calls(ledger, run_id):
         if call.step != case.step:
             assert call.attempt == 1, call
+
+
+def test_killed_right_after_its_start_then_resumed(
+    db_url: str, ledger: Path, uncrashed: dict[str, str]
+) -> None:
+    # The run's row, claimed by the process, and its task are one commit (its start): a
+    # process killed just after it leaves a run held by a dead worker, its task journaled
+    # and nothing else. The resume takes it over and asks the model for step 1 once.
+    # `Runner.run` (the Python API) starts a run so; `runner run` submits it, then runs it.
+    run_id = "crash-start"
+    script = (
+        "import os, sys\n"
+        "from runner import Runner\n"
+        f"Runner(os.environ['RUNNER_DATABASE_URL']).run({agent_ref('ledgered')!r}, "
+        f"{run_id!r}, id={run_id!r})\n"
+        "print('not killed')\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", script],
+        env=cli_env(db_url, ledger, fault="after_run_start"),
+        cwd=ledger,
+        capture_output=True,
+        text=True,
+        timeout=scaled(TIMEOUT),
+        check=False,
+    )
+    assert killed.returncode == KILLED, described(killed)
+    assert killed.stdout == ""
+    history = CrashHistory(db_url, ledger, run_id)
+    history.crashed()
+    assert [row["kind"] for row in journal(db_url, run_id)] == ["task"]
+    assert run_row(db_url, run_id)["lease_owner"] is not None  # the dead process's
+    assert model_calls(ledger, run_id) == []
+
+    resumed = cli("resume", run_id, db_url=db_url, ledger=ledger)
+    assert resumed.returncode == 0, described(resumed)
+    assert resumed.stdout == uncrashed["ledgered"] + "\n"
+    _, asked = check_finished(db_url, run_id, uncrashed["ledgered"], ledger, history)
+    assert set(asked.values()) == {1}  # no step asked twice
+    assert run_row(db_url, run_id)["resumes"] == 1
+    assert all(call.attempt == 1 for call in tool_calls(ledger, run_id))
 
 
 # Each process dies at the next point of this list, the last one finishes: crashes while a
