@@ -34,10 +34,12 @@ class Recorded:
     def take(self, step: int, kinds: tuple[EntryKind, ...]) -> Entry | None:
         if self.position >= len(self.entries):
             return None  # all taken (a fresh run's every call): no change left to apply
-        self.changes()
-        if self.position >= len(self.entries):
-            return None
         entry = self.entries[self.position]
+        if entry.kind in _PASSED_OVER:
+            self.changes()
+            if self.position >= len(self.entries):
+                return None
+            entry = self.entries[self.position]
         if entry.step != step or entry.kind not in kinds:
             expected = "/".join(kinds)
             raise ReplayMismatch(
@@ -89,12 +91,15 @@ class Recorded:
         """The next entry if it is `kind` of `step`; else None, and nothing is taken."""
         if self.position >= len(self.entries):
             return None  # all taken (a fresh run's every call, several a step): nothing to do
-        self.changes()
-        if self.position < len(self.entries):
+        entry = self.entries[self.position]
+        if entry.kind in _PASSED_OVER:  # only then is there a change to apply first
+            self.changes()
+            if self.position >= len(self.entries):
+                return None
             entry = self.entries[self.position]
-            if entry.step == step and entry.kind is kind:
-                self.position += 1
-                return entry
+        if entry.step == step and entry.kind is kind:
+            self.position += 1
+            return entry
         return None
 
     @property

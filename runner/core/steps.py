@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runner.core.actions import Action, ActionKind, Call
+from runner.core.actions import Action, ActionKind, Call, canonical_json
 from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind
 
@@ -100,6 +100,7 @@ def action_of(rows: Sequence[Entry]) -> Action:
             ActionKind.TOOL, tokens=entry.tokens, cost=entry.cost, text=entry.content, calls=calls
         )
     if entry.action_type is ActionKind.TOOL:
+        args = entry.args or {}
         return Action(
             ActionKind.TOOL,
             tool=entry.tool,
@@ -108,6 +109,8 @@ def action_of(rows: Sequence[Entry]) -> Action:
             cost=entry.cost,
             call_id=entry.call_id,
             text=entry.content,
+            # Made once: the stop rules ask for the call's signature twice a step.
+            canonical_args=canonical_json(args),
         )
     return Action(
         ActionKind.INVALID,
