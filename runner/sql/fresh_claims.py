@@ -12,7 +12,7 @@ most of what a run costs beyond its steps (docs/performance.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, bindparam, insert
@@ -23,13 +23,12 @@ from runner.core.clock import SYSTEM, Clock, utc_now
 from runner.core.counters import Counters
 from runner.core.faults import fault
 from runner.core.journal import Entry, EntryKind
-from runner.core.status import RunStatus
 from runner.sql import driver, leases
 from runner.sql.driver import Prepared, prepared
 from runner.sql.payloads import payloads_of
 from runner.sql.runs import INSERT_RUN_RETURNING, RunRow, prepared_entry_insert
 from runner.sql.schema import runs
-from runner.store.rows import ENTRY_COLUMNS, entry_values, seal_task
+from runner.store.rows import entry_row, seal_task
 from runner.store.rules import Claim
 
 # What a fresh run's row holds in the columns `new_run` leaves to their defaults.
@@ -55,14 +54,13 @@ def create_claimed(
     epoch = values["lease_epoch"]
     run = RunRow.of(_UNSET | values)
     task = Entry(EntryKind.TASK, 0, Counters(), content=run.task)
-    task_values = entry_values(values["id"], 0, epoch, task, at, payloads)
+    task_row = entry_row(values["id"], 0, epoch, task, at, payloads)
     dialect = engine.dialect
     run_insert = _insert_run(dialect, tuple(values))
     task_insert = prepared_entry_insert(dialect)
     try:
         with engine.connect() as connection, driver.Write(connection) as write:
             write.execute(run_insert.sql, run_insert.parameters(dict(values)))
-            task_row = dict(zip(ENTRY_COLUMNS, task_values, strict=True))
             write.execute(task_insert.sql, task_insert.parameters(task_row))
     except IntegrityError:
         return None
@@ -97,23 +95,12 @@ def claimed(
 ) -> dict[str, Any]:
     """A fresh run's row as the claim that takes it leaves it (`leases.take`: a run nobody
     held, its journal empty)."""
-    max_seconds = dict(row["budgets"]).get("max_seconds")
-    deadline = row.get("deadline")
-    if deadline is None and max_seconds is not None:
-        deadline = at + timedelta(seconds=float(max_seconds))
     return {
         **row,
-        "status": RunStatus.RUNNING,
-        "lease_owner": owner,
-        "lease_epoch": row["lease_epoch"] + 1,
-        "lease_expires_at": at + timedelta(seconds=lease_seconds),
-        "leased_at": at,
-        "last_seen_at": at,
+        **leases.leased(row, owner, lease_seconds, at),
         "resumes": 0,
         "stalled_resumes": 0,
         "progress_seq": 0,
-        "deadline": deadline,
-        "updated_at": at,
     }
 
 

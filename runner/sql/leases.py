@@ -96,24 +96,9 @@ def take(
         recorded = journal_length(connection, run.id)
         resumes += 1
         stalled = stalled + 1 if recorded == m["progress_seq"] else 0
-    epoch = m["lease_epoch"] + 1
-    deadline = m["deadline"]
-    max_seconds = run.budgets.get("max_seconds")
-    if deadline is None and max_seconds is not None:
-        deadline = at + timedelta(seconds=float(max_seconds))
-    values: dict[str, Any] = {
-        "status": RunStatus.RUNNING,
-        "lease_owner": owner,
-        "lease_epoch": epoch,
-        "lease_expires_at": at + timedelta(seconds=lease_seconds),
-        "leased_at": at,
-        "last_seen_at": at,
-        "resumes": resumes,
-        "stalled_resumes": stalled,
-        "progress_seq": recorded,
-        "deadline": deadline,
-        "updated_at": at,
-    }
+    values = leased(m, owner, lease_seconds, at)
+    epoch = values["lease_epoch"]
+    values.update(resumes=resumes, stalled_resumes=stalled, progress_seq=recorded)
     crash_loop = stalled > max_resumes
     if crash_loop:  # rare: a statement of its own shape, built here
         values.update(
@@ -142,6 +127,43 @@ def take(
     )
 
 
+# The columns every claim sets (`leased`).
+LEASED = (
+    "status",
+    "lease_owner",
+    "lease_epoch",
+    "lease_expires_at",
+    "leased_at",
+    "last_seen_at",
+    "deadline",
+    "updated_at",
+)
+
+
+def leased(
+    row: Mapping[Any, Any], owner: str, lease_seconds: float, at: datetime
+) -> dict[str, Any]:
+    """What every claim of `row` sets on it (by column): running, held by `owner` from `at`,
+    its epoch bumped, and the deadline of its `max_seconds` if it had none yet (its first
+    claim). A claim's own columns (its resumes, its journal's length) come on top."""
+    return {
+        "status": RunStatus.RUNNING,
+        "lease_owner": owner,
+        "lease_epoch": row["lease_epoch"] + 1,
+        "lease_expires_at": at + timedelta(seconds=lease_seconds),
+        "leased_at": at,
+        "last_seen_at": at,
+        "deadline": row.get("deadline") or first_deadline(row["budgets"], at),
+        "updated_at": at,
+    }
+
+
+def first_deadline(budgets: Mapping[str, Any], at: datetime) -> datetime | None:
+    """The deadline a run's first claim at `at` gives it: `max_seconds` on (None: no limit)."""
+    max_seconds = budgets.get("max_seconds")
+    return None if max_seconds is None else at + timedelta(seconds=float(max_seconds))
+
+
 # The journal's length, counted inside the UPDATE that takes a run (bound by "run_id").
 _RECORDED_HERE = (
     select(func.count())
@@ -151,19 +173,7 @@ _RECORDED_HERE = (
 )
 
 # The columns a claim sets, each bound as "new_<column>" in `_take_statement`.
-_TAKEN = (
-    "status",
-    "lease_owner",
-    "lease_epoch",
-    "lease_expires_at",
-    "leased_at",
-    "last_seen_at",
-    "resumes",
-    "stalled_resumes",
-    "progress_seq",
-    "deadline",
-    "updated_at",
-)
+_TAKEN = (*LEASED, "resumes", "stalled_resumes", "progress_seq")
 
 
 @functools.cache
@@ -358,10 +368,7 @@ class _Together:
         # The budgets alone, not the whole run made of the row (`RunRow.of`, which the
         # claim makes of the row its UPDATE returns): one more of each run was 8% of the
         # function calls of a batch's claim.
-        max_seconds = dict(m["budgets"]).get("max_seconds")
-        if max_seconds is None:
-            return None
-        return self.at + timedelta(seconds=float(max_seconds))
+        return first_deadline(m["budgets"], self.at)
 
 
 def _journal_tasks(connection: Connection, tasks: Sequence[tuple[Any, ...]]) -> None:

@@ -17,13 +17,12 @@ lock taken by the read; the journal's length counted in its UPDATE. A row that i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.engine import Dialect
 
-from runner.core.status import RunStatus
 from runner.sql import driver, leases, reads
 from runner.sql.backend import backend_for
 from runner.sql.driver import Prepared, prepared
@@ -36,17 +35,6 @@ from runner.store.rules import Claim, Relay
 _PARENT = (
     f"SELECT {', '.join(reads.RUN_FIELDS)}, stalled_resumes, progress_seq "
     "FROM runs WHERE id = :run_id"
-)
-# The columns a claim back sets from values, each bound as `new_<column>`.
-_TAKEN = (
-    "status",
-    "lease_owner",
-    "lease_epoch",
-    "lease_expires_at",
-    "leased_at",
-    "last_seen_at",
-    "deadline",
-    "updated_at",
 )
 
 
@@ -84,21 +72,8 @@ def answer_and_take(
         return leases.take(
             connection, row, relay.owner, relay.lease_seconds, relay.max_resumes, at, unwait=True
         )
-    epoch = row["lease_epoch"] + 1
-    deadline = row["deadline"]
-    max_seconds = row["budgets"].get("max_seconds")
-    if deadline is None and max_seconds is not None:
-        deadline = at + timedelta(seconds=float(max_seconds))
-    values: dict[str, Any] = {
-        "status": str(RunStatus.RUNNING),
-        "lease_owner": relay.owner,
-        "lease_epoch": epoch,
-        "lease_expires_at": at + timedelta(seconds=relay.lease_seconds),
-        "leased_at": at,
-        "last_seen_at": at,
-        "deadline": deadline,
-        "updated_at": at,
-    }
+    values = leases.leased(row, relay.owner, relay.lease_seconds, at)
+    epoch = values["lease_epoch"]
     bound = {f"new_{name}": value for name, value in values.items()}
     bound["run_id"] = row["id"]
     if together:
@@ -131,7 +106,8 @@ def _taking(dialect: Dialect, *, answered: bool) -> Prepared:
 
     def build() -> Any:
         values: dict[Any, Any] = {
-            runs.c[name]: bindparam(f"new_{name}", type_=runs.c[name].type) for name in _TAKEN
+            runs.c[name]: bindparam(f"new_{name}", type_=runs.c[name].type)
+            for name in leases.LEASED
         }
         counted = (
             select(func.count())
