@@ -32,14 +32,9 @@ class Recorded:
     position: int = 0
 
     def take(self, step: int, kinds: tuple[EntryKind, ...]) -> Entry | None:
-        if self.position >= len(self.entries):
-            return None  # all taken (a fresh run's every call): no change left to apply
-        entry = self.entries[self.position]
-        if entry.kind in _PASSED_OVER:
-            self.changes()
-            if self.position >= len(self.entries):
-                return None
-            entry = self.entries[self.position]
+        entry = self._next()
+        if entry is None:
+            return None
         if entry.step != step or entry.kind not in kinds:
             expected = "/".join(kinds)
             raise ReplayMismatch(
@@ -52,6 +47,17 @@ class Recorded:
             )
         self.position += 1
         return entry
+
+    def _next(self) -> Entry | None:
+        """The entry to take next, past the changes recorded before it (applied); None when
+        all are taken (a fresh run's every call: nothing to look at)."""
+        if self.position >= len(self.entries):
+            return None
+        entry = self.entries[self.position]
+        if entry.kind not in _PASSED_OVER:  # the common case: no change to apply first
+            return entry
+        self.changes()
+        return self.entries[self.position] if self.position < len(self.entries) else None
 
     def changes(self) -> bool:
         """Apply the budget changes recorded next; True if there was one (a stop the loop
@@ -89,15 +95,8 @@ class Recorded:
 
     def take_if(self, step: int, kind: EntryKind) -> Entry | None:
         """The next entry if it is `kind` of `step`; else None, and nothing is taken."""
-        if self.position >= len(self.entries):
-            return None  # all taken (a fresh run's every call, several a step): nothing to do
-        entry = self.entries[self.position]
-        if entry.kind in _PASSED_OVER:  # only then is there a change to apply first
-            self.changes()
-            if self.position >= len(self.entries):
-                return None
-            entry = self.entries[self.position]
-        if entry.step == step and entry.kind is kind:
+        entry = self._next()
+        if entry is not None and entry.step == step and entry.kind is kind:
             self.position += 1
             return entry
         return None
