@@ -9,6 +9,7 @@ next write. A plain call: its action, then its observation."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -80,14 +81,20 @@ def test_a_sub_agents_call_commits_as_often_as_a_plain_call(db_url: str) -> None
 
 @contextmanager
 def statements_anywhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement the drivers run in this process inside the block, besides BEGIN,
-    COMMIT and ROLLBACK, however it is sent (SQLAlchemy's execute, the journal's own cursor,
-    the plain reads): sqlite3's trace of each connection opened meanwhile, and psycopg's
-    cursors' executes (each a round trip)."""
+    """Every statement the drivers run for the runs in this process inside the block,
+    besides BEGIN, COMMIT and ROLLBACK, however it is sent (SQLAlchemy's execute, the
+    journal's own cursor, the plain reads): sqlite3's trace of each connection opened
+    meanwhile, and psycopg's cursors' executes (each a round trip). Not those of this thread,
+    which serves the worker (its claims, and its housekeeping, once a second: as many more
+    as the drain takes seconds), nor the heartbeat's."""
     ran: list[str] = []
     ends = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
+    serving = threading.current_thread()
 
     def traced(sql: str) -> None:
+        here = threading.current_thread()
+        if here is serving or here.name == "runner-heartbeat":
+            return
         if not sql.lstrip().upper().startswith(ends):
             ran.append(sql)
 
