@@ -44,7 +44,7 @@ from runner.core.tree import Ancestor, Spend
 from runner.errors import LeaseLost
 from runner.sql import children, driver, json_batches, reserving, tree_budget
 from runner.sql import parking as parking_sql
-from runner.sql.backend import backend_for
+from runner.sql.backend import Backend, backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
 from runner.sql.limits import settle_gone, waiter_grace_from
 from runner.sql.payloads import payloads_of
@@ -311,6 +311,9 @@ class Heard(NamedTuple):
     messages: int
 
 
+_NOTHING_HEARD = Heard(False, 0)
+
+
 @dataclass(frozen=True)
 class Parking:
     """A run leaving its worker to wait for a person: the lease goes, the epoch stays."""
@@ -412,12 +415,15 @@ def append_entries(
             connection.close()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class Append:
     """One journal write, its statements and their parameters built and converted before any
     transaction begins: the write lock (SQLite's whole file, PostgreSQL's run row) is held
     for the statements alone. `run` may be tried again in a new transaction (a group commit
-    whose transaction another run's write failed: runner.sql.group_commit)."""
+    whose transaction another run's write failed: runner.sql.group_commit).
+
+    Not changed once made (but for `statements`), though not frozen: a frozen dataclass of
+    this many fields sets each through `object.__setattr__`, 2 us a write, twice a step."""
 
     run_id: str
     inserts: tuple[tuple[str, Parameters], ...]
@@ -453,8 +459,7 @@ class Append:
     def statements(self) -> tuple[tuple[str, Parameters], ...]:
         """The write's own statements (`inserts`, made now if they were left for later)."""
         if self.later is not None:
-            object.__setattr__(self, "inserts", self.later())
-            object.__setattr__(self, "later", None)
+            self.inserts, self.later = self.later(), None
         return self.inserts
 
     @classmethod
@@ -473,13 +478,16 @@ class Append:
         payloads: Payloads = PLAIN,
         written_at: datetime | None = None,
         ride: Ride | None = None,
+        now: datetime | None = None,
     ) -> Append:
         """`written_at`: the entries' `created_at` (default now), the same in every try of
         one write, so that a retry lands in the month partition of its first try and is
-        refused as a duplicate there if that try did commit (revision 0022)."""
-        at = utc_now(clock)
+        refused as a duplicate there if that try did commit (revision 0022). `now`: the
+        clock's time, if the caller has just read it (a first try's `written_at`)."""
+        at = utc_now(clock) if now is None else now
         stamp = at if written_at is None else written_at
-        fence = _fence(dialect, run_id, epoch, at, lease_seconds)
+        backend = backend_for(dialect.name)
+        fence = _fence(dialect, run_id, epoch, at, lease_seconds, backend)
         counters = entries[-1].counters
         charging = charge is not None and bool(charge.spent and charge.above)
         # A run's last write, where its end can go in the insert's statement: one statement
@@ -490,11 +498,11 @@ class Append:
             and parking is None
             and ride is None
             and len(entries) <= ROWS_PER_STATEMENT
-            and backend_for(dialect.name).finishes_in_insert
+            and backend.finishes_in_insert
         )
         one = len(entries) == 1 and not finishing
         positional = _positional(dialect) if one else None
-        shares = backend_for(dialect.name).writes_runs_together
+        shares = backend.writes_runs_together
         inserts: list[tuple[str, Parameters]] = []
         together: tuple[tuple[Any, ...], ...] | None = None
         end: dict[str, Any] | None = None
@@ -618,7 +626,7 @@ class Append:
     def run(self, write: driver.Statements) -> Heard:
         """The write's statements in `write`'s transaction; what it heard of the run."""
         run_id = self.run_id
-        heard = Heard(False, 0)
+        heard = _NOTHING_HEARD
         if self.first is not None:
             self.first.held = False  # until this try makes it (a try again may not)
         quiet = self.quiet
@@ -688,10 +696,17 @@ def _insert_later(
 
 
 def _fence(
-    dialect: Dialect, run_id: str, epoch: int, at: datetime, lease_seconds: float
+    dialect: Dialect,
+    run_id: str,
+    epoch: int,
+    at: datetime,
+    lease_seconds: float,
+    backend: Backend | None = None,
 ) -> dict[str, Any]:
     fence: dict[str, Any] = {"fence_run": run_id, "fence_epoch": epoch}
-    if backend_for(dialect.name).writes_renew_lease:  # else the statement has no use for them
+    if (
+        backend or backend_for(dialect.name)
+    ).writes_renew_lease:  # else the statement has no use for them
         fence["fence_expiry"] = at + timedelta(seconds=lease_seconds)
         fence["fence_renew_after"] = at + timedelta(seconds=lease_seconds * 2 / 3)
     return fence

@@ -362,7 +362,9 @@ class SqlJournal:
                 return
             # A framework's whole response, and a framework run's task, ride in its action's
             # commit: the action's points.
-            first = next((e for e in entries if e.kind not in _RIDERS), entries[0])
+            first = entries[0]
+            if first.kind in _RIDERS:
+                first = next((e for e in entries if e.kind not in _RIDERS), first)
             before, after = _FAULTS[first.kind]
             fault(before)
             entries = self._with_held_back(entries)
@@ -507,6 +509,7 @@ class SqlJournal:
             payloads_of(self.engine),
             written_at,
             ride,
+            now=None if retried else written_at,  # read just before this first try
         )
         try:
             if stop is not None and self._run.parent_id is not None:

@@ -6,6 +6,7 @@ plainly and every status value is explained here and in docs/reference/schema.md
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,12 +61,33 @@ class UtcDateTime(TypeDecorator[datetime]):
             raise ValueError(f"a naive datetime cannot be stored as UTC: {value!r}")
         return value.astimezone(UTC)
 
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        # On SQLite every journal row binds one: SQLAlchemy's text for it (its zone dropped,
+        # `%` over a dict of seven fields, behind two calls) costs about 1.3 us, isoformat
+        # about a third of that. Taken only where it writes the very same text.
+        general = super().bind_processor(dialect)
+        if dialect.name != "sqlite" or general is None:
+            return general
+        probes = (datetime(2001, 2, 3, 4, 5, 6, 7, UTC), datetime(987, 6, 5, 4, 3, 2, 0, UTC))
+        if any(_sqlite_text(probe) != general(probe) for probe in probes):
+            return general
+        return _sqlite_text
+
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
         return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def _sqlite_text(value: datetime | None) -> str | None:
+    """`value` in UTC as SQLite's DATETIME stores it: `YYYY-MM-DD HH:MM:SS.ffffff`, no zone."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise ValueError(f"a naive datetime cannot be stored as UTC: {value!r}")
+    return value.astimezone(UTC).isoformat(" ", "microseconds")[:26]
 
 
 Timestamp = UtcDateTime()

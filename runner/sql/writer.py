@@ -16,6 +16,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine
@@ -109,24 +110,30 @@ class Writer:
         ):
             return write.run(transaction)
 
+    def turn(self) -> AbstractContextManager[Connection]:
+        """The process's turn to write and the connection to write on, as a `with` block;
+        the connection given back with no transaction left open."""
+        if self._keep and self._turn is not None and self._connections is None:
+            return _KeptTurn(self, self._turn)  # SQLite's: every journal write, twice a step
+        return self._other_turn()
+
     @contextlib.contextmanager
-    def turn(self) -> Iterator[Connection]:
+    def _other_turn(self) -> Iterator[Connection]:
         if not self._keep or self._turn is None:
             with writing(self.engine), self.engine.connect() as connection:
                 yield connection
             return
-        if self._connections is not None:
-            with self._connections.turn() as connection:
-                yield connection
-            return
-        with self._turn:
-            kept = self._kept
-            if kept is None or kept.closed:
-                kept = self._kept = self.engine.connect()
-            try:
-                yield kept
-            finally:
-                _reset(kept)
+        assert self._connections is not None
+        with self._connections.turn() as connection:
+            yield connection
+
+    def _kept_connection(self) -> Connection:
+        """The connection kept for the writes (a new one if there is none or it closed);
+        only with the turn held."""
+        kept = self._kept
+        if kept is None or kept.closed:
+            kept = self._kept = self.engine.connect()
+        return kept
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -158,6 +165,33 @@ class Writer:
             if self._kept is not None:
                 self._kept.close()
                 self._kept = None
+
+
+class _KeptTurn:
+    """SQLite's turn on the connection the writer keeps: the file's lock held from `with`
+    to its end, the connection then reset. A class, not a generator's context manager: it
+    is taken twice a step, and the generator's machinery cost more than the lock."""
+
+    __slots__ = ("connection", "lock", "writer")
+
+    def __init__(self, writer: Writer, lock: threading.Lock) -> None:
+        self.writer = writer
+        self.lock = lock
+
+    def __enter__(self) -> Connection:
+        self.lock.acquire()
+        try:
+            self.connection = self.writer._kept_connection()
+        except BaseException:
+            self.lock.release()
+            raise
+        return self.connection
+
+    def __exit__(self, *_: object) -> None:
+        try:
+            _reset(self.connection)
+        finally:
+            self.lock.release()
 
 
 def _can_spare(engine: Engine) -> bool:
