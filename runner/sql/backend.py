@@ -654,9 +654,17 @@ class PostgresBackend(Backend):
         # another: one statement (a fenced insert is one CTE) needs neither in autocommit,
         # where it is its own transaction, committed (and durable) when it returns. Only
         # between transactions: a write inside an open one joins it, as before.
-        if not one_statement or dbapi_connection.autocommit:
-            return False
         if dbapi_connection.info.transaction_status != _IDLE:
+            return False
+        if dbapi_connection.autocommit:
+            # A journal writer's connection stays in autocommit from one write to the next
+            # (runner.sql.writer: psycopg's switch costs a lock and a generator, about 3 us
+            # each way): several statements need a transaction begun for them, which the
+            # write's COMMIT (or ROLLBACK) ends.
+            if not one_statement:
+                execute("BEGIN")
+            return False
+        if not one_statement:
             return False
         dbapi_connection.autocommit = True
         return True

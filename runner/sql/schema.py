@@ -82,12 +82,25 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 
 def _sqlite_text(value: datetime | None) -> str | None:
-    """`value` in UTC as SQLite's DATETIME stores it: `YYYY-MM-DD HH:MM:SS.ffffff`, no zone."""
+    """`value` in UTC as SQLite's DATETIME stores it: `YYYY-MM-DD HH:MM:SS.ffffff`, no zone.
+
+    The text up to the second is kept from the last value written (a process writes many a
+    second): a lookup and the microseconds, half of isoformat's cost."""
+    global _last_second
     if value is None:
         return None
     if value.tzinfo is None:
         raise ValueError(f"a naive datetime cannot be stored as UTC: {value!r}")
-    return value.astimezone(UTC).isoformat(" ", "microseconds")[:26]
+    value = value.astimezone(UTC)
+    second = (value.year, value.month, value.day, value.hour, value.minute, value.second)
+    last = _last_second  # one read: another thread may replace it meanwhile
+    if last[0] != second:
+        last = _last_second = (second, value.isoformat(" ", "seconds")[:19])
+    return f"{last[1]}.{value.microsecond:06d}"
+
+
+# The last second `_sqlite_text` wrote, and its text: replaced whole, never changed.
+_last_second: tuple[tuple[int, ...], str] = ((), "")
 
 
 Timestamp = UtcDateTime()

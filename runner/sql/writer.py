@@ -17,6 +17,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from typing import Any
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection, Engine
@@ -103,7 +104,7 @@ class Writer:
         """Run a journal write in a transaction of its own, or on SQLite in the next group
         commit; returns once it has committed, with what it heard of its run."""
         if self.group is not None:
-            return self.group.commit(write, self.turn)
+            return self.group.commit(write, self._journal_turn)
         with (
             self.turn() as connection,
             driver.Write(connection, one_statement=write.one_statement) as transaction,
@@ -116,6 +117,13 @@ class Writer:
         if self._keep and self._turn is not None and self._connections is None:
             return _KeptTurn(self, self._turn)  # SQLite's: every journal write, twice a step
         return self._other_turn()
+
+    def _journal_turn(self) -> AbstractContextManager[Connection]:
+        """`turn`, for the journal's own writes (driver.Write, on the driver's cursor): on
+        PostgreSQL the connection is left in autocommit, where its next write finds it."""
+        if self._connections is not None:
+            return self._connections.turn(autocommit=True)
+        return self.turn()
 
     @contextlib.contextmanager
     def _other_turn(self) -> Iterator[Connection]:
@@ -222,7 +230,11 @@ class _Kept:
         self._all: list[Connection] = []
 
     @contextlib.contextmanager
-    def turn(self) -> Iterator[Connection]:
+    def turn(self, *, autocommit: bool = False) -> Iterator[Connection]:
+        """A kept connection, for one statement at a time. `autocommit`: for the journal's
+        writes, which leave it so between them (a connection switches only when the kind
+        of turn changes); any other turn has it as the pool gives it, a transaction begun
+        by its first statement."""
         with self._turns:
             with self._guard:
                 kept = self._idle.pop() if self._idle else None
@@ -231,6 +243,7 @@ class _Kept:
                 with self._guard:
                     self._all = [c for c in self._all if not c.closed] + [kept]
             try:
+                _switch_autocommit(kept, autocommit)
                 yield kept
             finally:
                 _reset(kept)
@@ -254,8 +267,24 @@ class _Kept:
     def close(self) -> None:
         with self.held(), self._guard:
             for connection in self._all:
+                # Back to the pool as it came: a connection in autocommit would make the
+                # transactions of whoever takes it next one statement long.
+                with contextlib.suppress(Exception):
+                    _switch_autocommit(connection, False)
                 connection.close()
             self._all, self._idle = [], []
+
+
+def _switch_autocommit(connection: Connection, autocommit: bool) -> None:
+    """Put the driver connection beneath `connection` in (or out of) autocommit, if it is
+    not already, between transactions (psycopg refuses the switch inside one)."""
+    if connection.invalidated or connection.closed:
+        return
+    dbapi_connection: Any = connection.connection.dbapi_connection
+    if dbapi_connection is None or dbapi_connection.autocommit == autocommit:
+        return
+    _reset(connection)
+    dbapi_connection.autocommit = autocommit
 
 
 def _reset(connection: Connection) -> None:

@@ -23,6 +23,7 @@ from runner.sql import driver, fencing, leases
 from runner.sql import runs as store
 from runner.sql.journal import SqlJournal
 from runner.sql.schema import entries, runs
+from runner.sql.writer import Writer
 from runner.store.rows import entry_row, entry_values
 from runner.store.rules import Claim
 
@@ -46,6 +47,14 @@ def claimed(runner: Runner, run_id: str) -> Claim:
 def runner(db_url: str) -> Iterator[Runner]:
     with Runner(db_url) as opened:
         yield opened
+
+
+def stored(runner: Runner, run_id: str) -> tuple[int, int]:
+    """The steps and tokens of the run's own row (not its journal's, as `Runner.row`)."""
+    with runner.engine.connect() as connection:
+        query = select(runs.c.steps, runs.c.tokens).where(runs.c.id == run_id)
+        steps, tokens = connection.execute(query).one()
+    return steps, tokens
 
 
 def in_transaction(connection: Connection) -> bool:
@@ -376,3 +385,63 @@ def test_a_statement_psycopg_would_parse_at_every_run_is_sent_numbered(runner: R
             (row,) = write.rows(long.sql, long.parameters(dict(values)))
             assert list(row) == [i * 10 for i in range(60)] + [0]
         assert list(write.rows(short.sql, short.parameters({"b0": 4}))) == [(4,)]
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_on_postgres_a_journal_writers_connection_stays_in_autocommit_between_writes(
+    runner: Runner,
+) -> None:
+    # The journal's writes leave their kept connection in autocommit (psycopg's switch costs
+    # a lock and a generator each way); any other turn on it, and the pool once the writer
+    # closes, find it out of autocommit: their transactions stay whole.
+    claim = claimed(runner, "kept")
+    writer = Writer(runner.engine)
+    journal = SqlJournal(runner.engine, claim, lease_seconds=60, writer=writer)
+    journal.append(task_entry("t"))
+    assert writer._connections is not None  # PostgreSQL's writer keeps its connections
+    (kept,) = writer._connections._all
+    raw: Any = kept.connection.dbapi_connection
+    assert raw.autocommit is True and not in_transaction(kept)
+    switches: list[bool] = []
+    psycopg_connection = type(raw)
+    autocommit = psycopg_connection.autocommit
+
+    def counted(self: Any, value: bool) -> None:
+        switches.append(value)
+        autocommit.fset(self, value)
+
+    psycopg_connection.autocommit = property(autocommit.fget, counted)
+    try:
+        action = tool_action("kept", 1, "add", {"a": 1}, Counters())
+        journal.append(action)
+        journal.append(observation(action, "1"))
+        assert switches == []  # none from one journal write to the next
+        # Another turn: out of autocommit, so a failure undoes its whole transaction.
+        with pytest.raises(IntegrityError), writer.turn() as connection, connection.begin():
+            assert raw.autocommit is False
+            connection.execute(runs.update().where(runs.c.id == "kept").values(steps=41))
+            duplicate = entry_row("kept", 0, claim.epoch, task_entry("t"), utc_now())
+            connection.execute(entries.insert().values(duplicate))
+        assert switches == [False]
+    finally:
+        psycopg_connection.autocommit = autocommit
+    assert stored(runner, "kept") == (0, 0)
+    # Several statements on a connection in autocommit (back in it for the journal's next
+    # turn) are one transaction too: BEGIN, then the write's COMMIT or ROLLBACK.
+    with writer._connections.turn(autocommit=True) as connection:
+        assert raw.autocommit is True
+        with pytest.raises(RuntimeError), driver.Write(connection) as write:
+            write.execute("UPDATE runs SET steps = 42 WHERE id = 'kept'")
+            assert in_transaction(connection)
+            raise RuntimeError("undone")
+        assert not in_transaction(connection)
+        with driver.Write(connection) as write:
+            write.execute("UPDATE runs SET steps = 43 WHERE id = 'kept'")
+            write.execute("UPDATE runs SET tokens = 7 WHERE id = 'kept'")
+        assert not in_transaction(connection)
+    assert stored(runner, "kept") == (43, 7)
+    writer.close()
+    with runner.engine.connect() as connection:
+        assert connection.connection.dbapi_connection.autocommit is False

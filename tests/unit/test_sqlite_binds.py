@@ -51,3 +51,14 @@ def test_a_sqlite_storage_format_of_its_own_keeps_sqlalchemys_processor() -> Non
     assert processor is None or processor.__name__ != "_sqlite_text"
     quick = Timestamp.dialect_impl(SQLITE).bind_processor(SQLITE)
     assert quick is not None and quick.__name__ == "_sqlite_text"
+
+
+def test_timestamps_in_turn_each_keep_their_own_second() -> None:
+    # The text up to the second is kept from the last value: the same second, the next,
+    # and back again each come out as SQLAlchemy's.
+    process = Timestamp.dialect_impl(SQLITE).bind_processor(SQLITE)
+    assert process is not None and SQLALCHEMY is not None
+    start = datetime(2026, 12, 7, 12, 59, 59, 999998, UTC)
+    for micros in (0, 1, 2, 3, 1, 0, 5_000_000, 0, 60_000_001):
+        value = start + timedelta(microseconds=micros)
+        assert process(value) == SQLALCHEMY(value)
