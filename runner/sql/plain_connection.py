@@ -18,7 +18,6 @@ psycopg given the connect arguments SQLAlchemy's psycopg dialect would give it.
 from __future__ import annotations
 
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -107,6 +106,8 @@ def _sqlite(parts: dict[str, Any], options: dict[str, str]) -> Reader | None:
     path = Path(database).absolute()
     if not path.is_file():
         return None  # the full path creates and migrates it, or says why not
+    import sqlite3  # here: `runner list` on PostgreSQL need not load it (1 ms of its start)
+
     try:
         # isolation_level=None: each SELECT on its own, never a write lock taken; the
         # busy timeout as the engine's (a checkpoint or recovery may hold the file).

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -110,14 +109,16 @@ class Reader:
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
-        self.sqlite = isinstance(connection, sqlite3.Connection)
+        # sqlite3 is loaded if the connection is its own (on PostgreSQL it need not be).
+        sqlite3 = sys.modules.get("sqlite3")
+        self.sqlite = sqlite3 is not None and isinstance(connection, sqlite3.Connection)
         self.statement: str | None = None  # the last one run, for an error's message
 
     @property
     def errors(self) -> tuple[type[Exception], ...]:
         """The driver's errors (not SQLAlchemy's: none wraps them here)."""
         if self.sqlite:
-            return (sqlite3.Error,)
+            return (sys.modules["sqlite3"].Error,)
         if isinstance(self.connection, libpq.Connection):
             return (libpq.Error,)
         return (sys.modules["psycopg"].Error,)  # loaded: the connection is psycopg's

@@ -171,6 +171,7 @@ heavy = ("sqlalchemy", "alembic", "runner.service.runner", "runner.sql.runs",
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 print("psycopg" in sys.modules, file=sys.stderr)
+print(" ".join(name for name in ("sqlite3", "socket") if name in sys.modules))
 """
 
 
@@ -194,10 +195,13 @@ def test_runner_list_and_show_load_no_sqlalchemy(db_url: str, args: list[str]) -
     fill(db_url)
     done = _runner_in_a_child(PLAIN, [*args, "--db", db_url])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() not in ("", "[]", "no runs")
+    *output, loaded = done.stdout.splitlines()
+    assert "\n".join(output).strip() not in ("", "[]", "no runs")
     # Not psycopg either: an SQLite file is read with the standard library's sqlite3, a
-    # PostgreSQL database with libpq itself (runner.sql.libpq).
+    # PostgreSQL database with libpq itself (runner.sql.libpq), without sqlite3; neither
+    # loads socket (the host's name is os.uname's).
     assert done.stderr.strip() == "False"
+    assert loaded == ("sqlite3" if db_url.startswith("sqlite") else "")
 
 
 PLAIN_MODULES = [
