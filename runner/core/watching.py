@@ -62,17 +62,24 @@ class Watcher:
         while True:
             self._some.wait()
             time.sleep(WATCH_EVERY)
-            with self._lock:
-                watched = list(self._watched.values())
-            for watch, wake in watched:
-                try:
-                    why = watch()
-                except Exception:
-                    why = "raised"  # the caller asks again, and raises it where it waits
-                if why is not None:
-                    # The call may have ended meanwhile: then its caller's next wait wakes
-                    # once for nothing and looks again, as after any stray wake-up.
-                    wake.set()
+            self._ask_each()
+
+    def _ask_each(self) -> None:
+        """Ask every watch once. A method of its own: its locals (the watches, and through
+        them the runs they watch) go when it returns, not when the thread next wakes; the
+        thread may sleep for ever once nothing is watched, and a run dropped unclosed would
+        stay alive in its last look (its connections open)."""
+        with self._lock:
+            watched = list(self._watched.values())
+        for watch, wake in watched:
+            try:
+                why = watch()
+            except Exception:
+                why = "raised"  # the caller asks again, and raises it where it waits
+            if why is not None:
+                # The call may have ended meanwhile: then its caller's next wait wakes once
+                # for nothing and looks again, as after any stray wake-up.
+                wake.set()
 
 
 _watcher = Watcher()

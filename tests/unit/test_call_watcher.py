@@ -4,13 +4,16 @@ WATCH_EVERY seconds to ask (5,000 wake-ups a second in a worker of a thousand ru
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 
 from runner.core.calls import invoke
 from runner.core.interrupts import CallInterrupted
-from tests.conditions import wait_until
+from runner.core.watching import Watcher
+from tests.conditions import scaled, wait_until
 
 
 def test_the_caller_is_not_woken_to_ask_its_watch_while_the_call_runs() -> None:
@@ -71,3 +74,28 @@ def test_a_watch_that_raises_raises_in_the_caller() -> None:
             invoke(call, (), {}, 120.0, watch=watch)
     finally:
         release.set()
+
+
+def test_a_watch_removed_is_kept_alive_by_nothing_of_the_watchers() -> None:
+    # The watcher's thread sleeps for ever once nothing is watched: what it last asked must
+    # not stay alive in it meanwhile (a run dropped unclosed kept its connections open).
+    watcher = Watcher()  # a thread of its own, nothing else watched
+    asked = threading.Event()
+
+    class Run:
+        def stop_requested(self) -> str | None:
+            asked.set()
+            return None
+
+    run = Run()
+    key = watcher.add(run.stop_requested, threading.Event())
+    assert asked.wait(scaled(30))
+    watcher.remove(key)
+    gone = weakref.ref(run)
+    del run
+
+    def collected() -> bool:
+        gc.collect()
+        return gone() is None
+
+    wait_until(collected, timeout=5, what="the watch's owner collected")
