@@ -10,6 +10,7 @@ which errors mean a damaged database, how idle workers are woken) it asks
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import sqlite3
@@ -585,6 +586,7 @@ class PostgresBackend(Backend):
         engine = create_engine(url, connect_args=connect_args, **kwargs)
         for_postgresql()  # its dialect is loaded now: the options cost no import
         _ping_after_idle(engine)
+        event.listen(engine, "checkin", _out_of_autocommit)
         if direct is not None:
             _DIRECT[engine] = direct
         return engine
@@ -797,6 +799,19 @@ def backend_for(dialect: str) -> Backend:
         raise DatabaseRefused(
             f"runner stores runs in SQLite or PostgreSQL, not {dialect}"
         ) from None
+
+
+def _out_of_autocommit(dbapi_connection: Any, _record: Any) -> None:
+    """A connection back in the pool leaves autocommit (reset has ended any transaction).
+
+    A journal writer keeps its connections in autocommit between its writes and takes them
+    out when it closes (runner.sql.writer); one given back otherwise (its runner dropped
+    unclosed, the connection collected) must not hand autocommit to its next user, whose
+    every transaction would be one statement long."""
+    if dbapi_connection is None or dbapi_connection.closed or not dbapi_connection.autocommit:
+        return
+    with contextlib.suppress(Exception):  # a broken connection: its next use finds out
+        dbapi_connection.autocommit = False
 
 
 def _adapt_none_at_once() -> None:

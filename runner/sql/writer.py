@@ -268,7 +268,8 @@ class _Kept:
         with self.held(), self._guard:
             for connection in self._all:
                 # Back to the pool as it came: a connection in autocommit would make the
-                # transactions of whoever takes it next one statement long.
+                # transactions of whoever takes it next one statement long (the pool's
+                # checkin does it too, for a connection given back without this close).
                 with contextlib.suppress(Exception):
                     _switch_autocommit(connection, False)
                 connection.close()

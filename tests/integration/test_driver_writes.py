@@ -21,6 +21,7 @@ from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
 from runner.sql import driver, fencing, leases
 from runner.sql import runs as store
+from runner.sql.database import open_engine
 from runner.sql.journal import SqlJournal
 from runner.sql.schema import entries, runs
 from runner.sql.writer import Writer
@@ -445,3 +446,24 @@ def test_on_postgres_a_journal_writers_connection_stays_in_autocommit_between_wr
     writer.close()
     with runner.engine.connect() as connection:
         assert connection.connection.dbapi_connection.autocommit is False
+
+
+@pytest.mark.parametrize(
+    "db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+def test_on_postgres_a_connection_given_back_in_autocommit_leaves_it(db_url: str) -> None:
+    # A journal writer's kept connection is in autocommit between writes; given back to the
+    # pool without the writer's close (a runner dropped unclosed), its next user still gets
+    # it out of autocommit, so that its transactions stay whole.
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        with engine.connect() as connection:
+            raw: Any = connection.connection.dbapi_connection
+            server_pid = raw.info.backend_pid
+            raw.autocommit = True
+        with engine.connect() as connection:
+            raw = connection.connection.dbapi_connection
+            assert raw.info.backend_pid == server_pid  # the same one, from the pool
+            assert raw.autocommit is False
+    finally:
+        engine.dispose()
