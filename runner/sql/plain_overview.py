@@ -20,7 +20,7 @@ from runner.sql import plain_connection, reads
 from runner.sql.reads import Reader
 from runner.sql.run_states import clock_now, observe, read_tree, runs, waits
 from runner.store.overview import Listed, Shown, trees_of
-from runner.store.rules import result_of
+from runner.store.run_views import result_of
 
 T = TypeVar("T")
 

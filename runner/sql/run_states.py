@@ -22,8 +22,8 @@ from runner.sql.reads import Reader
 from runner.store import liveness
 from runner.store.owner import local_prefix
 from runner.store.rows import RunRow
-from runner.store.rules import unanswered, wait_of
 from runner.store.run_trees import TREE_LIMIT, RunTree, tree_of
+from runner.store.run_views import unanswered, wait_of
 
 # How many live leases held on this host a listing of running or stalled runs looks
 # through for dead holders.
