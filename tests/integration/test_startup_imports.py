@@ -167,7 +167,8 @@ except SystemExit as exit:
     assert not exit.code, exit.code
 heavy = ("sqlalchemy", "alembic", "runner.service.runner", "runner.sql.runs",
          "runner.sql.schema", "runner.sql.database", "runner.sql.backend",
-         "runner.sql.approvals", "runner.core.loop", "runner.core.tree", "rich", "asyncio")
+         "runner.sql.approvals", "runner.core.loop", "runner.core.tree", "rich", "asyncio",
+         "runner.store.rules")
 loaded = sorted(name for name in heavy if name in sys.modules)
 assert not loaded, f"runner {' '.join(sys.argv[1:])} loaded {loaded}"
 print("psycopg" in sys.modules, file=sys.stderr)
@@ -209,6 +210,7 @@ PLAIN_MODULES = [
     "runner.sql.run_states",
     "runner.sql.reads",
     "runner.store.rows",
+    "runner.store.run_views",
 ]
 
 
