@@ -804,10 +804,10 @@ def backend_for(dialect: str) -> Backend:
 def _out_of_autocommit(dbapi_connection: Any, _record: Any) -> None:
     """A connection back in the pool leaves autocommit (reset has ended any transaction).
 
-    A journal writer keeps its connections in autocommit between its writes and takes them
-    out when it closes (runner.sql.writer); one given back otherwise (its runner dropped
-    unclosed, the connection collected) must not hand autocommit to its next user, whose
-    every transaction would be one statement long."""
+    A journal writer keeps its connections in autocommit between its writes
+    (runner.sql.writer); given back, by its close or collected with a runner dropped
+    unclosed, none may hand autocommit to its next user, whose every transaction would be
+    one statement long."""
     if dbapi_connection is None or dbapi_connection.closed or not dbapi_connection.autocommit:
         return
     with contextlib.suppress(Exception):  # a broken connection: its next use finds out

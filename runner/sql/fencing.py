@@ -487,7 +487,7 @@ class Append:
         at = utc_now(clock) if now is None else now
         stamp = at if written_at is None else written_at
         backend = backend_for(dialect.name)
-        fence = _fence(dialect, run_id, epoch, at, lease_seconds, backend)
+        fence = _fence(backend, run_id, epoch, at, lease_seconds)
         counters = entries[-1].counters
         charging = charge is not None and bool(charge.spent and charge.above)
         # A run's last write, where its end can go in the insert's statement: one statement
@@ -582,7 +582,7 @@ class Append:
             if first is not None:
                 child_id = first.hold.run_id
                 row = entry_values(child_id, 0, first.epoch, first.task, stamp, payloads)
-                child_fence = _fence(dialect, child_id, first.epoch, at, lease_seconds)
+                child_fence = _fence(backend, child_id, first.epoch, at, lease_seconds)
                 statement = _fenced_insert(dialect, 1)
                 first_task = (statement.sql, statement.parameters(_rows((row,), child_fence)))
         charged = None
@@ -696,17 +696,10 @@ def _insert_later(
 
 
 def _fence(
-    dialect: Dialect,
-    run_id: str,
-    epoch: int,
-    at: datetime,
-    lease_seconds: float,
-    backend: Backend | None = None,
+    backend: Backend, run_id: str, epoch: int, at: datetime, lease_seconds: float
 ) -> dict[str, Any]:
     fence: dict[str, Any] = {"fence_run": run_id, "fence_epoch": epoch}
-    if (
-        backend or backend_for(dialect.name)
-    ).writes_renew_lease:  # else the statement has no use for them
+    if backend.writes_renew_lease:  # else the statement has no use for them
         fence["fence_expiry"] = at + timedelta(seconds=lease_seconds)
         fence["fence_renew_after"] = at + timedelta(seconds=lease_seconds * 2 / 3)
     return fence

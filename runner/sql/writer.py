@@ -267,11 +267,8 @@ class _Kept:
     def close(self) -> None:
         with self.held(), self._guard:
             for connection in self._all:
-                # Back to the pool as it came: a connection in autocommit would make the
-                # transactions of whoever takes it next one statement long (the pool's
-                # checkin does it too, for a connection given back without this close).
-                with contextlib.suppress(Exception):
-                    _switch_autocommit(connection, False)
+                # Back to the pool, whose checkin takes it out of autocommit
+                # (runner.sql.backend: as for one given back without this close).
                 connection.close()
             self._all, self._idle = [], []
 

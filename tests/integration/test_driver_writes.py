@@ -21,6 +21,7 @@ from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
 from runner.sql import driver, fencing, leases
 from runner.sql import runs as store
+from runner.sql.backend import backend_for
 from runner.sql.database import open_engine
 from runner.sql.journal import SqlJournal
 from runner.sql.schema import entries, runs
@@ -257,7 +258,7 @@ def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runn
     assert positional is not None
     statement = fencing._fenced_insert(dialect, 1)
     at = utc_now()
-    fence = fencing._fence(dialect, "r", 3, at, 60)
+    fence = fencing._fence(backend_for(dialect.name), "r", 3, at, 60)
     action = tool_action("r", 1, "add", {"a": 1, "é": [None, 2.5]}, Counters(1, 2**70, 1e308))
     entries = [
         task_entry("t\x00\ud800 NUL and a lone surrogate"),
