@@ -229,6 +229,11 @@ class Backend:
     def end_write(self, dbapi_connection: Any) -> None:
         """Undo what `begin_write` switched, once the write has ended."""
 
+    def left_to_commit(self, dbapi_connection: Any) -> bool:
+        """Whether a write's statements left a transaction for its COMMIT to end (not one
+        run in autocommit, committed as it ran)."""
+        return True
+
     def read_options(self) -> dict[str, Any]:
         """Execution options for a connection that only reads."""
         return {}
@@ -674,6 +679,12 @@ class PostgresBackend(Backend):
     def end_write(self, dbapi_connection: Any) -> None:
         if not dbapi_connection.closed:  # a lost connection is discarded anyway
             dbapi_connection.autocommit = False
+
+    def left_to_commit(self, dbapi_connection: Any) -> bool:
+        # psycopg's commit of nothing still takes its lock and runs a generator, twice a step.
+        return not dbapi_connection.autocommit or (
+            dbapi_connection.info.transaction_status != _IDLE
+        )
 
     def snapshot_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ"}

@@ -197,6 +197,14 @@ class _OnCursor:
             or connection.dispatch.after_cursor_execute
         )
 
+    def _drop_cursor(self) -> None:
+        self.info.pop(_CURSOR, None)
+        numbered = self.info.pop(_NUMBERED_CURSOR, None)
+        for cursor in (self.cursor, numbered):
+            with contextlib.suppress(Exception):  # a lost connection's cursor may not close
+                if cursor is not None:
+                    cursor.close()
+
     def execute(self, sql: str, parameters: Parameters = ()) -> None:
         self._execute(sql, parameters)
 
@@ -273,23 +281,55 @@ class Write(_OnCursor):
             if failed:  # SQLAlchemy may have closed it: the next write makes a new one
                 self._drop_cursor()
 
-    def _drop_cursor(self) -> None:
-        self.info.pop(_CURSOR, None)
-        numbered = self.info.pop(_NUMBERED_CURSOR, None)
-        for cursor in (self.cursor, numbered):
-            with contextlib.suppress(Exception):  # a lost connection's cursor may not close
-                if cursor is not None:
-                    cursor.close()
-
     def _commit(self) -> None:
         connection = self.connection
         if self.watched or connection.dispatch.commit:
             connection._commit_impl()  # tells the listeners (the write-path test counts)
             return
+        dbapi_connection = self.dbapi_connection
+        if not backend_for(connection.dialect.name).left_to_commit(dbapi_connection):
+            return
         try:
-            self.dbapi_connection.commit()  # autocommit: nothing left to commit, no trip
+            dbapi_connection.commit()
         except BaseException as exc:
             connection._handle_dbapi_exception(exc, None, None, None, None)
+
+
+def commit_if_changed(
+    connection: Connection, sql: str, parameters: Parameters, rows: int
+) -> bool | None:
+    """One statement in a write transaction of its own on the driver's cursor, committed if
+    it changed exactly `rows` rows, else rolled back: whether it committed. `Write`'s work
+    for the commonest write (one journal entry, nothing to read back) without its object
+    and its hooks, for a backend whose write begins with BEGIN IMMEDIATE (SQLite's). None,
+    untried, when the connection's statements or commits are watched (listeners, `echo`):
+    `Write` tells them. A driver's error is SQLAlchemy's to raise, as in `Write`, the
+    transaction rolled back first."""
+    on = _OnCursor(connection)
+    if on.watched or connection.dispatch.commit:
+        return None
+    cursor, dbapi_connection = on.cursor, on.dbapi_connection
+    changed = False
+    try:
+        try:
+            cursor.execute(_BEGIN_IMMEDIATE)
+            cursor.execute(sql, parameters)
+            changed = cursor.rowcount == rows
+            if changed:
+                dbapi_connection.commit()
+            else:
+                dbapi_connection.rollback()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a lost connection may not roll back
+                dbapi_connection.rollback()
+            raise
+    except Exception as exc:
+        on._drop_cursor()
+        connection._handle_dbapi_exception(exc, sql, parameters, cursor, None)
+    return changed
+
+
+_BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
 
 
 class Statements(Protocol):

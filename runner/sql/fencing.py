@@ -279,6 +279,28 @@ class _Positional:
 _POSITIONAL: WeakKeyDictionary[Dialect, _Positional | None] = WeakKeyDictionary()
 
 
+def quiet_one(
+    dialect: Dialect,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entry: Entry,
+    at: datetime,
+    payloads: Payloads,
+) -> tuple[str, tuple[Any, ...]] | None:
+    """One entry's quiet fenced insert, its SQL and values, where the dialect has one
+    (SQLite): the statement `Append.of` makes first for a write of this entry alone, which
+    writes its row if the run is this worker's and nothing waits to be heard (no cancel, no
+    message), and else changes nothing. None where the dialect has none."""
+    positional = _positional(dialect)
+    if positional is None or positional.quiet is None:
+        return None
+    sql, width = positional.quiet
+    row = entry_values(run_id, seq, epoch, entry, at, payloads)
+    fence = {"fence_run": run_id, "fence_epoch": epoch}
+    return sql, positional.parameters(row, fence)[:width]
+
+
 def _positional(dialect: Dialect) -> _Positional | None:
     """The one-entry insert's positional fast path for `dialect`, if its driver has one."""
     try:
@@ -311,7 +333,7 @@ class Heard(NamedTuple):
     messages: int
 
 
-_NOTHING_HEARD = Heard(False, 0)
+NOTHING_HEARD = Heard(False, 0)
 
 
 @dataclass(frozen=True)
@@ -626,7 +648,7 @@ class Append:
     def run(self, write: driver.Statements) -> Heard:
         """The write's statements in `write`'s transaction; what it heard of the run."""
         run_id = self.run_id
-        heard = _NOTHING_HEARD
+        heard = NOTHING_HEARD
         if self.first is not None:
             self.first.held = False  # until this try makes it (a try again may not)
         quiet = self.quiet

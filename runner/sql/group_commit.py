@@ -129,6 +129,11 @@ class Group:
         """How many writes wait for a transaction now (tests wait on it)."""
         return len(self._queue)
 
+    def idle(self) -> bool:
+        """Whether no write is queued or being written now (read without the lock: a write
+        that comes just after meets the file's lock, as any other, and waits its turn)."""
+        return not self._leading and not self._queue
+
     def commit(self, write: Write, turn: Callable[[], AbstractContextManager[Connection]]) -> Heard:
         """Write `write` in the next transaction, alone or with others; once it has
         committed, what the write heard of its run (its cancel flag, its messages).

@@ -111,6 +111,34 @@ class Writer:
         ):
             return write.run(transaction)
 
+    def commit_alone(self, sql: str, parameters: tuple[Any, ...], rows: int) -> bool:
+        """SQLite: a write of one statement that must change `rows` rows, committed in a
+        transaction of its own on the kept connection, at once when no other write of this
+        process is queued, being written or holding the file (a run with no company, the
+        common case), in a few steps where `commit` takes many (its group, its `Append`).
+        True if it committed; False if it changed other than `rows` rows (undone) or was
+        not tried (not SQLite's kept connection, the group or the file busy, statements
+        watched): the caller then writes through `commit`, as it would have."""
+        group = self.group
+        kept_file = self._connections is None and self._turn is not None
+        if group is None or not kept_file or not group.idle():
+            return False
+        turn = self._turn
+        assert turn is not None
+        # Only a turn free now: a write that would wait for it queues in the group instead,
+        # to share the next commit with the others that wait.
+        if not turn.acquire(blocking=False):
+            return False
+        try:
+            committed = driver.commit_if_changed(self._kept_connection(), sql, parameters, rows)
+        finally:
+            turn.release()
+        if not committed:
+            return False
+        group.transactions += 1
+        group.writes += 1
+        return True
+
     def turn(self) -> AbstractContextManager[Connection]:
         """The process's turn to write and the connection to write on, as a `with` block;
         the connection given back with no transaction left open."""

@@ -26,6 +26,7 @@ from runner.sql.database import open_engine
 from runner.sql.journal import SqlJournal
 from runner.sql.schema import entries, runs
 from runner.sql.writer import Writer
+from runner.store.payloads import PLAIN
 from runner.store.rows import entry_row, entry_values
 from runner.store.rules import Claim
 
@@ -468,3 +469,96 @@ def test_on_postgres_a_connection_given_back_in_autocommit_leaves_it(db_url: str
             assert raw.autocommit is False
     finally:
         engine.dispose()
+
+
+def every_column(engine: Any, run_id: str) -> list[dict[str, Any]]:
+    """The run's entries, every column but the run's id and the time written, in order."""
+    with engine.connect() as connection:
+        rows = connection.execute(
+            select(entries).where(entries.c.run_id == run_id).order_by(entries.c.seq)
+        ).mappings()
+        return [{k: v for k, v in row.items() if k not in ("run_id", "created_at")} for row in rows]
+
+
+def test_an_entry_alone_is_written_at_once_as_the_group_would_write_it(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite: a write of one entry, with no other write of the process queued or holding
+    # the file, is its quiet insert committed at once (driver.commit_if_changed), not a
+    # group commit of an Append. Its rows are the general path's to the byte; a write that
+    # hears a cancel or a message, or is fenced out, goes the general way and says so.
+    sqlite = runner.engine.dialect.name == "sqlite"
+    tried: list[bool | None] = []
+    real = driver.commit_if_changed
+
+    def spy(*args: Any) -> bool | None:
+        tried.append(real(*args))
+        return tried[-1]
+
+    monkeypatch.setattr(driver, "commit_if_changed", spy)
+    claim = claimed(runner, "alone")
+    action = tool_action("alone", 1, "add", {"a": 1, "é": [None, 2.5]}, Counters(1, 2, 0.5))
+    written = [task_entry("t"), action, replace(observation(action, "3 ✓"), call_id="c-1")]
+    with runner.store.open_journal(claim, lease_seconds=60) as journal:
+        assert isinstance(journal, SqlJournal)
+        for entry in written:
+            journal.append(entry)
+        assert tried == ([True] * 3 if sqlite else [])
+        # The same entries through the general path (Append.of, the group's transaction).
+        general = claimed(runner, "general")
+        with runner.engine.connect() as connection:
+            for seq, entry in enumerate(written):
+                fencing.append_entry(connection, "general", general.epoch, seq, entry, None, 60)
+        assert every_column(runner.engine, "alone") == every_column(runner.engine, "general")
+
+        with runner.engine.begin() as other:
+            other.execute(runs.update().where(runs.c.id == "alone").values(cancel_requested=True))
+        tried.clear()
+        journal.append(observation(action, "again"))
+        assert tried == ([False] if sqlite else [])  # nothing written: the loud insert then
+        assert journal.cancel_requested()
+
+        leases.claim_run(
+            runner.engine, "alone", owner="w:2:1", lease_seconds=60, max_resumes=9, steal=True
+        )
+        journal.lost.clear()
+        with pytest.raises(LeaseLost):
+            journal.append(observation(action, "fenced"))
+    assert [r["seq"] for r in entry_rows(runner.engine, "alone")] == [0, 1, 2, 3]
+    with runner.engine.connect() as connection:
+        assert not in_transaction(connection)
+
+
+def test_an_entry_alone_that_the_database_refuses_leaves_no_transaction(runner: Runner) -> None:
+    if runner.engine.dialect.name != "sqlite":
+        pytest.skip("SQLite's writer alone writes an entry at once")
+    claim = claimed(runner, "refused")
+    writer = Writer(runner.engine)
+    try:
+        quiet = fencing.quiet_one(
+            runner.engine.dialect, "refused", claim.epoch, 0, task_entry("t"), utc_now(),
+            PLAIN,
+        )  # fmt: skip
+        assert quiet is not None
+        assert writer.commit_alone(*quiet, rows=1)
+        with pytest.raises(IntegrityError):  # the same seq again: SqlJournal's retry tells
+            writer.commit_alone(*quiet, rows=1)
+        with writer.turn() as connection:
+            assert not in_transaction(connection)
+        # It goes on writing, and a write whose fence fails changes nothing and says so.
+        action = tool_action("refused", 1, "add", {"a": 1}, Counters())
+        quiet = fencing.quiet_one(
+            runner.engine.dialect, "refused", claim.epoch, 1, action, utc_now(), PLAIN
+        )
+        assert quiet is not None
+        assert writer.commit_alone(*quiet, rows=1)
+        fenced = fencing.quiet_one(
+            runner.engine.dialect, "refused", claim.epoch + 1, 2, action, utc_now(), PLAIN
+        )
+        assert fenced is not None
+        assert not writer.commit_alone(*fenced, rows=1)
+        with writer.turn() as connection:
+            assert not in_transaction(connection)
+    finally:
+        writer.close()
+    assert [r["seq"] for r in entry_rows(runner.engine, "refused")] == [0, 1]
