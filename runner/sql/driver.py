@@ -329,6 +329,24 @@ def commit_if_changed(
     return changed
 
 
+def read_if_unwatched(
+    connection: Connection, sql: str, parameters: Parameters
+) -> Sequence[Any] | None:
+    """One statement on the driver's cursor, as it stands (a connection in autocommit: its
+    own transaction): the rows it returns. None, untried, when the connection's statements
+    or commits are watched (listeners, `echo`), or it is not in autocommit: `Write` tells
+    them and begins what it must."""
+    on = _OnCursor(connection)
+    dbapi_connection: Any = on.dbapi_connection
+    if on.watched or connection.dispatch.commit or not getattr(dbapi_connection, "autocommit", 0):
+        return None
+    try:
+        return on.rows(sql, parameters)
+    except BaseException:
+        on._drop_cursor()
+        raise
+
+
 _BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
 
 

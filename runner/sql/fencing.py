@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import (
@@ -59,6 +59,9 @@ from runner.store.rows import (
     plain_text,
     sealed,
 )
+
+if TYPE_CHECKING:  # runner.sql.writer imports this module
+    from runner.sql.writer import Writer
 
 
 class Ride(Protocol):
@@ -299,6 +302,42 @@ def quiet_one(
     row = entry_values(run_id, seq, epoch, entry, at, payloads)
     fence = {"fence_run": run_id, "fence_epoch": epoch}
     return sql, positional.parameters(row, fence)[:width]
+
+
+def write_alone(
+    writer: Writer,
+    dialect: Dialect,
+    run_id: str,
+    epoch: int,
+    seq: int,
+    entry: Entry,
+    at: datetime,
+    lease_seconds: float,
+    payloads: Payloads,
+) -> Heard | None:
+    """One entry's write, alone, in the fewest steps the writer has for it: what the run
+    heard, or None if the writer did not take it (another write queued, the file or every
+    connection busy, statements watched; on SQLite, a run that has heard something), to go
+    through `Append.of` and `Writer.commit` as any write. LeaseLost if it was fenced out.
+
+    On SQLite its quiet insert (`_quiet_insert`), committed only if it wrote the row; on
+    PostgreSQL its fenced insert in autocommit, one round trip, read back."""
+    if _positional(dialect) is not None:
+        quiet = quiet_one(dialect, run_id, epoch, seq, entry, at, payloads)
+        if quiet is None:
+            return None
+        return NOTHING_HEARD if writer.commit_alone(*quiet, rows=1) else None
+    if not writer.reads_alone:
+        return None
+    statement = _fenced_insert(dialect, 1)
+    fence = _fence(backend_for(dialect.name), run_id, epoch, at, lease_seconds)
+    values = _rows((entry_values(run_id, seq, epoch, entry, at, payloads),), fence)
+    found = writer.read_alone(statement.sql, statement.parameters(values))
+    if found is None:
+        return None
+    if not found:
+        raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
+    return Heard(bool(found[0][1]), found[0][2])
 
 
 def _positional(dialect: Dialect) -> _Positional | None:

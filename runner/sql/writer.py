@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -138,6 +138,27 @@ class Writer:
         group.transactions += 1
         group.writes += 1
         return True
+
+    @property
+    def reads_alone(self) -> bool:
+        """Whether `read_alone` may take a write (PostgreSQL's kept connections)."""
+        return self._connections is not None
+
+    def read_alone(self, sql: str, parameters: driver.Parameters) -> Sequence[Any] | None:
+        """PostgreSQL: a write of one statement, its own transaction in autocommit, on a
+        kept connection at once when no other write of this process is queued or being
+        written and one is free: the rows the statement returns, in a few steps where
+        `commit` takes many. None if not tried (not PostgreSQL's kept connections, the
+        group busy, none free, statements watched): the caller then writes through
+        `commit`."""
+        group, kept = self.group, self._connections
+        if group is None or kept is None or not group.idle():
+            return None
+        found = kept.read_alone(sql, parameters)
+        if found is not None:
+            group.transactions += 1
+            group.writes += 1
+        return found
 
     def turn(self) -> AbstractContextManager[Connection]:
         """The process's turn to write and the connection to write on, as a `with` block;
@@ -277,6 +298,27 @@ class _Kept:
                 _reset(kept)
                 with self._guard:
                     self._idle.append(kept)
+
+    def read_alone(self, sql: str, parameters: driver.Parameters) -> Sequence[Any] | None:
+        """One statement in autocommit (its own transaction) on a kept connection free now
+        and left in autocommit by the journal's last write: the rows it returns. None,
+        untried, if none is (all busy, or another turn has one out of autocommit), or its
+        statements are watched."""
+        if not self._turns.acquire(blocking=False):
+            return None
+        try:
+            with self._guard:
+                kept = self._idle.pop() if self._idle else None
+            if kept is None:
+                return None
+            try:
+                return driver.read_if_unwatched(kept, sql, parameters)
+            finally:
+                _reset(kept)
+                with self._guard:
+                    self._idle.append(kept)
+        finally:
+            self._turns.release()
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:

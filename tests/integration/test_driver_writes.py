@@ -483,19 +483,29 @@ def every_column(engine: Any, run_id: str) -> list[dict[str, Any]]:
 def test_an_entry_alone_is_written_at_once_as_the_group_would_write_it(
     runner: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # SQLite: a write of one entry, with no other write of the process queued or holding
-    # the file, is its quiet insert committed at once (driver.commit_if_changed), not a
-    # group commit of an Append. Its rows are the general path's to the byte; a write that
-    # hears a cancel or a message, or is fenced out, goes the general way and says so.
+    # A write of one entry, with no other write of the process queued (and on SQLite none
+    # holding the file), goes straight to its statement on the writer's kept connection,
+    # not through a group commit of an Append: on SQLite its quiet insert, committed if it
+    # wrote the row (driver.commit_if_changed); on PostgreSQL its fenced insert in
+    # autocommit, read back (driver.read_if_unwatched). Its rows are the general path's to
+    # the byte; a cancel is heard, and a write fenced out raises LeaseLost.
     sqlite = runner.engine.dialect.name == "sqlite"
-    tried: list[bool | None] = []
-    real = driver.commit_if_changed
+    tried: list[tuple[str, bool | None]] = []
+    commit_if_changed, read_if_unwatched = driver.commit_if_changed, driver.read_if_unwatched
 
-    def spy(*args: Any) -> bool | None:
-        tried.append(real(*args))
-        return tried[-1]
+    def committing(*args: Any) -> bool | None:
+        done = commit_if_changed(*args)
+        tried.append(("commit", done))
+        return done
 
-    monkeypatch.setattr(driver, "commit_if_changed", spy)
+    def reading(*args: Any) -> Any:
+        found = read_if_unwatched(*args)
+        tried.append(("read", None if found is None else bool(found)))
+        return found
+
+    monkeypatch.setattr(driver, "commit_if_changed", committing)
+    monkeypatch.setattr(driver, "read_if_unwatched", reading)
+    way = "commit" if sqlite else "read"
     claim = claimed(runner, "alone")
     action = tool_action("alone", 1, "add", {"a": 1, "é": [None, 2.5]}, Counters(1, 2, 0.5))
     written = [task_entry("t"), action, replace(observation(action, "3 ✓"), call_id="c-1")]
@@ -503,7 +513,8 @@ def test_an_entry_alone_is_written_at_once_as_the_group_would_write_it(
         assert isinstance(journal, SqlJournal)
         for entry in written:
             journal.append(entry)
-        assert tried == ([True] * 3 if sqlite else [])
+        # PostgreSQL's writer keeps no connection before its first write, which makes one.
+        assert tried == [(way, True)] * (3 if sqlite else 2)
         # The same entries through the general path (Append.of, the group's transaction).
         general = claimed(runner, "general")
         with runner.engine.connect() as connection:
@@ -515,7 +526,8 @@ def test_an_entry_alone_is_written_at_once_as_the_group_would_write_it(
             other.execute(runs.update().where(runs.c.id == "alone").values(cancel_requested=True))
         tried.clear()
         journal.append(observation(action, "again"))
-        assert tried == ([False] if sqlite else [])  # nothing written: the loud insert then
+        # SQLite's quiet insert wrote nothing: the loud one, through the group, then did.
+        assert tried == [(way, not sqlite)]
         assert journal.cancel_requested()
 
         leases.claim_run(
