@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
 from sqlalchemy import (
@@ -59,9 +59,6 @@ from runner.store.rows import (
     plain_text,
     sealed,
 )
-
-if TYPE_CHECKING:  # runner.sql.writer imports this module
-    from runner.sql.writer import Writer
 
 
 class Ride(Protocol):
@@ -282,6 +279,17 @@ class _Positional:
 _POSITIONAL: WeakKeyDictionary[Dialect, _Positional | None] = WeakKeyDictionary()
 
 
+class AloneWriter(Protocol):
+    """What `write_alone` asks of the journal's writer (runner.sql.writer.Writer)."""
+
+    @property
+    def reads_alone(self) -> bool: ...
+
+    def commit_alone(self, sql: str, parameters: tuple[Any, ...], rows: int) -> bool: ...
+
+    def read_alone(self, sql: str, parameters: Parameters) -> Sequence[Any] | None: ...
+
+
 def quiet_one(
     dialect: Dialect,
     run_id: str,
@@ -305,7 +313,7 @@ def quiet_one(
 
 
 def write_alone(
-    writer: Writer,
+    writer: AloneWriter,
     dialect: Dialect,
     run_id: str,
     epoch: int,

@@ -312,6 +312,8 @@ class _Kept:
             if kept is None:
                 return None
             try:
+                if kept.closed:  # `turn` makes its successor
+                    return None
                 return driver.read_if_unwatched(kept, sql, parameters)
             finally:
                 _reset(kept)
