@@ -330,18 +330,18 @@ def commit_if_changed(
 
 
 def read_if_unwatched(
-    connection: Connection, sql: str, parameters: Parameters
+    connection: Connection, made: Callable[[], tuple[str, Parameters]]
 ) -> Sequence[Any] | None:
-    """One statement on the driver's cursor, as it stands (a connection in autocommit: its
-    own transaction): the rows it returns. None, untried, when the connection's statements
-    or commits are watched (listeners, `echo`), or it is not in autocommit: `Write` tells
-    them and begins what it must."""
+    """One statement (`made()`) on the driver's cursor, as it stands (a connection in
+    autocommit: its own transaction): the rows it returns. None, untried (not made), when
+    the connection's statements or commits are watched (listeners, `echo`), or it is not in
+    autocommit: `Write` tells them and begins what it must."""
     on = _OnCursor(connection)
     dbapi_connection: Any = on.dbapi_connection
     if on.watched or connection.dispatch.commit or not getattr(dbapi_connection, "autocommit", 0):
         return None
     try:
-        return on.rows(sql, parameters)
+        return on.rows(*made())
     except BaseException:
         on._drop_cursor()
         raise

@@ -279,15 +279,18 @@ class _Positional:
 _POSITIONAL: WeakKeyDictionary[Dialect, _Positional | None] = WeakKeyDictionary()
 
 
+Made = Callable[[], tuple[str, Any]]  # a statement's SQL and values, made when called
+
+
 class AloneWriter(Protocol):
     """What `write_alone` asks of the journal's writer (runner.sql.writer.Writer)."""
 
     @property
     def reads_alone(self) -> bool: ...
 
-    def commit_alone(self, sql: str, parameters: tuple[Any, ...], rows: int) -> bool: ...
+    def commit_alone(self, made: Made, rows: int) -> bool: ...
 
-    def read_alone(self, sql: str, parameters: Parameters) -> Sequence[Any] | None: ...
+    def read_alone(self, made: Made) -> Sequence[Any] | None: ...
 
 
 def quiet_one(
@@ -324,23 +327,35 @@ def write_alone(
     payloads: Payloads,
 ) -> Heard | None:
     """One entry's write, alone, in the fewest steps the writer has for it: what the run
-    heard, or None if the writer did not take it (another write queued, the file or every
-    connection busy, statements watched; on SQLite, a run that has heard something), to go
-    through `Append.of` and `Writer.commit` as any write. LeaseLost if it was fenced out.
+    heard, or None if the writer did not take it (another write queued or being written,
+    the file or every connection busy, statements watched; on SQLite, a run that has heard
+    something), to go through `Append.of` and `Writer.commit` as any write. LeaseLost if it
+    was fenced out. The statement is made only once the writer takes it: at saturation,
+    where most writes share a group's, none is made twice.
 
-    On SQLite its quiet insert (`_quiet_insert`), committed only if it wrote the row; on
+    On SQLite its quiet insert (`quiet_one`), committed only if it wrote the row; on
     PostgreSQL its fenced insert in autocommit, one round trip, read back."""
-    if _positional(dialect) is not None:
-        quiet = quiet_one(dialect, run_id, epoch, seq, entry, at, payloads)
-        if quiet is None:
+    positional = _positional(dialect)
+    if positional is not None:
+        if positional.quiet is None:
             return None
-        return NOTHING_HEARD if writer.commit_alone(*quiet, rows=1) else None
+
+        def quiet() -> tuple[str, Any]:
+            made = quiet_one(dialect, run_id, epoch, seq, entry, at, payloads)
+            assert made is not None  # the dialect has one
+            return made
+
+        return NOTHING_HEARD if writer.commit_alone(quiet, rows=1) else None
     if not writer.reads_alone:
         return None
-    statement = _fenced_insert(dialect, 1)
-    fence = _fence(backend_for(dialect.name), run_id, epoch, at, lease_seconds)
-    values = _rows((entry_values(run_id, seq, epoch, entry, at, payloads),), fence)
-    found = writer.read_alone(statement.sql, statement.parameters(values))
+
+    def loud() -> tuple[str, Any]:
+        statement = _fenced_insert(dialect, 1)
+        fence = _fence(backend_for(dialect.name), run_id, epoch, at, lease_seconds)
+        values = _rows((entry_values(run_id, seq, epoch, entry, at, payloads),), fence)
+        return statement.sql, statement.parameters(values)
+
+    found = writer.read_alone(loud)
     if found is None:
         return None
     if not found:

@@ -134,6 +134,20 @@ class Group:
         that comes just after meets the file's lock, as any other, and waits its turn)."""
         return not self._leading and not self._queue
 
+    def lead_alone(self) -> bool:
+        """Take the lead if no write is queued or being written now: the caller writes its
+        own write alone, then calls `hand_over`, and the writes that came meanwhile queue
+        for the next leader, to share its transaction, as behind any leader."""
+        with self._queued:
+            if self._leading or self._queue:
+                return False
+            self._leading = True
+            return True
+
+    def hand_over(self) -> None:
+        """After a write led alone (`lead_alone`): the lead to the oldest write queued."""
+        self._hand_over()
+
     def commit(self, write: Write, turn: Callable[[], AbstractContextManager[Connection]]) -> Heard:
         """Write `write` in the next transaction, alone or with others; once it has
         committed, what the write heard of its run (its cancel flag, its messages).

@@ -25,7 +25,7 @@ from sqlalchemy.pool import QueuePool
 
 from runner.sql import driver
 from runner.sql.backend import backend_for
-from runner.sql.fencing import Heard, write_together
+from runner.sql.fencing import Heard, Made, write_together
 from runner.sql.group_commit import Group, Write
 
 # The most entries one shared statement writes on PostgreSQL (its rows are bound as arrays,
@@ -111,28 +111,36 @@ class Writer:
         ):
             return write.run(transaction)
 
-    def commit_alone(self, sql: str, parameters: tuple[Any, ...], rows: int) -> bool:
-        """SQLite: a write of one statement that must change `rows` rows, committed in a
-        transaction of its own on the kept connection, at once when no other write of this
-        process is queued, being written or holding the file (a run with no company, the
-        common case), in a few steps where `commit` takes many (its group, its `Append`).
-        True if it committed; False if it changed other than `rows` rows (undone) or was
-        not tried (not SQLite's kept connection, the group or the file busy, statements
-        watched): the caller then writes through `commit`, as it would have."""
-        group = self.group
-        kept_file = self._connections is None and self._turn is not None
-        if group is None or not kept_file or not group.idle():
+    def commit_alone(self, made: Made, rows: int) -> bool:
+        """SQLite: a write of one statement (`made()`) that must change `rows` rows,
+        committed in a transaction of its own on the kept connection, at once when no other
+        write of this process is queued, being written or holding the file (a run with no
+        company, the common case), in a few steps where `commit` takes many (its group, its
+        `Append`), the statement made only then. True if it committed; False if it changed
+        other than `rows` rows (undone) or was not tried (not SQLite's kept connection, the
+        group or the file busy, statements watched): the caller then writes through
+        `commit`, as it would have."""
+        group, turn = self.group, self._turn
+        if group is None or turn is None or self._connections is not None:
             return False
-        turn = self._turn
-        assert turn is not None
-        # Only a turn free now: a write that would wait for it queues in the group instead,
-        # to share the next commit with the others that wait.
-        if not turn.acquire(blocking=False):
+        # It leads, as a group's write with no company would: the writes that come while
+        # it commits queue behind it and share the next commit (at saturation, a hundred
+        # runs in one worker, they are most of them).
+        if not group.lead_alone():
             return False
         try:
-            committed = driver.commit_if_changed(self._kept_connection(), sql, parameters, rows)
+            # Only a turn free now: a write that would wait for it goes to the group, to
+            # share the commit of the others that wait.
+            if not turn.acquire(blocking=False):
+                return False
+            try:
+                sql, parameters = made()
+                connection = self._kept_connection()
+                committed = driver.commit_if_changed(connection, sql, parameters, rows)
+            finally:
+                turn.release()
         finally:
-            turn.release()
+            group.hand_over()
         if not committed:
             return False
         group.transactions += 1
@@ -144,8 +152,8 @@ class Writer:
         """Whether `read_alone` may take a write (PostgreSQL's kept connections)."""
         return self._connections is not None
 
-    def read_alone(self, sql: str, parameters: driver.Parameters) -> Sequence[Any] | None:
-        """PostgreSQL: a write of one statement, its own transaction in autocommit, on a
+    def read_alone(self, made: Made) -> Sequence[Any] | None:
+        """PostgreSQL: a write of one statement (`made()`), its own transaction in autocommit, on a
         kept connection at once when no other write of this process is queued or being
         written and one is free: the rows the statement returns, in a few steps where
         `commit` takes many. None if not tried (not PostgreSQL's kept connections, the
@@ -154,7 +162,7 @@ class Writer:
         group, kept = self.group, self._connections
         if group is None or kept is None or not group.idle():
             return None
-        found = kept.read_alone(sql, parameters)
+        found = kept.read_alone(made)
         if found is not None:
             group.transactions += 1
             group.writes += 1
@@ -299,11 +307,11 @@ class _Kept:
                 with self._guard:
                     self._idle.append(kept)
 
-    def read_alone(self, sql: str, parameters: driver.Parameters) -> Sequence[Any] | None:
-        """One statement in autocommit (its own transaction) on a kept connection free now
-        and left in autocommit by the journal's last write: the rows it returns. None,
-        untried, if none is (all busy, or another turn has one out of autocommit), or its
-        statements are watched."""
+    def read_alone(self, made: Made) -> Sequence[Any] | None:
+        """One statement (`made()`) in autocommit (its own transaction) on a kept connection
+        free now and left in autocommit by the journal's last write: the rows it returns.
+        None, untried, if none is (all busy, or another turn has one out of autocommit), or
+        its statements are watched."""
         if not self._turns.acquire(blocking=False):
             return None
         try:
@@ -314,7 +322,7 @@ class _Kept:
             try:
                 if kept.closed:  # `turn` makes its successor
                     return None
-                return driver.read_if_unwatched(kept, sql, parameters)
+                return driver.read_if_unwatched(kept, made)
             finally:
                 _reset(kept)
                 with self._guard:
