@@ -24,7 +24,7 @@ from runner.core.counters import Counters
 from runner.core.journal import Entry, EntryKind, Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import EntryRefused, LeaseLost
-from runner.sql import cancels, leases
+from runner.sql import cancels, driver, leases
 from runner.sql import runs as store
 from runner.sql.database import open_engine, upgrade
 from runner.sql.journal import SqlJournal
@@ -486,3 +486,45 @@ def test_runs_in_flight_on_one_runner_each_keep_their_own_journal(db_url: str) -
             assert [row["kind"] for row in rows] == ["task"] + ["action", "observation"] * 3 + [
                 "final"
             ]
+
+
+def test_writes_that_come_while_one_is_written_alone_share_the_next_commit(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite: a write with no company is committed alone, straight away (fencing.write_alone)
+    # and leads the group meanwhile: the writes that come while it commits queue, and the
+    # next leader writes them all in one transaction.
+    if engine.dialect.name != "sqlite":
+        pytest.skip(
+            "PostgreSQL: a write alone takes a kept connection of its own, the leader another"
+        )
+    writer = Writer(engine)
+    runs = journals(engine, writer, 4)
+    group = writer.group
+    assert group is not None
+    inside, release = threading.Event(), threading.Event()
+    real = driver.commit_if_changed
+
+    def slow(*args: Any) -> bool | None:
+        if not inside.is_set():  # the first write alone waits, the file and the lead held
+            inside.set()
+            release.wait(timeout=60)
+        return real(*args)
+
+    monkeypatch.setattr(driver, "commit_if_changed", slow)
+    before = (group.transactions, group.writes)
+    first = threading.Thread(target=runs[0].append, args=(action(runs[0]),))
+    first.start()
+    assert inside.wait(timeout=60)
+    others = [threading.Thread(target=j.append, args=(action(j),)) for j in runs[1:]]
+    for thread in others:
+        thread.start()
+    wait_until(lambda: group.queued() == 3, what="the other writes queued behind it")
+    release.set()
+    for thread in (first, *others):
+        thread.join()
+    # Two transactions: the first write's, alone, then the three queued behind it.
+    assert (group.transactions - before[0], group.writes - before[1]) == (2, 4)
+    for journal in runs:
+        assert kinds(engine, journal.run_id) == ["task", "action"]
+    writer.close()
