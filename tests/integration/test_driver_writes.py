@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -541,9 +542,13 @@ def test_an_entry_alone_is_written_at_once_as_the_group_would_write_it(
         assert not in_transaction(connection)
 
 
-def test_an_entry_alone_that_the_database_refuses_leaves_no_transaction(runner: Runner) -> None:
-    if runner.engine.dialect.name != "sqlite":
-        pytest.skip("SQLite's writer alone writes an entry at once")
+def test_an_entry_alone_that_the_database_refuses_leaves_no_transaction(tmp_path: Path) -> None:
+    # SQLite's: PostgreSQL's write alone is one statement in autocommit, its error its own.
+    with Runner(f"sqlite:///{tmp_path / 'refused.db'}") as runner:
+        refused_alone(runner)
+
+
+def refused_alone(runner: Runner) -> None:
     claim = claimed(runner, "refused")
     writer = Writer(runner.engine)
     try:
