@@ -234,6 +234,10 @@ class Backend:
         run in autocommit, committed as it ran)."""
         return True
 
+    # The statement that begins every write transaction on a driver connection, where one
+    # does and nothing else is switched (`begin_write`): a write may then run it itself.
+    write_begins_with: str | None = None
+
     def read_options(self) -> dict[str, Any]:
         """Execution options for a connection that only reads."""
         return {}
@@ -388,11 +392,13 @@ class SqliteBackend(Backend):
         source = _values_from(runs, rows, where=_fence() & heard_nothing)
         return insert(entries).from_select(ENTRY_COLUMNS, source)
 
+    write_begins_with = "BEGIN IMMEDIATE"
+
     def begin_write(
         self, execute: Callable[[str], None], dbapi_connection: Any, one_statement: bool
     ) -> bool:
         # As the engine's `begin` hook does, without its trip through Connection.execute.
-        execute("BEGIN IMMEDIATE")
+        execute(self.write_begins_with)
         return False
 
     def is_corrupt(self, exc: BaseException) -> bool:

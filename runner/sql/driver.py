@@ -296,15 +296,16 @@ class Write(_OnCursor):
 
 
 def commit_if_changed(
-    connection: Connection, sql: str, parameters: Parameters, rows: int
+    connection: Connection, sql: str, parameters: Parameters, rows: int, begin: str
 ) -> bool | None:
     """One statement in a write transaction of its own on the driver's cursor, committed if
     it changed exactly `rows` rows, else rolled back: whether it committed. `Write`'s work
     for the commonest write (one journal entry, nothing to read back) without its object
-    and its hooks, for a backend whose write begins with BEGIN IMMEDIATE (SQLite's). None,
-    untried, when the connection's statements or commits are watched (listeners, `echo`):
-    `Write` tells them. A driver's error is SQLAlchemy's to raise, as in `Write`, the
-    transaction rolled back first."""
+    and its hooks, begun by `begin`, its backend's `write_begins_with` (SQLite's BEGIN
+    IMMEDIATE: a backend that switches something to begin takes `Write`). None, untried,
+    when the connection's statements or commits are watched (listeners, `echo`): `Write`
+    tells them. A driver's error is SQLAlchemy's to raise, as in `Write`, the transaction
+    rolled back first."""
     on = _OnCursor(connection)
     if on.watched or connection.dispatch.commit:
         return None
@@ -312,7 +313,7 @@ def commit_if_changed(
     changed = False
     try:
         try:
-            cursor.execute(_BEGIN_IMMEDIATE)
+            cursor.execute(begin)
             cursor.execute(sql, parameters)
             changed = cursor.rowcount == rows
             if changed:
@@ -345,9 +346,6 @@ def read_if_unwatched(
     except BaseException:
         on._drop_cursor()
         raise
-
-
-_BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
 
 
 class Statements(Protocol):

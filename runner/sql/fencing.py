@@ -301,18 +301,23 @@ def quiet_one(
     entry: Entry,
     at: datetime,
     payloads: Payloads,
-) -> tuple[str, tuple[Any, ...]] | None:
-    """One entry's quiet fenced insert, its SQL and values, where the dialect has one
-    (SQLite): the statement `Append.of` makes first for a write of this entry alone, which
-    writes its row if the run is this worker's and nothing waits to be heard (no cancel, no
-    message), and else changes nothing. None where the dialect has none."""
+) -> Made | None:
+    """One entry's quiet fenced insert, where the dialect has one (SQLite): what makes its
+    SQL and values when called, the statement `Append.of` makes first for a write of this
+    entry alone, which writes its row if the run is this worker's and nothing waits to be
+    heard (no cancel, no message), and else changes nothing. None where the dialect has
+    none."""
     positional = _positional(dialect)
     if positional is None or positional.quiet is None:
         return None
-    sql, width = positional.quiet
-    row = entry_values(run_id, seq, epoch, entry, at, payloads)
-    fence = {"fence_run": run_id, "fence_epoch": epoch}
-    return sql, positional.parameters(row, fence)[:width]
+    found, quiet = positional, positional.quiet
+
+    def made() -> tuple[str, Any]:
+        row = entry_values(run_id, seq, epoch, entry, at, payloads)
+        fence = {"fence_run": run_id, "fence_epoch": epoch}
+        return quiet[0], found.parameters(row, fence)[: quiet[1]]
+
+    return made
 
 
 def write_alone(
@@ -335,16 +340,10 @@ def write_alone(
 
     On SQLite its quiet insert (`quiet_one`), committed only if it wrote the row; on
     PostgreSQL its fenced insert in autocommit, one round trip, read back."""
-    positional = _positional(dialect)
-    if positional is not None:
-        if positional.quiet is None:
+    if _positional(dialect) is not None:
+        quiet = quiet_one(dialect, run_id, epoch, seq, entry, at, payloads)
+        if quiet is None:
             return None
-
-        def quiet() -> tuple[str, Any]:
-            made = quiet_one(dialect, run_id, epoch, seq, entry, at, payloads)
-            assert made is not None  # the dialect has one
-            return made
-
         return NOTHING_HEARD if writer.commit_alone(quiet, rows=1) else None
     if not writer.reads_alone:
         return None

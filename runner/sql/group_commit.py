@@ -144,9 +144,11 @@ class Group:
             self._leading = True
             return True
 
-    def hand_over(self) -> None:
-        """After a write led alone (`lead_alone`): the lead to the oldest write queued."""
-        self._hand_over()
+    def wrote_alone(self) -> None:
+        """Count a write that went straight to its statement (the writer's), as one
+        transaction of one write."""
+        self.transactions += 1
+        self.writes += 1
 
     def commit(self, write: Write, turn: Callable[[], AbstractContextManager[Connection]]) -> Heard:
         """Write `write` in the next transaction, alone or with others; once it has
@@ -179,7 +181,7 @@ class Group:
                     # leader may gather the writes that come meanwhile and send them on
                     # another while this statement runs (each run's writes are one at a
                     # time: no run has two in flight).
-                    self._hand_over()
+                    self.hand_over()
                     handed = True
                     # Each write left after the shared statements is a transaction of its
                     # own, as without a group: several runs' rows locked in one transaction
@@ -205,11 +207,12 @@ class Group:
                 raise
         finally:
             if not handed:
-                self._hand_over()
+                self.hand_over()
         return request.outcome()
 
-    def _hand_over(self) -> None:
-        """Give the lead to the oldest write queued while this transaction ran, if any."""
+    def hand_over(self) -> None:
+        """Give the lead to the oldest write queued while this transaction (or a write led
+        alone: `lead_alone`) ran, if any."""
         with self._queued:
             if not self._queue:
                 self._leading = False

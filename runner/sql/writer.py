@@ -88,7 +88,8 @@ class Writer:
         self._lock = _lock_of(engine)  # SQLite's file: the process's turn to write to it
         # PostgreSQL writes several runs' entries in one statement: the connection kept for
         # it is used by one statement at a time, under a lock of this writer's own.
-        groups = backend_for(engine.dialect.name).writes_runs_together
+        self._backend = backend_for(engine.dialect.name)
+        groups = self._backend.writes_runs_together
         self._turn = self._lock if self._lock is not None or not groups else threading.Lock()
         self._keep = keep and self._turn is not None and _can_spare(engine)
         self._kept: Connection | None = None
@@ -120,8 +121,8 @@ class Writer:
         other than `rows` rows (undone) or was not tried (not SQLite's kept connection, the
         group or the file busy, statements watched): the caller then writes through
         `commit`, as it would have."""
-        group, turn = self.group, self._turn
-        if group is None or turn is None or self._connections is not None:
+        group, turn, begin = self.group, self._turn, self._backend.write_begins_with
+        if group is None or turn is None or begin is None or self._connections is not None:
             return False
         # It leads, as a group's write with no company would: the writes that come while
         # it commits queue behind it and share the next commit (at saturation, a hundred
@@ -136,15 +137,14 @@ class Writer:
             try:
                 sql, parameters = made()
                 connection = self._kept_connection()
-                committed = driver.commit_if_changed(connection, sql, parameters, rows)
+                committed = driver.commit_if_changed(connection, sql, parameters, rows, begin)
             finally:
                 turn.release()
         finally:
             group.hand_over()
         if not committed:
             return False
-        group.transactions += 1
-        group.writes += 1
+        group.wrote_alone()
         return True
 
     @property
@@ -164,8 +164,7 @@ class Writer:
             return None
         found = kept.read_alone(made)
         if found is not None:
-            group.transactions += 1
-            group.writes += 1
+            group.wrote_alone()
         return found
 
     def turn(self) -> AbstractContextManager[Connection]:

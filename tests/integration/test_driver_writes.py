@@ -557,9 +557,9 @@ def refused_alone(runner: Runner) -> None:
             PLAIN,
         )  # fmt: skip
         assert quiet is not None
-        assert writer.commit_alone(lambda: quiet, rows=1)
+        assert writer.commit_alone(quiet, rows=1)
         with pytest.raises(IntegrityError):  # the same seq again: SqlJournal's retry tells
-            writer.commit_alone(lambda: quiet, rows=1)
+            writer.commit_alone(quiet, rows=1)
         with writer.turn() as connection:
             assert not in_transaction(connection)
         # It goes on writing, and a write whose fence fails changes nothing and says so.
@@ -568,12 +568,12 @@ def refused_alone(runner: Runner) -> None:
             runner.engine.dialect, "refused", claim.epoch, 1, action, utc_now(), PLAIN
         )
         assert quiet is not None
-        assert writer.commit_alone(lambda: quiet, rows=1)
+        assert writer.commit_alone(quiet, rows=1)
         fenced = fencing.quiet_one(
             runner.engine.dialect, "refused", claim.epoch + 1, 2, action, utc_now(), PLAIN
         )
         assert fenced is not None
-        assert not writer.commit_alone(lambda: fenced, rows=1)
+        assert not writer.commit_alone(fenced, rows=1)
         with writer.turn() as connection:
             assert not in_transaction(connection)
     finally:
