@@ -51,8 +51,10 @@ from runner.core.ids import new_run_id
 from runner.core.journal import Entry
 from runner.core.loop import drive
 from runner.core.tools import as_tools
-from runner.sql import fencing, leases
+from runner.sql import fenced_inserts, leases
 from runner.sql import runs as store
+from runner.sql.backend import backend_for
+from runner.store.payloads import PLAIN
 from runner.store.rows import entry_values
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
@@ -186,15 +188,18 @@ def fenced_loop_floor(
     claim = leases.claim_run(
         engine, run_id, owner="bench:1:1", lease_seconds=runner.lease_seconds, max_resumes=1
     )
-    # The statement and binds exactly as fencing.append_entries makes them for one entry.
+    # The statement and binds exactly as fencing.append_entries makes them for one entry
+    # (payloads neither encrypted nor offloaded: the runner's default).
     dialect = engine.dialect
-    statement = fencing._fenced_insert(dialect, 1)
+    statement = fenced_inserts.fenced_insert(dialect, 1)
     at = utc_now(SYSTEM)
-    fence = fencing._fence(dialect, run_id, claim.epoch, at, runner.lease_seconds)
+    fence = fenced_inserts.fence_values(
+        backend_for(dialect.name), run_id, claim.epoch, at, runner.lease_seconds
+    )
     parameters = [
         statement.parameters(
-            fencing._rows(
-                (entry_values(run_id, seq, claim.epoch, journal[seq % len(journal)], at),),
+            fenced_inserts.insert_values(
+                (entry_values(run_id, seq, claim.epoch, journal[seq % len(journal)], at, PLAIN),),
                 fence,
             )
         )

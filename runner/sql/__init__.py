@@ -10,7 +10,8 @@ revivals, forks); the reads written once as plain SQL over a driver connection (
 list` and `show` read so, `plain_overview`). Leases and claims (`leases`; a run inserted
 already claimed, `fresh_claims`; the run a claim takes next, `runnable`; the heartbeat's
 renewals, `heartbeat` and `lease_renewals`). The journal: its fenced writes (`fencing`,
-`driver`, `journal`; which failures are worth a retry, `database_failures`; SQLite's
+`driver`, `journal`; the fenced inserts and the values they bind, `fenced_inserts`; a write
+of one entry alone, `write_alone`; which failures are worth a retry, `database_failures`; SQLite's
 in-process write lock and the kept connection, `writer`; the journal writes of runs in
 flight sharing one transaction or statement, `group_commit`; many rows bound as one JSON
 text on PostgreSQL, `json_batches`). Answers to waiting runs (`approvals`), messages sent to

@@ -19,18 +19,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, Protocol
-from weakref import WeakKeyDictionary
+from typing import Any, Protocol
 
 from sqlalchemy import (
     Connection,
     Engine,
     Update,
     bindparam,
-    exists,
     null,
     select,
-    true,
     update,
 )
 from sqlalchemy.engine import Dialect
@@ -42,13 +39,26 @@ from runner.core.status import RunStatus
 from runner.core.stop_reasons import StopReason
 from runner.core.tree import Ancestor, Spend
 from runner.errors import LeaseLost
-from runner.sql import children, driver, json_batches, reserving, tree_budget
+from runner.sql import children, driver, json_batches, tree_budget
 from runner.sql import parking as parking_sql
-from runner.sql.backend import Backend, backend_for
+from runner.sql.backend import backend_for
 from runner.sql.driver import Parameters, Prepared, prepared
-from runner.sql.limits import settle_gone, waiter_grace_from
+from runner.sql.fenced_inserts import (
+    FINISHED,
+    NOTHING_HEARD,
+    Heard,
+    fence_values,
+    fenced_insert,
+    fenced_insert_finishing,
+    fenced_insert_reserving,
+    fenced_insert_settling,
+    insert_values,
+    positional_insert,
+    quiet_insert,
+)
+from runner.sql.limits import waiter_grace_from
 from runner.sql.payloads import payloads_of
-from runner.sql.schema import entries, limit_reservations, runs
+from runner.sql.schema import entries, runs
 from runner.store.payloads import PLAIN, Payloads
 from runner.store.rows import (
     ENTRY_COLUMNS,
@@ -80,131 +90,9 @@ class Ride(Protocol):
 # are ever rendered.
 ROWS_PER_STATEMENT = 64
 
-# The run's columns a finish sets from values, each bound as `set_<column>`.
-_FINISHED = (
-    "status",
-    "stop_reason",
-    "output",
-    "output_format",
-    "error",
-    "wrapped_up",
-    "steps",
-    "tokens",
-    "cost",
-    "updated_at",
-    "finished_at",
-)
 # A parked run's row also holds its counters as of the park: what the runs below it check
 # its budgets against (its own spend; `below_*` is theirs).
 _PARKED = ("status", "waiting_since", "wait_expires_at", "updated_at", "steps", "tokens", "cost")
-
-
-def _fenced_insert(dialect: Dialect, rows: int) -> Prepared:
-    """The fenced insert of `rows` entries (a step's calls go in one statement)."""
-    return prepared(
-        dialect, ("fenced_insert", rows), lambda: backend_for(dialect.name).fenced_insert(rows)
-    )
-
-
-def _quiet_insert(dialect: Dialect, rows: int) -> tuple[str, int] | None:
-    """`rows` entries' quiet fenced insert (`Backend.fenced_insert_quiet`), if the backend has
-    one whose positional binds are the first of `_fenced_insert(dialect, rows)`'s (the loud
-    one binds the run's id again for what it reads back): its SQL and how many of the loud
-    one's values it takes. Else None: the write reads back, as everywhere."""
-    by_rows = _QUIET.get(dialect)
-    if by_rows is None:  # two threads may both render: the same text, no harm
-        by_rows = _QUIET[dialect] = {}
-    try:
-        return by_rows[rows]
-    except KeyError:
-        pass
-    found = None
-    statement = backend_for(dialect.name).fenced_insert_quiet(rows)
-    if statement is not None:
-        quiet, loud = Prepared.of(statement, dialect), _fenced_insert(dialect, rows)
-        if (
-            quiet.names is not None
-            and loud.names is not None
-            and loud.names[: len(quiet.names)] == quiet.names
-            and quiet.convert_names() == loud.convert_names()
-            and quiet.literals == loud.literals == ()
-        ):
-            found = (quiet.sql, len(quiet.names))
-    by_rows[rows] = found
-    return found
-
-
-_QUIET: WeakKeyDictionary[Dialect, dict[int, tuple[str, int] | None]] = WeakKeyDictionary()
-
-
-def _fenced_insert_settling(dialect: Dialect, rows: int, checked: bool = False) -> Prepared:
-    """The fenced insert of `rows` entries that also settles a model call's reservation, in
-    a CTE of the same statement (runner.sql.limit_rides: one round trip, not four);
-    `checked`: a call under a concurrency, whose limit's row it locks, returning whether to
-    wake its line (runner.sql.reserving.settle_checked)."""
-
-    def build() -> Any:
-        r = limit_reservations.c
-        at = bindparam("ride_at", type_=r.settled_at.type)
-        reservation = bindparam("ride_reservation", type_=r.id.type)
-        used = bindparam("ride_used", type_=r.tokens.type)
-        settled = (
-            update(limit_reservations)
-            .where(r.id == reservation)
-            .values(tokens=used, settled=true(), settled_at=at, counted_from=at)
-            .returning(r.id)
-            .cte("ride_settled")
-        )
-        # The sweep took the call's row (its lease lapsed while it was in flight): written
-        # anew, settled (runner.sql.limits.settle_call).
-        gone = settle_gone(
-            reservation,
-            bindparam("ride_limit", type_=r.limit_name.type),
-            bindparam("ride_run", type_=r.run_id.type),
-            bindparam("ride_epoch", type_=r.lease_epoch.type),
-            used,
-            at,
-            ~exists(select(settled.c.id)),
-        ).cte("ride_settled_gone")
-        statement = backend_for(dialect.name).fenced_insert(rows).add_cte(settled).add_cte(gone)
-        if checked:
-            name = bindparam("ride_limit", type_=r.limit_name.type)
-            graced = bindparam("ride_graced", type_=r.settled_at.type)
-            statement = statement.returning(*reserving.settle_checked(name, at, graced))
-        return statement
-
-    return prepared(dialect, ("fenced_insert_settling", rows, checked), build)
-
-
-def _fenced_insert_reserving(dialect: Dialect, rows: int) -> Prepared:
-    """The fenced insert of `rows` entries that also reserves the run's next model call, in
-    CTEs of the same statement (runner.sql.reserving: one round trip, not six)."""
-
-    def build() -> Any:
-        statement = backend_for(dialect.name).fenced_insert(rows)
-        ctes, returned = reserving.reserving(_fenced_cte(statement))
-        for cte in ctes:
-            statement = statement.add_cte(cte)
-        return statement.returning(*returned)
-
-    return prepared(dialect, ("fenced_insert_reserving", rows), build)
-
-
-def _fenced_cte(statement: Any) -> Any:
-    """The `fenced` CTE of a backend's fenced insert (the run's row, if its fence held)."""
-    [fenced] = [cte for cte in statement._independent_ctes if cte.name == "fenced"]
-    return fenced
-
-
-def _fenced_insert_finishing(dialect: Dialect, rows: int) -> Prepared:
-    """The fenced insert of `rows` entries that also ends the run (`finishes_in_insert`),
-    its columns bound as `set_<column>` as `_fenced_update(_FINISHED)` binds them."""
-
-    def build() -> Any:
-        finished = {name: bindparam(f"set_{name}", type_=runs.c[name].type) for name in _FINISHED}
-        return backend_for(dialect.name).fenced_insert_finishing(rows, finished)
-
-    return prepared(dialect, ("fenced_insert_finishing", rows), build)
 
 
 def _riding(
@@ -230,146 +118,13 @@ def _riding(
         values.update(ride_limit=name, ride_run=run_id, ride_epoch=epoch)
         if checked:
             values.update(ride_graced=waiter_grace_from(at))
-        return _fenced_insert_settling(dialect, rows, checked)
+        return fenced_insert_settling(dialect, rows, checked)
     reserve = ride.one_reserve(at) if backend.reserves_in_insert else None
     if reserve is not None:
         ride.in_insert = True
         values.update(reserve)
-        return _fenced_insert_reserving(dialect, rows)
+        return fenced_insert_reserving(dialect, rows)
     return statement
-
-
-@dataclass(frozen=True)
-class _Positional:
-    """A one-entry fenced insert whose binds are the entry's columns in order, then the
-    fence's (SQLite's, as rendered): its parameters made from `store.entry_values` with no
-    dict on the way, the same values `Prepared.parameters` would give (test_driver_writes)."""
-
-    sql: str
-    convert: tuple[tuple[int, Callable[[Any], Any]], ...]  # (column index, processor)
-    fence: tuple[str, ...]  # the fence's bind names after the entry's
-    quiet: tuple[str, int] | None  # `_quiet_insert`'s
-
-    @classmethod
-    def of(cls, statement: Prepared, quiet: tuple[str, int] | None) -> _Positional | None:
-        names = statement.names
-        width = len(ENTRY_COLUMNS)
-        if names is None or list(names[:width]) != ENTRY_COLUMNS:
-            return None
-        processed = dict(statement.convert)
-        if any(name in processed for name in names[width:]):
-            return None  # a fence value that needs converting: take the general path
-        index = {name: i for i, name in enumerate(ENTRY_COLUMNS)}
-        convert = tuple((index[name], process) for name, process in statement.convert)
-        return cls(
-            sql=statement.sql,
-            convert=convert,
-            fence=tuple(names[width:]),
-            quiet=quiet,
-        )
-
-    def parameters(self, row: tuple[Any, ...], fence: dict[str, Any]) -> tuple[Any, ...]:
-        values = list(row)
-        for i, process in self.convert:
-            values[i] = process(values[i])
-        values.extend([fence[name] for name in self.fence])
-        return tuple(values)
-
-
-_POSITIONAL: WeakKeyDictionary[Dialect, _Positional | None] = WeakKeyDictionary()
-
-
-Made = Callable[[], tuple[str, Any]]  # a statement's SQL and values, made when called
-
-
-class AloneWriter(Protocol):
-    """What `write_alone` asks of the journal's writer (runner.sql.writer.Writer)."""
-
-    @property
-    def reads_alone(self) -> bool: ...
-
-    def commit_alone(self, made: Made, rows: int) -> bool: ...
-
-    def read_alone(self, made: Made) -> Sequence[Any] | None: ...
-
-
-def quiet_one(
-    dialect: Dialect,
-    run_id: str,
-    epoch: int,
-    seq: int,
-    entry: Entry,
-    at: datetime,
-    payloads: Payloads,
-) -> Made | None:
-    """One entry's quiet fenced insert, where the dialect has one (SQLite): what makes its
-    SQL and values when called, the statement `Append.of` makes first for a write of this
-    entry alone, which writes its row if the run is this worker's and nothing waits to be
-    heard (no cancel, no message), and else changes nothing. None where the dialect has
-    none."""
-    positional = _positional(dialect)
-    if positional is None or positional.quiet is None:
-        return None
-    found, quiet = positional, positional.quiet
-
-    def made() -> tuple[str, Any]:
-        row = entry_values(run_id, seq, epoch, entry, at, payloads)
-        fence = {"fence_run": run_id, "fence_epoch": epoch}
-        return quiet[0], found.parameters(row, fence)[: quiet[1]]
-
-    return made
-
-
-def write_alone(
-    writer: AloneWriter,
-    dialect: Dialect,
-    run_id: str,
-    epoch: int,
-    seq: int,
-    entry: Entry,
-    at: datetime,
-    lease_seconds: float,
-    payloads: Payloads,
-) -> Heard | None:
-    """One entry's write, alone, in the fewest steps the writer has for it: what the run
-    heard, or None if the writer did not take it (another write queued or being written,
-    the file or every connection busy, statements watched; on SQLite, a run that has heard
-    something), to go through `Append.of` and `Writer.commit` as any write. LeaseLost if it
-    was fenced out. The statement is made only once the writer takes it: at saturation,
-    where most writes share a group's, none is made twice.
-
-    On SQLite its quiet insert (`quiet_one`), committed only if it wrote the row; on
-    PostgreSQL its fenced insert in autocommit, one round trip, read back."""
-    if _positional(dialect) is not None:
-        quiet = quiet_one(dialect, run_id, epoch, seq, entry, at, payloads)
-        if quiet is None:
-            return None
-        return NOTHING_HEARD if writer.commit_alone(quiet, rows=1) else None
-    if not writer.reads_alone:
-        return None
-
-    def loud() -> tuple[str, Any]:
-        statement = _fenced_insert(dialect, 1)
-        fence = _fence(backend_for(dialect.name), run_id, epoch, at, lease_seconds)
-        values = _rows((entry_values(run_id, seq, epoch, entry, at, payloads),), fence)
-        return statement.sql, statement.parameters(values)
-
-    found = writer.read_alone(loud)
-    if found is None:
-        return None
-    if not found:
-        raise LeaseLost(f"run {run_id} was taken over by another worker: not writing")
-    return Heard(bool(found[0][1]), found[0][2])
-
-
-def _positional(dialect: Dialect) -> _Positional | None:
-    """The one-entry insert's positional fast path for `dialect`, if its driver has one."""
-    try:
-        return _POSITIONAL[dialect]
-    except KeyError:
-        positional = _Positional.of(_fenced_insert(dialect, 1), _quiet_insert(dialect, 1))
-        found = _POSITIONAL[dialect] = positional
-        return found
 
 
 def _fenced_update(columns: tuple[str, ...]) -> Update:
@@ -384,17 +139,6 @@ def _fenced_update(columns: tuple[str, ...]) -> Update:
         .where(runs.c.id == bindparam("fence_run"), runs.c.lease_epoch == bindparam("fence_epoch"))
         .values(values)
     )
-
-
-class Heard(NamedTuple):
-    """What a journal write reads back of its run, for free: whether a cancel was asked,
-    and how many messages sent to it are not in its journal yet."""
-
-    cancel: bool
-    messages: int
-
-
-NOTHING_HEARD = Heard(False, 0)
 
 
 @dataclass(frozen=True)
@@ -521,7 +265,7 @@ class Append:
     # (ENTRY_COLUMNS order), for `write_together`; and the fence they are written under.
     together: tuple[tuple[Any, ...], ...] | None = None
     fence: dict[str, Any] = field(default_factory=dict)
-    # A run's last write (`together`): the run's end, its `_FINISHED` values (`set_<column>`),
+    # A run's last write (`together`): the run's end, its `FINISHED` values (`set_<column>`),
     # which the shared statement sets on its row as `inserts` would.
     end: dict[str, Any] | None = None
     # The run's limit writes riding in this one (runner.sql.limit_rides.Ride), if any.
@@ -570,7 +314,7 @@ class Append:
         at = utc_now(clock) if now is None else now
         stamp = at if written_at is None else written_at
         backend = backend_for(dialect.name)
-        fence = _fence(backend, run_id, epoch, at, lease_seconds)
+        fence = fence_values(backend, run_id, epoch, at, lease_seconds)
         counters = entries[-1].counters
         charging = charge is not None and bool(charge.spent and charge.above)
         # A run's last write, where its end can go in the insert's statement: one statement
@@ -584,7 +328,7 @@ class Append:
             and backend.finishes_in_insert
         )
         one = len(entries) == 1 and not finishing
-        positional = _positional(dialect) if one else None
+        positional = positional_insert(dialect) if one else None
         shares = backend.writes_runs_together
         inserts: list[tuple[str, Parameters]] = []
         together: tuple[tuple[Any, ...], ...] | None = None
@@ -597,7 +341,7 @@ class Append:
             quiet = None if positional.quiet is None else (*positional.quiet, 1)
         elif finishing:
             assert stop is not None
-            statement = _fenced_insert_finishing(dialect, len(entries))
+            statement = fenced_insert_finishing(dialect, len(entries))
             rows = tuple(
                 entry_values(run_id, seq + i, epoch, entry, stamp, payloads)
                 for i, entry in enumerate(entries)
@@ -610,7 +354,7 @@ class Append:
             else:
                 inserts, later = list(later()), None
         elif len(entries) <= ROWS_PER_STATEMENT:  # one statement
-            statement = _fenced_insert(dialect, len(entries))
+            statement = fenced_insert(dialect, len(entries))
             rows = tuple(
                 entry_values(run_id, seq + i, epoch, entry, stamp, payloads)
                 for i, entry in enumerate(entries)
@@ -619,7 +363,7 @@ class Append:
             if not alone and not charging and shares:
                 together = rows  # may share a statement with other runs' (write_together)
                 later = _insert_later(statement, rows, fence)
-            values = _rows(rows, fence) if later is None else {}
+            values = insert_values(rows, fence) if later is None else {}
             plain = statement
             if ride is not None:
                 statement = _riding(
@@ -627,18 +371,18 @@ class Append:
                 )
             if later is None:
                 inserts = [(statement.sql, statement.parameters(values))]
-                twin = _quiet_insert(dialect, len(entries)) if statement is plain else None
+                twin = quiet_insert(dialect, len(entries)) if statement is plain else None
                 quiet = None if twin is None else (*twin, len(entries))
         else:
             inserts = []
             for start in range(0, len(entries), ROWS_PER_STATEMENT):
                 chunk = entries[start : start + ROWS_PER_STATEMENT]
-                statement = _fenced_insert(dialect, len(chunk))
+                statement = fenced_insert(dialect, len(chunk))
                 rows = tuple(
                     entry_values(run_id, seq + start + i, epoch, entry, stamp, payloads)
                     for i, entry in enumerate(chunk)
                 )
-                values = _rows(rows, fence)
+                values = insert_values(rows, fence)
                 inserts.append((statement.sql, statement.parameters(values)))
         finish = cancelled = park = first_task = None
         made: list[tuple[str, Parameters]] = []
@@ -665,9 +409,12 @@ class Append:
             if first is not None:
                 child_id = first.hold.run_id
                 row = entry_values(child_id, 0, first.epoch, first.task, stamp, payloads)
-                child_fence = _fence(backend, child_id, first.epoch, at, lease_seconds)
-                statement = _fenced_insert(dialect, 1)
-                first_task = (statement.sql, statement.parameters(_rows((row,), child_fence)))
+                child_fence = fence_values(backend, child_id, first.epoch, at, lease_seconds)
+                statement = fenced_insert(dialect, 1)
+                first_task = (
+                    statement.sql,
+                    statement.parameters(insert_values((row,), child_fence)),
+                )
         charged = None
         if not charging:
             charge = None
@@ -718,7 +465,7 @@ class Append:
                 # Every row written and nothing heard, or none written: then the loud one,
                 # in the same transaction, writes them and says what was heard (or fences).
                 (quiet_sql, width, rows), quiet = quiet, None
-                assert isinstance(parameters, tuple)  # positional: `_quiet_insert`
+                assert isinstance(parameters, tuple)  # positional: `quiet_insert`
                 if write.count(quiet_sql, parameters[:width]) == rows:
                     continue
             written = write.rows(sql, parameters)
@@ -770,36 +517,12 @@ def _insert_later(
     """The one fenced insert of `rows` (with `more` values: a run's end), made when called."""
 
     def made() -> tuple[tuple[str, Parameters], ...]:
-        values = _rows(rows, fence)
+        values = insert_values(rows, fence)
         if more is not None:
             values.update(more)
         return ((statement.sql, statement.parameters(values)),)
 
     return made
-
-
-def _fence(
-    backend: Backend, run_id: str, epoch: int, at: datetime, lease_seconds: float
-) -> dict[str, Any]:
-    fence: dict[str, Any] = {"fence_run": run_id, "fence_epoch": epoch}
-    if backend.writes_renew_lease:  # else the statement has no use for them
-        fence["fence_expiry"] = at + timedelta(seconds=lease_seconds)
-        fence["fence_renew_after"] = at + timedelta(seconds=lease_seconds * 2 / 3)
-    return fence
-
-
-def _rows(rows: Sequence[tuple[Any, ...]], fence: dict[str, Any]) -> dict[str, Any]:
-    """The values of one fenced insert: the entries' (`name_<i>` for several) and the fence's."""
-    if len(rows) == 1:
-        values = dict(zip(ENTRY_COLUMNS, rows[0], strict=True))
-    else:
-        values = {
-            f"{name}_{i}": value
-            for i, row in enumerate(rows)
-            for name, value in zip(ENTRY_COLUMNS, row, strict=True)
-        }
-    values.update(fence)
-    return values
 
 
 def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard | None]:
@@ -829,12 +552,12 @@ def write_together(write: driver.Write, appends: Sequence[Append]) -> list[Heard
         if append.end is not None:  # the run's last write: it ends in the statement too
             if end_convert is None:
                 end_convert = json_batches.converter(
-                    dialect, write.dbapi_connection, runs, _FINISHED
+                    dialect, write.dbapi_connection, runs, FINISHED
                 )
-            ended = end_convert({name: append.end[f"set_{name}"] for name in _FINISHED})
+            ended = end_convert({name: append.end[f"set_{name}"] for name in FINISHED})
             ended["run_id"] = append.run_id
             ends.append(ended)
-    sql = backend.fenced_insert_runs(_FINISHED if ends else ())
+    sql = backend.fenced_insert_runs(FINISHED if ends else ())
     assert sql is not None
     parameters = {"batch": json_batches.text(batch)}
     if ends:
@@ -920,7 +643,7 @@ def _finish_parameters(
     at: datetime,
     payloads: Payloads,
 ) -> tuple[str, Parameters]:
-    statement = prepared(dialect, "finish", lambda: _fenced_update(_FINISHED))
+    statement = prepared(dialect, "finish", lambda: _fenced_update(FINISHED))
     values = {**fence, **_finish_values(stop, counters, at, payloads)}
     return statement.sql, statement.parameters(values)
 
@@ -928,7 +651,7 @@ def _finish_parameters(
 def _finish_values(
     stop: Stop, counters: Counters, at: datetime, payloads: Payloads
 ) -> dict[str, Any]:
-    """The run's end: its `_FINISHED` columns' values, bound as `set_<column>`."""
+    """The run's end: its `FINISHED` columns' values, bound as `set_<column>`."""
     output, fmt = sealed(stop.output, payloads)
     return {
         "set_status": str(RunStatus.FINISHED),

@@ -46,7 +46,7 @@ from runner.core.faults import fault
 from runner.errors import LeaseLost
 from runner.sql import driver
 from runner.sql.database_failures import transient
-from runner.sql.fencing import Heard
+from runner.sql.fenced_inserts import Heard
 
 
 class Write(Protocol):

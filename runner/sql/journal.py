@@ -47,9 +47,11 @@ from runner.sql import runs as store
 from runner.sql.backend import backend_for
 from runner.sql.children import child_row, claimed_child
 from runner.sql.database_failures import refused, transient
+from runner.sql.fenced_inserts import Heard
 from runner.sql.heartbeat import Heartbeat
 from runner.sql.limit_rides import Ride, Riders
 from runner.sql.payloads import payloads_of
+from runner.sql.write_alone import write_alone
 from runner.sql.writer import Writer, writing
 from runner.store.rows import RunRow, plain_text
 from runner.store.rules import Claim, HeldAhead, Relay, wait_of
@@ -267,7 +269,7 @@ class SqlJournal:
             until=decided.timestamp(),
         )
 
-    def _append_in(self, connection: Connection, entries: Sequence[Entry]) -> fencing.Heard:
+    def _append_in(self, connection: Connection, entries: Sequence[Entry]) -> Heard:
         """Write `entries` (spending nothing: no charge) in the caller's transaction."""
         append = fencing.Append.of(
             self.engine.dialect,
@@ -424,7 +426,7 @@ class SqlJournal:
         entries: Sequence[Entry],
         stop: Stop | None,
         parking: fencing.Parking | None = None,
-    ) -> fencing.Heard:
+    ) -> Heard:
         """Commit the entries; on a lost connection, try again while the lease lasts.
 
         A tool's result is worth keeping: dropping it on a short outage would turn a call
@@ -450,7 +452,7 @@ class SqlJournal:
         stop: Stop | None,
         parking: fencing.Parking | None,
         ride: Ride | None,
-    ) -> fencing.Heard:
+    ) -> Heard:
         backoff = None  # made at the first failure: most writes never need one
         retried = False
         written_at = utc_now(self.clock)  # every try's entries stamped alike (Append.of)
@@ -492,7 +494,7 @@ class SqlJournal:
         charge: fencing.TreeCharge | None = None,
         written_at: datetime | None = None,
         ride: Ride | None = None,
-    ) -> fencing.Heard:
+    ) -> Heard:
         """One try, through the writer (writer.Writer: in a group commit), or with a child's
         end in a transaction of its own that delivers it."""
         if (
@@ -507,7 +509,7 @@ class SqlJournal:
             # The commonest write, an entry alone: straight to its statement where the
             # writer can (no other write queued), in fewer steps than the way below, which
             # takes anything else (on SQLite, a run that has heard a cancel or a message).
-            heard = fencing.write_alone(
+            heard = write_alone(
                 self.writer,
                 self.engine.dialect,
                 self._run_id,
@@ -551,9 +553,7 @@ class SqlJournal:
                 raise
             return written
 
-    def _commit_delivering(
-        self, append: fencing.Append, parent_id: str, stop: Stop
-    ) -> fencing.Heard:
+    def _commit_delivering(self, append: fencing.Append, parent_id: str, stop: Stop) -> Heard:
         """A child's last write and its end's delivery to its parent (runner.sql.children),
         ONE transaction: a crash leaves both or neither, and a relay's worker goes on with
         the parent it claimed there (the end and the claim were two transactions, and the

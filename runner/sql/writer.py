@@ -25,8 +25,10 @@ from sqlalchemy.pool import QueuePool
 
 from runner.sql import driver
 from runner.sql.backend import backend_for
-from runner.sql.fencing import Heard, Made, write_together
+from runner.sql.fenced_inserts import Heard
+from runner.sql.fencing import write_together
 from runner.sql.group_commit import Group, Write
+from runner.sql.write_alone import Made
 
 # The most entries one shared statement writes on PostgreSQL (its rows are bound as arrays,
 # one text for any number): a bound on the run rows one statement holds locked.

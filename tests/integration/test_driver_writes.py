@@ -20,7 +20,7 @@ from runner.core.counters import Counters
 from runner.core.journal import Stop
 from runner.core.stop_reasons import StopReason
 from runner.errors import LeaseLost
-from runner.sql import driver, fencing, leases
+from runner.sql import driver, fenced_inserts, fencing, leases, write_alone
 from runner.sql import runs as store
 from runner.sql.backend import backend_for
 from runner.sql.database import open_engine
@@ -110,7 +110,7 @@ def test_a_write_after_its_connection_was_invalidated_reconnects(db_url: str) ->
         claim = claimed(runner, "again")
         journal = SqlJournal(runner.engine, claim, lease_seconds=60)
         journal.append(task_entry("t"))
-        statement = fencing._fenced_insert(runner.engine.dialect, 1)
+        statement = fenced_inserts.fenced_insert(runner.engine.dialect, 1)
         with runner.engine.connect() as connection:
             before = connection.connection.dbapi_connection
             connection.invalidate()  # as SQLAlchemy does when it sees the server gone
@@ -121,7 +121,7 @@ def test_a_write_after_its_connection_was_invalidated_reconnects(db_url: str) ->
             after = connection.connection.dbapi_connection
         # A new driver connection, and the statement rendered once is still the one used.
         assert after is not before
-        assert fencing._fenced_insert(runner.engine.dialect, 1) is statement
+        assert fenced_inserts.fenced_insert(runner.engine.dialect, 1) is statement
         assert [r["kind"] for r in entry_rows(runner.engine, "again")] == [
             "task",
             "action",
@@ -235,8 +235,10 @@ def test_a_write_that_may_share_a_statement_makes_its_own_only_if_written_alone(
         assert append.together is None and append.later is None and len(append.inserts) == 1
         return
     assert append.together is not None and append.inserts == () and append.one_statement
-    statement = fencing._fenced_insert(dialect, 1)
-    expected = statement.parameters(fencing._rows(append.together, dict(append.fence)))
+    statement = fenced_inserts.fenced_insert(dialect, 1)
+    expected = statement.parameters(
+        fenced_inserts.insert_values(append.together, dict(append.fence))
+    )
     ((sql, parameters),) = append.statements()
     assert sql == statement.sql and isinstance(parameters, dict)
     assert parameters.keys() == dict(expected).keys()
@@ -253,14 +255,14 @@ def test_a_write_that_may_share_a_statement_makes_its_own_only_if_written_alone(
 
 def test_the_positional_fast_path_binds_what_the_general_path_binds(runner: Runner) -> None:
     dialect = runner.engine.dialect
-    positional = fencing._positional(dialect)
+    positional = fenced_inserts.positional_insert(dialect)
     if dialect.name != "sqlite":
         assert positional is None  # named binds (psycopg): the general path only
         return
     assert positional is not None
-    statement = fencing._fenced_insert(dialect, 1)
+    statement = fenced_inserts.fenced_insert(dialect, 1)
     at = utc_now()
-    fence = fencing._fence(backend_for(dialect.name), "r", 3, at, 60)
+    fence = fenced_inserts.fence_values(backend_for(dialect.name), "r", 3, at, 60)
     action = tool_action("r", 1, "add", {"a": 1, "é": [None, 2.5]}, Counters(1, 2**70, 1e308))
     entries = [
         task_entry("t\x00\ud800 NUL and a lone surrogate"),
@@ -288,7 +290,7 @@ def test_a_write_reads_its_run_back_only_when_the_run_has_heard_something(
     def on_statement(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
         statements.append(statement)
 
-    def write(connection: Connection, seq: int, epoch: int) -> fencing.Heard:
+    def write(connection: Connection, seq: int, epoch: int) -> fenced_inserts.Heard:
         calls = [tool_action(run_id, seq, "add", {"a": i}, Counters()) for i in range(rows)]
         statements.clear()
         return fencing.append_entries(connection, run_id, epoch, seq, calls, None, 60)
@@ -301,7 +303,7 @@ def test_a_write_reads_its_run_back_only_when_the_run_has_heard_something(
         fencing.append_entry(connection, run_id, claim.epoch, 0, task_entry("t"), None, 60)
         event.listen(runner.engine, "before_cursor_execute", on_statement)
         try:
-            assert write(connection, 1, claim.epoch) == fencing.Heard(False, 0)
+            assert write(connection, 1, claim.epoch) == fenced_inserts.Heard(False, 0)
             assert len(inserts()) == 1
             assert ("RETURNING" not in inserts()[0]) is quiet
             with runner.engine.begin() as other:
@@ -310,7 +312,7 @@ def test_a_write_reads_its_run_back_only_when_the_run_has_heard_something(
                     .where(runs.c.id == run_id)
                     .values(cancel_requested=True, undelivered_messages=2)
                 )
-            assert write(connection, 1 + rows, claim.epoch) == fencing.Heard(True, 2)
+            assert write(connection, 1 + rows, claim.epoch) == fenced_inserts.Heard(True, 2)
             assert len(inserts()) == (2 if quiet else 1)
             with pytest.raises(LeaseLost):
                 write(connection, 1 + 2 * rows, claim.epoch + 1)
@@ -552,7 +554,7 @@ def refused_alone(runner: Runner) -> None:
     claim = claimed(runner, "refused")
     writer = Writer(runner.engine)
     try:
-        quiet = fencing.quiet_one(
+        quiet = write_alone.quiet_one(
             runner.engine.dialect, "refused", claim.epoch, 0, task_entry("t"), utc_now(),
             PLAIN,
         )  # fmt: skip
@@ -564,12 +566,12 @@ def refused_alone(runner: Runner) -> None:
             assert not in_transaction(connection)
         # It goes on writing, and a write whose fence fails changes nothing and says so.
         action = tool_action("refused", 1, "add", {"a": 1}, Counters())
-        quiet = fencing.quiet_one(
+        quiet = write_alone.quiet_one(
             runner.engine.dialect, "refused", claim.epoch, 1, action, utc_now(), PLAIN
         )
         assert quiet is not None
         assert writer.commit_alone(quiet, rows=1)
-        fenced = fencing.quiet_one(
+        fenced = write_alone.quiet_one(
             runner.engine.dialect, "refused", claim.epoch + 1, 2, action, utc_now(), PLAIN
         )
         assert fenced is not None

@@ -500,7 +500,7 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
 def test_writes_that_come_while_one_is_written_alone_share_the_next_commit(
     sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # SQLite: a write with no company is committed alone, straight away (fencing.write_alone)
+    # SQLite: a write with no company is committed alone, straight away (runner.sql.write_alone)
     # and leads the group meanwhile: the writes that come while it commits queue, and the
     # next leader writes them all in one transaction. (On PostgreSQL a write alone takes a
     # kept connection of its own, and the group's leader another.)
