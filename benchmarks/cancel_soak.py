@@ -58,7 +58,9 @@ def scenario(url: str, folder: Path, label: str, options: Any) -> dict[str, Any]
             seconds = fleet.run(done, options.timeout)
         finally:
             fleet.stop()
-    delays, empty, ended, stops = [], 0, 0, set()
+    delays: list[float] = []
+    empty, ended = 0, 0
+    stops: set[str] = set()
     for root, at in cancelled.items():
         rows = _tree(url, root)
         # The runs that ended after the cancel: its own work, or what it let finish first.

@@ -97,8 +97,8 @@ class StreamingServer:
 
     @property
     def url(self) -> str:
-        host, port = self.http.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self.http.server_address[1]
+        return f"http://127.0.0.1:{port}"
 
     def close(self) -> None:
         self.http.shutdown()

@@ -35,7 +35,9 @@ from sqlalchemy import Engine, text
 from runner.core.deltas import Delta
 from runner.sql import deltas as table
 from runner.sql.database import open_engine, upgrade
+from runner.sql.schema import deltas
 from runner.store.delta_writer import Put
+from runner.store.payloads import PLAIN
 
 CHANNEL = "runner_deltas"
 
@@ -43,7 +45,7 @@ CHANNEL = "runner_deltas"
 def write(engine: Engine, run_id: str, n: int, notify: bool) -> None:
     row = Put(run_id, Delta(1, n, f"p{n:05d} "), datetime.now(UTC))
     with engine.begin() as connection:
-        connection.execute(table.deltas.insert(), [table._row(row)])
+        connection.execute(deltas.insert(), [table._row(row, PLAIN)])
         if notify:
             connection.execute(text("SELECT pg_notify(:channel, :payload)"), {
                 "channel": CHANNEL, "payload": f"{run_id}:{n}",

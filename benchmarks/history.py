@@ -65,7 +65,9 @@ STAMP = "%Y-%m-%d %H:%M:%S.%f"  # how SQLAlchemy stores a DateTime in SQLite
 # -- generating the history ------------------------------------------------------------------
 
 
-def generate(n_runs: int, n_entries: int, seed: int = 7) -> Iterator[tuple[dict[str, Any], list]]:
+def generate(
+    n_runs: int, n_entries: int, seed: int = 7
+) -> Iterator[tuple[dict[str, Any], list[Any]]]:
     """Runs with their journals, oldest first: (run row, [entry rows])."""
     rng = random.Random(seed)
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=DAYS)

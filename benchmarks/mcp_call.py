@@ -106,14 +106,20 @@ def main() -> None:
             try:
                 for repeat in range(options.repeats):
                     for way, tools in ways.items():
-                        modes: dict[str, Callable[[], Any]] = {
-                            "memory": lambda t=tools: run_agent(model(calls), t, "go", **budgets)
-                        }
+                        # Each mode's run binds this round's values now (the loop goes on).
+                        def in_memory(t: Any = tools) -> Any:
+                            return run_agent(model(calls), t, "go", **budgets)
+
+                        modes: dict[str, Callable[[], Any]] = {"memory": in_memory}
                         for name, runner in runners.items():
                             agent = Agent(model(calls), tools, **budgets)
-                            modes[name] = lambda r=runner, a=agent, w=way, n=repeat: r.run(
-                                a, "go", id=f"{w.replace(' ', '-')}-{n}"
-                            )
+
+                            def durable(
+                                r: Runner = runner, a: Agent = agent, w: str = way, n: int = repeat
+                            ) -> Any:
+                                return r.run(a, "go", id=f"{w.replace(' ', '-')}-{n}")
+
+                            modes[name] = durable
                         for mode, run in modes.items():
                             per_call = timed(run, calls)
                             results.setdefault(mode, {}).setdefault(way, []).append(per_call)

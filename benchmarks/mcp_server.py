@@ -11,7 +11,7 @@ from mcp.types import ToolAnnotations
 server = MCPServer("bench", log_level="WARNING")
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def echo(text: str) -> str:
     """Say `text` back."""
     return text

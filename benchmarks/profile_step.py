@@ -48,7 +48,7 @@ class EveryThread:
             profile.clear()
 
     def stop_and_dump(self, path: str) -> None:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         for profile in self.profiles:
             profile.create_stats()  # disables it, in whichever thread it ran
         merged = pstats.Stats(self.profiles[0])

@@ -34,6 +34,7 @@ import fakes
 from sqlalchemy import insert
 
 from runner import Agent, Runner
+from runner.core.actions import ActionKind
 from runner.core.budgets import Budgets
 from runner.core.clock import utc_now
 from runner.core.counters import Counters
@@ -63,7 +64,7 @@ def journal(run_id: str, count: int) -> list[Entry]:
                 EntryKind.ACTION,
                 step,
                 counters,
-                action_type="tool",
+                action_type=ActionKind.TOOL,
                 tool="echo",
                 args={"i": step},
                 idempotency_key=key,

@@ -44,7 +44,7 @@ def _timed(moves: Any) -> SoakModel:
         rng = random.Random(f"{task}:{turn}")
         started = time.time()
         time.sleep(rng.uniform(0.05, 0.4))
-        move = moves(transcript, task, turn)
+        move: dict[str, Any] = moves(transcript, task, turn)
         move["usage"] = rng.randint(30, 220)
         path = os.environ.get(LEDGER_VARIABLE)
         if path:

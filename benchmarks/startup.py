@@ -185,7 +185,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     rows = []
     for name in commands:
-        wall, cpu = common.spread(walls[name]), common.spread(cpus[name])
+        wall_spread, cpu_spread = common.spread(walls[name]), common.spread(cpus[name])
         baseline = walls.get(f"{name} (baseline)")
         # Per repetition (the two took turns), then the median.
         ratio = (
@@ -195,18 +195,18 @@ def main() -> None:
         )
         cpu_ratio = common.spread([a / b for a, b in zip(cpus[name], interpreter_cpu, strict=True)])
         results[name] = {
-            "wall_ms": wall,
-            "cpu_ms": cpu,
-            "over_interpreter_ms": wall["median"] - floor,
+            "wall_ms": wall_spread,
+            "cpu_ms": cpu_spread,
+            "over_interpreter_ms": wall_spread["median"] - floor,
             "cpu_to_interpreter": cpu_ratio,
             "to_baseline": ratio,
         }
         rows.append(
             [
                 name,
-                common.fmt_spread(wall),
-                common.fmt_spread(cpu),
-                f"{wall['median'] - floor:.0f}",
+                common.fmt_spread(wall_spread),
+                common.fmt_spread(cpu_spread),
+                f"{wall_spread['median'] - floor:.0f}",
                 common.fmt_spread(cpu_ratio, 2),
                 "" if ratio is None else common.fmt_spread(ratio, 2),
             ]

@@ -35,6 +35,7 @@ import gc
 import resource
 import threading
 import time
+from collections.abc import Callable
 from itertools import cycle, islice
 from typing import Any, ClassVar
 
@@ -275,7 +276,7 @@ def measure(name: str, url: str, steps: int, repeats: int) -> dict[str, Any]:
         elapsed, made, _ = durable(runner, steps)
         return elapsed
 
-    contenders = {
+    contenders: dict[str, Callable[[], tuple[float, float]]] = {
         "durable": run_durable,
         "marked": lambda: durable(runner, steps, marked=True)[0],
         "floor": lambda: floor(runner.engine, table, rows, commits),

@@ -89,6 +89,6 @@ def _answer(transcript: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 answerer = Agent(FunctionModel(_answer), name="answerer")
-_LOTS = {"max_steps": 10_000, "max_tokens": None, "max_repeats": None}
+_LOTS: dict[str, Any] = {"max_steps": 10_000, "max_tokens": None, "max_repeats": None}
 plain_caller = Agent(_caller("echo"), {"echo": echo}, name="plain-caller", **_LOTS)
 sub_caller = Agent(_caller("echo"), {"echo": answerer.as_tool("echo")}, name="sub-caller", **_LOTS)

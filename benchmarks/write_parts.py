@@ -36,6 +36,7 @@ from runner.core.ids import new_run_id
 from runner.core.journal import Entry, EntryKind
 from runner.sql import fencing, leases
 from runner.sql import runs as store
+from runner.sql.store import SqlStore
 from runner.store.rules import Claim
 
 PARTS = ("Append.of", "statement alone", "Writer.commit", "SqlJournal.append")
@@ -82,12 +83,19 @@ def built(runner: Runner, claim: Claim, seq: int) -> fencing.Append:
     return fencing.Append.of(dialect, claim.run.id, claim.epoch, seq, (action(seq),), None, 600)
 
 
+def sql_store(runner: Runner) -> SqlStore:
+    """The runner's store: a database's, on the URLs this benchmark takes."""
+    found = runner.store
+    assert isinstance(found, SqlStore)
+    return found
+
+
 def statement_alone(runner: Runner, writes: int) -> float:
     """As runner sends it: SQLite, BEGIN IMMEDIATE, the statement, COMMIT; PostgreSQL, the
     statement alone in autocommit, its own transaction (runner.sql.driver)."""
     appends = prebuilt(runner, claimed(runner), writes)
     sqlite = runner.engine.dialect.name == "sqlite"
-    with runner.store.writer.turn() as connection:
+    with sql_store(runner).writer.turn() as connection:
         dbapi = connection.connection.dbapi_connection
         assert dbapi is not None
         cursor = dbapi.cursor()
@@ -133,7 +141,7 @@ def building(runner: Runner, writes: int) -> float:
 
 def committing(runner: Runner, writes: int) -> float:
     appends = prebuilt(runner, claimed(runner), writes)
-    writer = runner.store.writer
+    writer = sql_store(runner).writer
     return cpu_per(writes, lambda seq: writer.commit(appends[seq]))
 
 

@@ -238,7 +238,7 @@ def main() -> None:
                 )
             reps.append(results)
     labels = [c.label for c in chosen]
-    figures = {
+    figures: dict[str, dict[str, Any]] = {
         label: {
             "wall": common.spread([r[label]["per_step_us"] for r in reps]),
             "cpu": common.spread([r[label]["cpu_per_step_us"] for r in reps]),

@@ -110,16 +110,19 @@ def postgres_writer(mode: str, dsn: str) -> tuple[Callable[[str], Write], dict[s
     return writer, info
 
 
+def no_writer(run_id: str) -> Write | None:
+    """The plain loop's: nothing written."""
+    return None
+
+
 def main() -> None:
     mode, db, target = sys.argv[1:4]
     n, runs = int(sys.argv[4]), int(sys.argv[5])
     commits_per_step = {"plain": 0, "one": 1, "two": 2, "two_ac": 2}[mode]
     info: dict[str, Any] = {}
+    writer: Callable[[str], Write | None]
     if mode == "plain":
-
-        def writer(run_id: str) -> Write | None:
-            return None
-
+        writer = no_writer
     elif db == "sqlite":
         writer, info = sqlite_writer(target)
     else:
