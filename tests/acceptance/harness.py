@@ -21,7 +21,9 @@ from sqlalchemy import select
 
 from runner.sql.database import open_engine
 from runner.sql.schema import entries, runs
+from tests import forked_runner
 from tests.conditions import GENEROUS, scaled, wait_until
+from tests.forked_runner import PIPE, Forked
 
 from .agents import GATE_VARIABLE, LEDGER_VARIABLE, SLEEP_VARIABLE
 
@@ -68,35 +70,21 @@ def cli(
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `runner ARGS` to its end (or its death) and capture what it printed."""
-    return subprocess.run(
-        [str(RUNNER), *args],
-        env=env if env is not None else cli_env(db_url, ledger, fault=fault),
-        cwd=cwd or ledger,
-        capture_output=True,
-        text=True,
-        timeout=scaled(TIMEOUT),
-        check=False,
-    )
+    environment = env if env is not None else cli_env(db_url, ledger, fault=fault)
+    return run_command(*args, env=environment, cwd=cwd or ledger)
 
 
-def _as_from_a_shell() -> None:
-    """In the child before exec: SIGINT and SIGTERM as a shell leaves them (their default
-    action, unblocked), whatever the pytest worker's state."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+def run_command(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """`runner ARGS` to its end (or its death), its output captured (forked from a process
+    that has imported runner and the frameworks: tests/forked_runner.py)."""
+    return forked_runner.run(list(args), env=env, cwd=cwd, timeout=scaled(timeout))
 
 
-def start(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [str(RUNNER), *args],
-        env=env,
-        cwd=cwd,
-        preexec_fn=_as_from_a_shell,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen[str] | Forked:
+    """`runner ARGS` started, its output on text pipes (tests/forked_runner.py)."""
+    return forked_runner.spawn(list(args), env=env, cwd=cwd, stdout=PIPE, stderr=PIPE)
 
 
 def described(result: subprocess.CompletedProcess[str] | Any) -> str:

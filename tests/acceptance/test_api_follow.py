@@ -241,12 +241,18 @@ def test_the_guides_curl_example_works_as_shown(db_url: str, ledger: Path) -> No
     server = UiServer(db_url, ledger, cwd=ROOT)
     try:
         script = block.replace("http://127.0.0.1:8780", server.base)
-        worker = start("worker", "--once", env=cli_env(db_url, ledger), cwd=ROOT)
-        done = subprocess.run(
-            ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=GENEROUS,
-            env={**cli_env(db_url, ledger), "RUNNER_UI_TOKEN": TOKEN}, check=False,
-        )  # fmt: skip
-        worker.communicate(timeout=GENEROUS)
+        # Serving until the script has its answer: a worker started with `--once` may look
+        # for work before the script has submitted any, and end with nothing done.
+        worker = start("worker", "--poll", "0.1", env=cli_env(db_url, ledger), cwd=ROOT)
+        try:
+            done = subprocess.run(
+                ["bash", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                timeout=GENEROUS, env={**cli_env(db_url, ledger), "RUNNER_UI_TOKEN": TOKEN},
+                check=False,
+            )  # fmt: skip
+        finally:
+            worker.terminate()
+            worker.communicate(timeout=GENEROUS)
     finally:
         assert "Traceback" not in server.close()
     assert done.returncode == 0, done.stderr

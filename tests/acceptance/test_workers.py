@@ -32,6 +32,7 @@ from runner.core.status import RunStatus
 from runner.service.runner import Runner
 from runner.sql.database import open_engine, upgrade
 from runner.sql.runs import RunRow, load_entries
+from tests import forked_runner
 from tests.conditions import scaled, wait_until
 
 RUNNER = Path(sys.executable).parent / "runner"
@@ -84,12 +85,8 @@ class WorkerProcess:
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.log_path = log
         self._log: IO[bytes] = log.open("wb")
-        self.proc = subprocess.Popen(
-            [str(RUNNER), "worker", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=self._log,
-            env=env,
+        self.proc = forked_runner.spawn(
+            ["worker", *args], env=env, cwd=os.getcwd(), stdout=self._log, stderr=self._log
         )
 
     @property

@@ -32,7 +32,15 @@ from openai import AsyncOpenAI
 
 from runner import Runner
 from runner.core.calls import invoke
-from tests.acceptance.harness import KILLED, RUNNER, described, journal, run_row, start, wait_for
+from tests.acceptance.harness import (
+    KILLED,
+    described,
+    journal,
+    run_command,
+    run_row,
+    start,
+    wait_for,
+)
 from tests.conditions import scaled
 from tests.providers.fake_servers import FakeServer, Reply, Request, openai_completion
 
@@ -101,10 +109,7 @@ def chat() -> Iterator[ChatServer]:
 
 
 def resume(run_id: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(RUNNER), "resume", run_id],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=scaled(120), check=False,
-    )  # fmt: skip
+    return run_command("resume", run_id, env=env, cwd=cwd, timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -198,10 +203,9 @@ def test_a_resume_after_the_server_changed_its_tools_stops_naming_them(
     env.update(RUNNER_TEST_OPENAI_URL=model.url, RUNNER_FAULT="after_action_commit@1")
     run_id = f"{framework}-changed"
     try:
-        killed = subprocess.run(
-            [str(RUNNER), "run", f"{AGENTS[framework]}:agent", "sell tea", "--id", run_id],
-            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120),
-            check=False,
+        killed = run_command(
+            "run", f"{AGENTS[framework]}:agent", "sell tea", "--id", run_id,
+            env=env, cwd=tmp_path, timeout=120,
         )  # fmt: skip
         assert killed.returncode == KILLED, described(killed)
         del env["RUNNER_FAULT"]

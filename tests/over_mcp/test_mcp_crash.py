@@ -25,7 +25,15 @@ import pytest
 from runner import run_agent
 from runner.mcp import mcp_tools
 from runner.testing import ScriptedModel, call, final, tool_results
-from tests.acceptance.harness import KILLED, RUNNER, described, journal, run_row, start, wait_for
+from tests.acceptance.harness import (
+    KILLED,
+    described,
+    journal,
+    run_command,
+    run_row,
+    start,
+    wait_for,
+)
 from tests.conditions import scaled
 
 from .conftest import SERVER, answers, free_port, ledger_lines
@@ -111,15 +119,7 @@ def test_killed_inside_an_mcp_call_then_resumed(
         assert [row["kind"] for row in pending] == ["task", "tools", "action"]
         assert sorted(pending[1]["args"]) == ["charge", "lookup", "put", "refund"]
 
-        resumed = subprocess.run(
-            [str(RUNNER), "resume", run_id],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=scaled(120),
-            check=False,
-        )
+        resumed = run_command("resume", run_id, env=env, cwd=tmp_path, timeout=120)
         assert resumed.returncode == 0, described(resumed)
         calls = [line for line in ledger_lines(ledger) if line["tool"] == case.tool]
         key = f"{run_id}-1"
@@ -225,10 +225,9 @@ def test_a_worker_killed_inside_an_mcp_call_is_taken_over_by_another(
 ) -> None:
     env = environment(db_url, ledger, case, None)
     run_id = f"worker-{case.tool}"
-    submitted = subprocess.run(
-        [str(RUNNER), "submit", f"{AGENTS}:agent", "sell tea", "--id", run_id],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120), check=False,
-    )  # fmt: skip
+    submitted = run_command(
+        "submit", f"{AGENTS}:agent", "sell tea", "--id", run_id, env=env, cwd=tmp_path, timeout=120
+    )
     assert submitted.returncode == 0, described(submitted)
     # A short lease: the second worker may take the run over soon after the first dies.
     worker = ["worker", "--poll", "0.1", "--lease", "2"]
@@ -275,10 +274,9 @@ def test_a_graceful_stop_gives_an_mcp_call_up_and_the_next_worker_settles_it(
     case = CASES[0]  # read-only: the call given up runs again on resume, with its key
     env = environment(db_url, ledger, case, None)
     run_id = "stopped-lookup"
-    submitted = subprocess.run(
-        [str(RUNNER), "submit", f"{AGENTS}:agent", "sell tea", "--id", run_id],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(120), check=False,
-    )  # fmt: skip
+    submitted = run_command(
+        "submit", f"{AGENTS}:agent", "sell tea", "--id", run_id, env=env, cwd=tmp_path, timeout=120
+    )
     assert submitted.returncode == 0, described(submitted)
     worker = ["worker", "--poll", "0.1"]
     first = start(*worker, env=env, cwd=tmp_path)
