@@ -19,7 +19,8 @@ minute (over the limit means it let some through late: it never does), how the r
 stopped, and the runs' journaled waits for the limit (`limit_wait` entries).
 
 Full size (300 runs of 5 calls at 60,000 tokens a minute) takes about ten minutes a case;
-use `--runs` to scale (the figures recorded in docs/performance.md say what was run).
+use `--runs` to scale (the figures recorded in docs/performance/sub-agents-and-limits.md say
+what was run).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Runs one warm-up run, then the profiled one (`--runs` more), on a scratch SQLite
 flame graph is the CPU's; `--cprofile PATH` profiles the runs in-process instead and writes
 pstats to PATH, every thread's calls together: a durable run's loop runs on a thread of its
 own (runner/core/loop_host.py), which a profile of the calling thread alone would miss.
-docs/profiles/ keeps the graphs of the write path (docs/performance.md).
+docs/profiles/ keeps the graphs of the write path (docs/performance/step.md).
 """
 
 from __future__ import annotations

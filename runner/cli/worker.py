@@ -134,7 +134,7 @@ def worker(
     serving.install_signal_handlers()
     # At the process's exit, what is still alive is left to the operating system rather
     # than to the collector's last pass over the heap, which took about 0.3 s after a drain
-    # of a thousand runs (docs/performance.md, A thousand runs in one worker). Python does
+    # of a thousand runs (docs/performance/workers.md, A thousand runs in one worker). Python does
     # not promise to finalise the objects alive at exit anyway. At exit, not now: a worker
     # served in a process that goes on (a test's) leaves its collector as it was.
     atexit.register(gc.freeze)
@@ -142,7 +142,7 @@ def worker(
         # What start-up made (modules, SQLAlchemy's tables and compiled statements) lives as
         # long as the process: frozen, the collector's full passes while runs start skip it.
         # They went over it two or three times a drain of a thousand runs, 0.2 to 0.5 s each
-        # with every thread stopped; 0.05 s frozen (docs/performance.md, A thousand runs).
+        # with every thread stopped; 0.05 s frozen (docs/performance/workers.md, A thousand runs).
         gc.freeze()
         # And the collector's full passes made rarer while it serves: what a thousand runs
         # in flight hold is not garbage (every full pass of a drain freed nothing), yet each

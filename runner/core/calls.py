@@ -243,7 +243,7 @@ class _Signal:
     Handing a call to another thread and back is two wake-ups. Woken through a lock, a
     thread wakes while the waker still holds the GIL, so it sleeps again on the GIL and is
     woken a second time: six context switches a model call instead of two, which on a
-    virtual machine cost more than the rest of a step's Python (docs/performance.md). An
+    virtual machine cost more than the rest of a step's Python (docs/performance/step.md). An
     eventfd is written with the GIL already let go, so the woken thread takes it at once.
 
     `set` may come more than once before a `wait` (a call abandoned at its timeout ends

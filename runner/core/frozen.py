@@ -3,7 +3,7 @@ entries, its action, its counters). A leaf of the step machine: it imports nothi
 
 A frozen dataclass's own `__init__` sets each field with `object.__setattr__(self, name,
 value)`, its `__setattr__` refusing any other way: about 2.5 µs for a journal entry's 17
-fields, two entries a step (docs/performance.md, the in-memory step). `quick_init` gives the
+fields, two entries a step (docs/performance/step.md, the in-memory step). `quick_init` gives the
 class an `__init__` of the same signature that stores each field straight into its slot
 (through the slot's own descriptor) or, for a class without slots, into its instance dict:
 the same object, as frozen as before (its `__setattr__` is left as it is), in under half the

@@ -3,7 +3,7 @@
 Python cannot kill a thread, so a sync model call that may never return (it has a
 `model_timeout`, or a cancel must reach it) used to be handed to a spare thread while the
 loop waited for it: two cross-thread wake-ups a call, which were most of an in-memory
-step's CPU (docs/performance.md, the in-memory step). Here the roles are swapped once for
+step's CPU (docs/performance/step.md, the in-memory step). Here the roles are swapped once for
 the whole run: the loop runs on a thread of its own and calls the model inline, and the
 caller's thread waits for the run's end and, meanwhile, for the deadline of the call in
 flight, sleeping through calls that end in time (it wakes about once a `model_timeout`).

@@ -4,7 +4,7 @@ A call given a `watch` (a model call, an interruptible tool) must give up once t
 names a reason (a cancel, a pause), within about WATCH_EVERY seconds. Its caller used to
 wake every WATCH_EVERY seconds to ask: a worker of a thousand runs in model calls then made
 5,000 wake-ups a second, each a context switch and a turn at the GIL, which cost a third of
-its CPU (docs/performance.md, a thousand runs in one worker). Here one thread asks every
+its CPU (docs/performance/workers.md, a thousand runs in one worker). Here one thread asks every
 watch each WATCH_EVERY seconds and wakes only the callers whose watch names a reason; the
 caller, woken, asks its watch again itself and raises, as before.
 """

@@ -283,7 +283,7 @@ class _JournaledModel(Model):
         given = args[1] if positional else kwargs.get("input", [])
         # On the loop, not a thread: both read what this process holds (a write only when the
         # step before has something to settle, or messages came), and two hops to a thread
-        # and back cost more than that on a busy machine (docs/performance.md).
+        # and back cost more than that on a busy machine (docs/performance/pydantic-ai.md).
         recorded = self.run.recorded_reply(_returned(given), None)
         shown = self.journaled.shown(given)
         if positional:

@@ -281,7 +281,7 @@ class _Journaled(AbstractCapability[Any]):
         returned, retry = _returned(request_context.messages)
         # On the loop, not a thread: both read what this process holds (a write only when the
         # step before has something to settle, or messages came), and two hops to a thread
-        # and back cost more than that on a busy machine (docs/performance.md).
+        # and back cost more than that on a busy machine (docs/performance/pydantic-ai.md).
         recorded = self.run.recorded_reply(returned, retry)
         heard = self.run.heard()
         if heard and request_context.messages:

@@ -18,7 +18,7 @@ CLAIMS_PER_TRANSACTION = 100
 # A worker whose last claim took every slot it asked for (runs wait in the queue) lets a
 # few slots free up before claiming again, for at most this long: a claim transaction costs
 # it about ten statements whatever it takes, and at saturation one a run ended was half its
-# CPU (docs/performance.md, Saturation). A slot waits at most this, a twentieth of a poll.
+# CPU (docs/performance/workers.md, Saturation). A slot waits at most this, a twentieth of a poll.
 CLAIM_GATHER_SECONDS = 0.02
 # How many slots it waits for: an eighth of its concurrency (none below 16 runs at once).
 CLAIM_GATHER_SHARE = 8

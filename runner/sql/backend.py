@@ -384,7 +384,7 @@ class SqliteBackend(Backend):
 
     def fenced_insert_quiet(self, rows: int = 1) -> Insert:
         # SQLite builds a RETURNING's rows in a table of their own before it hands them
-        # over: a write with none costs about 6 us of CPU less (docs/performance.md). The
+        # over: a write with none costs about 6 us of CPU less (docs/performance/step.md). The
         # conditions are literals, not binds: the values are fenced_insert's, in its order.
         heard_nothing = (runs.c.cancel_requested == false()) & (
             runs.c.undelivered_messages == literal_column("0")

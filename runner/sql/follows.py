@@ -15,7 +15,7 @@ process, so an idle follower costs the database nothing of its own:
   times fewer a second), so only runs somebody watches pay it. Triggers rather than a
   NOTIFY folded into the fenced CTE: every writer of the journal (answers, messages,
   budget changes, finishes, forks, deltas, any to come) is covered without its own copy.
-  Measured (benchmarks/follow_notify.py, docs/performance.md): the trigger function runs
+  Measured (benchmarks/follow_notify.py, docs/performance/latency.md): the trigger function runs
   about 24 us a write of an unfollowed run, under 1 % of a fenced write on this machine,
   and 8 writers of unfollowed runs kept 0.82 to 1.03 of their rate without it (a loaded
   2-core machine: the rounds move more than that). Statement-level rather than a row

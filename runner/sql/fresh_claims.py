@@ -6,7 +6,7 @@ row. It goes in as claimed, with its task as entry 0, in one transaction of two 
 INSERTs on the driver's own cursor (runner.sql.driver), and the claim is made of the values
 written, nothing read back. That was an INSERT ... RETURNING and a claim's UPDATE ...
 RETURNING through SQLAlchemy's execute, then the task's own commit from the run's loop:
-most of what a run costs beyond its steps (docs/performance.md).
+most of what a run costs beyond its steps (docs/performance/step.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ batch claim's tasks (`leases`).
 
 One JSON text for a whole batch (json.dumps is C): the driver adapting an array per column
 did it element by element in Python, 8% of a worker's CPU at a thousand runs in flight
-(docs/performance.md, A thousand runs in one worker). Each value is converted first as the
+(docs/performance/workers.md, A thousand runs in one worker). Each value is converted first as the
 driver would bind it alone (its column's bind processor; a JSON column's value as the text
 the driver would send), so a row written from the batch is byte for byte a row written by
 its own INSERT.

@@ -284,7 +284,7 @@ class _Together:
     each: the same values `take` sets (the epoch bumped, the lease, the journal's length
     counted in the statement), one statement for each new deadline among them (usually one
     in all). A claim of a hundred runs was a hundred UPDATEs, each describing the run's 35
-    columns again (docs/performance.md, A thousand runs in one worker). The rows are locked
+    columns again (docs/performance/workers.md, A thousand runs in one worker). The rows are locked
     already (FOR UPDATE; SQLite's BEGIN IMMEDIATE), so each epoch is the one read plus one.
     The tasks of those with nothing journaled are journaled by one INSERT after it (`_claim`).
     """
@@ -375,7 +375,7 @@ def _journal_tasks(connection: Connection, tasks: Sequence[tuple[Any, ...]]) -> 
     """Insert the tasks' rows (`entry_values`) in the claim's transaction: on PostgreSQL one
     statement bound with one JSON text (runner.sql.json_batches), where SQLAlchemy's INSERT
     of many rows bound and rendered each value in Python, 0.1 to 0.15 s of a thousand claims
-    (docs/performance.md, A thousand runs in one worker); SQLite keeps that INSERT."""
+    (docs/performance/workers.md, A thousand runs in one worker); SQLite keeps that INSERT."""
     sql = backend_for(connection.dialect.name).insert_entries()
     if sql is None:
         connection.execute(

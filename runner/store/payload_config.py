@@ -28,7 +28,7 @@ CODECS_VARIABLE = "RUNNER_CODECS"
 BLOBS_VARIABLE = "RUNNER_BLOBS"
 OFFLOAD_VARIABLE = "RUNNER_OFFLOAD_BYTES"
 # 64 KiB: below it a payload costs less in its row than as a blob (an extra file and fsync,
-# or an S3 round trip: docs/performance.md measures both); above it rows grow with the
+# or an S3 round trip: docs/performance/storage.md measures both); above it rows grow with the
 # payload, and tool results of tens or hundreds of KB are what make long runs heavy.
 DEFAULT_OFFLOAD_BYTES = 64 * 1024
 
