@@ -16,7 +16,7 @@ exec'd, as is every command with `RUNNER_TEST_EXEC=1`.
 
 The client side, `Forked`, is the part of `subprocess.Popen` the tests use: `pid`,
 `returncode`, `poll`, `wait`, `communicate`, `send_signal`, `terminate`, `kill`, and
-`stdout`/`stderr` as text pipes.
+`stdout`/`stderr` as text pipes; its stdin is /dev/null.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from typing import IO, Any
 from tests.conditions import GENEROUS, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
+RUNNER = Path(sys.executable).parent / "runner"  # the console script
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 
@@ -170,11 +171,11 @@ def _become(request: Mapping[str, Any]) -> None:
     )
     # As the console script's process: its path first in argv, and a `__main__` that is a
     # script, not this module run with -m (click names the program after it).
-    sys.argv = [os.path.join(os.path.dirname(sys.executable), "runner"), *request["args"]]
+    sys.argv = [str(RUNNER), *request["args"]]
     main = sys.modules["__main__"]
     main.__package__ = None
     main.__spec__ = None
-    sys.path[0] = os.path.dirname(sys.executable)  # the console script's folder, as exec'd
+    sys.path[0] = str(RUNNER.parent)  # the console script's folder, as exec'd
     for name in [n for n in sys.modules if n == "tests" or n.startswith("tests.")]:
         del sys.modules[name]  # this server's own package, which an exec'd runner lacks
     random.seed()
@@ -256,31 +257,22 @@ class Forked:
         *,
         env: Mapping[str, str],
         cwd: Path | str | None = None,
-        stdin: int | IO[Any] | None = DEVNULL,
         stdout: int | IO[Any] | None = None,
         stderr: int | IO[Any] | None = None,
-        text: bool = True,
     ) -> None:
         self.args = ["runner", *args]
         self.returncode: int | None = None
-        self.stdout: IO[Any] | None = None
-        self.stderr: IO[Any] | None = None
-        self.stdin = None
-        theirs: list[int] = []
-        ours: list[int] = []  # the child's ends to close here once sent
-        mine: list[int | None] = [None, None, None]  # our ends of its pipes
-        for n, spec in enumerate((stdin, stdout, stderr)):
+        # Its stdin is /dev/null, as `spawn` gives an exec'd command.
+        theirs = [os.open(os.devnull, os.O_RDONLY)]
+        ours = [theirs[0]]  # the child's ends, closed here once sent
+        mine: list[int | None] = [None, None]  # our ends of its stdout and stderr pipes
+        for n, spec in enumerate((stdout, stderr)):
             if spec is PIPE:
-                read, write = os.pipe()
-                theirs.append(read if n == 0 else write)
-                ours.append(theirs[-1])
-                mine[n] = write if n == 0 else read
-            elif spec is DEVNULL or (spec is None and n == 0):
-                fd = os.open(os.devnull, os.O_RDWR)
-                theirs.append(fd)
-                ours.append(fd)
+                mine[n], write = os.pipe()
+                theirs.append(write)
+                ours.append(write)
             elif spec is None:
-                theirs.append(n)  # inherits ours, as Popen's child would
+                theirs.append(n + 1)  # inherits ours, as Popen's child would
             elif isinstance(spec, int):
                 theirs.append(spec)
             else:
@@ -294,29 +286,18 @@ class Forked:
             for fd in ours:
                 os.close(fd)
         self._buffer = b""
-        self.pid = int(self._line(block=True) or -1)
+        self.pid = int(self._line(timeout=None) or -1)
         if self.pid < 0:
             raise RuntimeError("the forking server gave no pid")
-        for n, fd in enumerate(mine):
-            if fd is None:
-                continue
-            mode = "w" if n == 0 else "r"
-            handle: IO[Any] = open(fd, mode + ("" if text else "b"))  # noqa: SIM115
-            if n == 0:
-                self.stdin = handle  # type: ignore[assignment]
-            elif n == 1:
-                self.stdout = handle
-            else:
-                self.stderr = handle
+        self.stdout: IO[str] | None = None if mine[0] is None else open(mine[0])  # noqa: SIM115
+        self.stderr: IO[str] | None = None if mine[1] is None else open(mine[1])  # noqa: SIM115
 
-    def _line(self, *, block: bool, timeout: float | None = None) -> str | None:
+    def _line(self, timeout: float | None) -> str | None:
+        """The server's next line; None if none came within `timeout` (None: no limit)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._buffer:
-            if not block:
-                ready, _, _ = select.select([self._conn], [], [], 0)
-            else:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                ready, _, _ = select.select([self._conn], [], [], left)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._conn], [], [], left)
             if not ready:
                 return None
             chunk = self._conn.recv(4096)
@@ -338,24 +319,18 @@ class Forked:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            return self._ended(self._line(block=False))
+            return self._ended(self._line(timeout=0))
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            code = self._ended(self._line(block=True, timeout=timeout))
+            code = self._ended(self._line(timeout))
             if code is None:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
             return code
         return self.returncode
 
-    def communicate(
-        self, input: str | None = None, timeout: float | None = None
-    ) -> tuple[Any, Any]:
-        if input is not None and self.stdin is not None:
-            self.stdin.write(input)
-        if self.stdin is not None and not self.stdin.closed:
-            self.stdin.close()
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
         outputs: dict[str, Any] = {}
         readers = [
             threading.Thread(target=lambda n=n, s=s: outputs.__setitem__(n, s.read()), daemon=True)
@@ -378,7 +353,8 @@ class Forked:
     def __del__(self) -> None:
         # As Popen keeps an unwaited child's handle alive (subprocess._active), a handle
         # dropped unwaited here is not a leak of the test's: its pipes close quietly.
-        for handle in (self.stdin, self.stdout, self.stderr, getattr(self, "_conn", None)):
+        for name in ("stdout", "stderr", "_conn"):  # what __init__ got to make
+            handle = getattr(self, name, None)
             if handle is not None:
                 with contextlib.suppress(Exception):
                     handle.close()
@@ -394,8 +370,6 @@ class Forked:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-
-RUNNER = Path(sys.executable).parent / "runner"
 
 # What the interpreter reads at its start and the server cannot apply to a fork (the
 # module path, the locale its streams' encoding comes from): a command with any of these set

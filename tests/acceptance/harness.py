@@ -11,7 +11,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from tests.forked_runner import PIPE, Forked
 
 from .agents import GATE_VARIABLE, LEDGER_VARIABLE, SLEEP_VARIABLE
 
-RUNNER = Path(sys.executable).parent / "runner"
+RUNNER = forked_runner.RUNNER  # the console script, for the tests that exec it
 AGENTS = Path(__file__).with_name("agents.py")
 KILLED = -signal.SIGKILL
 TIMEOUT = 90

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -34,8 +33,8 @@ from runner.sql.database import open_engine, upgrade
 from runner.sql.runs import RunRow, load_entries
 from tests import forked_runner
 from tests.conditions import scaled, wait_until
+from tests.forked_runner import RUNNER
 
-RUNNER = Path(sys.executable).parent / "runner"
 AGENTS = Path(__file__).resolve().with_name("worker_agents.py")
 AGENT = f"{AGENTS}:agent"
 
